@@ -1,0 +1,394 @@
+"""Capture every attention matrix a model computes on some sentences.
+
+Two producers, one product (``AttentionMaps``):
+
+* attnlab models (``Seq2SeqTransformer``, ``GRUAttentionSeq2Seq``,
+  ``DecoderLM``), called as the contract says, in eval mode::
+
+      logits, attn = model(src, tgt_in, need_weights=True)   # attn[kind][l]: (B, H, n_q, n_k)
+
+  with src = encode(x) + [eos], tgt_in = [bos] + encode(y).  When no target
+  y is given, the decoder reads the model's own greedy translation
+  (ŷ_t = argmax p(y_t | ŷ_<t, x), until EOS or ``max_len``).  A ``DecoderLM``
+  reads [bos] + encode(x) on the target side ("decoder" kind).
+* Hugging Face ``transformers`` models by hub name or local folder, loaded
+  with ``attn_implementation="eager"`` so that ``output_attentions=True``
+  returns the weights: encoder-only (BERT, MiniLM: "encoder"), encoder–decoder
+  (Marian, T5: "encoder", "decoder", "cross"; the decoder reads the given
+  target, or the model's greedy translation), decoder-only (GPT-2: "decoder").
+
+Sentences are batched with padding, and every matrix is cut back to the real
+tokens of its sentence: ``w[b, :, :n_q(b), :n_k(b)]``; in eval mode each row
+sums to 1 over the real keys.
+
+Long sentences: a sentence with more tokens than the model's maximum
+(``max_len`` of an attnlab model, ``max_position_embeddings`` / ``n_positions``
+of a HF model) is an error (``UserError`` naming the sentence) unless
+``truncate=True``, which keeps the first tokens (and the final special token)
+and emits a ``UserWarning``.  An empty sentence is a ``UserError``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from attnlab.analysis.attention_maps import AttentionMaps, SentenceAttention
+from attnlab.errors import UserError
+
+__all__ = ["capture", "capture_hf", "capture_run", "load_hf", "HFModel"]
+
+
+# ---------------------------------------------------------------------------------------------
+# shared: checks and padding removal
+# ---------------------------------------------------------------------------------------------
+def _check_sentences(sentences: Sequence[str], targets: Sequence[str] | None) -> list[str]:
+    if isinstance(sentences, str):
+        sentences = [sentences]
+    sentences = list(sentences)
+    if not sentences:
+        raise UserError("no sentences to capture")
+    for i, s in enumerate(sentences):
+        if not isinstance(s, str) or not s.strip():
+            raise UserError(f"sentence {i + 1} is empty: give at least one word")
+    if targets is not None and len(targets) != len(sentences):
+        raise ValueError(f"targets: {len(targets)} targets for {len(sentences)} sentences")
+    return sentences
+
+
+def _fit(ids: list[int], max_len: int | None, i: int, truncate: bool, keep_last: bool) -> list[int]:
+    """``ids`` if it fits in ``max_len``; else truncated (warning) or ``UserError``."""
+    if max_len is None or len(ids) <= max_len:
+        return ids
+    if not truncate:
+        raise UserError(
+            f"sentence {i + 1} has {len(ids)} tokens, more than the model maximum of {max_len}; "
+            "shorten it or truncate (truncate=True, --truncate)"
+        )
+    warnings.warn(f"sentence {i + 1}: {len(ids)} tokens truncated to the model maximum {max_len}", UserWarning, stacklevel=3)
+    return ids[: max_len - 1] + ids[-1:] if keep_last else ids[:max_len]
+
+
+def _pad(seqs: list[list[int]], pad_id: int) -> torch.Tensor:
+    # returns (B, n_max) LongTensor, padded on the right
+    n = max(len(s) for s in seqs)
+    out = torch.full((len(seqs), n), pad_id, dtype=torch.long)
+    for b, s in enumerate(seqs):
+        out[b, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return out
+
+
+def _cut(attn: dict[str, Sequence[torch.Tensor]], b: int, n_src: int, n_tgt: int) -> dict[str, np.ndarray]:
+    """Weights of batch item ``b`` per kind, (L, H, n_q, n_k) without padding."""
+    # attn[kind][l]: (B, H, n_q, n_k)
+    sizes = {"encoder": (n_src, n_src), "decoder": (n_tgt, n_tgt), "cross": (n_tgt, n_src)}
+    out = {}
+    for kind, layers in attn.items():
+        n_q, n_k = sizes[kind]
+        out[kind] = torch.stack([a[b, :, :n_q, :n_k] for a in layers]).float().cpu().numpy()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# attnlab models
+# ---------------------------------------------------------------------------------------------
+def _is_lm(model) -> bool:
+    """A decoder-only model takes one sequence: ``forward(x, need_weights)``."""
+    params = [p for p in inspect.signature(model.forward).parameters if p != "need_weights"]
+    return len(params) == 1
+
+
+@torch.no_grad()
+def _greedy(model, src: torch.Tensor, bos: int, eos: int, pad: int, max_len: int) -> list[list[int]]:
+    """Greedy translation: ŷ_t = argmax_v logits(src, ŷ_<t)_v, until EOS; returns [bos] + ŷ (EOS dropped)."""
+    # src: (B, n)
+    B = src.shape[0]
+    y = torch.full((B, 1), bos, dtype=torch.long)
+    done = torch.zeros(B, dtype=torch.bool)
+    for _ in range(max_len - 1):
+        logits = model(src, y)  # (B, t, V)
+        nxt = logits[:, -1].argmax(-1)
+        nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
+        done |= nxt == eos
+        if done.all():
+            break
+        y = torch.cat([y, torch.where(nxt == eos, torch.full_like(nxt, pad), nxt)[:, None]], 1)
+    return [[int(t) for t in row if t != pad] for row in y]
+
+
+@torch.no_grad()
+def capture(
+    model,
+    tokenizer,
+    sentences: Sequence[str],
+    targets: Sequence[str] | None = None,
+    *,
+    truncate: bool = False,
+    batch_size: int = 32,
+    name: str | None = None,
+) -> AttentionMaps:
+    """Attention of an attnlab model (contract call ``model(src, tgt_in, need_weights=True)``).
+
+    ``tokenizer`` follows the attnlab Tokenizer contract (``encode``,
+    ``id_to_piece``, ``bos_id``, ``eos_id``, ``pad_id``).  Returns every kind
+    the model gives (encoder / decoder / cross), every layer and head, cut to
+    the real tokens.  The model is put in eval mode (dropout off) for the call
+    and restored after.
+    """
+    sentences = _check_sentences(sentences, targets)
+    max_len = getattr(model, "max_len", None) or getattr(getattr(model, "cfg", None), "max_len", None)
+    pad, bos, eos = tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id
+    lm = _is_lm(model)
+    src_ids, tgt_ids = [], []
+    for i, s in enumerate(sentences):
+        enc = tokenizer.encode(s)
+        if not enc:
+            raise UserError(f"sentence {i + 1} gives no tokens: {s!r}")
+        if lm:
+            tgt_ids.append(_fit([bos] + enc, max_len, i, truncate, keep_last=False))
+        else:
+            src_ids.append(_fit(enc + [eos], max_len, i, truncate, keep_last=True))
+            if targets is not None:
+                tgt_ids.append(_fit([bos] + tokenizer.encode(targets[i]), max_len, i, truncate, keep_last=False))
+
+    was_training = model.training
+    model.eval()
+    try:
+        out: list[SentenceAttention] = []
+        for start in range(0, len(sentences), batch_size):
+            sl = slice(start, start + batch_size)
+            if lm:
+                x = _pad(tgt_ids[sl], pad)  # (B, m)
+                _, attn = model(x, need_weights=True)
+                batch_src, batch_tgt = [[] for _ in tgt_ids[sl]], tgt_ids[sl]
+            else:
+                src = _pad(src_ids[sl], pad)  # (B, n)
+                batch_src = src_ids[sl]
+                batch_tgt = tgt_ids[sl] if targets is not None else _greedy(model, src, bos, eos, pad, max_len or 2 * src.shape[1] + 10)
+                _, attn = model(src, _pad(batch_tgt, pad), need_weights=True)
+            for b, (s_ids, t_ids) in enumerate(zip(batch_src, batch_tgt)):
+                k = start + b
+                tokens = {"src": [tokenizer.id_to_piece(t) for t in s_ids], "tgt": [tokenizer.id_to_piece(t) for t in t_ids]}
+                special = {"src": [t in (pad, bos, eos) for t in s_ids], "tgt": [t in (pad, bos, eos) for t in t_ids]}
+                if lm:
+                    tokens.pop("src"), special.pop("src")
+                out.append(
+                    SentenceAttention(
+                        text=sentences[k],
+                        target=targets[k] if targets is not None else (None if lm else tokenizer.decode(t_ids)),
+                        tokens=tokens,
+                        special=special,
+                        weights=_cut(attn, b, len(s_ids), len(t_ids)),
+                    )
+                )
+    finally:
+        model.train(was_training)
+    cfg = getattr(model, "cfg", None)
+    meta = {
+        "name": name or type(model).__name__,
+        "source": "attnlab",
+        "class": type(model).__name__,
+        "max_len": max_len,
+    }
+    if cfg is not None and hasattr(cfg, "attention"):
+        meta["attention"] = cfg.attention
+    return AttentionMaps(out, meta)
+
+
+def capture_run(run_dir: str | os.PathLike, sentences: Sequence[str], targets: Sequence[str] | None = None, **kw) -> AttentionMaps:
+    """``capture`` with the model and tokenizer of a run folder (``attnlab.train.checkpoint.load_run``)."""
+    from attnlab.train.checkpoint import load_run  # lazy: the training stack is not needed for HF capture
+
+    run = load_run(run_dir)
+    return capture(run.model, run.tokenizer, sentences, targets, name=kw.pop("name", Path(run_dir).name), **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face transformers
+# ---------------------------------------------------------------------------------------------
+class HFModel:
+    """A HF model and its tokenizer, loaded for attention capture.
+
+    ``arch`` is "encoder" (encoder-only), "encoder-decoder" or "decoder"
+    (decoder-only); ``max_len`` the longest input (None when unbounded).
+    """
+
+    def __init__(self, name: str, model, tokenizer, arch: str, max_len: int | None):
+        self.name, self.model, self.tokenizer, self.arch, self.max_len = name, model, tokenizer, arch, max_len
+
+    def tokenize(self, text: str) -> list[str]:
+        """Token strings of ``text`` without special tokens (for corpus frequencies)."""
+        return self.tokenizer.tokenize(text)
+
+
+def _hub_hint(name: str) -> str:
+    return (
+        f"the model must be local: pass a local folder (made with save_pretrained), or download '{name}' once "
+        "with network access and run with HF_HUB_OFFLINE=1 so it is read from the Hugging Face cache"
+    )
+
+
+def load_hf(name_or_path: str | os.PathLike) -> HFModel:
+    """Load a HF model (eager attention, eval mode) and its tokenizer by hub name or local folder.
+
+    Raises ``UserError`` for a folder that does not exist or is not a model,
+    a hub name that is unknown or cannot be reached offline, and a model that
+    cannot return attention weights.
+    """
+    import transformers
+    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    name = str(name_or_path)
+    local = Path(name).expanduser()
+    looks_local = local.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep == "\\" and "\\" in name
+    if looks_local and not local.is_dir():
+        raise UserError(f"model folder {name} does not exist")
+    try:
+        cfg = AutoConfig.from_pretrained(str(local) if looks_local else name)
+    except (OSError, ValueError) as err:
+        text = str(err)
+        if looks_local:
+            raise UserError(f"{name} is not a transformers model folder (no usable config.json): {text.splitlines()[0]}") from None
+        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+        if "not a valid model identifier" in text or "Repository Not Found" in text or "404" in text:
+            if offline or "offline" in text.lower() or "connect" in text.lower():
+                raise UserError(f"model '{name}' is not in the local cache and the hub cannot be reached; {_hub_hint(name)}") from None
+            raise UserError(f"unknown model '{name}': not a local folder and not a model on the Hugging Face hub") from None
+        raise UserError(f"model '{name}' is not available locally and the hub cannot be reached; {_hub_hint(name)}") from None
+    path = str(local) if looks_local else name
+    if cfg.is_encoder_decoder:
+        arch, auto = "encoder-decoder", AutoModelForSeq2SeqLM
+    elif cfg.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and cfg.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        arch, auto = "decoder", AutoModel
+    else:
+        arch, auto = "encoder", AutoModel
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError, TypeError) as err:
+        raise UserError(f"model '{name}': cannot load its tokenizer ({str(err).splitlines()[0]})") from None
+    verbosity, bars = transformers.logging.get_verbosity(), transformers.utils.logging.is_progress_bar_enabled()
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        model = auto.from_pretrained(path, attn_implementation="eager")
+    except (OSError, ValueError, KeyError) as err:
+        raise UserError(f"model '{name}': cannot load it with eager attention ({str(err).splitlines()[0]})") from None
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
+    model.eval()
+    limits = [getattr(cfg, a, None) for a in ("max_position_embeddings", "n_positions")]
+    limits.append(tokenizer.model_max_length if tokenizer.model_max_length < 1e6 else None)
+    limits = [int(x) for x in limits if isinstance(x, int) and x > 0]
+    return HFModel(name, model, tokenizer, arch, min(limits) if limits else None)
+
+
+def _hf_ids(tok, text: str, max_len: int | None, i: int, truncate: bool, target: bool = False) -> list[int]:
+    ids = tok(text_target=text)["input_ids"] if target else tok(text)["input_ids"]
+    ids = list(ids)
+    if not ids:
+        raise UserError(f"sentence {i + 1} gives no tokens: {text!r}")
+    ends_special = ids[-1] in set(tok.all_special_ids)
+    return _fit(ids, max_len, i, truncate, keep_last=ends_special)
+
+
+def _shift_right(tok, text: str, start_id: int, max_len: int | None, i: int, truncate: bool) -> list[int]:
+    """Decoder input for a given target: [start] + ids(target), final EOS dropped (teacher forcing)."""
+    ids = _hf_ids(tok, text, None, i, truncate, target=True)
+    if ids[-1] == tok.eos_token_id:
+        ids = ids[:-1]
+    return _fit([start_id] + ids, max_len, i, truncate, keep_last=False)
+
+
+def _call(hf: HFModel, **inputs):
+    """``model(**inputs, output_attentions=True)``; ``UserError`` when the model cannot give attentions."""
+    try:
+        return hf.model(**inputs, output_attentions=True, return_dict=True)
+    except (TypeError, ValueError, NotImplementedError) as err:
+        raise UserError(f"model '{hf.name}' ({type(hf.model).__name__}) cannot return attention weights: {str(err).splitlines()[0]}") from None
+
+
+@torch.no_grad()
+def capture_hf(
+    model: str | os.PathLike | HFModel,
+    sentences: Sequence[str],
+    targets: Sequence[str] | None = None,
+    *,
+    truncate: bool = False,
+    batch_size: int = 32,
+) -> AttentionMaps:
+    """Attention of a HF model (name, local folder, or a ``load_hf`` result) on ``sentences``.
+
+    Encoder-only → "encoder"; decoder-only → "decoder" (text on the target
+    side); encoder–decoder → "encoder", "decoder", "cross" (decoder input =
+    the target shifted right, or the model's greedy translation when no
+    target is given).  Special tokens ([CLS], [SEP], </s>, ...) are kept and
+    flagged.
+    """
+    hf = model if isinstance(model, HFModel) else load_hf(model)
+    sentences = _check_sentences(sentences, targets)
+    tok, m = hf.tokenizer, hf.model
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    specials = set(tok.all_special_ids)
+    ids = [_hf_ids(tok, s, hf.max_len, i, truncate) for i, s in enumerate(sentences)]
+    out: list[SentenceAttention] = []
+    for start in range(0, len(sentences), batch_size):
+        batch = ids[start : start + batch_size]
+        x = _pad(batch, pad)  # (B, n)
+        mask = torch.zeros_like(x)
+        for b, s in enumerate(batch):
+            mask[b, : len(s)] = 1
+        if hf.arch == "encoder-decoder":
+            start_id = m.config.decoder_start_token_id if m.config.decoder_start_token_id is not None else pad
+            if targets is not None:
+                tgt = [_shift_right(tok, t, start_id, hf.max_len, start + b, truncate) for b, t in enumerate(targets[start : start + batch_size])]
+            else:
+                limit = min(hf.max_len or 512, 2 * x.shape[1] + 10)
+                gen = m.generate(input_ids=x, attention_mask=mask, max_new_tokens=limit, do_sample=False, num_beams=1)
+                eos = m.generation_config.eos_token_id
+                eos = set(eos if isinstance(eos, list) else [eos])
+                tgt = []
+                for row in gen.tolist():  # generate pads after EOS; keep start + tokens before EOS
+                    seq = [row[0]]
+                    for t in row[1:]:
+                        if t in eos or t == pad:
+                            break
+                        seq.append(t)
+                    tgt.append(seq)
+            y = _pad(tgt, pad)
+            y_mask = torch.zeros_like(y)
+            for b, s in enumerate(tgt):
+                y_mask[b, : len(s)] = 1
+            o = _call(hf, input_ids=x, attention_mask=mask, decoder_input_ids=y, decoder_attention_mask=y_mask)
+            attn = {k: getattr(o, f"{k}_attentions", None) for k in ("encoder", "decoder", "cross")}
+            sides = [(s, t) for s, t in zip(batch, tgt)]
+        else:
+            o = _call(hf, input_ids=x, attention_mask=mask)
+            attn = {("decoder" if hf.arch == "decoder" else "encoder"): getattr(o, "attentions", None)}
+            sides = [(s, s) for s in batch]
+        if any(not v for v in attn.values()) or any(a is None for v in attn.values() for a in v):
+            raise UserError(f"model '{hf.name}' ({type(m).__name__}) cannot return attention weights (output_attentions gives none)")
+        for b, (s_ids, t_ids) in enumerate(sides):
+            k = start + b
+            if hf.arch == "encoder-decoder":
+                tokens = {"src": tok.convert_ids_to_tokens(s_ids), "tgt": tok.convert_ids_to_tokens(t_ids)}
+                special = {"src": [t in specials for t in s_ids], "tgt": [t in specials for t in t_ids]}
+                target = targets[k] if targets is not None else tok.decode(t_ids, skip_special_tokens=True)
+                w = _cut(attn, b, len(s_ids), len(t_ids))
+            else:
+                side = "tgt" if hf.arch == "decoder" else "src"
+                tokens = {side: tok.convert_ids_to_tokens(s_ids)}
+                special = {side: [t in specials for t in s_ids]}
+                target = None
+                w = _cut(attn, b, len(s_ids), len(s_ids))
+            out.append(SentenceAttention(text=sentences[k], target=target, tokens=tokens, special=special, weights=w))
+    meta = {"name": hf.name, "source": "transformers", "class": type(m).__name__, "arch": hf.arch, "max_len": hf.max_len}
+    return AttentionMaps(out, meta)

@@ -1,0 +1,50 @@
+"""The ``attnlab`` command line: a thin typer app.
+
+Each module of this package registers the commands of one part of the library
+(``register(app)``); a command parses its options and calls one library
+function.  Errors the user can fix (``UserError``, ``ValueError``, missing
+files) become one line on stderr and exit code 2, never a traceback; set
+``ATTNLAB_DEBUG=1`` to see the traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import sys
+
+import typer
+
+from attnlab.errors import UserError
+
+app = typer.Typer(
+    name="attnlab",
+    help="The mathematics and the structure of transformer attention.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+    _module = importlib.import_module(f"{__name__}.{_info.name}")
+    _module.register(app)
+
+
+def fail(message: str) -> "typer.Exit":
+    """Print ``attnlab: error: message`` (one line) and return the exit to raise."""
+    typer.echo(f"attnlab: error: {' '.join(str(message).split())}", err=True)
+    return typer.Exit(code=2)
+
+
+def main() -> None:
+    """Entry point of the console script."""
+    try:
+        app(standalone_mode=True)
+    except (UserError, ValueError, FileNotFoundError, IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+        if os.environ.get("ATTNLAB_DEBUG"):
+            raise
+        raise SystemExit(fail(str(err)).exit_code) from None
+    except KeyboardInterrupt:
+        typer.echo("attnlab: interrupted", err=True)
+        sys.exit(130)

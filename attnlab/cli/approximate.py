@@ -1,0 +1,117 @@
+"""``attnlab approximate`` and ``attnlab sweep``: the structured formulation of attention, per head.
+
+    attnlab approximate INPUT --w 3 --num-pos 2 [--sparse S] [--attempts 30] [--seed N] [--json] [--renormalize]
+    attnlab sweep INPUT --w 0..10 --num-pos 0..4 [--sparse S] [--out DIR] [--renormalize]
+
+INPUT: a ``.npy``/``.npz`` array (n, n) or (H, n, n), or an attnlab attention
+file (``.safetensors``, or a folder holding one).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def _int_list(text: str, name: str) -> list[int]:
+    """'0..10' (inclusive), '0,2,4' or '3' -> list of ints; ValueError naming the option."""
+    try:
+        if ".." in text:
+            lo, hi = text.split("..", 1)
+            values = list(range(int(lo), int(hi) + 1))
+        else:
+            values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ValueError(f"{name}: expected a range like 0..10 or a list like 0,2,4, got {text!r}") from None
+    if not values:
+        raise ValueError(f"{name}: empty range {text!r}")
+    return values
+
+
+def _echo_warnings(caught) -> None:
+    for w in caught:
+        typer.echo(f"attnlab: warning: {' '.join(str(w.message).split())}", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("approximate")
+    def approximate(
+        input: Path = typer.Argument(..., help="attention heads: .npy/.npz (n,n) or (H,n,n), or an attnlab attention file"),
+        w: int = typer.Option(3, "--w", help="band half-width w (0 <= w < n)"),
+        num_pos: int = typer.Option(2, "--num-pos", help="number of key columns (0 <= num_pos <= n)"),
+        sparse: Optional[int] = typer.Option(None, "--sparse", help="sparse entries s of the optimal fit [default: n]"),
+        attempts: int = typer.Option(30, "--attempts", help="random draws per family (thesis protocol)"),
+        seed: int = typer.Option(0, "--seed", help="seed of the random search"),
+        as_json: bool = typer.Option(False, "--json", help="print a JSON list, one object per head"),
+        renormalize: bool = typer.Option(False, "--renormalize", help="divide rows that do not sum to 1 by their sum"),
+    ) -> None:
+        """Thesis random search (Σ1, Σ2(w), Σ3) beside the optimal band + columns + sparse fit, per head."""
+        from attnlab.analysis.attention_file import load_heads
+        from attnlab.analysis.comparison import compare_fits
+
+        heads, _labels = load_heads(input)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rows = compare_fits(heads, w, num_pos, sparse, n_attempts=attempts, seed=seed, renormalize=renormalize, name=str(input))
+        _echo_warnings(caught)
+        if as_json:
+            clean = [{k: (v if not (isinstance(v, float) and not math.isfinite(v)) else None) for k, v in r.items()} for r in rows]
+            typer.echo(json.dumps(clean, indent=2))
+            return
+        from rich.console import Console
+        from rich.table import Table
+
+        n = heads.shape[-1]
+        s = n if sparse is None else sparse
+        table = Table(title=f"{input.name}: {len(rows)} heads, n = {n}, w = {w}, num_pos = {num_pos}, s = {s}, {attempts} draws/family")
+        # thesis columns (random search) | optimal fit
+        for col, style in (("Head_n", "bold"), ("Min_distance", "red"), ("Mean Error", "red"), ("opt. dist", "green"),
+                           ("opt. Mean Err", "green"), ("ratio", "bold cyan"), ("mass", ""), ("stored", "")):
+            table.add_column(col, justify="right", style=style, no_wrap=True)
+        table.caption = "red: thesis random search (Σ1, Σ2(w), Σ3) · green: optimal fit · ratio = Mean Error / opt. Mean Err · mass captured · stored entries"
+        for r in rows:
+            table.add_row(str(r["head"]), f"{r['random_min_distance']:.2f}", f"{r['random_mean_error']:.4f}", f"{r['optimal_distance']:.3f}",
+                          f"{r['optimal_mean_error']:.5f}", f"{r['ratio']:.1f}×", f"{r['mass_captured']:.1%}", str(r["stored_entries"]))
+        mean = lambda k: sum(r[k] for r in rows) / len(rows)  # noqa: E731
+        ratio = mean("random_mean_error") / mean("optimal_mean_error") if mean("optimal_mean_error") > 0 else math.inf
+        table.add_section()
+        table.add_row("mean", f"{mean('random_min_distance'):.2f}", f"{mean('random_mean_error'):.4f}", f"{mean('optimal_distance'):.3f}",
+                      f"{mean('optimal_mean_error'):.5f}", f"{ratio:.1f}×", f"{mean('mass_captured'):.1%}", f"{mean('stored_entries'):.0f}")
+        console = Console()
+        (console if console.width >= 110 else Console(width=110)).print(table)
+        typer.echo(f"zero matrix for reference: ‖A − 0‖₁ = Σ a_ij = {n} per head (mean error {1 / n:.4f}); dense budget n² = {n * n}")
+
+    @app.command("sweep")
+    def sweep_cmd(
+        input: Path = typer.Argument(..., help="attention heads: .npy/.npz (n,n) or (H,n,n), or an attnlab attention file"),
+        w: Optional[str] = typer.Option(None, "--w", help="half-widths: 0..10, 0,2,4 or 3 [default: 0..min(10, n-1)]"),
+        num_pos: str = typer.Option("0..4", "--num-pos", help="column counts: 0..4, 0,2 or 1"),
+        sparse: Optional[int] = typer.Option(None, "--sparse", help="sparse entries s [default: n]"),
+        out: Path = typer.Option(Path("."), "--out", help="folder for sweep.csv and sweep.png"),
+        renormalize: bool = typer.Option(False, "--renormalize", help="divide rows that do not sum to 1 by their sum"),
+    ) -> None:
+        """Error surface of the optimal fit over a (w, num_pos) grid: CSV + PNG heat map."""
+        from attnlab.analysis.attention_file import load_heads
+        from attnlab.analysis.error_surface import sweep
+
+        heads, _labels = load_heads(input)
+        n, m = heads.shape[-2:]
+        ws = list(range(0, min(10, max(n, m) - 1) + 1)) if w is None else _int_list(w, "--w")
+        ps = _int_list(num_pos, "--num-pos")
+        if min(ps) < 0 or max(ps) > m:
+            raise ValueError(f"--num-pos: must lie in 0..{m} (number of keys), got {num_pos}")
+        if min(ws) < 0 or max(ws) >= max(n, m):
+            raise ValueError(f"--w: band half-widths must lie in 0..{max(n, m) - 1}, got {w}")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            rows, csv_path, png_path = sweep(heads, ws, ps, out, sparse, renormalize=renormalize, name=str(input))
+        _echo_warnings(caught)
+        lo, hi = rows[0], rows[-1]
+        typer.echo(f"wrote {csv_path} and {png_path}: {len(rows)} grid points over {heads.shape[0]} heads; mean error "
+                   f"{lo['mean_error']:.5f} at w={lo['w']}, num_pos={lo['num_pos']} ({lo['stored_entries']:.0f} stored entries) to "
+                   f"{hi['mean_error']:.5f} at w={hi['w']}, num_pos={hi['num_pos']} ({hi['stored_entries']:.0f})")

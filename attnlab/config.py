@@ -1,0 +1,155 @@
+"""Configurations as dataclasses, read from and written to TOML.
+
+A run folder holds ``config.toml`` with two tables, ``[model]`` and
+``[train]``; ``ModelConfig`` alone is enough to rebuild a model, so a
+checkpoint can be checked against the configuration it is loaded into.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from attnlab.errors import UserError
+
+MODEL_KINDS = ("transformer", "lm", "gru")
+NORM_PLACEMENTS = ("post", "pre")
+SCORINGS = ("dot", "additive", "gaussian")
+
+
+@dataclass
+class ModelConfig:
+    """Every number that fixes a model's parameters and its forward pass.
+
+    ``d_model`` is d (the width), ``heads`` is H, so d_k = d / H.
+    ``pos_base`` is N in ω_k = 1 / N^{2k/d}.  ``norm`` is "post" (Vaswani et
+    al. 2017: x ← LN(x + Sublayer(x))) or "pre" (nanoGPT: x ← x +
+    Sublayer(LN(x))).  ``value_rank`` r > 0 factors W_V = V_u V_d.
+    ``attention`` names the mechanism (``attnlab.nn.mechanisms``); ``w``,
+    ``num_pos``, ``sparse``, ``dilation``, ``num_random`` and ``proj_len``
+    are its options, and ``attention_on`` says which attentions use it
+    ("all", or a comma list of "encoder", "decoder", "cross").
+    """
+
+    model: str = "transformer"
+    vocab_size: int = 0
+    d_model: int = 256
+    heads: int = 4
+    layers: int = 3  # encoder layers (and decoder layers unless dec_layers is set)
+    dec_layers: int = 0  # 0 = same as layers
+    ff: int = 1024
+    dropout: float = 0.1
+    max_len: int = 128
+    pos_base: float = 10000.0
+    norm: str = "post"
+    scoring: str = "dot"
+    sigma: float = 1.0  # Gaussian kernel width
+    value_rank: int = 0  # 0 = full-rank W_V
+    tie_embeddings: bool = True
+    pad_id: int = 0
+    attention: str = "full"
+    attention_on: str = "all"
+    w: int = 8
+    num_pos: int = 0
+    sparse: int = 0
+    dilation: int = 1
+    num_random: int = 0
+    proj_len: int = 64
+    seed: int = 0  # seeds the random parts of mechanisms (BigBird's random keys)
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.heads
+
+    @property
+    def n_dec_layers(self) -> int:
+        return self.dec_layers or self.layers
+
+    def validate(self) -> "ModelConfig":
+        """Raise ``UserError`` naming the option when a value makes no sense."""
+        checks = [
+            (self.model in MODEL_KINDS, f"--model must be one of {', '.join(MODEL_KINDS)}, got {self.model!r}"),
+            (self.norm in NORM_PLACEMENTS, f"--norm must be one of {', '.join(NORM_PLACEMENTS)}, got {self.norm!r}"),
+            (self.scoring in SCORINGS, f"--scoring must be one of {', '.join(SCORINGS)}, got {self.scoring!r}"),
+            (self.vocab_size > 0, f"vocab_size must be positive, got {self.vocab_size}"),
+            (self.d_model > 0 and self.heads > 0, "--d-model and --heads must be positive"),
+            (self.d_model % self.heads == 0, f"--d-model ({self.d_model}) must be divisible by --heads ({self.heads})"),
+            (self.model == "gru" or self.d_model % 2 == 0, f"--d-model must be even for the sinusoidal encoding, got {self.d_model}"),
+            (self.layers > 0 and self.dec_layers >= 0, "--layers must be positive"),
+            (self.ff > 0, f"--ff must be positive, got {self.ff}"),
+            (0.0 <= self.dropout < 1.0, f"--dropout must be in [0, 1), got {self.dropout}"),
+            (self.max_len > 1, f"--max-len must be > 1, got {self.max_len}"),
+            (self.value_rank >= 0, f"--value-rank must be >= 0, got {self.value_rank}"),
+            (self.w >= 0, f"--w must be >= 0, got {self.w}"),
+            (self.num_pos >= 0, f"--num-pos must be >= 0, got {self.num_pos}"),
+            (self.sigma > 0, f"--sigma must be positive, got {self.sigma}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UserError(message)
+        return self
+
+
+@dataclass
+class TrainConfig:
+    """How a model is trained: data, tokenizer, optimiser, schedule, stopping."""
+
+    data: str = "synthetic"
+    tokenizer: str = "bpe"  # bpe | word | char
+    vocab_size: int = 8000
+    max_tokens: int = 4096  # tokens per batch (source + target), summed over processes
+    lr: float = 7e-4
+    warmup: int = 1000
+    betas: tuple[float, float] = (0.9, 0.98)
+    weight_decay: float = 0.01
+    label_smoothing: float = 0.1
+    clip_norm: float = 1.0
+    epochs: int = 0
+    max_steps: int = 0
+    minutes: float = 0.0
+    seed: int = 0
+    log_every: int = 50
+    checkpoint_every: int = 500  # steps
+    eval_every: int = 0  # steps; 0 = at checkpoints
+    synthetic_pairs: int = 20000
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _from_table(cls, table: dict[str, Any], where: str):
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in table.items()}
+    return cls(**values)
+
+
+def load_config(path: str | os.PathLike) -> tuple[ModelConfig, TrainConfig]:
+    """Read ``config.toml`` → (ModelConfig, TrainConfig); one-line errors."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: not a valid TOML file ({err})") from None
+    model = _from_table(ModelConfig, raw.get("model", {}), f"{path} [model]")
+    train = _from_table(TrainConfig, raw.get("train", {}), f"{path} [train]")
+    return model, train
+
+
+def save_config(path: str | os.PathLike, model: ModelConfig, train: TrainConfig | None = None) -> None:
+    """Write ``config.toml`` atomically (temporary file, then rename)."""
+    path = Path(path)
+    doc = {"model": dataclasses.asdict(model)}
+    if train is not None:
+        doc["train"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(train).items()}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(tomli_w.dumps(doc), encoding="utf-8")
+    os.replace(tmp, path)

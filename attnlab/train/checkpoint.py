@@ -1,0 +1,188 @@
+"""Checkpoints: safetensors for every tensor, TOML/JSON for everything else.
+
+A run folder (DESIGN.md principle 6)::
+
+    runs/NAME/config.toml                      model + training configuration
+    runs/NAME/tokenizer.json                   the tokenizer (HF tokenizers format inside)
+    runs/NAME/checkpoints/step_000500.safetensors         model weights
+    runs/NAME/checkpoints/step_000500.state.safetensors   optimiser moments, RNG, position
+    runs/NAME/metrics.jsonl                    one JSON object per logged step
+
+Every file is written to a temporary name and renamed, the state file last, so
+a checkpoint exists only once it is complete and a run killed at any moment
+resumes from its last complete checkpoint.  The model file records its
+``ModelConfig`` in the safetensors metadata; loading it into another
+configuration, or loading a truncated file, is a one-line ``UserError``.
+No pickle anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file, save_model
+
+from attnlab.config import ModelConfig, load_config
+from attnlab.errors import UserError
+
+STEP_FILE = re.compile(r"^step_(\d+)\.state\.safetensors$")
+KEEP_LAST = 2
+
+
+def _atomic(path: Path, write) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    write(str(tmp))
+    os.replace(tmp, path)
+
+
+def model_config_json(cfg: ModelConfig) -> str:
+    return json.dumps(dataclasses.asdict(cfg), sort_keys=True)
+
+
+def save_weights(path: Path, model: torch.nn.Module, cfg: ModelConfig) -> None:
+    """Model weights (shared tensors such as tied embeddings stored once)."""
+    _atomic(path, lambda p: save_model(model, p, metadata={"attnlab.model_config": model_config_json(cfg)}))
+
+
+def load_weights(path: Path, model: torch.nn.Module, cfg: ModelConfig) -> None:
+    """Load weights written by ``save_weights`` into ``model`` built from ``cfg``."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+        state = load_file(str(path))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such checkpoint") from None
+    except (SafetensorError, OSError, ValueError, json.JSONDecodeError) as err:
+        raise UserError(f"{path}: not a readable checkpoint (corrupted or truncated: {err})") from None
+    saved = meta.get("attnlab.model_config")
+    if saved is not None:
+        theirs, ours = json.loads(saved), dataclasses.asdict(cfg)
+        diff = [f"{k}={theirs.get(k)!r} (expected {ours[k]!r})" for k in ours if k in theirs and theirs[k] != ours[k]]
+        if diff:
+            raise UserError(f"{path}: checkpoint of another configuration: {', '.join(diff[:4])}")
+    # tied weights are stored once under one of their names: fill in the aliases
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in state]
+    for k in missing:
+        for alias, t in expected.items():
+            if alias in state and t.data_ptr() == expected[k].data_ptr():
+                state[k] = state[alias]
+                break
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as err:
+        first = str(err).strip().splitlines()
+        raise UserError(f"{path}: checkpoint does not fit this model ({' '.join(first[:2])[:300]})") from None
+
+
+@dataclass
+class TrainState:
+    """Where a run is: what the next step needs to continue exactly."""
+
+    step: int = 0  # optimiser steps done
+    epoch: int = 0  # current epoch (0-based)
+    batch_in_epoch: int = 0  # global batches of this epoch already consumed
+    tokens: int = 0  # target tokens seen
+    elapsed: float = 0.0  # seconds of training so far
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+
+def save_checkpoint(run_dir: Path, model: torch.nn.Module, cfg: ModelConfig, optimizer: torch.optim.Optimizer, state: TrainState) -> Path:
+    """Write step_N.safetensors then step_N.state.safetensors; keep the last two."""
+    ckpt = Path(run_dir) / "checkpoints"
+    ckpt.mkdir(parents=True, exist_ok=True)
+    stem = f"step_{state.step:07d}"
+    save_weights(ckpt / f"{stem}.safetensors", model, cfg)
+    tensors: dict[str, torch.Tensor] = {"rng.torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        tensors["rng.cuda"] = torch.cuda.get_rng_state()
+    opt = optimizer.state_dict()
+    for i, s in opt["state"].items():
+        for name, value in s.items():
+            tensors[f"optim.{i}.{name}"] = value if torch.is_tensor(value) else torch.tensor(value)
+    meta = {"attnlab.train_state": state.to_json(), "attnlab.param_groups": json.dumps(opt["param_groups"])}
+    _atomic(ckpt / f"{stem}.state.safetensors", lambda p: save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, p, metadata=meta))
+    for old in sorted(list_checkpoints(run_dir))[:-KEEP_LAST]:
+        for suffix in (".safetensors", ".state.safetensors"):
+            (ckpt / f"step_{old:07d}{suffix}").unlink(missing_ok=True)
+    return ckpt / f"{stem}.safetensors"
+
+
+def list_checkpoints(run_dir: Path) -> list[int]:
+    """Steps of the complete checkpoints (those whose state file exists)."""
+    ckpt = Path(run_dir) / "checkpoints"
+    if not ckpt.is_dir():
+        return []
+    return sorted(int(m.group(1)) for f in ckpt.iterdir() if (m := STEP_FILE.match(f.name)))
+
+
+def latest_weights(run_dir: Path) -> Path:
+    steps = list_checkpoints(run_dir)
+    if not steps:
+        raise UserError(f"{run_dir}: no checkpoint in {Path(run_dir) / 'checkpoints'} (is this a run folder of attnlab train?)")
+    return Path(run_dir) / "checkpoints" / f"step_{steps[-1]:07d}.safetensors"
+
+
+def load_checkpoint(run_dir: Path, model: torch.nn.Module, cfg: ModelConfig, optimizer: torch.optim.Optimizer | None) -> TrainState:
+    """Restore weights, optimiser moments and RNG of the last complete checkpoint."""
+    weights = latest_weights(run_dir)
+    load_weights(weights, model, cfg)
+    state_path = weights.with_name(weights.name.replace(".safetensors", ".state.safetensors"))
+    try:
+        with safe_open(str(state_path), framework="pt") as f:
+            meta = f.metadata() or {}
+        tensors = load_file(str(state_path))
+        state = TrainState(**json.loads(meta["attnlab.train_state"]))
+        groups = json.loads(meta["attnlab.param_groups"])
+    except (SafetensorError, OSError, KeyError, ValueError, TypeError) as err:
+        raise UserError(f"{state_path}: not a readable training state (corrupted or truncated: {err})") from None
+    torch.set_rng_state(tensors["rng.torch"])
+    if "rng.cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state(tensors["rng.cuda"])
+    if optimizer is not None:
+        opt_state: dict[int, dict[str, Any]] = {}
+        for key, value in tensors.items():
+            if key.startswith("optim."):
+                _, i, name = key.split(".", 2)
+                opt_state.setdefault(int(i), {})[name] = value
+        for group in groups:
+            if "betas" in group:
+                group["betas"] = tuple(group["betas"])
+        optimizer.load_state_dict({"state": opt_state, "param_groups": groups})
+    return state
+
+
+@dataclass
+class Run:
+    """A trained run, ready for translation and analysis."""
+
+    path: Path
+    model: torch.nn.Module
+    tokenizer: Any
+    cfg: ModelConfig
+    train_cfg: Any
+
+
+def load_run(run_dir: str | os.PathLike, device: str = "cpu") -> Run:
+    """Model (eval mode) + tokenizer + configuration of a run folder."""
+    from attnlab.data import Tokenizer
+    from attnlab.nn import build_model
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir}: no such run folder")
+    cfg, train_cfg = load_config(run_dir / "config.toml")
+    model = build_model(cfg)
+    load_weights(latest_weights(run_dir), model, cfg)
+    tokenizer = Tokenizer.load(run_dir / "tokenizer.json")
+    return Run(path=run_dir, model=model.to(device).eval(), tokenizer=tokenizer, cfg=cfg, train_cfg=train_cfg)

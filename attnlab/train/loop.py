@@ -1,0 +1,215 @@
+"""The training loop: one process or torchrun/DDP, resumable, deterministic.
+
+For a batch of sentence pairs the loss is the per-token cross-entropy with
+label smoothing ε_ls (Szegedy et al. 2016; Vaswani et al. 2017 §5.4),
+
+    L = −(1/T) Σ_t [ (1 − ε_ls) log p(y_t) + (ε_ls / V) Σ_v log p(v) ],
+
+T the number of real (non-padding) target tokens of the *global* batch.
+The optimiser is AdamW with the inverse-square-root warm-up of
+``attnlab.train.schedule`` and gradient clipping ‖g‖₂ ≤ ``clip_norm``.
+
+Stopping: ``epochs``, ``max_steps`` or ``minutes`` (whichever comes first).
+Every ``checkpoint_every`` steps and at the end a checkpoint is written
+atomically; ``resume=True`` restarts from the last one with the same data
+order, optimiser moments and RNG, so a killed run ends with the parameters of
+an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from attnlab.config import ModelConfig, TrainConfig, load_config, save_config
+from attnlab.errors import UserError
+from attnlab.nn import build_model
+from attnlab.train import distributed
+from attnlab.train.checkpoint import TrainState, list_checkpoints, load_checkpoint, save_checkpoint
+from attnlab.train.examples import Examples, prepare_examples
+from attnlab.train.schedule import inverse_sqrt
+
+console = Console(stderr=True)
+
+
+def check_out_dir(out: Path, resume: bool, force: bool) -> None:
+    """Refuse to overwrite a run folder unless told to; nothing is written here."""
+    if resume and force:
+        raise UserError("--resume and --force exclude each other")
+    if resume:
+        if not (out / "config.toml").is_file() or not list_checkpoints(out):
+            raise UserError(f"--resume: nothing to resume in {out} (no config.toml or no complete checkpoint)")
+        return
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise UserError(f"--out {out}: folder exists and is not empty (use --resume to continue it or --force to replace it)")
+    parent = out.parent if out.parent != Path("") else Path(".")
+    probe = parent if parent.exists() else next((p for p in parent.parents if p.exists()), Path("."))
+    if not os.access(probe, os.W_OK):
+        raise UserError(f"--out {out}: cannot write in {probe}")
+
+
+@dataclass
+class TrainResult:
+    out: Path
+    steps: int
+    epochs_done: float
+    tokens: int
+    seconds: float
+    final_loss: float
+    dev: dict
+
+
+def train(
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    out: str | os.PathLike,
+    resume: bool = False,
+    force: bool = False,
+    device: str | None = None,
+    init_embeddings: str | None = None,
+    quiet: bool = False,
+) -> TrainResult:
+    """Train a model on ``train_cfg.data``; the run folder is ``out``."""
+    out = Path(out)
+    ctx = distributed.setup(device)
+    try:
+        if ctx.is_main:
+            check_out_dir(out, resume, force)
+        if resume:
+            model_cfg, saved_train = load_config(out / "config.toml")
+            # stopping criteria may be extended on resume; everything else is the run's
+            for key in ("epochs", "max_steps", "minutes"):
+                if getattr(train_cfg, key):
+                    setattr(saved_train, key, getattr(train_cfg, key))
+            train_cfg = saved_train
+        if not (train_cfg.epochs or train_cfg.max_steps or train_cfg.minutes):
+            raise UserError("give a stopping criterion: --epochs, --max-steps or --minutes")
+        if ctx.is_main and force and out.is_dir():
+            shutil.rmtree(out)
+        ctx.barrier()
+
+        examples = prepare_examples(model_cfg, train_cfg, out, reuse_tokenizer=resume, log=console.print if ctx.is_main else None)
+        model_cfg.vocab_size = examples.tokenizer.vocab_size
+        model_cfg.validate()
+        if ctx.is_main:
+            out.mkdir(parents=True, exist_ok=True)
+            save_config(out / "config.toml", model_cfg, train_cfg)
+            examples.tokenizer.save(out / "tokenizer.json")
+        ctx.barrier()
+
+        torch.manual_seed(train_cfg.seed)
+        model = build_model(model_cfg).to(ctx.device)
+        if init_embeddings and not resume:
+            from attnlab.train.skipgram import init_embeddings as _init
+
+            matched = _init(model, examples.tokenizer, init_embeddings)
+            if ctx.is_main:
+                console.print(f"initialised {matched} embedding rows from {init_embeddings}")
+        decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+        no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": train_cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=train_cfg.lr, betas=tuple(train_cfg.betas),
+        )
+        state = load_checkpoint(out, model, model_cfg, optimizer) if resume else TrainState()
+        net = model
+        if ctx.distributed:
+            net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+        final_loss = _loop(net, model, model_cfg, train_cfg, optimizer, examples, state, out, ctx, quiet)
+        dev = {}
+        if ctx.is_main and examples.dev is not None and model_cfg.model != "lm":
+            from attnlab.train.evaluate import evaluate_pairs
+
+            model.eval()
+            dev = evaluate_pairs(model, examples.tokenizer, examples.dev, limit=500)
+            console.print(f"dev: BLEU {dev['bleu']:.2f}  chrF {dev['chrf']:.2f}  ({dev['sentences']} sentences, greedy)")
+            with open(out / "metrics.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps({"step": state.step, "dev_bleu": dev["bleu"], "dev_chrf": dev["chrf"]}) + "\n")
+        epochs_done = state.epoch + state.batch_in_epoch / max(len(examples.batches(state.epoch)), 1)
+        return TrainResult(out, state.step, epochs_done, state.tokens, state.elapsed, final_loss, dev)
+    finally:
+        distributed.teardown(ctx)
+
+
+def _loop(net, model, cfg: ModelConfig, tc: TrainConfig, optimizer, examples: Examples, state: TrainState, out: Path, ctx, quiet: bool) -> float:
+    pad = cfg.pad_id
+    start = time.perf_counter() - state.elapsed
+    total_steps = tc.max_steps or (tc.epochs * len(examples.batches(0)) if tc.epochs else 0)
+    metrics = open(out / "metrics.jsonl", "a", encoding="utf-8") if ctx.is_main else None
+    progress = Progress(
+        TextColumn("[bold]train"), BarColumn(), TextColumn("step {task.completed}/{task.total}"),
+        TextColumn("loss {task.fields[loss]:.3f}"), TextColumn("{task.fields[tps]:,.0f} tok/s"),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=quiet or not ctx.is_main,
+    )
+    task = progress.add_task("train", total=total_steps or None, completed=state.step, loss=float("nan"), tps=0.0)
+    last_loss, window_tokens, window_start = float("nan"), 0, time.perf_counter()
+    stop = False
+    net.train()
+    with progress:
+        while not stop:
+            if tc.epochs and state.epoch >= tc.epochs:
+                break
+            batches = examples.batches(state.epoch)
+            while state.batch_in_epoch < len(batches):
+                global_idx = batches[state.batch_in_epoch]
+                src, tgt_in, tgt_out = examples.collate(global_idx[ctx.rank :: ctx.world_size], ctx.device)
+                # L = Σ_t ℓ_t / T over the global batch; DDP averages over ranks, hence × world_size
+                logits = net(src, tgt_in) if cfg.model != "lm" else net(tgt_in)
+                loss_sum = F.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]).float(), tgt_out.reshape(-1),
+                    ignore_index=pad, label_smoothing=tc.label_smoothing, reduction="sum",
+                )
+                n_local = (tgt_out != pad).sum()
+                T = ctx.all_sum(n_local.detach().float())
+                loss = loss_sum * ctx.world_size / T
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if tc.clip_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_norm)
+                lr = tc.lr * inverse_sqrt(state.step + 1, tc.warmup)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                optimizer.step()
+
+                last_loss = float(ctx.all_sum(loss_sum.detach().float()) / T)
+                state.step += 1
+                state.batch_in_epoch += 1
+                state.tokens += int(T)
+                state.elapsed = time.perf_counter() - start
+                window_tokens += int(ctx.all_sum((src != pad).sum().float() + n_local.float()))
+                if not math.isfinite(last_loss):
+                    raise UserError(f"training diverged at step {state.step} (loss {last_loss}); lower --lr")
+                if metrics is not None and (state.step % tc.log_every == 0 or state.step == 1):
+                    tps = window_tokens / max(time.perf_counter() - window_start, 1e-9)
+                    metrics.write(json.dumps({"step": state.step, "epoch": state.epoch, "loss": last_loss, "lr": lr, "tokens_per_s": tps, "elapsed": state.elapsed}) + "\n")
+                    metrics.flush()
+                    progress.update(task, completed=state.step, loss=last_loss, tps=tps)
+                    window_tokens, window_start = 0, time.perf_counter()
+                stop = bool(tc.max_steps and state.step >= tc.max_steps)
+                if tc.minutes:
+                    over = torch.tensor(float(state.elapsed >= 60 * tc.minutes))
+                    stop = stop or bool(ctx.all_sum(over) > 0)
+                if state.step % tc.checkpoint_every == 0 and not stop and ctx.is_main:
+                    save_checkpoint(out, model, cfg, optimizer, state)
+                if stop:
+                    break
+            if not stop:
+                state.epoch += 1
+                state.batch_in_epoch = 0
+    if ctx.is_main:
+        save_checkpoint(out, model, cfg, optimizer, state)
+        metrics.close()
+    ctx.barrier()
+    return last_loss
