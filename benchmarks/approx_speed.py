@@ -15,8 +15,6 @@ import argparse
 import os
 import time
 
-import numpy as np
-
 from attnlab.analysis.families import planted_heads
 from attnlab.analysis.structured_fit import structured_fit
 from attnlab.analysis.validation import random_search

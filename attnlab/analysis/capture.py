@@ -292,7 +292,7 @@ def load_hf(name_or_path: str | os.PathLike) -> HFModel:
 
 
 def _hf_ids(tok, text: str, max_len: int | None, i: int, truncate: bool, target: bool = False) -> list[int]:
-    ids = tok(text_target=text)["input_ids"] if target else tok(text)["input_ids"]
+    ids = tok(text_target=text, verbose=False)["input_ids"] if target else tok(text, verbose=False)["input_ids"]
     ids = list(ids)
     if not ids:
         raise UserError(f"sentence {i + 1} gives no tokens: {text!r}")
@@ -390,5 +390,6 @@ def capture_hf(
                 target = None
                 w = _cut(attn, b, len(s_ids), len(s_ids))
             out.append(SentenceAttention(text=sentences[k], target=target, tokens=tokens, special=special, weights=w))
-    meta = {"name": hf.name, "source": "transformers", "class": type(m).__name__, "arch": hf.arch, "max_len": hf.max_len}
+    display = hf.name if not Path(hf.name).expanduser().is_dir() else "/".join(Path(hf.name).expanduser().resolve().parts[-2:])
+    meta = {"name": display, "path": hf.name, "source": "transformers", "class": type(m).__name__, "arch": hf.arch, "max_len": hf.max_len}
     return AttentionMaps(out, meta)

@@ -37,12 +37,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Train skip-gram word vectors on one side of a corpus."""
         from attnlab.errors import UserError
-        from attnlab.train.skipgram import train_embeddings
 
         if minutes is not None and epochs is not None:
             raise UserError("give --minutes or --epochs, not both")
+        if side not in ("src", "tgt"):
+            raise UserError(f"--side must be src or tgt, got {side!r}")
         if not out.parent.is_dir():
             raise UserError(f"--out {out}: the folder {out.parent} does not exist")
+        from attnlab.train.skipgram import train_embeddings  # imports torch: after the cheap checks
         wv = train_embeddings(data, side, out=out, plot=plot, tokenizer=tokenizer, dim=dim, window=window,
                               negative=negative, min_count=min_count, minutes=minutes, epochs=epochs, seed=seed,
                               progress=lambda line: typer.echo(line, err=True))

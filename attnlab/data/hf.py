@@ -13,9 +13,11 @@ Rows are either in the translation format of ``opus_books``,
 (``en``, ``it``).  The language pair comes from ``CONFIG`` (``en-it``) or from the
 ``src_lang``/``tgt_lang`` arguments.
 
-Splits: if the dataset has the requested split it is used; datasets with only a
-``train`` split (opus_books) are split deterministically by source sentence,
-``b = crc32(src) mod 100``: ``b = 0`` → test, ``b = 1`` → dev, ``b ≥ 2`` → train.
+Splits: if the dataset has the requested split it is used (``dev`` also finds
+``validation``); datasets without dev or test (opus_books has only ``train``) are
+split deterministically by source sentence, ``b = crc32(src) mod 100``:
+``b = 0`` → test, ``b = 1`` → dev, ``b ≥ 2`` → train.  A dataset that is not a
+``DatasetDict`` is split the same way.
 
 No reachable hub: a clear :class:`~attnlab.errors.UserError`; the hub is probed
 (3 s) before loading, so no slow retries.  Offline, a dataset must be local:
@@ -127,10 +129,13 @@ def _rows_to_pairs(ds, where: str, src_lang: str | None, tgt_lang: str | None,
 def _pick_split(dd, split: str, where: str):
     """(dataset, hash split to keep or None) for the requested split of a DatasetDict."""
     aliases = {"dev": ("dev", "validation", "valid"), "train": ("train",), "test": ("test",)}
+    carved = "train" in dd and not all(any(a in dd for a in aliases[s]) for s in ("dev", "test"))
+    if split == "train" and carved:  # train gives up the rows carved out for dev/test
+        return dd["train"], "train"
     for name in aliases.get(split, (split,)):
         if name in dd:
             return dd[name], None
-    if "train" in dd and split in ("train", "dev", "test"):
+    if carved and split in ("dev", "test"):
         return dd["train"], split
     raise UserError(f"{where}: no split {split!r} (has {list(dd)})")
 

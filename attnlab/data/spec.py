@@ -6,7 +6,7 @@ Spec forms:
   (:mod:`attnlab.data.synthetic`); keys ``n`` (pairs, default 20000 for train,
   1000 for dev/test), ``seed`` (0), ``max_reorder`` (3), ``min_words``, ``max_words``.
   The splits are disjoint by source sentence: one seeded stream of pairs, each
-  pair assigned by ``crc32(src) mod 100`` (0–4 test, 5–9 dev, ≥ 10 train).
+  pair assigned by ``crc32(src) mod 100`` (0–9 test, 10–19 dev, ≥ 20 train).
 - a TSV file ``src<TAB>tgt`` (plain or ``.gz``): the file is the corpus for any
   split — except a file named ``train|dev|test`` + ``.tsv[.gz]``, whose sibling
   of the requested split is used (``.../train.tsv.gz`` with ``split="test"`` →
@@ -39,7 +39,7 @@ _SYNTHETIC_KEYS = {"n": int, "seed": int, "max_reorder": int, "min_words": int, 
 
 def _synthetic_split(src: str) -> str:
     b = zlib.crc32(src.encode("utf-8")) % 100
-    return "test" if b < 5 else "dev" if b < 10 else "train"
+    return "test" if b < 10 else "dev" if b < 20 else "train"
 
 
 def load_synthetic(split: str = "train", n: int | None = None, seed: int = 0, **kw) -> ParallelCorpus:

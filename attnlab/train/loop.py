@@ -100,7 +100,8 @@ def train(
             shutil.rmtree(out)
         ctx.barrier()
 
-        examples = prepare_examples(model_cfg, train_cfg, out, reuse_tokenizer=resume, log=console.print if ctx.is_main else None)
+        examples = prepare_examples(model_cfg, train_cfg, out, reuse_tokenizer=resume,
+                                    log=console.print if ctx.is_main else None, world_size=ctx.world_size)
         model_cfg.vocab_size = examples.tokenizer.vocab_size
         model_cfg.validate()
         if ctx.is_main:
@@ -164,7 +165,7 @@ def _loop(net, model, cfg: ModelConfig, tc: TrainConfig, optimizer, examples: Ex
             batches = examples.batches(state.epoch)
             while state.batch_in_epoch < len(batches):
                 global_idx = batches[state.batch_in_epoch]
-                src, tgt_in, tgt_out = examples.collate(global_idx[ctx.rank :: ctx.world_size], ctx.device)
+                src, tgt_in, tgt_out = examples.collate(global_idx, ctx.rank, ctx.device)
                 # L = Σ_t ℓ_t / T over the global batch; DDP averages over ranks, hence × world_size
                 logits = net(src, tgt_in) if cfg.model != "lm" else net(tgt_in)
                 loss_sum = F.cross_entropy(

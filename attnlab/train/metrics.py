@@ -17,11 +17,7 @@ from collections.abc import Sequence
 
 import sacrebleu
 
-
-def reference_streams(references: Sequence[Sequence[str]]) -> list[list[str | None]]:
-    """[R_1, …, R_N] (a list of references per sentence) → sacrebleu's streams."""
-    width = max((len(r) for r in references), default=0)
-    return [[r[k] if k < len(r) else None for r in references] for k in range(width)]
+from attnlab.data.references import reference_streams
 
 
 def bleu(hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> float:

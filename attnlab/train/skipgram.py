@@ -185,6 +185,8 @@ def train_skipgram(
     model = SkipGram(V, dim, sparse=k > 0)
     opt = torch.optim.SparseAdam(list(model.parameters()), lr=lr) if k > 0 else torch.optim.Adam(model.parameters(), lr=lr)
     expected_pairs = len(epoch_pairs(ids, sent, keep_prob, window, np.random.default_rng(seed + 1)))
+    if expected_pairs == 0:
+        raise ValueError("the corpus gives no (centre, context) pairs: sentences of one word, or subsample too small")
     total_steps = (epochs or 10**9) * math.ceil(expected_pairs / batch_size)
     budget = minutes * 60 if minutes is not None else math.inf
     start, step, epoch, losses = time.monotonic(), 0, 0, []
@@ -333,10 +335,11 @@ def corpus_sentences(spec: str, side: str = "src", split: str = "train", tokeniz
     if tokenizer is None:
         sentences = [word_tokens(t) for t in texts]
     else:
-        from attnlab.data import Tokenizer
+        from attnlab.data.tokenizer import Tokenizer
 
         tok = Tokenizer.load(Path(tokenizer))
-        sentences = [[tok.id_to_piece(i) for i in tok.encode(t)] for t in texts]
+        piece = [tok.id_to_piece(i) for i in range(tok.vocab_size)]
+        sentences = [[piece[i] for i in ids] for ids in tok.encode_batch(texts)]
     if not any(sentences):
         raise UserError(f"{spec}: the {side} side of the {split} split has no words")
     return sentences

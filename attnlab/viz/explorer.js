@@ -56,6 +56,7 @@
     return { nq: nq, nk: nk, at: function (i, j) { return w[base + i * nk + j]; } };
   }
   function fmt(x) { return x.toFixed(4); }
+  function clip(s, n) { return s.length > n ? s.slice(0, n - 1) + "…" : s; }
 
   /* ---- controls --------------------------------------------------------- */
   function fillSelect(sel, values, labels, current) {
@@ -98,6 +99,7 @@
         var td = el("td", { id: "cell-" + state.kind + "-" + l + "-" + h, title: "layer " + l + ", head " + h + ": " + name,
                             "class": "gcell" + (l === state.layer && h === state.head ? " chosen" : "") });
         td.style.background = ROLE_COLORS[name] || ROLE_COLORS.other;
+        if (name === "other") td.style.color = "#555";
         td.textContent = r ? name.charAt(0).toUpperCase() : "";
         td.addEventListener("click", function () { state.layer = l; state.head = h; update(); });
         tr.appendChild(td);
@@ -146,7 +148,7 @@
     var font = Math.max(8, Math.min(13, cell - 2));
     ctx.font = font + "px sans-serif";
     var lw = 0;
-    t.q.concat(t.k).forEach(function (s) { lw = Math.max(lw, ctx.measureText(s).width); });
+    t.q.concat(t.k).forEach(function (s) { lw = Math.max(lw, ctx.measureText(clip(s, 16)).width); });
     var left = Math.ceil(lw) + 10, top = Math.ceil(lw) + 10;
     var dpr = window.devicePixelRatio || 1, W = left + cell * m.nk + 4, Hh = top + cell * m.nq + 4;
     cv.width = Math.round(W * dpr); cv.height = Math.round(Hh * dpr);
@@ -163,10 +165,10 @@
     }
     ctx.font = font + "px sans-serif"; ctx.fillStyle = "#222"; ctx.textBaseline = "middle";
     ctx.textAlign = "right";
-    t.q.forEach(function (s, i) { ctx.fillText(s, left - 5, top + (i + 0.5) * cell); });
+    t.q.forEach(function (s, i) { ctx.fillText(clip(s, 16), left - 5, top + (i + 0.5) * cell); });
     t.k.forEach(function (s, j) {
       ctx.save(); ctx.translate(left + (j + 0.5) * cell, top - 5); ctx.rotate(-Math.PI / 2);
-      ctx.textAlign = "left"; ctx.fillText(s, 0, 0); ctx.restore();
+      ctx.textAlign = "left"; ctx.fillText(clip(s, 16), 0, 0); ctx.restore();
     });
     geom = { left: left, top: top, cell: cell, nq: m.nq, nk: m.nk };
     cv.dataset.left = left; cv.dataset.top = top; cv.dataset.cell = cell;
@@ -234,7 +236,7 @@
     state.layer = Math.min(state.layer, LH[0] - 1); state.head = Math.min(state.head, LH[1] - 1);
     buildControls(); buildGrid(); buildBadge(); drawHeatmap(); drawLines();
     var sent = data.sentences[state.s];
-    $("sentence-info").textContent = sent.text + (sent.target ? "  ⟶  " + sent.target : "") +
+    $("sentence-info").textContent = clip(sent.text, 240) + (sent.target ? "  ⟶  " + clip(sent.target, 240) : "") +
       (sent.pooled ? "  (long input: " + sent.pooled + " tokens per cell)" : "");
   }
   $("sel-sentence").addEventListener("change", function (e) { state.s = +e.target.value; state.kind = state.kind; update(); });

@@ -1,0 +1,104 @@
+"""``attnlab attention`` and ``attnlab roles``: capture, draw and classify attention heads."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from attnlab.errors import UserError
+
+
+def _source(args: list[str], hf: str | None) -> tuple[str | None, list[str]]:
+    """Split the positional arguments into (RUN_DIR or None, rest)."""
+    if hf:
+        return None, args
+    if not args:
+        raise UserError("give a RUN_DIR or --hf MODEL")
+    return args[0], args[1:]
+
+
+def _capture(run_dir: str | None, hf, sentences: list[str], targets, truncate: bool):
+    from attnlab.analysis.capture import capture_hf, capture_run
+
+    if run_dir is not None:
+        return capture_run(run_dir, sentences, targets, truncate=truncate)
+    return capture_hf(hf, sentences, targets, truncate=truncate)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("attention")
+    def attention(
+        args: List[str] = typer.Argument(None, metavar="[RUN_DIR] SENTENCE...", help="a run folder (unless --hf) then one or more sentences"),
+        hf: Optional[str] = typer.Option(None, "--hf", help="a Hugging Face model: hub name or local folder"),
+        target: Optional[List[str]] = typer.Option(None, "--target", help="target sentence(s) for the decoder (default: greedy translation)"),
+        out: Optional[Path] = typer.Option(None, "--out", help="output folder (default RUN_DIR/attention or ./attention-MODEL)"),
+        truncate: bool = typer.Option(False, "--truncate", help="truncate sentences longer than the model maximum (default: error)"),
+        maps_file: Optional[Path] = typer.Option(None, "--maps", help="draw a saved attention file instead of capturing"),
+    ) -> None:
+        """Capture the attention of every layer and head on SENTENCE; write the maps file, PNG grids and the HTML explorer."""
+        from attnlab.analysis.attention_maps import AttentionMaps
+        from attnlab.viz.export import write_attention
+
+        if maps_file is not None:
+            if args or hf:
+                raise UserError("--maps draws a saved file: give no RUN_DIR, --hf or sentence")
+            if out is None:
+                raise UserError("--maps needs --out DIR")
+            maps = AttentionMaps.load(maps_file)
+            for p in write_attention(maps, out):
+                typer.echo(str(p))
+            return
+        run_dir, sentences = _source(list(args or []), hf)
+        if not sentences:
+            raise UserError("give at least one sentence")
+        maps = _capture(run_dir, hf, sentences, target or None, truncate)
+        if out is None:
+            out = Path(run_dir) / "attention" if run_dir else Path("attention-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(hf).name or "model"))
+        for p in write_attention(maps, out):
+            typer.echo(str(p))
+
+    @app.command("roles")
+    def roles(
+        args: List[str] = typer.Argument(None, metavar="[RUN_DIR]", help="a run folder (unless --hf)"),
+        hf: Optional[str] = typer.Option(None, "--hf", help="a Hugging Face model: hub name or local folder"),
+        data: Optional[str] = typer.Option(None, "--data", help="corpus spec (synthetic, a TSV file, Moses pair, hf:NAME:CONFIG)"),
+        maps: Optional[Path] = typer.Option(None, "--maps", help="a saved attention file (instead of a model and --data)"),
+        conllu: Optional[Path] = typer.Option(None, "--conllu", help="a CoNLL-U file: its sentences and gold dependencies (instead of --data)"),
+        split: str = typer.Option("dev", "--split", help="split of --data to classify on"),
+        limit: int = typer.Option(200, "--limit", help="number of sentences"),
+        kind: Optional[List[str]] = typer.Option(None, "--kind", help="encoder, decoder and/or cross (default: all)"),
+        as_json: bool = typer.Option(False, "--json", help="print a JSON list instead of a table"),
+        truncate: bool = typer.Option(False, "--truncate", help="truncate sentences longer than the model maximum"),
+    ) -> None:
+        """Scores and role of every head over --limit sentences of --data (or --conllu)."""
+        from attnlab.analysis.classify import classify_heads
+
+        run_dir, rest = (None, list(args or [])) if maps else _source(list(args or []), hf)
+        if rest:
+            raise UserError(f"unexpected argument {rest[0]!r}")
+        result = classify_heads(run_dir=run_dir, hf=hf, data=data, maps_file=maps, conllu=conllu, split=split, limit=limit, kinds=kind, truncate=truncate)
+        if as_json:
+            typer.echo(json.dumps([r.to_dict() for r in result], indent=1))
+            return
+        _table(result)
+
+
+def _table(result) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    syn = any(r.syntactic is not None for r in result)
+    t = Table(title=f"{len(result)} heads")
+    for c in ["kind", "layer", "head", "role", "conf", "pos (off)", "rare", "rare2", "sink (token)", "entropy"] + (["syntactic (base, rel)"] if syn else []):
+        t.add_column(c, justify="left" if c in ("kind", "role") else "right")
+    for r in result:
+        row = [r.kind, str(r.layer), str(r.head), r.role, f"{r.confidence:.2f}", f"{r.positional:.2f} ({r.offset:+d})",
+               f"{r.rare_token:.2f}", f"{r.rare_token_2:.2f}", f"{r.sink:.2f} ({r.sink_token})", f"{r.entropy:.2f}"]
+        if syn:
+            row.append("" if r.syntactic is None else f"{r.syntactic:.2f} ({r.syntactic_baseline:.2f}, {r.syntactic_relation})")
+        t.add_row(*row)
+    Console().print(t)

@@ -1,0 +1,124 @@
+"""Sparse attention patterns as composable predicates ``mask_mod(b, h, q_idx, kv_idx)``.
+
+The convention of PyTorch FlexAttention: a pattern is a function that says
+whether query ``q_idx`` of batch ``b``, head ``h`` may attend to key
+``kv_idx``.  Patterns combine with ``|`` (union) and ``&`` (intersection):
+
+    band(w)            |i − j| ≤ w                       (sliding window)
+    band(w, dilation=δ) j − i ∈ {−wδ, …, −δ, 0, δ, …, wδ}  (dilated window, Longformer)
+    global_(g)         j < g                             (g global key columns)
+    global_rows(g)     i < g                             (g global queries see every key)
+    columns(T)         j ∈ T_{b,h}                       (per-(batch, head) key columns)
+    random_(R, c)      j ∈ R_{⌊i/c⌋}                     (r random keys per query block, BigBird)
+    causal()           j ≤ i
+
+    pattern = band(w) | global_(g) | random_(R, c)
+
+The same object builds the dense boolean matrix (``dense(B, H, n, m)``, for
+``weights()`` and tests) and FlexAttention's block mask
+(``create_block_mask(pattern, B, H, n, m, device=...)``): the predicates are
+written with tensor operations only, so they broadcast over index grids and
+also run element by element under FlexAttention's vmap.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+Predicate = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
+
+
+class MaskMod:
+    """A named predicate ``(b, h, q_idx, kv_idx) -> bool`` with ``|`` and ``&``."""
+
+    def __init__(self, fn: Predicate, name: str):
+        self.fn = fn
+        self.name = name
+
+    def __call__(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return self.fn(b, h, q_idx, kv_idx)
+
+    def __or__(self, other: "MaskMod") -> "MaskMod":
+        f, g = self.fn, other.fn
+        return MaskMod(lambda b, h, q, kv: f(b, h, q, kv) | g(b, h, q, kv), f"({self.name} | {other.name})")
+
+    def __and__(self, other: "MaskMod") -> "MaskMod":
+        f, g = self.fn, other.fn
+        return MaskMod(lambda b, h, q, kv: f(b, h, q, kv) & g(b, h, q, kv), f"({self.name} & {other.name})")
+
+    def __repr__(self) -> str:
+        return f"MaskMod({self.name})"
+
+    def dense(self, B: int, H: int, n: int, m: int, device: torch.device | str | None = None) -> Tensor:
+        """The boolean matrix allowed[b, h, i, j] = mask_mod(b, h, i, j), shape (B, H, n, m)."""
+        b = torch.arange(B, device=device)[:, None, None, None]
+        h = torch.arange(H, device=device)[None, :, None, None]
+        q_idx = torch.arange(n, device=device)[None, None, :, None]
+        kv_idx = torch.arange(m, device=device)[None, None, None, :]
+        return self.fn(b, h, q_idx, kv_idx).expand(B, H, n, m)
+
+
+def band(w: int, dilation: int = 1) -> MaskMod:
+    """|i − j| ≤ w·δ and δ divides j − i (δ = dilation; δ = 1 is the plain band)."""
+    if w < 0:
+        raise ValueError(f"w: band half-width must be >= 0, got {w}")
+    if dilation < 1:
+        raise ValueError(f"dilation must be >= 1, got {dilation}")
+    if dilation == 1:
+        return MaskMod(lambda b, h, q, kv: (q - kv).abs() <= w, f"band({w})")
+    return MaskMod(
+        lambda b, h, q, kv: ((q - kv).abs() <= w * dilation) & ((q - kv).remainder(dilation) == 0),
+        f"band({w}, dilation={dilation})",
+    )
+
+
+def global_(g: int) -> MaskMod:
+    """j < g: the first g keys are global columns every query sees."""
+    if g < 0:
+        raise ValueError(f"g: number of global tokens must be >= 0, got {g}")
+    return MaskMod(lambda b, h, q, kv: kv < g, f"global({g})")
+
+
+def global_rows(g: int) -> MaskMod:
+    """i < g: the first g queries (global tokens) see every key (BigBird/Longformer)."""
+    if g < 0:
+        raise ValueError(f"g: number of global tokens must be >= 0, got {g}")
+    return MaskMod(lambda b, h, q, kv: q < g, f"global_rows({g})")
+
+
+def columns(cols: Tensor) -> MaskMod:
+    """j ∈ T_{b,h}: key columns chosen per batch and head; cols: (B, H, g) long."""
+    # cols: (B, H, g)
+    return MaskMod(lambda b, h, q, kv: (cols[b, h] == kv[..., None]).any(-1), f"columns({cols.shape[-1]})")
+
+
+def random_(table: Tensor, block: int) -> MaskMod:
+    """j ∈ R_{⌊i/c⌋}: the r random keys of query block ⌊i/c⌋; table: (n_blocks, r) long."""
+    # table: (n_blocks, r)
+    return MaskMod(lambda b, h, q, kv: (table[q // block] == kv[..., None]).any(-1), f"random({table.shape[-1]}, c={block})")
+
+
+def random_table(n: int, m: int, r: int, block: int, seed: int) -> Tensor:
+    """r key positions in [0, m) for each of the ⌈n/c⌉ query blocks, drawn from ``seed``.
+
+    Deterministic in (n, m, r, c, seed); the same table serves the dense
+    weights and the efficient forward.  Draws are with replacement: a key
+    drawn twice (or also in the band) is still attended once.
+    """
+    gen = torch.Generator().manual_seed(int(seed))
+    n_blocks = -(-n // block)
+    return torch.randint(0, max(m, 1), (n_blocks, r), generator=gen)  # (n_blocks, r)
+
+
+def causal() -> MaskMod:
+    """j ≤ i."""
+    return MaskMod(lambda b, h, q, kv: kv <= q, "causal")
+
+
+def padding(key_keep: Tensor) -> MaskMod:
+    """keep_{b, j}: j is a real (non-padding) key of batch b; key_keep: (B, m) bool."""
+    # key_keep: (B, m)
+    return MaskMod(lambda b, h, q, kv: key_keep[b, kv], "padding")
