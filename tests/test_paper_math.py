@@ -160,6 +160,12 @@ def test_linear_attention_by_associativity_equals_its_quadratic_form():
     z = phi(k).sum(-2)  # Σ_j φ(k_j): (B, H, d_k)
     linear = (phi(q) @ S) / (phi(q) @ z[..., None])
     torch.testing.assert_close(linear, quadratic, atol=1e-13, rtol=0)
+    # attnlab's mechanism computes the same: its O(n) forward and its dense weights
+    from attnlab.nn.mechanisms.linear import Linear
+
+    out, _ = Linear()(q, k, v, Mask())
+    torch.testing.assert_close(out, quadratic, atol=1e-13, rtol=0)
+    torch.testing.assert_close(Linear().weights(q, k, Mask()), sim / sim.sum(-1, keepdim=True), atol=1e-14, rtol=0)
 
 
 def test_causal_linear_attention_prefix_sums_equal_the_masked_quadratic_form():
@@ -174,6 +180,15 @@ def test_causal_linear_attention_prefix_sums_equal_the_masked_quadratic_form():
     num = (phi(q)[..., None, :] @ S)[..., 0, :]  # φ(q_i)ᵀ S_i: (B, H, n, d_v)
     prefix = num / (phi(q) * z).sum(-1, keepdim=True)
     torch.testing.assert_close(prefix, quadratic, atol=1e-13, rtol=0)
+    # attnlab's causal linear attention (chunked prefix sums), also past one chunk of 64
+    from attnlab.nn.mechanisms.linear import Linear
+
+    out, _ = Linear()(q, k, v, Mask(causal=True))
+    torch.testing.assert_close(out, quadratic, atol=1e-13, rtol=0)
+    q, k, v = _qkv(n=150, seed=4, B=1)
+    sim = (phi(q) @ phi(k).transpose(-2, -1)) * torch.ones(150, 150).tril()
+    out, _ = Linear()(q, k, v, Mask(causal=True))
+    torch.testing.assert_close(out, (sim @ v) / sim.sum(-1, keepdim=True), atol=1e-12, rtol=0)
 
 
 def taylor_attention(q, k, v):
@@ -206,6 +221,20 @@ def test_first_order_taylor_form_as_written():
         assert 3.0 < big / small < 5.0, errors
 
 
+def test_attnlab_taylor_mechanism_is_the_first_order_form_with_normalised_q_and_k():
+    """attnlab's Taylor mechanism writes exp(q̂·k̂) ≈ 1 + q̂·k̂ with x̂ = x/‖x‖ (so 1 + q̂·k̂ ≥ 0):
+    A_ij = (1 + q̂_i·k̂_j) / Σ_j' (1 + q̂_i·k̂_j'); checked as written, without and with the causal mask."""
+    from attnlab.nn.mechanisms.taylor import Taylor
+
+    q, k, v = _qkv(seed=5)
+    n = q.shape[-2]
+    s_hat = torch.nn.functional.normalize(q, dim=-1) @ torch.nn.functional.normalize(k, dim=-1).transpose(-2, -1)
+    for causal, keep in ((False, torch.ones(n, n)), (True, torch.ones(n, n).tril())):
+        w = (1 + s_hat) * keep
+        out, _ = Taylor()(q, k, v, Mask(causal=causal))
+        torch.testing.assert_close(out, (w @ v) / w.sum(-1, keepdim=True), atol=1e-13, rtol=0)
+
+
 # ---------------------------------------------------------------- Linformer, BigBird
 
 
@@ -221,6 +250,16 @@ def test_linformer_equals_attention_when_E_and_F_are_identity():
     E_small = torch.randn(4, n, generator=torch.Generator().manual_seed(0)) / math.sqrt(n)
     projected = torch.softmax(q @ (E_small @ k).transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ (E_small @ v)
     assert (projected - softmax_attention(q, k, v)).abs().max() > 1e-3
+    # attnlab's Linformer with its E and F set to the identity is full attention
+    from attnlab.nn.mechanisms.linformer import Linformer
+
+    mech = Linformer(max_len=n, proj_len=n).double()
+    with torch.no_grad():
+        mech.E.copy_(torch.eye(n))
+        mech.F.copy_(torch.eye(n))
+    out, _ = mech(q, k, v, Mask())
+    torch.testing.assert_close(out, softmax_attention(q, k, v), atol=1e-13, rtol=0)
+    torch.testing.assert_close(mech.weights(q, k, Mask()), Full().weights(q, k, Mask()), atol=1e-14, rtol=0)
 
 
 def bigbird_generalised_attention(x, Q, K, V, N):
@@ -266,6 +305,36 @@ def test_bigbird_generalised_attention_reduces_to_full_attention():
         heads = softmax_attention(qh, kh, vh, allowed)  # (1, H, n, d_k)
         ref = mha.W_c(heads.transpose(1, 2).reshape(1, n, d))[0]
     torch.testing.assert_close(sparse13, x + ref, atol=1e-12, rtol=0)
+
+
+def test_attnlab_bigbird_is_generalised_attention_with_its_neighbourhoods():
+    """attnlab's BigBird mechanism (band w, g global tokens, r random keys) inside MultiHeadAttention
+    is eq. (13) with N(i) = {j : pattern(i, j)}, the pattern it declares; with w ≥ n, N(i) = [n] and it
+    is full attention."""
+    from attnlab.nn.mechanisms.bigbird import BigBird
+
+    d, H, n = 12, 3, 40
+    d_k = d // H
+    torch.manual_seed(1)
+    x = torch.randn(n, d)
+    for mech, full_pattern in ((BigBird(w=2, g=1, r=2, seed=0), False), (BigBird(w=n, g=0, r=0), True)):
+        mha = MultiHeadAttention(d, H, mech, bias=False).double()
+        blk = [slice(h * d_k, (h + 1) * d_k) for h in range(H)]
+        Q = [lambda x, b=b: x @ mha.W_q.weight[b].T / math.sqrt(d_k) for b in blk]
+        K = [lambda x, b=b: x @ mha.W_k.weight[b].T for b in blk]
+        V = [lambda x, b=b: x @ mha.W_v.weight[b].T @ mha.W_c.weight[:, b].T for b in blk]
+        allowed = mech.pattern(n, n).dense(1, 1, n, n)[0, 0]  # (n, n) bool
+        assert bool(allowed.all()) == full_pattern
+        N = [torch.nonzero(allowed[i]).flatten().tolist() for i in range(n)]
+        with torch.no_grad():
+            out, _ = mha(x[None], x[None], Mask())  # the efficient (chunked) forward
+            eq13 = bigbird_generalised_attention(x, Q, K, V, N)
+        torch.testing.assert_close(x + out[0], eq13, atol=1e-12, rtol=0)
+        if full_pattern:
+            mha_full = MultiHeadAttention(d, H, Full(), bias=False).double()
+            mha_full.load_state_dict(mha.state_dict())
+            with torch.no_grad():
+                torch.testing.assert_close(out, mha_full(x[None], x[None], Mask())[0], atol=1e-12, rtol=0)
 
 
 # ---------------------------------------------------------------- band space

@@ -115,7 +115,8 @@ def train(
         if init_embeddings and not resume:
             from attnlab.train.skipgram import init_embeddings as _init
 
-            matched = _init(model, examples.tokenizer, init_embeddings)
+            weights = {id(p): p for n, p in model.named_parameters() if n.endswith("embedding.weight") or n == "embed.weight"}
+            matched = max(_init(w.data, examples.tokenizer, init_embeddings) for w in weights.values())
             if ctx.is_main:
                 console.print(f"initialised {matched} embedding rows from {init_embeddings}")
         decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -167,7 +168,8 @@ def _loop(net, model, cfg: ModelConfig, tc: TrainConfig, optimizer, examples: Ex
                 global_idx = batches[state.batch_in_epoch]
                 src, tgt_in, tgt_out = examples.collate(global_idx, ctx.rank, ctx.device)
                 # L = Σ_t ℓ_t / T over the global batch; DDP averages over ranks, hence × world_size
-                logits = net(src, tgt_in) if cfg.model != "lm" else net(tgt_in)
+                with torch.autocast(ctx.device.type, dtype=torch.bfloat16, enabled=tc.precision == "bf16"):
+                    logits = net(src, tgt_in) if cfg.model != "lm" else net(tgt_in)
                 loss_sum = F.cross_entropy(
                     logits.reshape(-1, logits.shape[-1]).float(), tgt_out.reshape(-1),
                     ignore_index=pad, label_smoothing=tc.label_smoothing, reduction="sum",

@@ -1,0 +1,142 @@
+"""Stage 6b: the per-language estimate of w and num_pos, checked on the synthetic grammar.
+
+The thesis asks for the window w and the number of rare-token positions
+num_pos of a language pair.  Here:
+
+* **w** is the reordering distance of the pair: how many source words a
+  translation link crosses (``attnlab.data.alignment.reorder_distance``,
+  0 for a monotone translation).  From an alignment of each sentence,
+  d_s = reorder_distance(alignment_s); the estimate is the largest distance
+  that a share ≥ ``min_share`` of the sentences reach,
+
+      ŵ = max { d : #{s : d_s ≥ d} / S ≥ min_share },
+
+  i.e. the (1 − min_share) quantile of d_s: the maximum, robust to a few
+  noisy sentences.  The alignment comes from the **model's cross-attention**
+  (no gold needed, so it works for any language pair): target word t is
+  linked to the source word holding the most attention mass of its tokens,
+  averaged over the heads of the last decoder layer,
+
+      link(t) = argmax_u Σ_{i ∈ tokens(t)} Σ_{j ∈ tokens(u)} (1/H) Σ_h a^h_ij .
+
+  When the corpus has gold alignments (the synthetic grammar) the same
+  estimate is computed on them, and the grammar's known ``max_reorder`` is
+  the check: ŵ(attention) = ŵ(gold) = max_reorder means the estimate
+  recovers it.  The agreement of the induced links with the gold ones is
+  reported too.
+* **num_pos** is the number of key columns that, beside a band of half-width
+  ŵ around the (length-scaled) diagonal, bring the lost attention mass of
+  the cross-attention heads below the target: the smallest p with
+  mean_h lost_mass(ŵ, p) ≤ target on the diagonal band.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from attnlab.analysis.attention_maps import AttentionMaps
+from attnlab.analysis.roles import word_of_tokens
+from attnlab.data.alignment import reorder_distance
+from attnlab.experiment.attention import capture_pairs, load_maps
+from attnlab.experiment.choices import mean_curve
+from attnlab.experiment.stages import Context
+from attnlab.experiment.thesis_models import ThesisModel
+
+__all__ = ["known_max_reorder", "induced_alignments", "estimate_from_distances", "estimate_w_stage", "MIN_SHARE"]
+
+MIN_SHARE = 0.02
+
+
+def induced_alignments(maps: AttentionMaps, layer: int = -1) -> list[list[tuple[int, int]]]:
+    """Word links (source word, target word) from the head-averaged cross-attention of ``layer``."""
+    out = []
+    for sent in maps:  # one pass per sentence (ragged word segmentations)
+        a = sent.weights["cross"][layer].mean(0)  # (n_tgt, n_src), heads averaged
+        src_words, tgt_words = sent.text.split(), (sent.target or "").split()
+        ws = word_of_tokens(sent.tokens["src"], sent.special_mask("src"), src_words)  # (n_src,)
+        wt = word_of_tokens(sent.tokens["tgt"], sent.special_mask("tgt"), tgt_words)  # (n_tgt,)
+        if not len(src_words) or not len(tgt_words):
+            out.append([])
+            continue
+        # pool tokens into words: P_s (n_src, U), P_t (T, n_tgt) one-hot; word mass = P_t a P_s
+        P_s = (ws[:, None] == np.arange(len(src_words))[None, :]).astype(np.float64)
+        P_t = (np.arange(len(tgt_words))[:, None] == wt[None, :]).astype(np.float64)
+        mass = P_t @ a @ P_s  # (T, U)
+        has = P_t.sum(1) > 0
+        links = [(int(u), int(t)) for t, u in enumerate(mass.argmax(1)) if has[t]]
+        out.append(links)
+    return out
+
+
+def estimate_from_distances(d: np.ndarray, min_share: float = MIN_SHARE) -> int:
+    """ŵ = max { d : share of sentences with d_s ≥ d is ≥ min_share }."""
+    d = np.asarray(d)
+    if d.size == 0:
+        raise ValueError("d: no sentences")
+    values = np.arange(int(d.max()) + 1)
+    share = (d[None, :] >= values[:, None]).mean(1)  # (D,)
+    return int(values[share >= min_share].max())
+
+
+def known_max_reorder(spec: str) -> int:
+    """The grammar's ``max_reorder`` of a ``synthetic[:...,max_reorder=K,...]`` spec (default of ``generate``)."""
+    import inspect
+
+    from attnlab.data.synthetic import generate
+
+    for item in spec.partition(":")[2].split(","):
+        key, _, value = item.partition("=")
+        if key.strip() == "max_reorder":
+            return int(value)
+    return int(inspect.signature(generate).parameters["max_reorder"].default)
+
+
+def _agreement(induced, gold) -> float:
+    """Share of gold links (i, j) whose target word j is linked to i by the attention."""
+    hit = total = 0
+    for ind, g in zip(induced, gold):
+        ind = set(ind)
+        hit += sum((i, j) in ind for i, j in g)
+        total += len(g)
+    return hit / total if total else float("nan")
+
+
+def estimate_w_stage(models: list[ThesisModel]):
+    def run(ctx: Context) -> dict:
+        chosen = capture_pairs(ctx)
+        gold = [list(p.alignment) for p in chosen] if all(p.alignment is not None for p in chosen) else None
+        target = ctx.settings.target_lost_mass
+        out: dict = {"min_share": MIN_SHARE, "models": {}}
+        if gold is not None:
+            d_gold = np.array([reorder_distance(g) for g in gold])
+            out["gold"] = {"w": estimate_from_distances(d_gold), "max": int(d_gold.max()),
+                           "distribution": {str(k): v for k, v in sorted(Counter(d_gold.tolist()).items())}}
+        if ctx.settings.synthetic:
+            out["known_max_reorder"] = known_max_reorder(ctx.settings.data)
+        for m in models:
+            maps = load_maps(ctx, m.name, "eval")
+            induced = induced_alignments(maps)
+            d = np.array([reorder_distance(links) for links in induced])
+            w_hat = estimate_from_distances(d)
+            curve, _ = mean_curve(maps, "cross", ws=[w_hat] if w_hat < max(maps.padded("cross")[0].shape[-2:]) else [0])
+            lost = (1.0 - curve.mass_captured).reshape(-1, curve.num_pos.size).mean(0)  # (P,) mean over heads
+            ok = np.nonzero(lost <= target)[0]
+            entry = {
+                "w": w_hat, "max": int(d.max()),
+                "distribution": {str(k): v for k, v in sorted(Counter(d.tolist()).items())},
+                "num_pos": int(curve.num_pos[ok[0]]) if ok.size else None,
+                "num_pos_lost_mass": lost.round(4).tolist(), "num_pos_grid": curve.num_pos.tolist(),
+            }
+            if gold is not None:
+                entry["agreement_with_gold"] = _agreement(induced, gold)
+            if "known_max_reorder" in out:
+                entry["recovers_max_reorder"] = w_hat == out["known_max_reorder"]
+            out["models"][m.name] = entry
+        best = out["models"][models[-1].name]
+        out["_note"] = f"ŵ = {best['w']}, num_pos = {best['num_pos']}" + (
+            f" (known max_reorder {out['known_max_reorder']})" if "known_max_reorder" in out else "")
+        return out
+
+    return run

@@ -1,0 +1,71 @@
+"""Stage 5: the thesis's validation tables beside the optimal structured fit, and the sweep.
+
+On the encoder self-attention of the 16-token sentence (n × n per head), for
+each model:
+
+* Table 16 (w = 3, num_pos = 2) and Table 17 (w = 10, num_pos = 1): the
+  random-search protocol (``n_attempts`` = 30 draws per family Σ1, Σ2(w),
+  Σ3; per head ``Min_distance`` and ``Mean Error`` = Min_distance / n²)
+  beside the optimal fit X* = band_w + num_pos columns + s = n sparse entries
+  (``attnlab.analysis.comparison.compare_fits``) and the ratio of the mean
+  errors;
+* the w × num_pos sweep (w = 0..10, num_pos = 0..4) of the optimal fit,
+  written as ``figures/sweep-NAME/sweep.csv`` and ``sweep.png``
+  (``attnlab.analysis.error_surface.sweep``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnlab.analysis.comparison import compare_fits
+from attnlab.analysis.error_surface import sweep
+from attnlab.experiment.attention import load_maps
+from attnlab.experiment.stages import Context
+from attnlab.experiment.thesis_models import ThesisModel
+
+__all__ = ["THESIS_TABLES", "tables_stage"]
+
+# name -> (w, num_pos), with the thesis's published range of Mean Error for n = 16
+THESIS_TABLES = {"table16": (3, 2), "table17": (10, 1)}
+THESIS_MEAN_ERROR = (0.062, 0.082)
+
+
+def tables_stage(models: list[ThesisModel]):
+    def run(ctx: Context) -> dict:
+        out = {"models": {}, "thesis_mean_error": THESIS_MEAN_ERROR}
+        notes = []
+        for m in models:
+            maps = load_maps(ctx, m.name, "sentence")
+            a = maps.weights(0, "encoder")  # (L, H, n, n)
+            L, H, n, _ = a.shape
+            heads = a.reshape(L * H, n, n)
+            entry = {"n": n, "layers": L, "heads": H, "tables": {}}
+            for name, (w, num_pos) in THESIS_TABLES.items():
+                if w >= n or num_pos > n:
+                    entry["tables"][name] = {"w": w, "num_pos": num_pos, "skipped": f"the sentence has only {n} tokens"}
+                    continue
+                rows = compare_fits(heads, w, num_pos, n_attempts=ctx.settings.attempts, seed=0, renormalize=True)
+                for r in rows:
+                    r["layer"], r["head"] = divmod(r["head"], H)
+                ratio = np.array([r["random_mean_error"] for r in rows]).mean() / max(
+                    np.array([r["optimal_mean_error"] for r in rows]).mean(), 1e-12)
+                entry["tables"][name] = {
+                    "w": w, "num_pos": num_pos, "s": n, "attempts": ctx.settings.attempts, "rows": rows,
+                    "mean_random_error": float(np.mean([r["random_mean_error"] for r in rows])),
+                    "mean_optimal_error": float(np.mean([r["optimal_mean_error"] for r in rows])),
+                    "ratio_of_means": float(ratio),
+                    "min_ratio": float(min(r["ratio"] for r in rows)),
+                }
+            ws = [w for w in range(0, 11) if w < n]
+            ps = [p for p in range(0, 5) if p <= n]
+            rows, csv_path, png_path = sweep(heads, ws, ps, ctx.out / "figures" / f"sweep-{m.name}", renormalize=True)
+            entry["sweep"] = {"rows": rows, "csv": str(csv_path.relative_to(ctx.out)), "png": str(png_path.relative_to(ctx.out))}
+            out["models"][m.name] = entry
+            t16 = entry["tables"].get("table16", {})
+            if "ratio_of_means" in t16:
+                notes.append(f"{m.name}: ratio {t16['ratio_of_means']:.0f}×")
+        out["_note"] = "  ".join(notes)
+        return out
+
+    return run

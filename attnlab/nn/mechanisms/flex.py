@@ -1,0 +1,64 @@
+"""FlexAttention inference path: the same mask_mod patterns through PyTorch's compiled kernel.
+
+    out = flex_attention(q, k, v, block_mask = create_block_mask(pattern ∧ causal ∧ padding))
+
+``torch.nn.attention.flex_attention`` skips the key blocks the pattern leaves
+empty.  On CPU it has no backward and its first call compiles (tens of seconds),
+so it is an optional inference path: ``flex_available()`` says whether it
+works here; ``flex_forward`` raises ``RuntimeError`` when it does not.  On this
+project's CPU the chunked kernel (``sliding_window``) is faster (see
+benchmarks/attention_speed.py), so mechanisms do not use it by default.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+from attnlab.nn.mask import Mask
+from attnlab.nn.mechanisms.mask_mods import MaskMod, causal, padding
+
+
+@lru_cache(maxsize=1)
+def _compiled():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def flex_available() -> bool:
+    """Can FlexAttention be imported and compiled here (CPU needs a C++ compiler)?"""
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    import shutil
+
+    return torch.cuda.is_available() or shutil.which("g++") is not None or shutil.which("c++") is not None
+
+
+def flex_block_mask(pattern: MaskMod, mask: Mask, B: int, H: int, n: int, m: int, device):
+    """FlexAttention's BlockMask of pattern ∧ causal ∧ padding."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    full = pattern
+    if mask.causal:
+        full = full & causal()
+    if mask.key_keep is not None:
+        full = full & padding(mask.key_keep)
+    return create_block_mask(full, B if mask.key_keep is not None else None, None, n, m, device=str(device))
+
+
+def flex_forward(q: Tensor, k: Tensor, v: Tensor, pattern: MaskMod, mask: Mask, block_mask=None) -> Tensor:
+    """Softmax attention restricted to ``pattern`` (and the mask) by compiled FlexAttention; no gradient."""
+    # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
+    if not flex_available():
+        raise RuntimeError("FlexAttention is not available here (needs torch >= 2.5 and a C++ compiler on CPU)")
+    if torch.is_grad_enabled() and q.device.type == "cpu" and any(x.requires_grad for x in (q, k, v)):
+        raise RuntimeError("FlexAttention has no backward on CPU: use the chunked forward to train")
+    B, H, n, _ = q.shape
+    if block_mask is None:
+        block_mask = flex_block_mask(pattern, mask, B, H, n, k.shape[-2], q.device)
+    return _compiled()(q, k, v, block_mask=block_mask)
