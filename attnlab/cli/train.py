@@ -35,12 +35,14 @@ def register(app: typer.Typer) -> None:
         scoring: str = typer.Option("dot", help="dot | additive | gaussian."),
         value_rank: int = typer.Option(0, help="Rank r of W_V = V_u V_d (0 = full)."),
         tie: bool = typer.Option(True, "--tie/--no-tie", help="Tie source/target embeddings and output projection."),
-        attention: str = typer.Option("full", help="Attention mechanism (full, band, global, bigbird, linear, taylor, linformer, structured)."),
+        attention: str = typer.Option("full", help="Attention mechanism: full, band, global, bigbird, linear, taylor, linformer, structured, structured-learned."),
         attention_on: str = typer.Option("all", help="Which attentions use --attention: all, or a comma list of encoder,decoder,cross."),
         w: int = typer.Option(8, help="Band half-width w (band, bigbird, structured)."),
         num_pos: int = typer.Option(0, help="Key columns g (global, bigbird, structured)."),
         sparse: int = typer.Option(0, help="Sparse residual entries per row s (structured)."),
         proj_len: int = typer.Option(64, help="Linformer projection length k'."),
+        dilation: int = typer.Option(1, help="Band dilation δ (band: every δ-th key)."),
+        num_random: int = typer.Option(0, help="Random keys per query block r (bigbird)."),
         tokenizer: str = typer.Option("bpe", help="bpe | word | char."),
         vocab_size: int = typer.Option(8000, help="Tokenizer vocabulary size."),
         max_tokens: int = typer.Option(4096, help="Tokens per (global) batch."),
@@ -75,7 +77,8 @@ def register(app: typer.Typer) -> None:
         mcfg = ModelConfig(
             model=model, d_model=d_model, heads=heads, layers=layers, dec_layers=dec_layers, ff=ff, dropout=dropout,
             max_len=max_len, norm=norm, scoring=scoring, value_rank=value_rank, tie_embeddings=tie, attention=attention,
-            attention_on=attention_on, w=w, num_pos=num_pos, sparse=sparse, proj_len=proj_len, seed=seed, vocab_size=1,
+            attention_on=attention_on, w=w, num_pos=num_pos, sparse=sparse, proj_len=proj_len, dilation=dilation, num_random=num_random,
+            seed=seed, vocab_size=1,
         )
         mcfg.validate()
         from attnlab.nn.mechanisms import MECHANISMS

@@ -18,6 +18,7 @@ cross-attention.
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 
 from attnlab.analysis.attention_maps import AttentionMaps
@@ -62,7 +63,10 @@ def capture_stage(models: list[ThesisModel]):
             r = load_model(ctx, m.name)
             maps = capture(r.model, r.tokenizer, [sentence], name=m.title)
             maps.save(ctx.path("attention", f"{m.name}-sentence.safetensors"))
-            ev = capture(r.model, r.tokenizer, [p.src for p in chosen], [p.tgt for p in chosen], truncate=True, name=m.title)
+            with warnings.catch_warnings(record=True) as caught:  # long pairs are cut to max_len: counted, not printed
+                warnings.simplefilter("always")
+                ev = capture(r.model, r.tokenizer, [p.src for p in chosen], [p.tgt for p in chosen], truncate=True, name=m.title)
+            out.setdefault("truncated", {})[m.name] = sum("truncated" in str(w.message) for w in caught)
             ev.save(ctx.path("attention", f"{m.name}-eval.safetensors"))
             ctx.cache[f"maps:{m.name}:sentence"], ctx.cache[f"maps:{m.name}:eval"] = maps, ev
             figs = {}

@@ -9,7 +9,7 @@ num_pos of a language pair.  Here:
   d_s = reorder_distance(alignment_s); the estimate is the largest distance
   that a share ≥ ``min_share`` of the sentences reach,
 
-      ŵ = max { d : #{s : d_s ≥ d} / S ≥ min_share },
+      ŵ = max { d : #{s : d_s ≥ d} ≥ max(min_share · S, 3) },
 
   i.e. the (1 − min_share) quantile of d_s: the maximum, robust to a few
   noisy sentences.  The alignment comes from the **model's cross-attention**
@@ -47,16 +47,25 @@ from attnlab.experiment.thesis_models import ThesisModel
 __all__ = ["known_max_reorder", "induced_alignments", "estimate_from_distances", "estimate_w_stage", "MIN_SHARE"]
 
 MIN_SHARE = 0.02
+RELIABLE_AGREEMENT = 0.5  # links = gold for at least half of the gold links
+MIN_COUNT = 3  # and at least 3 sentences, so that one noisy sentence is not the estimate
 
 
-def induced_alignments(maps: AttentionMaps, layer: int = -1) -> list[list[tuple[int, int]]]:
-    """Word links (source word, target word) from the head-averaged cross-attention of ``layer``."""
+def induced_alignments(maps: AttentionMaps, layer: int = -1, shift: int = 1) -> list[list[tuple[int, int]]]:
+    """Word links (source word, target word) from the head-averaged cross-attention of ``layer``.
+
+    The decoder reads [BOS] y_1 … y_T: the row that *predicts* the token at
+    input position i is row i − ``shift`` (shift = 1: the query of the
+    previous token, as in Garg et al. 2019); shift = 0 uses the token's own row.
+    """
     out = []
     for sent in maps:  # one pass per sentence (ragged word segmentations)
         a = sent.weights["cross"][layer].mean(0)  # (n_tgt, n_src), heads averaged
         src_words, tgt_words = sent.text.split(), (sent.target or "").split()
         ws = word_of_tokens(sent.tokens["src"], sent.special_mask("src"), src_words)  # (n_src,)
         wt = word_of_tokens(sent.tokens["tgt"], sent.special_mask("tgt"), tgt_words)  # (n_tgt,)
+        if shift:
+            a, wt = a[: len(wt) - shift], wt[shift:]  # row i − shift predicts token i
         if not len(src_words) or not len(tgt_words):
             out.append([])
             continue
@@ -70,14 +79,15 @@ def induced_alignments(maps: AttentionMaps, layer: int = -1) -> list[list[tuple[
     return out
 
 
-def estimate_from_distances(d: np.ndarray, min_share: float = MIN_SHARE) -> int:
-    """ŵ = max { d : share of sentences with d_s ≥ d is ≥ min_share }."""
+def estimate_from_distances(d: np.ndarray, min_share: float = MIN_SHARE, min_count: int = MIN_COUNT) -> int:
+    """ŵ = max { d : #{s : d_s ≥ d} ≥ max(min_share · S, min_count) } (0 if none)."""
     d = np.asarray(d)
     if d.size == 0:
         raise ValueError("d: no sentences")
     values = np.arange(int(d.max()) + 1)
-    share = (d[None, :] >= values[:, None]).mean(1)  # (D,)
-    return int(values[share >= min_share].max())
+    count = (d[None, :] >= values[:, None]).sum(1)  # (D,)
+    ok = count >= max(min_share * d.size, min(min_count, d.size))
+    return int(values[ok].max()) if ok.any() else 0
 
 
 def known_max_reorder(spec: str) -> int:
@@ -133,6 +143,7 @@ def estimate_w_stage(models: list[ThesisModel]):
                 entry["agreement_with_gold"] = _agreement(induced, gold)
             if "known_max_reorder" in out:
                 entry["recovers_max_reorder"] = w_hat == out["known_max_reorder"]
+                entry["reliable"] = bool(entry.get("agreement_with_gold", 0.0) >= RELIABLE_AGREEMENT)
             out["models"][m.name] = entry
         best = out["models"][models[-1].name]
         out["_note"] = f"ŵ = {best['w']}, num_pos = {best['num_pos']}" + (

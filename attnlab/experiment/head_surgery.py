@@ -63,11 +63,11 @@ def surgery_stage(models: list[ThesisModel]):
         before = ctx.results["evaluate"]["models"]
         choices = ctx.results["choices"]["models"]
         out = {"models": {}}
-        for m in models:
+        for m in (models if ctx.settings.surgery_variants else [x for x in models if x.heads > 1][:1]):
             r = load_model(ctx, m.name)
             entry = {"before": {"bleu": before[m.name]["bleu"], "chrf": before[m.name]["chrf"]}}
             variants = {"per_head": surgery_choices(choices[m.name])}
-            if m.heads > 1:
+            if m.heads > 1 and ctx.settings.surgery_variants:
                 variants["per_model"] = surgery_choices(choices[m.name], per_model=True)
             for variant, chosen in variants.items():
                 with surgery(r.model, chosen) as mechs:
@@ -76,7 +76,7 @@ def surgery_stage(models: list[ThesisModel]):
                 entry[variant] = {**score, "kept": kept,
                                   "w": {f"{k}{l}": v[0] for (k, l), v in chosen.items()},
                                   "num_pos": {f"{k}{l}": v[1] for (k, l), v in chosen.items()}}
-            if m.heads > 1:
+            if m.heads > 1 and ctx.settings.surgery_variants:
                 entry["structured_mechanism"] = _structured_mechanism(ctx, r, choices[m.name])
             out["models"][m.name] = entry
         e = out["models"][models[-1].name]

@@ -44,18 +44,18 @@ def build_stages(settings: Settings) -> list[Stage]:
 
     models = thesis_models(settings)
     h8 = [m for m in models if m.name == "h8"][0]
-    stages = [Stage(f"train-{m.name}", f"train {m.title}", train_stage(m)) for m in models]
+    stages = [Stage(f"train-{m.name}", f"train {m.name}", train_stage(m)) for m in models]
     stages += [
-        Stage("evaluate", "BLEU / chrF, sample translations", evaluate_stage(models)),
-        Stage("capture", "capture attention, Figures 11–12", capture_stage(models)),
+        Stage("evaluate", "BLEU, chrF, samples", evaluate_stage(models)),
+        Stage("capture", "attention, Figs 11–12", capture_stage(models)),
         Stage("roles", "head roles", roles_stage(models)),
-        Stage("tables", "Tables 16/17 vs optimal fit, sweep", tables_stage(models)),
-        Stage("choices", "automatic (w, num_pos) per head", choices_stage(models)),
-        Stage("estimate-w", "per-language estimate of w, num_pos", estimate_w_stage(models)),
-        Stage("spectra", "singular-value spectra", spectra_stage(models)),
-        Stage("mechanisms", "mechanism speed at the corpus's lengths", mechanisms_stage(h8.name)),
-        Stage("surgery", "head surgery: BLEU before/after", surgery_stage(models)),
-        Stage("report", "report.html, report.md, results.json", report_stage),
+        Stage("tables", "Tables 16/17, sweep", tables_stage(models)),
+        Stage("choices", "(w, num_pos) per head", choices_stage(models)),
+        Stage("estimate-w", "per-language ŵ", estimate_w_stage(models)),
+        Stage("spectra", "spectra", spectra_stage(models)),
+        Stage("mechanisms", "mechanism speed", mechanisms_stage(h8.name)),
+        Stage("surgery", "head surgery", surgery_stage(models)),
+        Stage("report", "report", report_stage),
     ]
     return stages
 

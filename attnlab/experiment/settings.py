@@ -42,6 +42,7 @@ class Settings:
     target_lost_mass: float = 0.1  # automatic budget: smallest (w, num_pos) losing ≤ 10 % of the mass
     timing_repeats: int = 5
     timing_batch: int = 32
+    surgery_variants: bool = True  # also one (w, num_pos) per kind, and the Structured mechanism, and the 1-head model
     extras: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -66,8 +67,8 @@ def settings_for(data: str = "synthetic", quick: bool = False) -> Settings:
                                    warmup=400, minutes=3.0, max_len=96)
     if quick:
         base = dataclasses.replace(
-            base, d_model=64, ff=128, synthetic_pairs=600, vocab_size=400 if not real else 2000, max_len=40,
+            base, d_model=64, ff=128, synthetic_pairs=600, vocab_size=600 if not real else 2000, max_len=40,
             max_steps=60, minutes=0.5, warmup=30, checkpoint_every=30, eval_sentences=30,
-            capture_sentences=24, attempts=30, timing_repeats=2, timing_batch=8,
+            capture_sentences=24, attempts=30, timing_repeats=2, timing_batch=8, surgery_variants=False,
         )
     return base

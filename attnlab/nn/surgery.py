@@ -68,7 +68,7 @@ class StructuredSurgery(Mechanism):
         w = torch.where(self.w == UNTOUCHED, torch.full_like(self.w, max(n, m)), self.w)
         in_band = ((j - i).abs()[None] <= w[:, None, None])[None]  # (1, H, n, m)
         off = a.masked_fill(in_band, 0.0).sum(-2)  # (B, H, m): off-band mass c_j of each column
-        rank = off.argsort(-1, descending=True, stable=True).argsort(-1)  # (B, H, m): 0 = most off-band mass
+        rank = off.argsort(dim=-1, descending=True, stable=True).argsort(dim=-1)  # (B, H, m): 0 = most off-band mass
         is_col = rank < self.num_pos[None, :, None]  # (B, H, m): j ∈ T_h
         keep = in_band | is_col[..., None, :]
         allowed = mask.allowed(n, m, a.device)
@@ -81,7 +81,8 @@ class StructuredSurgery(Mechanism):
         x = a * keep
         row = x.sum(-1, keepdim=True)  # (B, H, n, 1)
         empty = row <= 0
-        a_hat = torch.where(empty, a, x / torch.where(empty, torch.ones_like(row), row))
+        untouched = (self.w == UNTOUCHED)[None, :, None, None]  # (1, H, 1, 1): full weights, exactly
+        a_hat = torch.where(empty | untouched, a, x / torch.where(empty, torch.ones_like(row), row))
         allowed = mask.allowed(q.shape[-2], k.shape[-2], q.device)
         allowed = torch.ones_like(keep) if allowed is None else allowed.expand_as(keep)
         self.kept += float(torch.where(empty, allowed, keep).sum())

@@ -7,6 +7,7 @@ is translated once and scored against all of its translations.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import torch
@@ -19,7 +20,11 @@ from attnlab.train.metrics import bleu, chrf
 def encode_sources(tokenizer, sources: Sequence[str], max_len: int, batch_size: int = 128):
     """Batches of source ids (B, n), padded with 0, in the order of ``sources``;
     each sentence is ``encode(src) + [eos]``, truncated to ``max_len``."""
-    ids = [tokenizer.encode(s)[: max_len - 1] + [tokenizer.eos_id] for s in sources]
+    encoded = tokenizer.encode_batch(list(sources))
+    truncated = sum(len(x) > max_len - 1 for x in encoded)
+    if truncated:
+        print(f"warning: {truncated} source sentence(s) longer than max_len {max_len} tokens were truncated", file=sys.stderr)
+    ids = [x[: max_len - 1] + [tokenizer.eos_id] for x in encoded]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths together
     batches, positions = [], []
     for start in range(0, len(order), batch_size):

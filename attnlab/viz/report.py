@@ -37,6 +37,7 @@ class Block:
     headers: list = field(default_factory=list)
     path: str = ""                 # img / explorer: path relative to the run folder
     caption: str = ""
+    width: int = 0                 # img: maximum display width in px (0 = the page's)
 
 
 # ----------------------------------------------------------------------------------- formatting
@@ -122,8 +123,10 @@ def build_blocks(results: dict, out: Path) -> list[Block]:
         tr = cap.get("models", {}).get(name, {}).get("translation", "")
         title = models.get(name, {}).get("title", name)
         label = {"h1": "Figure 11", "h8": "Figure 12"}.get(name, "Figure")
-        B.append(Block("img", path=figs["encoder"], caption=f"{label} — {title}: encoder self-attention"))
-        B.append(Block("img", path=figs["cross"], caption=f"{title}: cross-attention (target × source), translation: “{tr}”"))
+        single = models.get(name, {}).get("heads") == 1 and models.get(name, {}).get("layers") == 1
+        B.append(Block("img", path=figs["encoder"], caption=f"{label} — {title}: encoder self-attention", width=560 if single else 0))
+        B.append(Block("img", path=figs["cross"], caption=f"{title}: cross-attention (target × source), translation: “{tr}”",
+                       width=560 if single else 0))
     if (out / "explorer.html").is_file():
         B.append(Block("h3", "Interactive explorer (8-head model: the sentence and evaluation pairs)"))
         B.append(Block("explorer", path="explorer.html"))
@@ -167,7 +170,7 @@ def build_blocks(results: dict, out: Path) -> list[Block]:
                                                  "ratio", "mass captured", "stored entries"], rows=rows))
             sw = entry.get("sweep")
             if sw:
-                B.append(Block("img", path=sw["png"], caption=f"w × num_pos sweep of the optimal fit (s = n) — "
+                B.append(Block("img", width=520, path=sw["png"], caption=f"w × num_pos sweep of the optimal fit (s = n) — "
                                                               f"{models.get(name, {}).get('title', name)}; CSV: {sw['csv']}"))
 
     # ---- 6 choices + estimate
@@ -223,7 +226,7 @@ def build_blocks(results: dict, out: Path) -> list[Block]:
                                  "(Roy–Vetterli), 90 %-energy rank / n."))
         B.append(Block("table", headers=["model", "kind", "layer", "σ₁ per head", "effective rank / n", "90 %-energy rank / n"], rows=rows))
         for name, path in sp.get("figures", {}).items():
-            B.append(Block("img", path=path, caption=f"Normalised singular values σ_k/σ₁ — {models.get(name, {}).get('title', name)}"))
+            B.append(Block("img", width=900, path=path, caption=f"Normalised singular values σ_k/σ₁ — {models.get(name, {}).get('title', name)}"))
 
     # ---- 8 mechanisms + surgery
     if mech:
@@ -321,7 +324,8 @@ def render_html(blocks: list[Block], out: Path, title: str, subtitle: str) -> st
         elif b.kind == "img":
             p = out / b.path
             if p.is_file():
-                parts.append(f"<figure><img src='{_data_uri(p)}' alt='{html.escape(b.caption)}'>"
+                style = f" style='width:min(100%,{b.width}px)'" if b.width else ""
+                parts.append(f"<figure><img src='{_data_uri(p)}'{style} alt='{html.escape(b.caption)}'>"
                              f"<figcaption>{html.escape(b.caption)}</figcaption></figure>")
         elif b.kind == "explorer":
             page = (out / b.path).read_text(encoding="utf-8")

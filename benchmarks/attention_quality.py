@@ -1,0 +1,84 @@
+"""Quality of each attention mechanism under one fixed CPU budget.
+
+The same encoder–decoder (sizes below) is trained on the Tatoeba en–it
+training file with each mechanism in every attention (Linformer in the encoder
+and cross-attention only: it is not causal), for the same number of minutes,
+then scored on the test split — greedy decoding, all Italian translations of
+an English sentence as references (sacrebleu BLEU and chrF).
+
+    python benchmarks/attention_quality.py --minutes 20 [--mechanisms full structured ...] [--json]
+
+Each run folder is kept under --out (default runs/quality/MECHANISM), so a
+mechanism already trained is only evaluated again (use --force to retrain).
+Tatoeba: CC-BY 2.0 FR, tatoeba.org.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from attnlab.config import ModelConfig, TrainConfig
+from attnlab.data import load_corpus
+from attnlab.train.checkpoint import list_checkpoints, load_run
+from attnlab.train.evaluate import evaluate_pairs
+from attnlab.train.loop import train
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "tatoeba-en-it" / "train.tsv.gz"
+MECHANISMS = ["full", "band", "global", "bigbird", "linear", "taylor", "linformer", "structured"]
+
+
+def model_config(mechanism: str, args) -> ModelConfig:
+    return ModelConfig(
+        d_model=args.d_model, heads=args.heads, layers=args.layers, ff=4 * args.d_model, attention=mechanism,
+        attention_on="encoder,cross" if mechanism == "linformer" else "all",
+        w=args.w, num_pos=args.num_pos, num_random=2 if mechanism == "bigbird" else 0, proj_len=32,
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mechanisms", nargs="+", default=MECHANISMS)
+    ap.add_argument("--minutes", type=float, default=20.0, help="training budget per mechanism")
+    ap.add_argument("--w", type=int, default=8)
+    ap.add_argument("--num-pos", type=int, default=2)
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--layers", type=int, default=3)
+    ap.add_argument("--data", default=str(DATA))
+    ap.add_argument("--out", default="runs/quality")
+    ap.add_argument("--limit", type=int, default=0, help="score the first N test sources only (0 = all)")
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    test = load_corpus(args.data, split="test")
+    rows = []
+    for mechanism in args.mechanisms:
+        out = Path(args.out) / mechanism
+        if args.force or not list_checkpoints(out):
+            tc = TrainConfig(data=args.data, vocab_size=8000, max_tokens=4096, lr=7e-4, warmup=800,
+                             minutes=args.minutes, precision="bf16", checkpoint_every=1000)
+            train(model_config(mechanism, args), tc, out, force=True, quiet=True)
+        run = load_run(out)
+        t0 = time.perf_counter()
+        scores = evaluate_pairs(run.model, run.tokenizer, test, limit=args.limit or None)
+        steps = list_checkpoints(out)[-1]
+        rows.append({"mechanism": mechanism, "w": args.w, "num_pos": args.num_pos, "minutes": args.minutes,
+                     "steps": steps, "bleu": round(scores["bleu"], 2), "chrf": round(scores["chrf"], 2),
+                     "sentences": scores["sentences"], "eval_s": round(time.perf_counter() - t0, 1)})
+        if args.json:
+            print(json.dumps(rows[-1]), flush=True)
+    if not args.json:
+        full = next((r["bleu"] for r in rows if r["mechanism"] == "full"), None)
+        print(f"{'mechanism':12s} {'steps':>6s} {'BLEU':>6s} {'chrF':>6s} {'Δ vs full':>9s}")
+        for r in rows:
+            delta = f"{r['bleu'] - full:+.2f}" if full is not None else "-"
+            print(f"{r['mechanism']:12s} {r['steps']:6d} {r['bleu']:6.2f} {r['chrf']:6.2f} {delta:>9s}")
+        print(f"budget {args.minutes} min of training each, w={args.w}, num_pos={args.num_pos}; test: {rows[0]['sentences'] if rows else 0} sources")
+
+
+if __name__ == "__main__":
+    main()

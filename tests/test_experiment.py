@@ -1,0 +1,135 @@
+"""``attnlab experiment``: one --quick run (module fixture), its files, its report, resume, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONWARNINGS": "ignore"}
+STAGES = ["train-h1", "train-h8", "evaluate", "capture", "roles", "tables", "choices", "estimate-w", "spectra",
+          "mechanisms", "surgery", "report"]
+
+
+def attnlab(*args: str, timeout: float = 900) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "attnlab", *args], capture_output=True, text=True, timeout=timeout, env=ENV, cwd=ROOT)
+    return r, time.perf_counter() - t0
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("experiment") / "run"
+    r, seconds = attnlab("experiment", "--quick", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    print(f"attnlab experiment --quick: {seconds:.0f} s")
+    return out
+
+
+def test_quick_run_writes_every_stage_and_the_report(quick):
+    for stage in STAGES:
+        assert (quick / "stages" / f"{stage}.json").is_file(), stage
+    for f in ("report.html", "report.md", "results.json", "explorer.html", "experiment.json", "data/train.tsv",
+              "figures/h1-encoder.png", "figures/h8-encoder.png", "figures/h8-cross.png", "figures/sweep-h8/sweep.csv",
+              "figures/spectrum-h8.png", "attention/h8-sentence.safetensors", "attention/h8-eval.safetensors"):
+        assert (quick / f).is_file(), f
+    for name in ("h1", "h8"):
+        assert list((quick / "models" / name / "checkpoints").glob("step_*.safetensors"))
+
+
+def test_report_is_self_contained_and_complete(quick):
+    page = (quick / "report.html").read_text(encoding="utf-8")
+    assert page.count("data:image/png;base64,") >= 6  # figures 11-12 (encoder + cross), sweeps, spectra
+    assert "<iframe" in page and "srcdoc=" in page  # the explorer, embedded
+    assert not re.search(r"""(src|href)=["']https?://""", page)  # nothing fetched from the network
+    for text in ("Figure 11", "Figure 12", "Table 16", "Table 17", "Head roles", "Head surgery", "Per-language estimate",
+                 "Singular-value spectra", "random search"):
+        assert text in page, text
+    md = (quick / "report.md").read_text(encoding="utf-8")
+    assert "## 5 · Validation" in md and "| head | Min_distance |" in md and "](figures/" in md
+
+
+def test_results_hold_the_measured_numbers(quick):
+    res = json.loads((quick / "results.json").read_text(encoding="utf-8"))
+    for name in ("h1", "h8"):
+        assert 0.0 <= res["evaluate"]["models"][name]["bleu"] <= 100.0
+    t16 = res["tables"]["models"]["h8"]["tables"]["table16"]
+    assert len(t16["rows"]) == 8 and t16["attempts"] == 30 and (t16["w"], t16["num_pos"]) == (3, 2)
+    assert t16["ratio_of_means"] > 1  # the optimal fit beats random search on the model's own heads
+    assert all(r["optimal_distance"] <= r["random_min_distance"] + 1e-9 for r in t16["rows"])
+    assert res["tables"]["models"]["h8"]["n"] == res["capture"]["sentence_tokens"]
+    est = res["estimate-w"]
+    assert est["known_max_reorder"] == 3 and est["gold"]["w"] == 3  # the check's reference
+    assert isinstance(est["models"]["h8"]["w"], int)
+    ch = res["choices"]["models"]["h8"]
+    assert set(ch) == {"encoder", "decoder", "cross"} and len(ch["encoder"]["w"][0]) == 8
+    surgery = res["surgery"]["models"]["h8"]
+    assert 0.0 < surgery["per_head"]["kept"]["all"] <= 1.0
+    names = {r["mechanism"] for r in res["mechanisms"]["rows"]}
+    assert {"full", "band", "structured", "linear"} <= names
+
+
+def test_resume_skips_finished_stages(quick):
+    report = quick / "report.html"
+    before = report.stat().st_mtime_ns
+    r, seconds = attnlab("experiment", "--quick", "--out", str(quick), "--resume")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stderr.count("skipped") == len(STAGES)
+    assert report.stat().st_mtime_ns == before
+    assert seconds < 120
+    # an interrupted run: the last two stages never finished → only they run again
+    tables = (quick / "stages" / "tables.json").stat().st_mtime_ns
+    (quick / "stages" / "report.json").unlink()
+    (quick / "stages" / "surgery.json").unlink()
+    r, _ = attnlab("experiment", "--quick", "--out", str(quick), "--resume")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (quick / "stages" / "surgery.json").is_file() and report.stat().st_mtime_ns != before
+    assert (quick / "stages" / "tables.json").stat().st_mtime_ns == tables
+    assert r.stderr.count("skipped") == len(STAGES) - 2
+
+
+def _one_line_error(r: subprocess.CompletedProcess, *words: str) -> None:
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("attnlab: error:"), r.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+
+
+def test_existing_run_folder_is_refused_and_untouched(quick):
+    report = quick / "report.html"
+    stamp, size = report.stat().st_mtime_ns, report.stat().st_size
+    r, _ = attnlab("experiment", "--quick", "--out", str(quick), timeout=120)
+    _one_line_error(r, "--resume", "--force")
+    assert report.stat().st_mtime_ns == stamp and report.stat().st_size == size
+    r, _ = attnlab("experiment", "--quick", "--out", str(quick), "--resume", "--force", timeout=120)
+    _one_line_error(r, "exclude")
+    r, _ = attnlab("experiment", "--out", str(quick), "--resume", timeout=120)  # not the same experiment
+    _one_line_error(r, "--quick")
+
+
+def test_bad_input(tmp_path):
+    a_file = tmp_path / "file.txt"
+    a_file.write_text("not a folder\n")
+    r, _ = attnlab("experiment", "--quick", "--out", str(a_file / "run"), timeout=120)
+    _one_line_error(r, "cannot write")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me\n")
+    r, _ = attnlab("experiment", "--quick", "--out", str(mine), "--force", timeout=120)
+    _one_line_error(r, "not an experiment run folder")
+    assert (mine / "notes.txt").read_text() == "keep me\n"
+    r, _ = attnlab("experiment", "--quick", "--out", str(mine), "--resume", timeout=120)
+    _one_line_error(r, "not an experiment run folder")
+    small = tmp_path / "small.tsv"
+    small.write_text("".join(f"sentence {i}\tfrase {i}\n" for i in range(10)), encoding="utf-8")
+    r, _ = attnlab("experiment", "--quick", "--data", str(small), "--out", str(tmp_path / "run"), timeout=120)
+    _one_line_error(r, "10 training pairs", "at least 50")
+    assert not (tmp_path / "run").exists()  # nothing written
