@@ -16,6 +16,7 @@ from typing import Any
 
 import tomli_w
 
+from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
 
 MODEL_KINDS = ("transformer", "lm", "gru")
@@ -151,6 +152,4 @@ def save_config(path: str | os.PathLike, model: ModelConfig, train: TrainConfig 
     doc = {"model": dataclasses.asdict(model)}
     if train is not None:
         doc["train"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(train).items()}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(tomli_w.dumps(doc), encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, tomli_w.dumps(doc))

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from attnlab.config import ModelConfig, TrainConfig
 from attnlab.errors import UserError

@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
+from attnlab.atomic import write_atomic
 from attnlab.errors import UserError
 
 __all__ = ["KIND_SIDES", "KINDS", "AttentionMaps", "SentenceAttention"]
@@ -181,16 +181,7 @@ class AttentionMaps:
             ],
         }
         meta = {"format": FORMAT, "version": VERSION, "json": json.dumps(doc, ensure_ascii=False)}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        os.close(fd)
-        try:
-            save_file(tensors, tmp, metadata=meta)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return path
+        return write_atomic(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "AttentionMaps":

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import csv
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from attnlab.atomic import write_atomic
 from attnlab.analysis.budget import ErrorBudgetCurve, error_budget_curve
 from attnlab.analysis.inputs import check_attention, check_num_pos, check_w
 
@@ -42,16 +42,6 @@ def surface_rows(curve: ErrorBudgetCurve) -> list[dict]:
         for j, p in enumerate(curve.num_pos)
     ]
 
-
-def _atomic(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _heat_map(curve: ErrorBudgetCurve, rows: list[dict], tmp: str) -> None:
@@ -111,6 +101,6 @@ def sweep(
             writer.writeheader()
             writer.writerows(rows)
 
-    _atomic(csv_path, write_csv)
-    _atomic(png_path, lambda tmp: _heat_map(curve, rows, tmp))
+    write_atomic(csv_path, write_csv)
+    write_atomic(png_path, lambda tmp: _heat_map(curve, rows, tmp))
     return rows, csv_path, png_path

@@ -47,7 +47,6 @@ sentences to bound memory.
 
 from __future__ import annotations
 
-import math
 import unicodedata
 from collections import Counter
 from dataclasses import asdict, dataclass

@@ -21,14 +21,13 @@ read back from the model (WordLevel → word, BPE without merges → char, else 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
+from attnlab.atomic import write_atomic
 from attnlab.errors import UserError
 
 SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
@@ -130,15 +129,7 @@ class Tokenizer:
         path = Path(path)
         if path.is_dir():
             path = path / "tokenizer.json"
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tokenizer-", suffix=".json")
-        os.close(fd)
-        try:
-            self.hf.save(tmp)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return path
+        return write_atomic(path, self.hf.save)
 
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:

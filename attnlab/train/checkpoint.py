@@ -30,17 +30,12 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file, save_model
 
+from attnlab.atomic import write_atomic
 from attnlab.config import ModelConfig, load_config
 from attnlab.errors import UserError
 
 STEP_FILE = re.compile(r"^step_(\d+)\.state\.safetensors$")
 KEEP_LAST = 2
-
-
-def _atomic(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    write(str(tmp))
-    os.replace(tmp, path)
 
 
 def model_config_json(cfg: ModelConfig) -> str:
@@ -49,7 +44,7 @@ def model_config_json(cfg: ModelConfig) -> str:
 
 def save_weights(path: Path, model: torch.nn.Module, cfg: ModelConfig) -> None:
     """Model weights (shared tensors such as tied embeddings stored once)."""
-    _atomic(path, lambda p: save_model(model, p, metadata={"attnlab.model_config": model_config_json(cfg)}))
+    write_atomic(path, lambda p: save_model(model, p, metadata={"attnlab.model_config": model_config_json(cfg)}))
 
 
 def load_weights(path: Path, model: torch.nn.Module, cfg: ModelConfig) -> None:
@@ -111,7 +106,7 @@ def save_checkpoint(run_dir: Path, model: torch.nn.Module, cfg: ModelConfig, opt
         for name, value in s.items():
             tensors[f"optim.{i}.{name}"] = value if torch.is_tensor(value) else torch.tensor(value)
     meta = {"attnlab.train_state": state.to_json(), "attnlab.param_groups": json.dumps(opt["param_groups"])}
-    _atomic(ckpt / f"{stem}.state.safetensors", lambda p: save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, p, metadata=meta))
+    write_atomic(ckpt / f"{stem}.state.safetensors", lambda p: save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, p, metadata=meta))
     for old in sorted(list_checkpoints(run_dir))[:-KEEP_LAST]:
         for suffix in (".safetensors", ".state.safetensors"):
             (ckpt / f"step_{old:07d}{suffix}").unlink(missing_ok=True)

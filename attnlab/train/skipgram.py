@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from attnlab.atomic import write_atomic
 from attnlab.errors import UserError
 from attnlab.nn.skipgram import SkipGram
 
@@ -71,10 +71,8 @@ class WordVectors:
         path = Path(path)
         meta = {"format": FORMAT, "words": json.dumps(self.words, ensure_ascii=False)}
         meta.update({k: json.dumps(v) for k, v in self.meta.items()})
-        tmp = path.with_name(path.name + ".tmp")
-        save_file({"vectors": self.vectors.contiguous().float(), "counts": self.counts.contiguous()}, str(tmp), metadata=meta)
-        os.replace(tmp, path)
-        return path
+        tensors = {"vectors": self.vectors.contiguous().float(), "counts": self.counts.contiguous()}
+        return write_atomic(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
     @classmethod
     def load(cls, path: str | Path) -> WordVectors:
@@ -273,12 +271,10 @@ def plot_pca(file: str | Path | WordVectors, png: str | Path, words: Sequence[st
     ax.set_title(f"skip-gram vectors, first two principal components ({len(words)} words)")
     ax.set_xlabel("PC 1")
     ax.set_ylabel("PC 2")
-    png = Path(png)
-    tmp = png.with_name(png.stem + ".tmp" + png.suffix)
-    fig.savefig(tmp, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    os.replace(tmp, png)
-    return png
+    try:
+        return write_atomic(png, lambda tmp: fig.savefig(tmp, dpi=120, bbox_inches="tight"))
+    finally:
+        plt.close(fig)
 
 
 def _plain(piece: str) -> str:

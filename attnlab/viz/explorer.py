@@ -32,6 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
+from attnlab.atomic import write_text_atomic
 from attnlab.analysis.attention_maps import KIND_SIDES, AttentionMaps
 
 __all__ = ["explorer_payload", "render_explorer", "write_explorer", "pool_tokens"]
@@ -130,8 +131,4 @@ def write_explorer(maps: AttentionMaps, path: str | os.PathLike, roles=None, *, 
     """Write the explorer for ``maps`` (with role badges when ``roles`` are given) to one HTML file."""
     path = Path(path)
     html = render_explorer(explorer_payload(maps, roles, max_tokens=max_tokens))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(html, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_text_atomic(path, html)

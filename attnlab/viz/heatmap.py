@@ -20,6 +20,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from attnlab.atomic import write_atomic
 from attnlab.analysis.attention_maps import AttentionMaps
 
 __all__ = ["plot_head", "plot_grid", "save_figure", "draw_head"]
@@ -120,8 +121,5 @@ def save_figure(fig: Figure, path: str | os.PathLike) -> Path:
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in ("png", "svg"):
         raise ValueError(f"path: expected a .png or .svg file, got {path.name}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format=fmt, dpi=fig.dpi, metadata={"Software": None} if fmt == "png" else {"Date": None})
-    os.replace(tmp, path)
-    return path
+    metadata = {"Software": None} if fmt == "png" else {"Date": None}
+    return write_atomic(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=fig.dpi, metadata=metadata))

@@ -200,12 +200,12 @@ def build_blocks(results: dict, out: Path) -> list[Block]:
         rows = []
         if "gold" in est:
             g = est["gold"]
-            rows.append(["gold alignments", g["w"], g["max"], _dist(g["distribution"]), "—", "—", "—"])
+            rows.append(["gold alignments", g["w"], _shares(g), g["max"], _dist(g["distribution"]), "—", "—", "—"])
         for name, e in est.get("models", {}).items():
-            rows.append([f"cross-attention · {models.get(name, {}).get('title', name)}", f"<b>{e['w']}</b>", e["max"],
+            rows.append([f"cross-attention · {models.get(name, {}).get('title', name)}", f"<b>{e['w']}</b>", _shares(e), e["max"],
                          _dist(e["distribution"]), _f(e.get("num_pos")), _pct(e.get("agreement_with_gold")),
                          _f(e.get("recovers_max_reorder"))])
-        headers = ["alignment source", "ŵ", "max", "distribution of d (sentences)", "num_pos", "links = gold", "recovers max_reorder"]
+        headers = ["alignment source", "ŵ", "ŵ at 2 / 5 / 10 %", "max", "distribution of d (sentences)", "num_pos", "links = gold", "recovers max_reorder"]
         B.append(Block("table", headers=headers, rows=rows))
         if est.get("known_max_reorder") is not None:
             B.append(Block("p", text=f"The grammar's known maximum reordering distance: <b>{est['known_max_reorder']}</b>."))
@@ -263,6 +263,10 @@ def build_blocks(results: dict, out: Path) -> list[Block]:
     B.append(Block("h2", "Reproduce"))
     B.append(Block("pre", text=f"attnlab experiment --data {s.get('data', 'synthetic')} --out {out}{' --quick' if s.get('quick') else ''} --force"))
     return B
+
+
+def _shares(e: dict) -> str:
+    return " / ".join(str(v) for v in e.get("w_at_share", {}).values()) or "—"
 
 
 def _dist(d: dict) -> str:

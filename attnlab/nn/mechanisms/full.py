@@ -11,7 +11,6 @@ explicitly and the returned weights are exactly the ones multiplied into V.
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
