@@ -119,6 +119,7 @@ class TrainConfig:
     checkpoint_every: int = 500  # steps
     eval_every: int = 0  # steps; 0 = at checkpoints
     synthetic_pairs: int = 20000
+    dev_limit: int = 500  # distinct dev sources scored (greedy) at the end of training; 0 = none
     precision: str = "fp32"  # fp32 | bf16 (autocast of the forward pass; weights and optimiser stay fp32)
     extra: dict[str, Any] = field(default_factory=dict)
 

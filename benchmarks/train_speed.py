@@ -44,7 +44,7 @@ class TorchReference(nn.Module):
 
     def forward(self, src, tgt_in):
         m = tgt_in.shape[1]
-        causal = nn.Transformer.generate_square_subsequent_mask(m, dtype=torch.float32)
+        causal = torch.ones(m, m, dtype=torch.bool).triu(1)  # True = masked, like the padding masks
         src_pad, tgt_pad = src == 0, tgt_in == 0
         h = self.core(
             self.src_input(src), self.tgt_input(tgt_in), tgt_mask=causal, tgt_is_causal=True,

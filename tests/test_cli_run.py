@@ -25,7 +25,7 @@ def tiny(model="transformer", **kw):
 
 
 def tiny_train(**kw):
-    return TrainConfig(data="synthetic", vocab_size=300, synthetic_pairs=300, max_tokens=600, warmup=5, lr=3e-3, **kw)
+    return TrainConfig(data="synthetic", vocab_size=300, synthetic_pairs=300, max_tokens=600, warmup=5, lr=3e-3, dev_limit=10, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 ATTNLAB = [sys.executable, "-m", "attnlab"]
 TINY = ["--d-model", "32", "--ff", "64", "--layers", "1", "--heads", "2", "--vocab-size", "300",
-        "--synthetic-pairs", "400", "--max-tokens", "600", "--warmup", "10", "--lr", "3e-3", "--quiet"]
+        "--synthetic-pairs", "400", "--max-tokens", "600", "--warmup", "10", "--lr", "3e-3", "--dev-limit", "10", "--quiet"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 

@@ -56,6 +56,7 @@ def register(app: typer.Typer) -> None:
         log_every: int = typer.Option(50, help="Steps between metrics lines."),
         seed: int = typer.Option(0, help="Seed of initialisation, data order and dropout."),
         synthetic_pairs: int = typer.Option(20000, help="Pairs drawn from the synthetic grammar."),
+        dev_limit: int = typer.Option(500, help="Distinct dev sources scored at the end (0 = skip)."),
         precision: str = typer.Option("fp32", help="fp32 | bf16 (autocast forward; faster on CPUs with AVX512-BF16 and on GPUs)."),
         init_embeddings: Optional[Path] = typer.Option(None, help="Skip-gram vectors (attnlab embeddings) to initialise W_E."),
         resume: bool = typer.Option(False, help="Continue the run in --out from its last checkpoint."),
@@ -88,6 +89,7 @@ def register(app: typer.Typer) -> None:
             data=data, tokenizer=tokenizer, vocab_size=vocab_size, max_tokens=max_tokens, lr=lr, warmup=warmup,
             label_smoothing=label_smoothing, epochs=epochs, max_steps=max_steps, minutes=minutes, seed=seed,
             checkpoint_every=checkpoint_every, log_every=log_every, synthetic_pairs=synthetic_pairs, precision=precision,
+            dev_limit=dev_limit,
         )
         result = run_training(mcfg, tcfg, out, resume=resume, force=force, device=device,
                               init_embeddings=str(init_embeddings) if init_embeddings else None, quiet=quiet)

@@ -131,11 +131,11 @@ def train(
             net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
         final_loss = _loop(net, model, model_cfg, train_cfg, optimizer, examples, state, out, ctx, quiet)
         dev = {}
-        if ctx.is_main and examples.dev is not None and model_cfg.model != "lm":
+        if ctx.is_main and examples.dev is not None and model_cfg.model != "lm" and train_cfg.dev_limit > 0:
             from attnlab.train.evaluate import evaluate_pairs
 
             model.eval()
-            dev = evaluate_pairs(model, examples.tokenizer, examples.dev, limit=500)
+            dev = evaluate_pairs(model, examples.tokenizer, examples.dev, limit=train_cfg.dev_limit)
             console.print(f"dev: BLEU {dev['bleu']:.2f}  chrF {dev['chrf']:.2f}  ({dev['sentences']} sentences, greedy)")
             with open(out / "metrics.jsonl", "a", encoding="utf-8") as f:
                 f.write(json.dumps({"step": state.step, "dev_bleu": dev["bleu"], "dev_chrf": dev["chrf"]}) + "\n")
