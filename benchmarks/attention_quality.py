@@ -60,7 +60,7 @@ def main() -> None:
         out = Path(args.out) / mechanism
         if args.force or not list_checkpoints(out):
             tc = TrainConfig(data=args.data, vocab_size=8000, max_tokens=4096, lr=7e-4, warmup=800,
-                             minutes=args.minutes, precision="bf16", checkpoint_every=1000)
+                             minutes=args.minutes, precision="bf16", checkpoint_every=1000, dev_limit=0)
             train(model_config(mechanism, args), tc, out, force=True, quiet=True)
         run = load_run(out)
         t0 = time.perf_counter()
