@@ -9,11 +9,11 @@ report then says.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
+from attnlab.atomic import write_text_atomic
 from attnlab.data import load_corpus
 from attnlab.errors import UserError
 from attnlab.experiment.settings import Settings
@@ -51,12 +51,7 @@ def training_data(settings: Settings, out: Path) -> str:
         return settings.data
     path = Path(out) / "data" / "train.tsv"
     if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(".train.tsv.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            for p in train_corpus(settings):
-                f.write(f"{p.src}\t{p.tgt}\n")
-        os.replace(tmp, path)
+        write_text_atomic(path, "".join(f"{p.src}\t{p.tgt}\n" for p in train_corpus(settings)))
     return str(path)
 
 

@@ -23,12 +23,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
 from attnlab.experiment.settings import Settings
 
@@ -39,17 +39,7 @@ MARKER = "experiment.json"
 
 def write_json(path: Path, obj: Any) -> Path:
     """Write ``obj`` as JSON atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=1, ensure_ascii=False, allow_nan=True)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return write_text_atomic(path, json.dumps(obj, indent=1, ensure_ascii=False, allow_nan=True))
 
 
 def read_json(path: Path) -> Any:

@@ -21,10 +21,11 @@ import html
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from attnlab.atomic import write_text_atomic
 
 __all__ = ["Block", "build_blocks", "render_html", "render_markdown", "write_report", "report_stage"]
 
@@ -97,7 +98,9 @@ def build_blocks(results: dict, out: Path) -> list[Block]:
     B.append(Block("p", text=(
         f"Corpus <code>{html.escape(str(s.get('data', '?')))}</code>{' (quick run)' if s.get('quick') else ''}; "
         f"evaluation on the <b>{ev.get('split', '?')}</b> split ({ev.get('models', {}).get(big, {}).get('sentences', '?')} sources, greedy decoding, "
-        f"sacrebleu). Total time {results.get('_total_seconds', '?')} s.")))
+        f"sacrebleu). Total time {results.get('_total_seconds', '?')} s."
+        + (" Tatoeba data: sentences and translations contributed to tatoeba.org, CC-BY 2.0 FR (attribution: Tatoeba)."
+           if "tatoeba" in str(s.get("data", "")).lower() else ""))))
 
     # ---- 1–2 models
     B.append(Block("h2", "1–2 · The thesis's models and their translations"))
@@ -381,17 +384,6 @@ def render_markdown(blocks: list[Block], title: str, subtitle: str) -> str:
     return "\n".join(lines)
 
 
-def _atomic_text(path: Path, text: str) -> Path:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
-
 
 def write_report(results: dict, out: str | os.PathLike) -> dict[str, Path]:
     """Write ``report.html``, ``report.md`` and ``results.json`` into the run folder ``out``."""
@@ -401,9 +393,9 @@ def write_report(results: dict, out: str | os.PathLike) -> dict[str, Path]:
     subtitle = f"data: {s.get('data', '?')}{' · quick' if s.get('quick') else ''} · run folder: {out}"
     blocks = build_blocks(results, out)
     paths = {
-        "html": _atomic_text(out / "report.html", render_html(blocks, out, title, subtitle)),
-        "md": _atomic_text(out / "report.md", render_markdown(blocks, title, subtitle)),
-        "json": _atomic_text(out / "results.json", json.dumps(results, indent=1, ensure_ascii=False)),
+        "html": write_text_atomic(out / "report.html", render_html(blocks, out, title, subtitle)),
+        "md": write_text_atomic(out / "report.md", render_markdown(blocks, title, subtitle)),
+        "json": write_text_atomic(out / "results.json", json.dumps(results, indent=1, ensure_ascii=False)),
     }
     return paths
 
