@@ -69,10 +69,7 @@ def classify_heads(
         raise UserError(f"--limit must be ≥ 1, got {limit}")
     pairs = None
     if data is not None:
-        try:
-            from attnlab.data import load_corpus  # the contract
-        except ImportError:  # attnlab.data without its package __init__ (during development)
-            from attnlab.data.spec import load_corpus
+        from attnlab.data import load_corpus
 
         corpus = load_corpus(data, split)
         pairs = list(corpus)[:limit]
