@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +121,6 @@ class TrainConfig:
     synthetic_pairs: int = 20000
     dev_limit: int = 500  # distinct dev sources scored (greedy) at the end of training; 0 = none
     precision: str = "fp32"  # fp32 | bf16 (autocast of the forward pass; weights and optimiser stay fp32)
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def _from_table(cls, table: dict[str, Any], where: str):

@@ -108,13 +108,3 @@ def beam_search(
     rows = torch.arange(B, device=dev) * K + best
     return _strip(y.index_select(0, rows)[:, 1:], eos)
 
-
-def translate_ids(model, src_batches, bos: int, eos: int, beam: int = 1, length_penalty: float = 1.0) -> list[list[int]]:
-    """Decode an iterable of source batches (B, n); greedy when beam = 1."""
-    out: list[list[int]] = []
-    for src in src_batches:
-        if beam <= 1:
-            out += greedy(model, src, bos, eos)
-        else:
-            out += beam_search(model, src, bos, eos, beam, length_penalty)
-    return out

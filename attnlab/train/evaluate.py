@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 
 from attnlab.data.references import group_references
-from attnlab.train.decoding import translate_ids
+from attnlab.train.decoding import beam_search, greedy
 from attnlab.train.metrics import bleu, chrf
 
 
@@ -44,7 +44,8 @@ def translate(model, tokenizer, sources: Sequence[str], beam: int = 1, length_pe
     batches, positions = encode_sources(tokenizer, sources, model.max_len, batch_size if beam <= 1 else max(1, batch_size // beam))
     out: list[str] = [""] * len(sources)
     for src, rows in zip(batches, positions):
-        hyps = translate_ids(model, [src], tokenizer.bos_id, tokenizer.eos_id, beam, length_penalty)
+        bos, eos = tokenizer.bos_id, tokenizer.eos_id
+        hyps = greedy(model, src, bos, eos) if beam <= 1 else beam_search(model, src, bos, eos, beam, length_penalty)
         for i, h in zip(rows, hyps):
             out[i] = tokenizer.decode(h)
     return out
