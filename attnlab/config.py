@@ -123,8 +123,14 @@ class TrainConfig:
     precision: str = "fp32"  # fp32 | bf16 (autocast of the forward pass; weights and optimiser stay fp32)
 
 
+# Keys that earlier attnlab versions wrote and that no longer mean anything:
+# read (and dropped) so that older run folders still load.
+RETIRED_KEYS = {"TrainConfig": {"extra"}}
+
+
 def _from_table(cls, table: dict[str, Any], where: str):
     known = {f.name: f for f in fields(cls)}
+    table = {k: v for k, v in table.items() if k not in RETIRED_KEYS.get(cls.__name__, ())}
     unknown = sorted(set(table) - set(known))
     if unknown:
         raise UserError(f"{where}: unknown key(s) {', '.join(unknown)}")

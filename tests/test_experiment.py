@@ -65,6 +65,10 @@ def test_results_hold_the_measured_numbers(quick):
     assert t16["ratio_of_means"] > 1  # the optimal fit beats random search on the model's own heads
     assert all(r["optimal_distance"] <= r["random_min_distance"] + 1e-9 for r in t16["rows"])
     assert res["tables"]["models"]["h8"]["n"] == res["capture"]["sentence_tokens"]
+    ev = t16["eval"]  # the same comparison pooled over the captured evaluation sentences
+    assert ev["sentences"] >= 1 and ev["heads"] == 8 * ev["sentences"]
+    assert sum(g["sentences"] for g in ev["by_length"].values()) == ev["sentences"]
+    assert ev["ratio_of_means"] == pytest.approx(ev["mean_random_error"] / ev["mean_optimal_error"])
     est = res["estimate-w"]
     assert est["known_max_reorder"] == 3 and est["gold"]["w"] == 3  # the check's reference
     assert isinstance(est["models"]["h8"]["w"], int)
@@ -133,3 +137,69 @@ def test_bad_input(tmp_path):
     r, _ = attnlab("experiment", "--quick", "--data", str(small), "--out", str(tmp_path / "run"), timeout=120)
     _one_line_error(r, "10 training pairs", "at least 50")
     assert not (tmp_path / "run").exists()  # nothing written
+
+
+def test_over_sentences_pools_heads_by_length():
+    """Planted heads: band-3 + 2 columns exactly → the optimal fit is exact, random search is not."""
+    import numpy as np
+
+    from attnlab.analysis.attention_maps import AttentionMaps, SentenceAttention
+    from attnlab.experiment.tables import over_sentences
+
+    rng = np.random.default_rng(0)
+    sents = []
+    for n in (5, 9, 9, 12):  # n = 5 is shorter than min_len = 8 and is left out
+        i, j = np.indices((n, n))
+        support = (np.abs(i - j) <= 3) | (j < 2)
+        a = np.where(support, rng.random((1, 2, n, n)), 0.0)
+        a = (a / a.sum(-1, keepdims=True)).astype(np.float32)
+        toks = [f"t{k}" for k in range(n)]
+        sents.append(SentenceAttention(text=" ".join(toks), tokens={"src": toks}, weights={"encoder": a}))
+    assert over_sentences(AttentionMaps(sents), w=3, num_pos=2, attempts=5)["sentences"] == 0  # n < 2(2w+1) = 14
+    r = over_sentences(AttentionMaps(sents), w=3, num_pos=2, attempts=5, min_len=8)
+    assert r["sentences"] == 3 and r["heads"] == 6
+    assert {k: v["sentences"] for k, v in r["by_length"].items()} == {"9": 2, "12": 1}
+    assert r["mean_optimal_error"] < 1e-6 < r["mean_random_error"]
+
+
+def _cross_sentence(rows_x: list[list[float]], n_heads: int):
+    """Source "a b c" (+ EOS), target "x y": row 0 of each head predicts x (given), row 1 predicts y (all on c)."""
+    import numpy as np
+
+    from attnlab.analysis.attention_maps import SentenceAttention
+
+    a = np.zeros((1, n_heads, 3, 4), np.float32)  # (L, H, [BOS] x y, a b c EOS)
+    for h in range(n_heads):
+        a[0, h, 0, :3] = rows_x[h]
+        a[0, h, 1, 2] = a[0, h, 2, 2] = 1.0
+    return SentenceAttention(text="a b c", target="x y", weights={"cross": a},
+                             tokens={"src": ["a", "b", "c", "</s>"], "tgt": ["<s>", "x", "y"]},
+                             special={"src": [False, False, False, True], "tgt": [True, False, False]})
+
+
+def test_induced_alignments_vote_over_heads():
+    """The head-mean can peak on a word no head chooses (b); the vote takes the majority (a)."""
+    from attnlab.analysis.attention_maps import AttentionMaps
+    from attnlab.experiment.estimate_w import induced_alignments
+
+    heads = [[0.5, 0.45, 0.05], [0.05, 0.45, 0.5], [0.5, 0.45, 0.05]]
+    maps = AttentionMaps([_cross_sentence(heads, 3)])
+    assert induced_alignments(maps, combine="vote") == [[(0, 0), (2, 1)]]
+    assert induced_alignments(maps, combine="mean") == [[(1, 0), (2, 1)]]
+    one = AttentionMaps([_cross_sentence(heads[1:2], 1)])  # one head: both rules agree
+    assert induced_alignments(one, combine="vote") == induced_alignments(one, combine="mean") == [[(2, 0), (2, 1)]]
+    with pytest.raises(ValueError, match="combine"):
+        induced_alignments(maps, combine="max")
+
+
+def test_estimate_from_distances_is_the_robust_maximum():
+    import numpy as np
+
+    from attnlab.experiment.estimate_w import estimate_from_distances
+
+    d = np.array([0] * 50 + [1] * 30 + [2] * 15 + [3] * 4 + [7])  # 100 sentences, one outlier at 7
+    assert estimate_from_distances(d, min_share=0.05) == 3     # 5 sentences reach 3 (4 + the outlier): 5 ≥ 5 %
+    assert estimate_from_distances(d, min_share=0.06) == 2     # 5 < 6: the next value down, 20 sentences reach 2
+    assert estimate_from_distances(d, min_share=0.01, min_count=1) == 7
+    with pytest.raises(ValueError):
+        estimate_from_distances(np.array([]))

@@ -102,3 +102,19 @@ def test_bad_options_are_one_line_errors(tmp_path, bad, message):
     assert r.stderr.startswith("attnlab: error:") and r.stderr.count("\n") == 1, r.stderr
     assert message in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_config_of_an_older_run_with_a_retired_key_loads(tmp_path):
+    """``extra`` (written by earlier versions) is dropped on load; a really unknown key is an error."""
+    from attnlab.config import ModelConfig, TrainConfig, load_config, save_config
+    from attnlab.errors import UserError
+
+    path = tmp_path / "config.toml"
+    save_config(path, ModelConfig(), TrainConfig(data="synthetic", epochs=1))
+    text = path.read_text()
+    path.write_text(text.replace("[train]\n", "[train]\nextra = {}\n"))
+    _, tc = load_config(path)
+    assert tc.epochs == 1
+    path.write_text(text.replace("[train]\n", "[train]\nwarmpu = 3\n"))
+    with pytest.raises(UserError, match="unknown key\\(s\\) warmpu"):
+        load_config(path)

@@ -6,9 +6,11 @@ For every model two ``AttentionMaps`` (``attnlab.analysis.capture``):
   (``encode(src) + [eos]``), the decoder reading the model's own greedy
   translation — Figures 11 (1 head) and 12 (8 heads) are its encoder
   self-attention, tokens on both axes; the cross-attention is drawn beside;
-* the evaluation set: ``capture_sentences`` pairs with the decoder reading the
-  reference (teacher forcing), so gold alignments and dependencies apply —
-  the input of roles, budgets, the w estimate and the spectra.
+* the evaluation set: ``capture_sentences`` pairs spread evenly over the
+  evaluation split (a corpus file may be sorted by length, as Tatoeba's
+  test split is: its first pairs are its shortest), with the decoder reading
+  the reference (teacher forcing), so gold alignments and dependencies
+  apply — the input of roles, budgets, the w estimate and the spectra.
 
 Roles (``attnlab.analysis.roles.head_roles``): rare-token frequencies are the
 model's token counts over the training sources; gold relations (synthetic
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
+
+import numpy as np
 
 from attnlab.analysis.attention_maps import AttentionMaps
 from attnlab.analysis.capture import capture
@@ -37,8 +41,9 @@ FREQ_LIMIT = 20000
 
 def capture_pairs(ctx: Context) -> list:
     """The evaluation pairs whose attention is captured (the same for every model)."""
-    pairs, _ = eval_pairs(ctx)
-    return list(pairs)[: ctx.settings.capture_sentences]
+    pairs = list(eval_pairs(ctx)[0])
+    k = min(ctx.settings.capture_sentences, len(pairs))
+    return [pairs[i] for i in np.linspace(0, len(pairs) - 1, k).round().astype(int)]  # k distinct indices, evenly spread
 
 
 def load_maps(ctx: Context, name: str, which: str) -> AttentionMaps:
@@ -52,7 +57,7 @@ def load_maps(ctx: Context, name: str, which: str) -> AttentionMaps:
 def capture_stage(models: list[ThesisModel]):
     def run(ctx: Context) -> dict:
         pairs, split = eval_pairs(ctx)
-        sources = [p.src for p in list(pairs)[:1000]]
+        sources = [p.src for p in pairs]
         first = load_model(ctx, models[-1].name)
         index, n_tokens = pick_sentence(sources, first.tokenizer, ctx.settings.sentence_length)
         sentence = sources[index]

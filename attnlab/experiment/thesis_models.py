@@ -50,5 +50,6 @@ def train_config(settings: Settings, seed: int = 0) -> TrainConfig:
         data=settings.data, tokenizer="bpe", vocab_size=settings.vocab_size, max_tokens=settings.max_tokens,
         lr=settings.lr, warmup=settings.warmup, max_steps=settings.max_steps, minutes=settings.minutes,
         checkpoint_every=settings.checkpoint_every, log_every=25, synthetic_pairs=settings.synthetic_pairs, seed=seed,
+        precision=settings.precision,
         dev_limit=0,  # the experiment scores every model itself (stage "evaluate")
     )

@@ -171,6 +171,12 @@ def build_blocks(results: dict, out: Path) -> list[Block]:
                              f"<b>{_f(t['ratio_of_means'], 1)}×</b>", "", ""])
                 B.append(Block("table", headers=["head", "Min_distance", "Mean Error", "optimal distance", "optimal mean error",
                                                  "ratio", "mass captured", "stored entries"], rows=rows))
+                ev = t.get("eval", {})
+                if ev.get("sentences"):
+                    B.append(Block("p", text=(
+                        f"Over the {ev['sentences']} captured evaluation sentences with n ≥ {ev['min_len']} = 2(2w + 1) ({ev['heads']} encoder heads, "
+                        f"grouped by length): mean error {_f(ev['mean_random_error'], 4)} (random search) vs "
+                        f"{_f(ev['mean_optimal_error'], 5)} (optimal fit), <b>{_f(ev['ratio_of_means'], 1)}×</b>.")))
             sw = entry.get("sweep")
             if sw:
                 B.append(Block("img", width=520, path=sw["png"], caption=f"w × num_pos sweep of the optimal fit (s = n) — "
