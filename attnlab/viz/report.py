@@ -85,7 +85,7 @@ def build_blocks(results: dict, out: Path) -> list[Block]:
             cards.append((f"BLEU · {models[name]['title']}", f"{e['bleu']:.1f}", f"chrF {e['chrf']:.1f}"))
     t16 = tables.get("models", {}).get(big, {}).get("tables", {}).get("table16", {})
     if "ratio_of_means" in t16:
-        cards.append(("random search / optimal fit", f"{t16['ratio_of_means']:.0f}×", "Table 16, 8 heads, mean error"))
+        cards.append(("random search / optimal fit", f"{t16['ratio_of_means']:.1f}×", "Table 16, 8 heads, mean error"))
     eb = est.get("models", {}).get(big)
     if eb:
         known = est.get("known_max_reorder")
@@ -120,7 +120,7 @@ def build_blocks(results: dict, out: Path) -> list[Block]:
     # ---- 3 figures
     B.append(Block("h2", "3 · Attention on a 16-token sentence (the thesis's Figures 11–12)"))
     B.append(Block("p", text=(f"Sentence ({cap.get('sentence_tokens', '?')} tokens with EOS): "
-                              f"<i>{html.escape(cap.get('sentence', ''))}</i>. Rows are queries, columns keys; "
+                              f"“<i>{html.escape(cap.get('sentence', ''))}</i>” — rows are queries, columns keys; "
                               "the decoder reads the model's own translation.")))
     for name, figs in cap.get("figures", {}).items():
         tr = cap.get("models", {}).get(name, {}).get("translation", "")
