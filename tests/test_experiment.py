@@ -74,6 +74,9 @@ def test_results_hold_the_measured_numbers(quick):
     # a 24-sentence sample may stay below it; the default run's 120 sentences give 3, see the README)
     assert est["known_max_reorder"] == 3 and est["gold"]["w"] <= est["gold"]["max"] <= 3
     assert isinstance(est["models"]["h8"]["w"], int)
+    conf = {k: v["confidence"] for k, v in est["models"].items()}
+    assert all(0 < c <= 1 for c in conf.values())
+    assert est["from_model"] == max(conf, key=conf.get) and est["w"] == est["models"][est["from_model"]]["w"]
     ch = res["choices"]["models"]["h8"]
     assert set(ch) == {"encoder", "decoder", "cross"} and len(ch["encoder"]["w"][0]) == 8
     surgery = res["surgery"]["models"]["h8"]
@@ -205,3 +208,12 @@ def test_estimate_from_distances_is_the_robust_maximum():
     assert estimate_from_distances(d, min_share=0.01, min_count=1) == 7
     with pytest.raises(ValueError):
         estimate_from_distances(np.array([]))
+
+
+def test_alignment_confidence_is_the_mean_largest_weight():
+    """Row 0 (predicts x): head-mean (0.35, 0.45, 0.2, 0) → 0.45; row 1 (predicts y): 1.0; row 2 predicts nothing."""
+    from attnlab.analysis.attention_maps import AttentionMaps
+    from attnlab.experiment.estimate_w import alignment_confidence
+
+    heads = [[0.5, 0.45, 0.05], [0.05, 0.45, 0.5], [0.5, 0.45, 0.05]]
+    assert alignment_confidence(AttentionMaps([_cross_sentence(heads, 3)])) == pytest.approx((0.45 + 1.0) / 2)
