@@ -211,7 +211,7 @@ def build_blocks(results: dict, out: Path) -> list[Block]:
         rows = []
         if "gold" in est:
             g = est["gold"]
-            rows.append(["gold alignments", g["w"], _shares(g), g["max"], _dist(g["distribution"]), "—", "—", "—"])
+            rows.append(["gold alignments", g["w"], _shares(g), g["max"], _dist(g["distribution"]), "—", "—", "—", "—"])
         for name, e in est.get("models", {}).items():
             rows.append([f"cross-attention · {models.get(name, {}).get('title', name)}", f"<b>{e['w']}</b>", _shares(e), e["max"],
                          _dist(e["distribution"]), _f(e.get("num_pos")), _f(e.get("confidence"), 3), _pct(e.get("agreement_with_gold")),
