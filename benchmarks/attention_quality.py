@@ -22,6 +22,7 @@ Tatoeba: CC-BY 2.0 FR, tatoeba.org.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import time
@@ -89,19 +90,13 @@ def main() -> None:
     args = ap.parse_args()
 
     jobs = [(mechanism, args) for mechanism in args.mechanisms]
-    if args.jobs > 1:
-        with multiprocessing.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) as pool:
-            rows = []
-            for row in pool.imap(run_one, jobs):  # in --mechanisms order
-                rows.append(row)
-                if args.json:
-                    print(json.dumps(row), flush=True)
-    else:
+    pool = multiprocessing.get_context("spawn").Pool(args.jobs, maxtasksperchild=1) if args.jobs > 1 else None
+    with pool or contextlib.nullcontext():
         rows = []
-        for job in jobs:
-            rows.append(run_one(job))
+        for row in (pool.imap if pool else map)(run_one, jobs):  # in --mechanisms order
+            rows.append(row)
             if args.json:
-                print(json.dumps(rows[-1]), flush=True)
+                print(json.dumps(row), flush=True)
     if not args.json:
         full = next((r["bleu"] for r in rows if r["mechanism"] == "full"), None)
         print(f"{'mechanism':12s} {'steps':>6s} {'BLEU':>6s} {'chrF':>6s} {'Δ vs full':>9s}")

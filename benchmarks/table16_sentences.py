@@ -24,22 +24,9 @@ import numpy as np
 import torch
 
 from attnlab.analysis.capture import capture
-from attnlab.analysis.structured_fit import structured_fit
-from attnlab.analysis.validation import random_search
 from attnlab.data import load_corpus
-from attnlab.experiment.tables import over_sentences
+from attnlab.experiment.tables import default_min_len, over_sentences
 from attnlab.train.checkpoint import list_checkpoints, load_run, load_weights
-
-
-def per_sentence_ratios(maps, n: int, w: int, num_pos: int, attempts: int) -> np.ndarray:
-    """Ratio of mean errors (random / optimal) over the heads of each sentence of length ``n``."""
-    a = np.stack([s.weights["encoder"].reshape(-1, n, n) for s in maps if s.weights["encoder"].shape[-1] == n])
-    if not a.size:
-        return np.zeros(0)
-    a = a.astype(np.float64) / a.sum(-1, keepdims=True)  # (S, L·H, n, n)
-    r = random_search(a, w, num_pos, n_attempts=attempts, seed=0).mean_error.mean(-1)  # (S,)
-    o = structured_fit(a, w, num_pos).mean_error.mean(-1)
-    return r / o
 
 
 def main() -> None:
@@ -58,19 +45,20 @@ def main() -> None:
 
     run = load_run(args.run)
     sources = list(dict.fromkeys(p.src for p in load_corpus(args.data, split=args.split)))
-    min_len = 2 * (2 * args.w + 1) if args.min_len is None else args.min_len
+    min_len = default_min_len(args.w) if args.min_len is None else args.min_len
     sources = [s for s in sources if len(run.tokenizer.encode(s)) + 1 >= min_len]
     for step in args.steps or [list_checkpoints(args.run)[-1]]:
         load_weights(args.run / "checkpoints" / f"step_{step:07d}.safetensors", run.model, run.cfg)
         maps = capture(run.model.eval(), run.tokenizer, sources, name=args.run.name)
-        pooled = over_sentences(maps, args.w, args.num_pos, args.attempts, min_len=args.min_len)
-        at_n = per_sentence_ratios(maps, args.n, args.w, args.num_pos, args.attempts)
+        pooled = over_sentences(maps, args.w, args.num_pos, args.attempts, min_len=min_len)
+        group = pooled.get("by_length", {}).get(str(args.n), {})
+        at_n = np.array(group.get("per_sentence", []))  # (sentences of length n,)
         row = {"step": step, "w": args.w, "num_pos": args.num_pos, "sentences": pooled["sentences"],
                "pooled_random_error": round(pooled["mean_random_error"], 5),
                "pooled_optimal_error": round(pooled["mean_optimal_error"], 5),
                "pooled_ratio": round(pooled["ratio_of_means"], 2),
                f"sentences_n{args.n}": int(at_n.size),
-               f"ratio_n{args.n}": round(pooled["by_length"].get(str(args.n), {}).get("ratio_of_means", float("nan")), 2),
+               f"ratio_n{args.n}": round(group.get("ratio_of_means", float("nan")), 2),
                f"ratio_n{args.n}_per_sentence": [round(float(x), 2) for x in np.sort(at_n)]}
         if args.json:
             print(json.dumps(row), flush=True)

@@ -164,6 +164,7 @@ def test_over_sentences_pools_heads_by_length():
     r = over_sentences(AttentionMaps(sents), w=3, num_pos=2, attempts=5, min_len=8)
     assert r["sentences"] == 3 and r["heads"] == 6
     assert {k: v["sentences"] for k, v in r["by_length"].items()} == {"9": 2, "12": 1}
+    assert [len(v["per_sentence"]) for v in r["by_length"].values()] == [2, 1]
     assert r["mean_optimal_error"] < 1e-6 < r["mean_random_error"]
 
 

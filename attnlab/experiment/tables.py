@@ -24,6 +24,7 @@ import numpy as np
 
 from attnlab.analysis.comparison import compare_fits
 from attnlab.analysis.error_surface import sweep
+from attnlab.analysis.inputs import check_attention
 from attnlab.analysis.structured_fit import structured_fit
 from attnlab.analysis.validation import random_search
 from attnlab.experiment.attention import load_maps
@@ -37,18 +38,24 @@ THESIS_TABLES = {"table16": (3, 2), "table17": (10, 1)}
 THESIS_MEAN_ERROR = (0.062, 0.082)
 
 
+def default_min_len(w: int) -> int:
+    """2(2w + 1): on shorter sentences the band of half-width w alone holds more than half of each row."""
+    return 2 * (2 * w + 1)
+
+
 def over_sentences(maps, w: int, num_pos: int, attempts: int, seed: int = 0, min_len: int | None = None) -> dict:
     """Random search vs optimal fit on the encoder heads of every sentence of ``maps`` with n ≥ ``min_len``.
 
-    ``min_len`` defaults to 2(2w + 1): on shorter sentences the band alone
-    holds more than half of each row, and the comparison says little about
-    the structure of the heads.
+    ``min_len`` defaults to ``default_min_len(w)`` = 2(2w + 1): on shorter
+    sentences the band alone holds more than half of each row, and the
+    comparison says little about the structure of the heads.
 
     Sentences of one length n form one batch (no padding: the protocol's
-    draws are n × n); returns the pooled mean errors, their ratio, and the
-    ratio per length.
+    draws are n × n); returns the pooled mean errors, their ratio, and per
+    length the ratio of the pooled means and each sentence's own ratio
+    (mean over its heads).
     """
-    min_len = 2 * (2 * w + 1) if min_len is None else min_len
+    min_len = default_min_len(w) if min_len is None else min_len
     by_n: dict[int, list[np.ndarray]] = {}
     for sent in maps:
         a = sent.weights["encoder"]  # (L, H, n, n)
@@ -59,13 +66,13 @@ def over_sentences(maps, w: int, num_pos: int, attempts: int, seed: int = 0, min
         return {"sentences": 0, "min_len": min_len}
     random_err, optimal_err, by_length = [], [], {}
     for n, mats in sorted(by_n.items()):
-        a = np.concatenate(mats).astype(np.float64)  # (S_n·L·H, n, n)
-        a = a / a.sum(-1, keepdims=True)
-        r = random_search(a, w, num_pos, n_attempts=attempts, seed=seed).mean_error  # (S_n·L·H,)
+        a, _ = check_attention(np.stack(mats), "encoder attention", square=True, renormalize=True)  # (S_n, L·H, n, n)
+        r = random_search(a, w, num_pos, n_attempts=attempts, seed=seed).mean_error  # (S_n, L·H)
         o = structured_fit(a, w, num_pos).mean_error
-        random_err.append(r)
-        optimal_err.append(o)
-        by_length[str(n)] = {"sentences": len(mats), "ratio_of_means": float(r.mean() / max(o.mean(), 1e-12))}
+        random_err.append(r.ravel())
+        optimal_err.append(o.ravel())
+        by_length[str(n)] = {"sentences": len(mats), "ratio_of_means": float(r.mean() / max(o.mean(), 1e-12)),
+                             "per_sentence": (r.mean(-1) / np.maximum(o.mean(-1), 1e-12)).tolist()}
     r, o = np.concatenate(random_err), np.concatenate(optimal_err)
     return {"sentences": int(sum(len(v) for v in by_n.values())), "heads": int(r.size), "min_len": min_len,
             "mean_random_error": float(r.mean()), "mean_optimal_error": float(o.mean()),

@@ -86,11 +86,11 @@ def build_blocks(results: dict, out: Path) -> list[Block]:
     t16 = tables.get("models", {}).get(big, {}).get("tables", {}).get("table16", {})
     if "ratio_of_means" in t16:
         cards.append(("random search / optimal fit", f"{t16['ratio_of_means']:.1f}×", "Table 16, 8 heads, mean error"))
+    aligner = models.get(est.get("from_model"), {}).get("title", est.get("from_model", ""))  # the most confident model
     if "w" in est:
         known = est.get("known_max_reorder")
-        src = models.get(est.get("from_model"), {}).get("title", est.get("from_model", ""))
         cards.append(("estimated w (reordering)", str(est["w"]),
-                      f"{src}; known max_reorder {known}" if known is not None else f"{src}, from cross-attention"))
+                      f"{aligner}; known max_reorder {known}" if known is not None else f"{aligner}, from cross-attention"))
     sb = surg.get("models", {}).get(big)
     if sb:
         cards.append(("head surgery BLEU", f"{sb['before']['bleu']:.1f} → {sb['per_head']['bleu']:.1f}",
@@ -220,9 +220,8 @@ def build_blocks(results: dict, out: Path) -> list[Block]:
                    "links = gold", "recovers max_reorder"]
         B.append(Block("table", headers=headers, rows=rows))
         if "w" in est:
-            src = models.get(est.get("from_model"), {}).get("title", est.get("from_model", ""))
             B.append(Block("p", text=f"Per-language estimate: <b>ŵ = {est['w']}</b>, num_pos = {_f(est.get('num_pos'))} "
-                                     f"(from the most confident aligner: {src})."))
+                                     f"(from the most confident aligner: {aligner})."))
         if est.get("known_max_reorder") is not None:
             B.append(Block("p", text=f"The grammar's known maximum reordering distance: <b>{est['known_max_reorder']}</b>"
                                      + (" — recovered." if est.get("recovers_max_reorder") else " — not recovered.")))
