@@ -53,7 +53,8 @@ def run_one(job) -> dict:
     mechanism, args = job
     torch.set_num_threads(args.threads)
     out = Path(args.out) / mechanism
-    if args.force or not list_checkpoints(out):
+    trained = args.force or not list_checkpoints(out)
+    if trained:
         tc = TrainConfig(data=args.data, vocab_size=8000, max_tokens=args.max_tokens, lr=args.lr, warmup=args.warmup,
                          minutes=args.minutes, precision="bf16", checkpoint_every=1000, dev_limit=0, seed=args.seed)
         train(model_config(mechanism, args), tc, out, force=True, quiet=True)
@@ -61,8 +62,9 @@ def run_one(job) -> dict:
     test = load_corpus(args.data, split="test")
     t0 = time.perf_counter()
     scores = evaluate_pairs(run.model, run.tokenizer, test, limit=args.limit or None)
-    return {"mechanism": mechanism, "seed": args.seed, "w": args.w, "num_pos": args.num_pos, "minutes": args.minutes,
-            "threads": args.threads, "steps": list_checkpoints(out)[-1], "bleu": round(scores["bleu"], 2),
+    # what the run was trained with (read back from it: an existing run is only scored again)
+    return {"mechanism": mechanism, "seed": run.train_cfg.seed, "w": run.cfg.w, "num_pos": run.cfg.num_pos,
+            "minutes": run.train_cfg.minutes, "threads": args.threads if trained else None, "steps": list_checkpoints(out)[-1], "bleu": round(scores["bleu"], 2),
             "chrf": round(scores["chrf"], 2), "sentences": scores["sentences"],
             "eval_s": round(time.perf_counter() - t0, 1)}
 
@@ -103,7 +105,9 @@ def main() -> None:
         for r in rows:
             delta = f"{r['bleu'] - full:+.2f}" if full is not None else "-"
             print(f"{r['mechanism']:12s} {r['steps']:6d} {r['bleu']:6.2f} {r['chrf']:6.2f} {delta:>9s}")
-        print(f"budget {args.minutes} min of training each on {args.threads} thread(s), {args.jobs} run(s) at a time, w={args.w}, num_pos={args.num_pos}; test: {rows[0]['sentences'] if rows else 0} sources")
+        minutes = sorted({r["minutes"] for r in rows})
+        print(f"budget {', '.join(map(str, minutes))} min of training each (read from the runs); this call: {args.threads} thread(s), "
+              f"{args.jobs} run(s) at a time, w={args.w}, num_pos={args.num_pos}; test: {rows[0]['sentences'] if rows else 0} sources")
 
 
 if __name__ == "__main__":
