@@ -43,6 +43,11 @@ def test_approximate_json_and_table(heads_file, tmp_path):
     assert res.returncode == 0, res.stderr
     for col in ("Head_n", "Min_distance", "Mean Error", "ratio", "stored"):
         assert col in res.stdout
+    assert "Σ a_ij = 12.00 per head" in res.stdout  # the zero matrix's distance: the head's mass
+    half = tmp_path / "half.npy"
+    np.save(half, planted_heads(2, 12, rng=1) / 2)  # rows sum to 1/2: warned, kept as they are
+    res = attnlab("approximate", half, "--w", 2, "--num-pos", 1, "--attempts", 2)
+    assert res.returncode == 0 and "Σ a_ij = 6.00 per head" in res.stdout
 
 
 def test_sweep_writes_csv_and_png(heads_file, tmp_path):
@@ -53,6 +58,10 @@ def test_sweep_writes_csv_and_png(heads_file, tmp_path):
         rows = list(csv.DictReader(f))
     assert len(rows) == 15 and {int(r["w"]) for r in rows} == set(range(5))
     assert (out / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    best = min(rows, key=lambda r: float(r["mean_error"]))
+    worst = max(rows, key=lambda r: float(r["mean_error"]))
+    assert f"down to {float(best['mean_error']):.5f} at w={best['w']}, num_pos={best['num_pos']}" in res.stdout
+    assert f"from {float(worst['mean_error']):.5f} at w={worst['w']}, num_pos={worst['num_pos']}" in res.stdout
 
 
 def _one_line_error(res, *needles):
@@ -74,9 +83,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     _one_line_error(attnlab("approximate", save("nan.npy", np.full((6, 6), np.nan))), "NaN")
     _one_line_error(attnlab("approximate", save("neg.npy", -np.eye(6))), "negative")
     _one_line_error(attnlab("approximate", save("empty.npy", np.zeros((0, 6, 6)))), "empty")
-    _one_line_error(attnlab("approximate", good, "--w", 6), "w")
-    _one_line_error(attnlab("approximate", good, "--w", -1), "w")
-    _one_line_error(attnlab("approximate", good, "--w", 1, "--num-pos", 7), "num_pos")
+    _one_line_error(attnlab("approximate", save("empty2.npy", np.zeros((0, 0)))), "empty2.npy", "empty")
+    _one_line_error(attnlab("approximate", good, "--w", 6), "w: band half-width")
+    _one_line_error(attnlab("approximate", good, "--w", -1), "w: band half-width")
+    _one_line_error(attnlab("approximate", good, "--w", 1, "--num-pos", 7), "num_pos:")
     text = tmp_path / "heads.txt"
     text.write_text("not an array")
     _one_line_error(attnlab("approximate", text), "heads.txt")
@@ -86,6 +96,10 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     _one_line_error(attnlab("approximate", tmp_path / "missing.npy"), "missing.npy")
     _one_line_error(attnlab("sweep", good, "--w", "0..9", "--out", tmp_path / "s"), "--w")
     assert not (tmp_path / "s").exists()
+    taken = tmp_path / "taken"
+    taken.write_text("keep me")
+    _one_line_error(attnlab("sweep", good, "--w", "0..2", "--out", taken), "taken exists and is not a folder")
+    assert taken.read_text() == "keep me"
 
 
 def test_row_sums_warn_and_renormalize(tmp_path):

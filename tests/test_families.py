@@ -60,9 +60,9 @@ def test_sigma3_columns_and_windows():
     assert support[[1, 2, 3], 2].all() and not support[[0, 4, 5, 6, 7, 8, 9], 2].any()
     assert support[:, 7].all()
     assert _rows_sum_to_one(x)
-    with pytest.raises(ValueError, match="T"):
+    with pytest.raises(ValueError, match="^T:"):
         sigma3(5, T=[5], W=[1])
-    with pytest.raises(ValueError, match="W"):
+    with pytest.raises(ValueError, match="^W:"):
         sigma3(5, T=[1], W=[0])
 
 
@@ -77,15 +77,15 @@ def test_rectangular_and_seeded():
 def test_sparse_error_and_bad_arguments():
     e = sparse_error((4, 6, 6), 0.25, 0.1, rng=0)
     assert ((e > 0).sum((-2, -1)) == 9).all() and e.max() <= 0.1
-    with pytest.raises(ValueError, match="density"):
+    with pytest.raises(ValueError, match="^density:"):
         sparse_error((3, 3), 1.5, 0.1)
-    with pytest.raises(ValueError, match="eps"):
+    with pytest.raises(ValueError, match="^eps:"):
         sparse_error((3, 3), 0.5, -1)
-    with pytest.raises(ValueError, match="w"):
+    with pytest.raises(ValueError, match="^w:"):
         sigma2(4, w=4)
-    with pytest.raises(ValueError, match="p"):
+    with pytest.raises(ValueError, match="^p:"):
         sigma2(4, w=1, p=2)
-    with pytest.raises(ValueError, match="n"):
+    with pytest.raises(ValueError, match="^n:"):
         sigma1(0)
 
 

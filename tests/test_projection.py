@@ -32,9 +32,17 @@ def test_band_dimension_formula(n, data):
 
 
 @FAST
-@given(n=st.integers(1, 25), m=st.integers(1, 25), w=st.integers(0, 30))
-def test_band_dimension_rectangular_counts_entries(n, m, w):
+@given(n=st.integers(1, 25), m=st.integers(1, 25), data=st.data())
+def test_band_dimension_rectangular_counts_entries(n, m, data):
+    w = data.draw(st.integers(0, max(n, m) - 1))
     assert band_dimension(n, w, m) == sum(1 for i in range(n) for j in range(m) if abs(i - j) <= w)
+
+
+def test_band_dimension_rejects_bad_w():
+    with pytest.raises(ValueError, match="^w:"):
+        band_dimension(3, 3)  # 0 <= w < n; beyond, n + 2·Σ(n − k) stops counting entries (w = 5 gives 3)
+    with pytest.raises(ValueError, match="^w:"):
+        band_dimension(3, -1)
 
 
 @FAST
@@ -55,9 +63,9 @@ def test_no_band_matrix_beats_the_projection(seed, n, m, data):
 
 def test_projection_rejects_bad_w():
     a = np.eye(4)
-    with pytest.raises(ValueError, match="w"):
+    with pytest.raises(ValueError, match="^w:"):
         project_band(a, -1)
-    with pytest.raises(ValueError, match="w"):
+    with pytest.raises(ValueError, match="^w:"):
         project_band(a, 4)
 
 
@@ -185,8 +193,20 @@ def test_fit_rectangular_cross_attention():
 def test_fit_bad_arguments(kw, arg):
     a = np.full((8, 8), 1 / 8)
     args = {"w": 1, "num_pos": 1, "s": 2} | kw
-    with pytest.raises(ValueError, match=arg):
+    with pytest.raises(ValueError, match=f"^{arg}:"):
         structured_fit(a, args.pop("w"), args.pop("num_pos"), args.pop("s"), **args)
+
+
+def test_fit_stores_no_zeros():
+    """Zero entries and zero-mass columns cost budget and capture nothing: they are not stored."""
+    fit = structured_fit(np.eye(4), 0, 1, 4)
+    assert fit.stored_entries == 4 and fit.l1 == 0 and fit.columns.tolist() == [-1]
+    a = np.zeros((6, 6))
+    a[:, 0] = 0.5
+    a[np.arange(6), np.arange(6)] += 0.5  # identity + one column: columns beyond it carry nothing
+    fit = structured_fit(a, 0, 3, 6)
+    assert fit.columns.tolist() == [0, -1, -1]
+    assert fit.stored_entries == 6 + 5 and fit.l1 == 0
 
 
 @pytest.mark.parametrize(
@@ -217,9 +237,9 @@ def test_budget_choice_is_the_smallest_budget_reaching_the_target():
     assert model.stored_entries == curve.stored_entries.sum(0)[ok].min()
     lost = choose_budget(curve, 0.1, metric="lost_mass")
     assert (lost.error <= 0.1).all()
-    with pytest.raises(ValueError, match="metric"):
+    with pytest.raises(ValueError, match="^metric:"):
         choose_budget(curve, 0.1, metric="l7")
-    with pytest.raises(ValueError, match="w"):
+    with pytest.raises(ValueError, match="^w:"):
         error_budget_curve(a, [12], [0])
 
 

@@ -49,8 +49,15 @@ def test_padding_does_not_change_the_spectrum():
 def test_row_stochastic_spectral_norm_at_least_one_and_bad_input():
     a = planted_heads(4, 10, rng=1)
     assert (singular_values(a)[..., 0] >= 1 - 1e-12).all()
-    assert effective_rank(np.zeros(3)) == 0 and np.allclose(cumulative_energy(np.zeros(3)), 1)
-    with pytest.raises(ValueError, match="tau"):
+    rng = np.random.default_rng(2)
+    for n, m in ((1, 4), (3, 7), (7, 3)):  # rectangular: σ_1 ≥ √(n/m), reached by the uniform rows
+        x = rng.random((5, n, m))
+        x /= x.sum(-1, keepdims=True)
+        assert (singular_values(x)[..., 0] >= np.sqrt(n / m) - 1e-12).all()
+        assert np.isclose(singular_values(np.full((n, m), 1 / m))[0], np.sqrt(n / m))
+    assert effective_rank(np.zeros(3)) == 0 and energy_rank(np.zeros(3)) == 0
+    assert np.allclose(cumulative_energy(np.zeros(3)), 1)
+    with pytest.raises(ValueError, match="^tau:"):
         energy_rank(np.ones(3), 0)
     with pytest.raises(ValueError, match="^a:"):
         singular_values(np.array([[np.nan]]))

@@ -56,6 +56,14 @@ def test_padding_is_excluded():
     assert np.allclose(rs_pad.mean_error, rs_pad.min_distance / 64)
 
 
+def test_padded_draws_are_cut_and_renormalised():
+    """On a 1×1 real block every draw, cut and renormalised, is [[1]]: distance 0 — uncut draws would miss it."""
+    a = np.full((2, 6, 6), 7.0)
+    a[:, 0, 0] = 1.0
+    rs = random_search(a, 2, 1, seed=0, density=1.0, lengths=np.array([1, 1]))
+    assert np.array_equal(rs.min_distance, np.zeros(2)) and np.array_equal(rs.family_min, np.zeros((2, 3)))
+
+
 def test_identity_heads_are_found_in_sigma1_and_structure_beats_search():
     eye = np.broadcast_to(np.eye(16), (2, 16, 16))
     rs = random_search(eye, 3, 2, seed=0)
@@ -71,7 +79,7 @@ def test_bad_arguments():
     a = np.full((2, 6, 6), 1 / 6)
     for kw, arg in (({"w": 6}, "w"), ({"num_pos": 7}, "num_pos"), ({"n_attempts": 0}, "n_attempts")):
         args = {"w": 1, "num_pos": 1} | kw
-        with pytest.raises(ValueError, match=arg):
+        with pytest.raises(ValueError, match=f"^{arg}:"):
             random_search(a, args.pop("w"), args.pop("num_pos"), **args)
     with pytest.raises(ValueError, match="^a:"):
         random_search(np.full((6, 6), np.inf), 1, 1)

@@ -69,5 +69,7 @@ def load_heads(path: str | os.PathLike) -> tuple[np.ndarray, list[str]]:
         raise UserError(f"{path}: expected a numeric array, got dtype {arr.dtype}")
     if arr.ndim < 2:
         raise UserError(f"{path}: expected an array of shape (n, n) or (H, n, n), got {arr.shape}")
+    if arr.size == 0:
+        raise UserError(f"{path}: empty array of shape {arr.shape}")
     arr = arr.astype(np.float64).reshape(-1, *arr.shape[-2:])
     return arr, [str(h) for h in range(arr.shape[0])]

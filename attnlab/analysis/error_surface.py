@@ -84,6 +84,9 @@ def sweep(
     a, _ = check_attention(a, name, renormalize=renormalize)
     a = a.reshape(-1, *a.shape[-2:])
     n, m = a.shape[-2:]
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out_dir: {out} exists and is not a folder")
     ws, ps = list(ws), list(num_pos_values)
     for w in ws:
         check_w(w, max(n, m))
@@ -91,7 +94,6 @@ def sweep(
         check_num_pos(p, m)
     curve = error_budget_curve(a, ws, ps, s)
     rows = surface_rows(curve)
-    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     csv_path, png_path = out / "sweep.csv", out / "sweep.png"
 

@@ -21,8 +21,9 @@ non-negative error with a fixed density and entries 0 < e_ij ≤ ε:
 
 Because P is row-stochastic, rowsum(P + Ẽ) ≥ 1, so the error keeps |x_ij| ≤ ε
 off the support of P.  Ẽ has exactly round(density·n·m) non-zero entries
-per matrix.  For rectangular n×m matrices the identity is i = j; a row left
-without support (n > m) becomes uniform.
+per matrix.  For rectangular n×m matrices the identity is i = j: in Σ1 a row
+whose (shifted) diagonal falls outside the keys attends to the nearest key
+column; in Σ2 a row left without band cells (n > m + w) becomes uniform.
 
 All generators take ``size`` (the batch shape) and ``rng`` (a seed or a
 ``numpy.random.Generator``) and are vectorised over the batch.

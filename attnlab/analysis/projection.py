@@ -56,11 +56,14 @@ def band_mask(n: int, m: int | None = None, w: int = 0, offset=0) -> np.ndarray:
 
 
 def band_dimension(n: int, w: int, m: int | None = None) -> int:
-    """dim B_w = #{(i, j) : |i − j| ≤ w} (= n + 2·Σ_{k=1..w}(n − k) for square n×n)."""
+    """dim B_w = #{(i, j) : |i − j| ≤ w} (= n + 2·Σ_{k=1..w}(n − k) for square n×n), 0 ≤ w < max(n, m).
+
+    w = n − 1 already gives the whole space (dimension n·m for square matrices); a wider band is
+    rejected like everywhere else in ``analysis``.
+    """
     if n < 1 or (m is not None and m < 1):
         raise ValueError(f"n: matrix sides must be >= 1, got n={n}, m={m}")
-    if w < 0:
-        raise ValueError(f"w: band half-width must be >= 0, got {w}")
+    w = check_w(w, max(n, n if m is None else m))
     return int(band_mask(n, m, w).sum())
 
 

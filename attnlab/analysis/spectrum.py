@@ -9,7 +9,8 @@ For A = U Σ Vᵀ with σ_1 ≥ σ_2 ≥ … ≥ σ_r ≥ 0 (r = min(n, m)):
     erank(A) = exp(−Σ_k p_k log p_k),  p_k = σ_k / Σ_i σ_i
                                                  effective rank (Roy & Vetterli 2007)
 
-A row-stochastic matrix has σ_1 ≥ 1 (its rows sum to 1: ‖A 1‖ = ‖1‖), and a
+A row-stochastic n×m matrix has σ_1 ≥ √(n/m) (its rows sum to 1: A 1_m = 1_n,
+so ‖A‖₂ ≥ ‖1_n‖/‖1_m‖; σ_1 ≥ 1 for square heads), and a
 near-identity head is full rank with a flat spectrum (erank ≈ n) — the thesis's
 "full rank with low l2 norm" — while a head attending one column has rank ≈ 1.
 Padding (``lengths``) is zeroed first; zero singular values add nothing to
@@ -46,10 +47,11 @@ def cumulative_energy(sigma: np.ndarray) -> np.ndarray:
 
 
 def energy_rank(sigma: np.ndarray, tau: float = 0.9) -> np.ndarray:
-    """rank_τ = smallest k with energy(k) ≥ τ, shape ``(...)``."""
+    """rank_τ = smallest k with energy(k) ≥ τ, shape ``(...)`` (0 where A = 0, like ``effective_rank``)."""
     if not 0 < tau <= 1:
         raise ValueError(f"tau: expected an energy fraction in (0, 1], got {tau!r}")
-    return (cumulative_energy(sigma) < tau - 1e-12).sum(-1) + 1
+    k = (cumulative_energy(sigma) < tau - 1e-12).sum(-1) + 1
+    return np.where(sigma.max(-1, initial=0.0) > 0, k, 0)
 
 
 def effective_rank(sigma: np.ndarray) -> np.ndarray:

@@ -6,7 +6,9 @@ with T the ``num_pos`` key columns carrying the most off-band mass and Ẽ_s the
 ``s`` largest remaining entries (optionally capped at ε) — the thesis's
 ``I_n P + Ẽ`` made exact.
 
-Why each step is optimal for its budget (entrywise 1-norm, A ≥ 0).
+Why each step is optimal for its own budget (entrywise 1-norm, A ≥ 0): the
+band's budget is w, the columns' is num_pos columns, the sparse step's is s
+entries.
   1. Store exactly.  For any X whose support is a set S of entries,
      ‖A − X‖₁ = Σ_{(i,j)∈S} |a_ij − x_ij| + Σ_{(i,j)∉S} a_ij  ≥  Σ_{(i,j)∉S} a_ij,
      with equality iff x_ij = a_ij on S (the norm is separable over entries).
@@ -19,15 +21,21 @@ Why each step is optimal for its budget (entrywise 1-norm, A ≥ 0).
      additions of distinct columns are disjoint, so mass(T) = Σ_{t∈T} c_t is
      additive and the num_pos largest c_t maximise it (exchange argument: a
      set missing one of the largest can swap it in without losing mass).
+     The budget here is counted in columns, not entries: an edge column has
+     more off-band entries than a central one, and no claim is made for the
+     best mass per stored entry.  A column with c_t = 0 would store nothing:
+     it is left out (fewer than num_pos columns, index −1).
   4. Sparse, given band and columns.  Each further entry adds its own value,
-     so the s largest remaining entries maximise the stored mass.  With the
+     so the s largest remaining entries maximise the stored mass; zeros
+     add nothing and are not stored (fewer than s entries then).  With the
      cap |e_ij| ≤ ε the best stored value is min(a_ij, ε) and, min(·, ε) being
      monotone, the s largest entries are still the best choice.
 Steps 3 and 4 are each optimal given the previous ones (the thesis's
 structure: positions first, then the sparse error); the joint choice of
 (T, S) can do better when a column's mass sits in a single entry.
 
-Budget = number of stored entries = |band ∪ columns| + s (real entries only).
+Budget = number of stored entries = |band ∪ columns| + number of sparse
+entries (≤ s; real, non-zero entries only).
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ class StructuredFit:
 
     x: np.ndarray               # (..., n, m) the fit X
     stored: np.ndarray          # (..., n, m) bool: entries X stores
-    columns: np.ndarray         # (..., num_pos) the key columns T, most off-band mass first
+    columns: np.ndarray         # (..., num_pos) the key columns T, most off-band mass first; -1: none left with mass
     offset: np.ndarray          # (...) diagonal offset of the band
     stored_entries: np.ndarray  # (...) budget: |band ∪ columns| + sparse entries
     mass_captured: np.ndarray   # (...) Σ x_ij / Σ a_ij
@@ -70,7 +78,8 @@ def structured_fit(
 ) -> StructuredFit:
     """Optimal band + ``num_pos`` columns + ``s`` sparse entries fit of ``a`` (module docstring).
 
-    ``a``: non-negative ``(..., n, m)``; ``s`` defaults to ``n`` (one entry per
+    ``a``: non-negative ``(..., n, m)``; ``0 ≤ w < max(n, m)`` (``w < n`` for square
+    heads; a cross-attention band may be as wide as the longer side); ``s`` defaults to ``n`` (one entry per
     row on average); ``eps`` caps the sparse entries; ``offset`` shifts the
     band (an integer, an array ``(...)``, or ``"auto"`` for the best offset
     of each head, searched within ``|o| ≤ max_shift``).
@@ -105,11 +114,14 @@ def structured_fit(
     if valid is not None:
         band = band & valid
 
-    # 3. columns: c_t = off-band mass of column t; keep the num_pos largest (stable: lowest index on ties)
+    # 3. columns: c_t = off-band mass of column t; keep the num_pos largest (stable: lowest index on ties);
+    #    a column with no off-band mass would cost entries and store nothing: it is not kept (index -1)
     c = a.sum(-2) - np.where(band, a, 0.0).sum(-2)  # (..., m)
     columns = np.argsort(-c, axis=-1, kind="stable")[..., :num_pos]  # (..., num_pos)
+    useful = np.take_along_axis(c, columns, axis=-1) > 0  # (..., num_pos)
     in_t = np.zeros(batch + (m,), dtype=bool)
-    np.put_along_axis(in_t, columns, True, axis=-1)
+    np.put_along_axis(in_t, columns, useful, axis=-1)
+    columns = np.where(useful, columns, -1)
     stored = band | in_t[..., None, :]  # (..., n, m)
     if valid is not None:
         stored = stored & valid
@@ -133,7 +145,7 @@ def structured_fit(
         if crowded.any():
             tc = ties[crowded]
             pick[crowded] |= tc & (np.cumsum(tc, axis=-1) <= need[crowded, None])
-        pick = pick.reshape(a.shape) & (rest.reshape(a.shape) >= 0)  # only real, not yet stored entries
+        pick = pick.reshape(a.shape) & (rest.reshape(a.shape) > 0)  # only real, not yet stored, non-zero entries
         n_sparse = pick.sum((-2, -1))
         x = np.where(pick, a if eps is None else np.minimum(a, eps), x)
         stored = stored | pick

@@ -41,7 +41,7 @@ def main() -> None:
     """Entry point of the console script."""
     try:
         app(standalone_mode=True)
-    except (UserError, ValueError, FileNotFoundError, IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+    except (UserError, ValueError, OSError, UnicodeDecodeError) as err:  # OSError: missing, existing, unwritable paths
         if os.environ.get("ATTNLAB_DEBUG"):
             raise
         raise SystemExit(fail(str(err)).exit_code) from None

@@ -84,7 +84,9 @@ def register(app: typer.Typer) -> None:
                       f"{mean('optimal_mean_error'):.5f}", f"{ratio:.1f}×", f"{mean('mass_captured'):.1%}", f"{mean('stored_entries'):.0f}")
         console = Console()
         (console if console.width >= 110 else Console(width=110)).print(table)
-        typer.echo(f"zero matrix for reference: ‖A − 0‖₁ = Σ a_ij = {n} per head (mean error {1 / n:.4f}); dense budget n² = {n * n}")
+        zero = float(n if renormalize else heads.sum((-2, -1)).mean())  # ‖A − 0‖₁ = Σ a_ij (= n when rows sum to 1)
+        typer.echo(f"zero matrix for reference: ‖A − 0‖₁ = Σ a_ij = {zero:.2f} per head on average "
+                   f"(mean error {zero / (n * n):.4f}); dense budget n² = {n * n}")
 
     @app.command("sweep")
     def sweep_cmd(
@@ -111,7 +113,8 @@ def register(app: typer.Typer) -> None:
             warnings.simplefilter("always")
             rows, csv_path, png_path = sweep(heads, ws, ps, out, sparse, renormalize=renormalize, name=str(input))
         _echo_warnings(caught)
-        lo, hi = rows[0], rows[-1]
+        lo = min(rows, key=lambda r: r["mean_error"])
+        hi = max(rows, key=lambda r: r["mean_error"])
         typer.echo(f"wrote {csv_path} and {png_path}: {len(rows)} grid points over {heads.shape[0]} heads; mean error "
-                   f"{lo['mean_error']:.5f} at w={lo['w']}, num_pos={lo['num_pos']} ({lo['stored_entries']:.0f} stored entries) to "
-                   f"{hi['mean_error']:.5f} at w={hi['w']}, num_pos={hi['num_pos']} ({hi['stored_entries']:.0f})")
+                   f"from {hi['mean_error']:.5f} at w={hi['w']}, num_pos={hi['num_pos']} ({hi['stored_entries']:.0f} stored entries) "
+                   f"down to {lo['mean_error']:.5f} at w={lo['w']}, num_pos={lo['num_pos']} ({lo['stored_entries']:.0f})")
