@@ -81,6 +81,8 @@ def test_word_level_vocab_size_and_unk(texts):
 def test_save_load_one_json(tok, tmp_path):
     path = tok.save(tmp_path)
     assert path == tmp_path / "tokenizer.json" and list(tmp_path.iterdir()) == [path]
+    assert tok.save(tmp_path / "new_run") == tmp_path / "new_run" / "tokenizer.json"  # a new folder is created
+    assert tok.save(tmp_path / "new_run" / "bpe.json").is_file()  # or the file itself
     json.loads(path.read_text())  # one plain json file
     back = Tokenizer.load(path)
     assert back.kind == tok.kind and back.vocab_size == tok.vocab_size

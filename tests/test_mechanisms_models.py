@@ -95,6 +95,7 @@ def test_linformer_longer_sequence_is_a_clear_error():
         (dict(attention="band", w=-1), "--w"),
         (dict(attention="global", num_pos=40), "--num-pos"),
         (dict(attention="global", dilation=2), "--dilation"),
+        (dict(attention="full", dilation=2), "--dilation"),  # silently ignored before
         (dict(attention="linformer", proj_len=0, attention_on="encoder"), "--proj-len"),
         (dict(attention="bigbird", num_random=-1), "--num-random"),
         (dict(attention="structured", sparse=-2), "--sparse"),

@@ -125,9 +125,10 @@ class Tokenizer:
 
     # ---------------------------------------------------------------- files
     def save(self, path: str | Path) -> Path:
-        """Write ``tokenizer.json`` (``path`` is the file, or a directory to put it in); atomic."""
+        """Write ``tokenizer.json`` atomically: ``path`` is the ``.json`` file, or a folder to put it in (created)."""
         path = Path(path)
-        if path.is_dir():
+        if path.is_dir() or path.suffix.lower() != ".json":
+            path.mkdir(parents=True, exist_ok=True)
             path = path / "tokenizer.json"
         return write_atomic(path, self.hf.save)
 

@@ -91,8 +91,8 @@ def build_mechanism(cfg, kind: str, d_k: int) -> Mechanism:
         raise UserError(f"--num-pos must be >= 0, got {cfg.num_pos}")
     if cfg.dilation < 1:
         raise UserError(f"--dilation must be >= 1, got {cfg.dilation}")
-    if cfg.dilation != 1 and name not in ("band", "full"):
-        raise UserError(f"--dilation applies to --attention band only, got --attention {name}")
+    if cfg.dilation != 1 and cfg.attention != "band":  # cfg.attention: the attentions not in --attention-on fall back to full
+        raise UserError(f"--dilation applies to --attention band only, got --attention {cfg.attention}")
     return MECHANISMS[name](cfg, kind, d_k)
 
 
