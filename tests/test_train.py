@@ -1,4 +1,4 @@
-"""Training: it learns, it resumes exactly after SIGKILL, DDP equals one process."""
+"""Training: it learns, it resumes exactly after SIGKILL or Ctrl-C, DDP equals one process."""
 
 from __future__ import annotations
 
@@ -69,6 +69,32 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert r.returncode == 0, r.stderr
     a, b = final_weights(straight), final_weights(killed)
     assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_finishes_the_step_writes_a_checkpoint_and_resume_equals_an_uninterrupted_run(tmp_path, signum):
+    common = ["--max-steps", "30", "--checkpoint-every", "1000", "--log-every", "1", "--seed", "5", *TINY]
+    straight = tmp_path / "straight"
+    assert run(["train", "--out", str(straight), *common]).returncode == 0
+
+    stopped = tmp_path / "stopped"
+    proc = subprocess.Popen(ATTNLAB + ["train", "--out", str(stopped), *common], env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if (stopped / "metrics.jsonl").exists() and max(losses(stopped), default=0) >= 8:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    last = sorted((stopped / "checkpoints").glob("step_*[0-9].safetensors"))
+    assert len(last) == 1 and int(last[0].stem.split("_")[1]) == max(losses(stopped)) < 30  # the step it stopped at
+    assert "--resume" in out + err and "Traceback" not in err
+    assert run(["train", "--out", str(stopped), "--resume"]).returncode == 0
+    a, b = final_weights(straight), final_weights(stopped)
     for k in a:
         assert torch.equal(a[k], b[k]), k
 

@@ -9,7 +9,9 @@ T the number of real (non-padding) target tokens of the *global* batch.
 The optimiser is AdamW with the inverse-square-root warm-up of
 ``attnlab.train.schedule`` and gradient clipping ‖g‖₂ ≤ ``clip_norm``.
 
-Stopping: ``epochs``, ``max_steps`` or ``minutes`` (whichever comes first).
+Stopping: ``epochs``, ``max_steps`` or ``minutes`` (whichever comes first),
+or Ctrl-C / SIGTERM: the step under way is finished, a checkpoint written and
+``KeyboardInterrupt`` raised (a second signal aborts at once).
 Every ``checkpoint_every`` steps and at the end a checkpoint is written
 atomically; ``resume=True`` restarts from the last one with the same data
 order, optimiser moments and RNG, so a killed run ends with the parameters of
@@ -22,6 +24,8 @@ import json
 import math
 import os
 import shutil
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,7 +163,7 @@ def _loop(net, model, cfg: ModelConfig, tc: TrainConfig, optimizer, examples: Ex
     last_loss, window_tokens, window_start = float("nan"), 0, time.perf_counter()
     stop = False
     net.train()
-    with progress:
+    with progress, _Interruption() as interrupted:
         while not stop:
             if tc.epochs and state.epoch >= tc.epochs:
                 break
@@ -201,8 +205,8 @@ def _loop(net, model, cfg: ModelConfig, tc: TrainConfig, optimizer, examples: Ex
                     progress.update(task, completed=state.step, loss=last_loss, tps=tps)
                     window_tokens, window_start = 0, time.perf_counter()
                 stop = bool(tc.max_steps and state.step >= tc.max_steps)
-                if tc.minutes:
-                    over = torch.tensor(float(state.elapsed >= 60 * tc.minutes))
+                if tc.minutes or interrupted.signal is not None or ctx.distributed:  # every rank stops at the same step
+                    over = torch.tensor(float(bool(tc.minutes and state.elapsed >= 60 * tc.minutes) or interrupted.signal is not None), device=ctx.device)  # NCCL reduces device tensors
                     stop = stop or bool(ctx.all_sum(over) > 0)
                 if state.step % tc.checkpoint_every == 0 and not stop and ctx.is_main:
                     save_checkpoint(out, model, cfg, optimizer, state)
@@ -215,4 +219,32 @@ def _loop(net, model, cfg: ModelConfig, tc: TrainConfig, optimizer, examples: Ex
         save_checkpoint(out, model, cfg, optimizer, state)
         metrics.close()
     ctx.barrier()
+    if interrupted.signal is not None:
+        if ctx.is_main:
+            console.print(f"interrupted at step {state.step}: checkpoint written to {out / 'checkpoints'}; `--resume` continues")
+        raise KeyboardInterrupt
     return last_loss
+
+
+class _Interruption:
+    """The first SIGINT/SIGTERM is noted (``.signal``) and the loop stops after its step; a second one aborts."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signal, self._previous = None, {}
+
+    def _note(self, signum, frame):
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self.signal = signum
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():  # handlers can only be set there
+            self._previous = {s: signal.signal(s, self._note) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        return False
