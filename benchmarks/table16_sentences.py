@@ -38,6 +38,7 @@ def main() -> None:
     ap.add_argument("--w", type=int, default=3)
     ap.add_argument("--num-pos", type=int, default=2)
     ap.add_argument("--attempts", type=int, default=30)
+    ap.add_argument("--s-per-row", type=int, default=1, help="sparse entries of the fit, s = S·n (default 1: s = n)")
     ap.add_argument("--min-len", type=int, default=None, help="default 2(2w + 1): the band holds at most half a row")
     ap.add_argument("--n", type=int, default=16, help="the length reported on its own (the thesis's n)")
     ap.add_argument("--json", action="store_true")
@@ -50,10 +51,10 @@ def main() -> None:
     for step in args.steps or [list_checkpoints(args.run)[-1]]:
         load_weights(args.run / "checkpoints" / f"step_{step:07d}.safetensors", run.model, run.cfg)
         maps = capture(run.model.eval(), run.tokenizer, sources, name=args.run.name)
-        pooled = over_sentences(maps, args.w, args.num_pos, args.attempts, min_len=min_len)
+        pooled = over_sentences(maps, args.w, args.num_pos, args.attempts, min_len=min_len, s_per_row=args.s_per_row)
         group = pooled.get("by_length", {}).get(str(args.n), {})
         at_n = np.array(group.get("per_sentence", []))  # (sentences of length n,)
-        row = {"step": step, "w": args.w, "num_pos": args.num_pos, "sentences": pooled["sentences"],
+        row = {"step": step, "w": args.w, "num_pos": args.num_pos, "s_per_row": args.s_per_row, "sentences": pooled["sentences"],
                "pooled_random_error": round(pooled["mean_random_error"], 5),
                "pooled_optimal_error": round(pooled["mean_optimal_error"], 5),
                "pooled_ratio": round(pooled["ratio_of_means"], 2),
@@ -64,7 +65,7 @@ def main() -> None:
             print(json.dumps(row), flush=True)
         else:
             spread = f"{at_n.min():.1f}–{at_n.max():.1f}" if at_n.size else "-"
-            print(f"step {step}: {row['sentences']} sentences with n >= {pooled['min_len']}: random {row['pooled_random_error']:.4f} "
+            print(f"step {step} (w {args.w}, num_pos {args.num_pos}, s = {args.s_per_row}n): {row['sentences']} sentences with n >= {pooled['min_len']}: random {row['pooled_random_error']:.4f} "
                   f"vs optimal {row['pooled_optimal_error']:.5f} = {row['pooled_ratio']:.1f}×; "
                   f"n = {args.n}: {at_n.size} sentences, {row[f'ratio_n{args.n}']:.1f}× (per sentence {spread})", flush=True)
 

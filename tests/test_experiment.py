@@ -166,6 +166,17 @@ def test_over_sentences_pools_heads_by_length():
     assert {k: v["sentences"] for k, v in r["by_length"].items()} == {"9": 2, "12": 1}
     assert [len(v["per_sentence"]) for v in r["by_length"].values()] == [2, 1]
     assert r["mean_optimal_error"] < 1e-6 < r["mean_random_error"]
+    # a band of half-width 1 plus two far entries per row: exact with s = 2n sparse entries, not with s = n
+    far = []
+    for n in (10, 10):
+        i, j = np.indices((n, n))
+        support = np.abs(i - j) <= 1
+        support[np.arange(n), (np.arange(n) + 4) % n] = support[np.arange(n), (np.arange(n) + 6) % n] = True
+        a = np.where(support, rng.random((1, 1, n, n)) + 0.1, 0.0)
+        far.append(SentenceAttention(text="x", tokens={"src": ["x"] * n}, weights={"encoder": (a / a.sum(-1, keepdims=True)).astype(np.float32)}))
+    one = over_sentences(AttentionMaps(far), w=1, num_pos=0, attempts=3, min_len=8)
+    two = over_sentences(AttentionMaps(far), w=1, num_pos=0, attempts=3, min_len=8, s_per_row=2)
+    assert two["mean_optimal_error"] < 1e-6 < one["mean_optimal_error"]
 
 
 def _cross_sentence(rows_x: list[list[float]], n_heads: int):

@@ -43,7 +43,7 @@ def default_min_len(w: int) -> int:
     return 2 * (2 * w + 1)
 
 
-def over_sentences(maps, w: int, num_pos: int, attempts: int, seed: int = 0, min_len: int | None = None) -> dict:
+def over_sentences(maps, w: int, num_pos: int, attempts: int, seed: int = 0, min_len: int | None = None, s_per_row: int = 1) -> dict:
     """Random search vs optimal fit on the encoder heads of every sentence of ``maps`` with n ≥ ``min_len``.
 
     ``min_len`` defaults to ``default_min_len(w)`` = 2(2w + 1): on shorter
@@ -53,7 +53,8 @@ def over_sentences(maps, w: int, num_pos: int, attempts: int, seed: int = 0, min
     Sentences of one length n form one batch (no padding: the protocol's
     draws are n × n); returns the pooled mean errors, their ratio, and per
     length the ratio of the pooled means and each sentence's own ratio
-    (mean over its heads).
+    (mean over its heads).  The fit stores s = ``s_per_row``·n sparse entries
+    (the thesis's setting, s = n, by default).
     """
     min_len = default_min_len(w) if min_len is None else min_len
     by_n: dict[int, list[np.ndarray]] = {}
@@ -68,7 +69,7 @@ def over_sentences(maps, w: int, num_pos: int, attempts: int, seed: int = 0, min
     for n, mats in sorted(by_n.items()):
         a, _ = check_attention(np.stack(mats), "encoder attention", square=True, renormalize=True)  # (S_n, L·H, n, n)
         r = random_search(a, w, num_pos, n_attempts=attempts, seed=seed).mean_error  # (S_n, L·H)
-        o = structured_fit(a, w, num_pos).mean_error
+        o = structured_fit(a, w, num_pos, s_per_row * n).mean_error
         random_err.append(r.ravel())
         optimal_err.append(o.ravel())
         by_length[str(n)] = {"sentences": len(mats), "ratio_of_means": float(r.mean() / max(o.mean(), 1e-12)),
