@@ -66,7 +66,8 @@ def sparse_error(shape: tuple[int, ...], density: float, eps: float, rng=None) -
     if k == 0 or eps == 0:
         return e.reshape(shape)
     where = np.argsort(rng.random(e.shape), axis=-1)[..., :k]  # k distinct cells per matrix
-    np.put_along_axis(e, where, eps * (1.0 - rng.random(where.shape)), axis=-1)  # (0, eps]
+    values = np.maximum(eps * (1.0 - rng.random(where.shape)), np.nextafter(0.0, 1.0))  # (0, eps], even for a subnormal eps
+    np.put_along_axis(e, where, values, axis=-1)
     return e.reshape(shape)
 
 
