@@ -60,14 +60,16 @@ def main() -> None:
                "pooled_ratio": round(pooled["ratio_of_means"], 2),
                f"sentences_n{args.n}": int(at_n.size),
                f"ratio_n{args.n}": round(group.get("ratio_of_means", float("nan")), 2),
-               f"ratio_n{args.n}_per_sentence": [round(float(x), 2) for x in np.sort(at_n)]}
+               f"ratio_n{args.n}_per_sentence": [round(float(x), 2) for x in np.sort(at_n)],
+               f"ratio_n{args.n}_per_head": [round(float(x), 1) for x in group.get("per_head", [])]}
         if args.json:
             print(json.dumps(row), flush=True)
         else:
             spread = f"{at_n.min():.1f}–{at_n.max():.1f}" if at_n.size else "-"
             print(f"step {step} (w {args.w}, num_pos {args.num_pos}, s = {args.s_per_row}n): {row['sentences']} sentences with n >= {pooled['min_len']}: random {row['pooled_random_error']:.4f} "
                   f"vs optimal {row['pooled_optimal_error']:.5f} = {row['pooled_ratio']:.1f}×; "
-                  f"n = {args.n}: {at_n.size} sentences, {row[f'ratio_n{args.n}']:.1f}× (per sentence {spread})", flush=True)
+                  f"n = {args.n}: {at_n.size} sentences, {row[f'ratio_n{args.n}']:.1f}× (per sentence {spread}; "
+                  f"per head {', '.join(f'{x:.1f}' for x in row[f'ratio_n{args.n}_per_head'])})", flush=True)
 
 
 if __name__ == "__main__":

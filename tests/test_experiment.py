@@ -165,6 +165,7 @@ def test_over_sentences_pools_heads_by_length():
     assert r["sentences"] == 3 and r["heads"] == 6
     assert {k: v["sentences"] for k, v in r["by_length"].items()} == {"9": 2, "12": 1}
     assert [len(v["per_sentence"]) for v in r["by_length"].values()] == [2, 1]
+    assert [len(v["per_head"]) for v in r["by_length"].values()] == [2, 2]
     assert r["mean_optimal_error"] < 1e-6 < r["mean_random_error"]
     # a band of half-width 1 plus two far entries per row: exact with s = 2n sparse entries, not with s = n
     far = []

@@ -52,8 +52,8 @@ def over_sentences(maps, w: int, num_pos: int, attempts: int, seed: int = 0, min
 
     Sentences of one length n form one batch (no padding: the protocol's
     draws are n × n); returns the pooled mean errors, their ratio, and per
-    length the ratio of the pooled means and each sentence's own ratio
-    (mean over its heads).  The fit stores s = ``s_per_row``·n sparse entries
+    length the ratio of the pooled means, each sentence's own ratio (mean over
+    its heads) and each head's (mean over the sentences).  The fit stores s = ``s_per_row``·n sparse entries
     (the thesis's setting, s = n, by default).
     """
     min_len = default_min_len(w) if min_len is None else min_len
@@ -73,7 +73,8 @@ def over_sentences(maps, w: int, num_pos: int, attempts: int, seed: int = 0, min
         random_err.append(r.ravel())
         optimal_err.append(o.ravel())
         by_length[str(n)] = {"sentences": len(mats), "ratio_of_means": float(r.mean() / max(o.mean(), 1e-12)),
-                             "per_sentence": (r.mean(-1) / np.maximum(o.mean(-1), 1e-12)).tolist()}
+                             "per_sentence": (r.mean(-1) / np.maximum(o.mean(-1), 1e-12)).tolist(),
+                             "per_head": (r.mean(0) / np.maximum(o.mean(0), 1e-12)).tolist()}  # layers × heads, flattened
     r, o = np.concatenate(random_err), np.concatenate(optimal_err)
     return {"sentences": int(sum(len(v) for v in by_n.values())), "heads": int(r.size), "min_len": min_len,
             "mean_random_error": float(r.mean()), "mean_optimal_error": float(o.mean()),
