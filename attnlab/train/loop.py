@@ -204,10 +204,10 @@ def _loop(net, model, cfg: ModelConfig, tc: TrainConfig, optimizer, examples: Ex
                     metrics.flush()
                     progress.update(task, completed=state.step, loss=last_loss, tps=tps)
                     window_tokens, window_start = 0, time.perf_counter()
-                stop = bool(tc.max_steps and state.step >= tc.max_steps)
-                if tc.minutes or interrupted.signal is not None or ctx.distributed:  # every rank stops at the same step
-                    over = torch.tensor(float(bool(tc.minutes and state.elapsed >= 60 * tc.minutes) or interrupted.signal is not None), device=ctx.device)  # NCCL reduces device tensors
-                    stop = stop or bool(ctx.all_sum(over) > 0)
+                halt = bool(tc.minutes and state.elapsed >= 60 * tc.minutes) or interrupted.signal is not None
+                if ctx.distributed:  # every rank stops at the same step; NCCL reduces device tensors
+                    halt = bool(ctx.all_sum(torch.tensor(float(halt), device=ctx.device)) > 0)
+                stop = halt or bool(tc.max_steps and state.step >= tc.max_steps)
                 if state.step % tc.checkpoint_every == 0 and not stop and ctx.is_main:
                     save_checkpoint(out, model, cfg, optimizer, state)
                 if stop:
