@@ -22,6 +22,8 @@ import warnings
 
 import numpy as np
 
+from attnlab.support import check_num_pos, check_w  # noqa: F401  (re-exported: the one check of w and num_pos)
+
 __all__ = [
     "RowSumWarning",
     "as_batch",
@@ -131,19 +133,3 @@ def check_attention(
     return arr, mask
 
 
-def check_w(w, n: int, name: str = "w") -> int:
-    """Band half-width: an integer with 0 ≤ w < n."""
-    if isinstance(w, bool) or not isinstance(w, (int, np.integer)):
-        raise ValueError(f"{name}: expected an integer, got {w!r}")
-    if w < 0 or w >= n:
-        raise ValueError(f"{name}: band half-width must satisfy 0 <= {name} < n = {n}, got {w}")
-    return int(w)
-
-
-def check_num_pos(num_pos, m: int, name: str = "num_pos") -> int:
-    """Number of key columns: an integer with 0 ≤ num_pos ≤ m."""
-    if isinstance(num_pos, bool) or not isinstance(num_pos, (int, np.integer)):
-        raise ValueError(f"{name}: expected an integer, got {num_pos!r}")
-    if num_pos < 0 or num_pos > m:
-        raise ValueError(f"{name}: must satisfy 0 <= {name} <= {m} (number of keys), got {num_pos}")
-    return int(num_pos)

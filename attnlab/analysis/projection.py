@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.analysis.inputs import as_batch, check_w, valid_mask
+from attnlab.support import band_of
 
 __all__ = [
     "band_dimension",
@@ -49,10 +50,7 @@ def band_mask(n: int, m: int | None = None, w: int = 0, offset=0) -> np.ndarray:
     ``offset`` may be an integer or an array of shape ``(...)`` (one offset per head).
     """
     m = n if m is None else m
-    off = np.asarray(offset)
-    i = np.arange(n)[:, None]
-    j = np.arange(m)[None, :]
-    return np.abs(j - i - off[..., None, None]) <= w
+    return band_of(n, m, w, np.asarray(offset))  # attnlab.support: the one definition of the band
 
 
 def band_dimension(n: int, w: int, m: int | None = None) -> int:

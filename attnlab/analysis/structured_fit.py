@@ -45,7 +45,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnlab.analysis.inputs import as_batch, check_num_pos, check_w, valid_mask
-from attnlab.analysis.projection import band_mask, best_offsets
+from attnlab.analysis.projection import best_offsets
+from attnlab.support import Support, top_columns
 
 __all__ = ["StructuredFit", "structured_fit"]
 
@@ -55,6 +56,7 @@ class StructuredFit:
     """Result of ``structured_fit``; batch shape ``(...)``."""
 
     x: np.ndarray               # (..., n, m) the fit X
+    support: Support            # S = B_{w,o} ∪ (rows × T); the sparse entries are ``stored & ~support.dense``
     stored: np.ndarray          # (..., n, m) bool: entries X stores
     columns: np.ndarray         # (..., num_pos) the key columns T, most off-band mass first; -1: none left with mass
     offset: np.ndarray          # (...) diagonal offset of the band
@@ -109,20 +111,15 @@ def structured_fit(
     offset = np.broadcast_to(offset, batch)
     one_offset = offset.size == 0 or bool((offset == offset.flat[0]).all())
 
-    # 2. band: B = {|j - i - o| <= w}, (n, m) when every head has the same offset
-    band = band_mask(n, m, w, offset.flat[0] if one_offset and offset.size else offset)
+    # 2. band B_{w,o}, then 3. the columns T with the most off-band mass (attnlab.support: the one definition of S)
+    support = Support(w=w, offset=offset.flat[0] if one_offset and offset.size else offset)
+    band = support.band(n, m)  # (n, m), or (..., n, m) with per-head offsets
     if valid is not None:
         band = band & valid
-
-    # 3. columns: c_t = off-band mass of column t; keep the num_pos largest (stable: lowest index on ties);
-    #    a column with no off-band mass would cost entries and store nothing: it is not kept (index -1)
-    c = a.sum(-2) - np.where(band, a, 0.0).sum(-2)  # (..., m)
-    columns = np.argsort(-c, axis=-1, kind="stable")[..., :num_pos]  # (..., num_pos)
-    useful = np.take_along_axis(c, columns, axis=-1) > 0  # (..., num_pos)
-    in_t = np.zeros(batch + (m,), dtype=bool)
-    np.put_along_axis(in_t, columns, useful, axis=-1)
-    columns = np.where(useful, columns, -1)
-    stored = band | in_t[..., None, :]  # (..., n, m)
+    c = (a * ~band).sum(-2)  # (..., m): off-band mass c_t of each column
+    support = Support(w=w, offset=offset, columns=top_columns(c, num_pos))  # (..., num_pos), −1: no mass left
+    columns = support.columns
+    stored = band | support.column_mask(m)[..., None, :]  # (..., n, m)
     if valid is not None:
         stored = stored & valid
     n_structured = stored.sum((-2, -1))
@@ -155,6 +152,7 @@ def structured_fit(
     entries = np.full(batch, n * m) if valid is None else valid.sum((-2, -1))
     return StructuredFit(
         x=x,
+        support=support,
         stored=np.broadcast_to(stored, a.shape),
         columns=columns,
         offset=np.array(offset),

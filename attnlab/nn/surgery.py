@@ -5,7 +5,7 @@ For head h with budget (w_h, num_pos_h) (chosen per head by
 
     A      = softmax(QKᵀ/√d_k + M)                      the head's full weights
     S_h    = {(i, j) : |i − j| ≤ w_h}  ∪  {(i, j) : j ∈ T_h}
-    T_h    = the num_pos_h key columns with the most off-band mass Σ_{i : |i−j| > w_h} a_ij
+    T_h    = the num_pos_h key columns with the most off-band mass Σ_{i : |i−j| > w_h} a_ij > 0
     Â_ij   = a_ij [(i, j) ∈ S_h] / Σ_{j'} a_ij' [(i, j') ∈ S_h]  (rows renormalised)
 
 i.e. the optimal band + columns fit of ``attnlab.analysis.structured_fit``
@@ -32,10 +32,11 @@ from torch import Tensor, nn
 
 from attnlab.nn.mask import Mask
 from attnlab.nn.mechanisms.base import Mechanism
+from attnlab.support import FULL, Support, top_columns
 
 __all__ = ["StructuredSurgery", "attention_modules", "apply_surgery", "remove_surgery", "surgery", "kept_fraction"]
 
-UNTOUCHED = -1  # w_h = -1: the head keeps its full weights
+UNTOUCHED = FULL  # w_h = -1: the head keeps its full weights
 
 
 class StructuredSurgery(Mechanism):
@@ -63,14 +64,11 @@ class StructuredSurgery(Mechanism):
         B, H, n, m = a.shape
         if self.w.numel() != H:
             raise ValueError(f"w: {self.w.numel()} heads in the surgery, the attention has {H}")
-        i = torch.arange(n, device=a.device)[:, None]
-        j = torch.arange(m, device=a.device)[None, :]
-        w = torch.where(self.w == UNTOUCHED, torch.full_like(self.w, max(n, m)), self.w)
-        in_band = ((j - i).abs()[None] <= w[:, None, None])[None]  # (1, H, n, m)
-        off = a.masked_fill(in_band, 0.0).sum(-2)  # (B, H, m): off-band mass c_j of each column
-        rank = off.argsort(dim=-1, descending=True, stable=True).argsort(dim=-1)  # (B, H, m): 0 = most off-band mass
-        is_col = rank < self.num_pos[None, :, None]  # (B, H, m): j ∈ T_h
-        keep = in_band | is_col[..., None, :]
+        # the fit's support of each head (attnlab.support): band B_{w_h}, then the num_pos_h columns with the
+        # most off-band mass (zero-mass columns store nothing and are not kept, as in structured_fit)
+        band = Support(w=self.w).band(n, m)[None]  # (1, H, n, m); w_h = FULL (−1) keeps the whole row
+        cols = top_columns((a * ~band).sum(-2), self.num_pos)  # (B, H, max num_pos), −1: no column
+        keep = Support(w=self.w[None], columns=cols).dense(n, m)  # (B, H, n, m)
         allowed = mask.allowed(n, m, a.device)
         return keep if allowed is None else keep & allowed
 

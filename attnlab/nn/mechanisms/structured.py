@@ -34,10 +34,10 @@ from torch import Tensor, nn
 
 from attnlab.nn.mask import Mask
 from attnlab.nn.mechanisms.base import Mechanism
-from attnlab.nn.mechanisms.mask_mods import band
 from attnlab.nn.mechanisms.sliding_window import chunk_size, sliding_window_attention
 from attnlab.nn.mechanisms.sparse import scaled_scores
 from attnlab.nn.softmax import masked_softmax
+from attnlab.support import Support, band_of
 
 COLUMN_MODES = ("fixed", "learned")
 RESIDUAL_BLOCK = 256  # queries per block in the residual selection
@@ -87,10 +87,11 @@ class Structured(Mechanism):
         idx, valid = [], []
         with torch.no_grad():
             j = torch.arange(m, device=q.device)
-            is_col = (cols[..., None] == j).any(-2)[..., None, :]  # (B|1, H|1, 1, m)
+            S = Support(w=self.w, columns=cols)
+            is_col = S.column_mask(m)[..., None, :]  # (B|1, H|1, 1, m)
             for i0 in range(0, n, RESIDUAL_BLOCK):
                 i = torch.arange(i0, min(n, i0 + RESIDUAL_BLOCK), device=q.device)[:, None]
-                out = ((i - j).abs() <= self.w) | is_col  # (·, ·, b, m) already in S
+                out = band_of(i.shape[0], m, self.w, i0, like=q) | is_col  # (·, ·, b, m) already in S: rows i0… of the band
                 if mask.causal:
                     out = out | (j > i)
                 if mask.key_keep is not None:
@@ -106,14 +107,14 @@ class Structured(Mechanism):
         B, H, n, _ = q.shape
         m = k.shape[-2]
         cols, gate = self.key_columns(k, mask)
-        j = torch.arange(m, device=q.device)
-        in_band = band(self.w).dense(1, 1, n, m, q.device)  # (1, 1, n, m)
-        is_col = (cols[..., None] == j).any(-2)[..., None, :]  # (B|1, H|1, 1, m)
-        support = in_band | is_col
+        S = Support(w=self.w, columns=cols, residual=self.sparse)  # attnlab.support: band ∪ columns ∪ R_s
+        in_band = S.band(n, m)  # (n, m)
+        is_col = S.column_mask(m)[..., None, :]  # (B|1, H|1, 1, m)
+        res = None
         if self.sparse > 0:
             idx, valid = self.residual(q, k, mask, cols)
             res = torch.zeros(B, H, n, m, dtype=torch.bool, device=q.device).scatter_(-1, idx, valid)
-            support = support | res
+        support = S.dense(n, m, residual=res)
         allowed = mask.allowed(n, m, q.device)
         allowed = support if allowed is None else support & allowed
         s = scaled_scores(q, k)
@@ -132,7 +133,7 @@ class Structured(Mechanism):
         T = -(-n // c)
         cols, gate = self.key_columns(k, mask)
         g = cols.shape[-1]
-        idx = cols[..., None, :].expand(*cols.shape[:2], T, g)  # (B|1, H|1, T, g)
+        idx = Support(w=self.w, columns=cols).kernel_extra_idx(n, c)  # (B|1, H|1, T, g)
         own = logit = None
         if gate is not None:
             logit = gate[..., None, :].expand(B, H, T, g)

@@ -1,0 +1,240 @@
+"""The structured support S: a shifted band, a few key columns, a sparse residual — defined once.
+
+    S = B_{w,o} ∪ (rows × T) ∪ R,
+    B_{w,o} = {(i, j) : |j − i − o| ≤ w}          band of half-width w, diagonal offset o
+    rows × T = {(i, j) : j ∈ T},  |T| ≤ num_pos    key columns (sinks, rare tokens, positions)
+    R                                              residual: s further entries (per row or per head)
+
+This is the thesis's ``I_n P + Ẽ`` written as a set of entries: the band and
+the columns are the structured part ``I_n P``, the residual the sparse ``Ẽ``.
+Every user of the structure derives from this one object:
+
+* the exact fit (``analysis.structured_fit``) chooses T with ``top_columns``
+  and stores A on ``Support.dense``;
+* head surgery (``nn.surgery``) keeps exactly the fit's support of each head;
+* the ``structured`` mechanism executes it through the chunked kernel
+  (``kernel_extra_idx``) and draws it densely for ``weights()``;
+* ``mask_mod`` turns it into a FlexAttention predicate (dense reference,
+  ``BlockMask``);
+* an LLM plan is a table of supports, one per (layer, head).
+
+A support may describe a batch of heads: ``w``, ``offset`` are integers or
+arrays of shape ``(...)``; ``columns`` has shape ``(..., g)`` with ``-1`` for an
+empty slot (a column the fit found no mass for).  ``w = FULL`` (−1) means the
+whole row (an untouched head).  The same code serves numpy arrays and torch
+tensors (the functions use only operations both share), so numpy and torch
+agree because they run the same lines.
+
+Causality, padding and sliding windows are the model's mask, not part of S:
+callers intersect ``dense`` with their ``allowed`` matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["FULL", "Support", "band_of", "check_num_pos", "check_w", "column_mask", "column_mass_off_band", "top_columns"]
+
+FULL = -1  # w = FULL: the head keeps every entry of its rows (an untouched / "full" head)
+
+
+def _ns(*xs: Any):
+    """The array namespace of the arguments: torch if any is a tensor, else numpy."""
+    return torch if any(isinstance(x, torch.Tensor) for x in xs) else np
+
+
+def check_w(w, n: int | None = None, name: str = "w") -> int:
+    """Band half-width: an integer with 0 ≤ w (< n when n is given) — the one check of w."""
+    if isinstance(w, bool) or not isinstance(w, (int, np.integer)):
+        raise ValueError(f"{name}: expected an integer, got {w!r}")
+    if n is None and w < 0:
+        raise ValueError(f"{name}: band half-width must be >= 0, got {w}")
+    if n is not None and (w < 0 or w >= n):
+        raise ValueError(f"{name}: band half-width must satisfy 0 <= {name} < n = {n}, got {w}")
+    return int(w)
+
+
+def check_num_pos(num_pos, m: int | None = None, name: str = "num_pos") -> int:
+    """Number of key columns: an integer with 0 ≤ num_pos (≤ m when m is given) — the one check of num_pos."""
+    if isinstance(num_pos, bool) or not isinstance(num_pos, (int, np.integer)):
+        raise ValueError(f"{name}: expected an integer, got {num_pos!r}")
+    if m is None and num_pos < 0:
+        raise ValueError(f"{name}: number of key columns must be >= 0, got {num_pos}")
+    if m is not None and (num_pos < 0 or num_pos > m):
+        raise ValueError(f"{name}: must satisfy 0 <= {name} <= {m} (number of keys), got {num_pos}")
+    return int(num_pos)
+
+
+def band_of(n: int, m: int, w, offset=0, like=None):
+    """B_{w,o}: ``(..., n, m)`` bool, |j − i − o| ≤ w (w = FULL: everything).
+
+    ``w`` and ``offset`` are integers or arrays ``(...)``; the result is a torch tensor
+    if any of ``w``, ``offset``, ``like`` is one (on its device), else a numpy array.
+    """
+    tensors = [x for x in (w, offset, like) if isinstance(x, torch.Tensor)]
+    if tensors:
+        dev = tensors[0].device
+        w_ = torch.as_tensor(w, dtype=torch.long, device=dev)[..., None, None]
+        o_ = torch.as_tensor(offset, dtype=torch.long, device=dev)[..., None, None]
+        i = torch.arange(n, device=dev)[:, None]
+        j = torch.arange(m, device=dev)[None, :]
+    else:
+        w_, o_ = np.asarray(w)[..., None, None], np.asarray(offset)[..., None, None]
+        i, j = np.arange(n)[:, None], np.arange(m)[None, :]
+    return (abs(j - i - o_) <= w_) | (w_ == FULL)
+
+
+def column_mask(columns, m: int):
+    """1[j ∈ T]: ``(..., m)`` bool from ``columns`` ``(..., g)`` (−1 slots hold nothing)."""
+    xp = _ns(columns)
+    dev = {"device": columns.device} if xp is torch else {}
+    j = xp.arange(m, **dev)
+    return (columns[..., :, None] == j).any(-2)  # (..., m)
+
+
+def column_mass_off_band(a, w, offset=0):
+    """c_t = Σ_{i : (i, t) ∉ B_{w,o}} a_it: the mass each key column adds beyond the band; ``(..., m)``.
+
+    ``a``: ``(..., n, m)`` non-negative (numpy or torch); padding already zeroed by the caller.
+    """
+    n, m = a.shape[-2:]
+    band = band_of(n, m, w, offset)
+    return (a * ~band).sum(-2)
+
+
+def top_columns(c, num_pos):
+    """T: the ``num_pos`` columns with the largest off-band mass c_t, most first; ``(..., max num_pos)``.
+
+    Ties go to the lowest index (a stable sort).  A column with c_t = 0 would store
+    nothing and is left out (−1); so is any slot beyond a head's own ``num_pos``
+    when ``num_pos`` is an array ``(...)`` (one budget per head).  Optimal for the
+    column budget (exchange argument, ``analysis.structured_fit``).
+    """
+    xp = _ns(c)
+    k = int(np.max(np.asarray(num_pos.cpu() if isinstance(num_pos, torch.Tensor) else num_pos), initial=0))
+    k = min(k, c.shape[-1])
+    if xp is torch:
+        order = torch.sort(-c, dim=-1, stable=True).indices[..., :k]
+        mass = torch.gather(c, -1, order)
+        slot = torch.arange(k, device=c.device)
+        budget = torch.as_tensor(num_pos, device=c.device)[..., None]
+    else:
+        order = np.argsort(-c, axis=-1, kind="stable")[..., :k]
+        mass = np.take_along_axis(c, order, axis=-1)
+        slot = np.arange(k)
+        budget = np.asarray(num_pos)[..., None]
+    keep = (mass > 0) & (slot < budget)
+    return xp.where(keep, order, -1)
+
+
+@dataclass(frozen=True)
+class Support:
+    """S = B_{w,o} ∪ (rows × T) ∪ R for one head or a batch of heads (module docstring).
+
+    w:        int or ``(...)``; ``FULL`` (−1) for a full head.
+    offset:   int or ``(...)``: the band is |j − i − o| ≤ w.
+    columns:  ``(..., g)`` key positions T; −1: empty slot.  Fixed positions (sinks) or the fit's choice.
+    residual: s, the number of extra entries per row chosen from the scores at run time
+              (``structured`` mechanism, LLM plans); the fit's residual is explicit, ``dense(residual=...)``.
+    """
+
+    w: Any = 0
+    offset: Any = 0
+    columns: Any = field(default_factory=lambda: np.zeros((0,), dtype=np.int64))
+    residual: int = 0
+
+    @classmethod
+    def full(cls) -> "Support":
+        return cls(w=FULL)
+
+    @property
+    def num_pos(self) -> int:
+        """g: column slots (including empty ones)."""
+        return int(self.columns.shape[-1])
+
+    def band(self, n: int, m: int):
+        """B_{w,o}: ``(..., n, m)`` bool."""
+        return band_of(n, m, self.w, self.offset, like=self.columns)
+
+    def column_mask(self, m: int):
+        """1[j ∈ T]: ``(..., m)`` bool."""
+        return column_mask(self.columns, m)
+
+    def dense(self, n: int, m: int, residual=None):
+        """1[(i, j) ∈ S]: ``(..., n, m)`` bool; ``residual``: explicit R, bool broadcastable to it."""
+        s = self.band(n, m) | self.column_mask(m)[..., None, :]
+        return s if residual is None else s | residual
+
+    def entries(self, n: int, m: int | None = None, allowed=None) -> Any:
+        """|S ∩ allowed| without the residual (plus ``residual`` per row when s > 0): the cost in entries."""
+        m = n if m is None else m
+        s = self.dense(n, m)
+        if allowed is not None:
+            s = s & allowed
+        count = s.sum((-2, -1))
+        return count + self.residual * n if self.residual else count
+
+    def mask_mod(self):
+        """The FlexAttention predicate ``(b, h, q_idx, kv_idx) -> bool`` of band ∪ columns (torch).
+
+        Per-head ``w``, ``offset`` of shape ``(H,)`` and ``columns`` of shape ``(H, g)`` or
+        ``(B, H, g)`` are indexed by ``h`` (and ``b``); the residual is data-dependent and not included.
+        """
+        from attnlab.nn.mechanisms.mask_mods import MaskMod
+
+        w = torch.as_tensor(self.w, dtype=torch.long)
+        o = torch.as_tensor(self.offset, dtype=torch.long)
+        cols = torch.as_tensor(self.columns, dtype=torch.long)
+
+        def per_head(x: torch.Tensor, b, h):
+            if x.dim() == 0:
+                return x
+            return x[h] if x.dim() == 1 else x[b, h]
+
+        def fn(b, h, q, kv):
+            w_h, o_h = per_head(w.to(q.device), b, h), per_head(o.to(q.device), b, h)
+            ok = ((kv - q - o_h).abs() <= w_h) | (w_h == FULL)
+            if cols.shape[-1]:
+                c = cols.to(q.device)
+                c_h = c if c.dim() == 1 else (c[h] if c.dim() == 2 else c[b, h])  # (..., g)
+                ok = ok | (c_h == kv[..., None]).any(-1)
+            return ok
+
+        return MaskMod(fn, f"support(w={self.w}, offset={self.offset}, g={self.num_pos})")
+
+    def kernel_extra_idx(self, n: int, chunk: int):
+        """The columns as the chunked kernel's extra keys: ``(…, T, g)`` with T = ⌈n/c⌉ chunks.
+
+        Empty slots (−1) point at key 0 and are disowned with ``kernel_extra_own``.
+        """
+        cols = torch.as_tensor(self.columns, dtype=torch.long)
+        T = -(-n // chunk)
+        return cols.clamp_min(0)[..., None, :].expand(*cols.shape[:-1], T, cols.shape[-1])
+
+    def kernel_extra_own(self):
+        """Which column slots hold a key: ``(…, 1, 1, g)`` bool, broadcast over chunks and queries."""
+        cols = torch.as_tensor(self.columns, dtype=torch.long)
+        return (cols >= 0)[..., None, None, :]
+
+    def to_dict(self) -> dict:
+        """A plain (JSON/TOML) form: lists for arrays."""
+        def plain(x):
+            return x.tolist() if hasattr(x, "tolist") else x
+
+        return {"w": plain(self.w), "offset": plain(self.offset), "columns": plain(self.columns), "residual": int(self.residual)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Support":
+        unknown = set(d) - {"w", "offset", "columns", "residual"}
+        if unknown:
+            raise ValueError(f"support: unknown field(s) {sorted(unknown)}")
+        return cls(
+            w=np.asarray(d.get("w", 0), dtype=np.int64) if not isinstance(d.get("w", 0), int) else d.get("w", 0),
+            offset=np.asarray(d.get("offset", 0), dtype=np.int64) if not isinstance(d.get("offset", 0), int) else d.get("offset", 0),
+            columns=np.asarray(d.get("columns", []), dtype=np.int64),
+            residual=int(d.get("residual", 0)),
+        )
