@@ -1,5 +1,6 @@
 # The two commands of attnlab: `make demo` and `make test`.
-# Both create .venv on first use; torch==2.13.0 is installed first so that the
+# Both create .venv on first use (`make test` also installs chromium for the
+# browser tests, .ci/browser-setup); torch==2.13.0 is installed first so that the
 # package's `torch>=2.6` requirement pulls no CUDA wheels on a CPU machine.
 PY      ?= python3
 VENV    := .venv
@@ -20,8 +21,12 @@ env: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/attnlab experiment --out runs/demo --force
 
+# the browser tests need chromium: .ci/browser-setup installs it (apt-get, as root) or
+# prints the one-line reason it cannot; the tests then skip with that reason.
 test: $(STAMP)
-	$(BIN)/python -m pytest tests
+	@skip="$${ATTNLAB_SKIP_BROWSER:-$$(sh .ci/browser-setup)}"; \
+	if [ -n "$$skip" ] && [ "$$skip" != 0 ]; then echo "attnlab: browser tests will be skipped: $$skip"; fi; \
+	ATTNLAB_SKIP_BROWSER="$$skip" $(BIN)/python -m pytest tests
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -1,7 +1,9 @@
 """The HTML explorer in a real headless browser (Debian chromium driven by Playwright).
 
-Needs /usr/bin/chromium (``apt-get install -y chromium``) or $ATTNLAB_CHROMIUM.  When
-it is missing the test FAILS with the install line, unless ATTNLAB_SKIP_BROWSER=1.
+Needs /usr/bin/chromium (``apt-get install -y chromium``) or $ATTNLAB_CHROMIUM; ``make test``
+installs it (.ci/browser-setup).  When it is missing the test FAILS with the install line,
+unless ATTNLAB_SKIP_BROWSER is set (not "0"): ``make test`` sets it to the one-line reason
+chromium could not be installed, and the tests skip with that reason.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ def toy_maps(n: int, m: int, L: int, H: int) -> AttentionMaps:
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    if os.environ.get("ATTNLAB_SKIP_BROWSER") == "1":
-        pytest.skip("ATTNLAB_SKIP_BROWSER=1")
+    reason = os.environ.get("ATTNLAB_SKIP_BROWSER", "")
+    if reason not in ("", "0"):
+        pytest.skip("ATTNLAB_SKIP_BROWSER=1" if reason == "1" else f"chromium could not be installed: {reason}")
     if not (Path(CHROMIUM).is_file() or shutil.which(CHROMIUM)):
         pytest.fail(f"chromium not found at {CHROMIUM}: install it (apt-get install -y chromium) "
                     "or set ATTNLAB_SKIP_BROWSER=1 to skip the browser tests", pytrace=False)
