@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from attnlab.nn.mask import Mask
-from attnlab.nn.mechanisms import Global
+from attnlab.nn.mechanisms import Global, Structured
 from attnlab.nn.mechanisms import mask_mods as mm
+from attnlab.support import Support
 
 
 def test_band_dense_counts():
@@ -41,7 +42,7 @@ def test_random_table_is_seeded_and_blockwise():
 
 def test_columns_and_padding_per_batch_and_head():
     cols = torch.tensor([[[0, 3], [1, 2]]])  # (B=1, H=2, g=2)
-    a = mm.columns(cols).dense(1, 2, 4, 5)
+    a = Support(w=0, offset=100, columns=cols).mask_mod().dense(1, 2, 4, 5)  # the band lies outside: columns only
     assert torch.nonzero(a[0, 0, 0]).flatten().tolist() == [0, 3]
     assert torch.nonzero(a[0, 1, 2]).flatten().tolist() == [1, 2]
     keep = torch.tensor([[True, True, False], [True, False, False]])
@@ -73,3 +74,27 @@ def test_flex_matches_dense():
         out = flex_forward(q, k, v, mech.pattern(200, 200), mask)
         ref = mech.weights(q, k, mask) @ v
     assert (out - ref).abs().max().item() < 1e-5
+
+
+@pytest.mark.slow
+def test_flex_structured_matches_dense():
+    """The structured mechanism's FlexAttention path: its BlockMask comes from ``Support.mask_mod()``."""
+    from attnlab.nn.mechanisms.flex import flex_forward
+
+    torch.manual_seed(0)
+    mech = Structured(w=4, num_pos=3, positions=[0, 37, 150])
+    q, k, v = (torch.randn(1, 2, 160, 16) for _ in range(3))
+    mask = Mask(causal=True)
+    pattern = mech.pattern(160, 160)
+    assert torch.equal(pattern.dense(1, 2, 160, 160), mech.support(160).dense(160, 160).expand(1, 2, 160, 160))
+    with torch.no_grad():
+        out = flex_forward(q, k, v, pattern, mask)
+        ref = mech.weights(q, k, mask) @ v
+    assert (out - ref).abs().max().item() < 1e-5
+
+
+def test_structured_flex_pattern_refuses_data_dependent_support():
+    with pytest.raises(ValueError, match="sparse"):
+        Structured(w=2, num_pos=1, sparse=1).pattern(8, 8)
+    with pytest.raises(ValueError, match="columns"):
+        Structured(w=2, num_pos=1, columns="learned", heads=1, d_k=4).pattern(8, 8)

@@ -14,6 +14,7 @@ from attnlab.nn.mask import Mask
 from attnlab.nn.mechanisms.mask_mods import MaskMod, band
 from attnlab.nn.mechanisms.sliding_window import dilated_sliding_window_attention
 from attnlab.nn.mechanisms.sparse import SparsePattern
+from attnlab.support import check_w
 
 
 class Band(SparsePattern):
@@ -21,21 +22,17 @@ class Band(SparsePattern):
 
     def __init__(self, w: int, dilation: int = 1):
         super().__init__()
-        if w < 0:
-            raise ValueError(f"w: band half-width must be >= 0, got {w}")
         if dilation < 1:
-            raise ValueError(f"dilation must be >= 1, got {dilation}")
-        self.w, self.dilation = int(w), int(dilation)
+            raise ValueError(f"dilation: must be >= 1, got {dilation}")
+        self.w, self.dilation = check_w(w), int(dilation)
 
     def pattern(self, n: int, m: int) -> MaskMod:
-        return band(self.w, self.dilation)
+        return band(self.w, self.dilation)  # δ = 1: Support(w).mask_mod()
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask, need_weights: bool = False):
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
-        if need_weights:
-            return super().forward(q, k, v, mask, need_weights)
         out = dilated_sliding_window_attention(q, k, v, self.w, self.dilation, causal=mask.causal, key_keep=mask.key_keep)
-        return out, None
+        return out
 
     def extra_repr(self) -> str:
         return f"w={self.w}, dilation={self.dilation}"

@@ -18,9 +18,10 @@ from torch import Tensor
 
 from attnlab.nn.mask import Mask
 from attnlab.nn.mechanisms.global_ import row_attention
-from attnlab.nn.mechanisms.mask_mods import MaskMod, band, global_, global_rows, random_, random_table
+from attnlab.nn.mechanisms.mask_mods import MaskMod, global_rows, random_, random_table
 from attnlab.nn.mechanisms.sliding_window import chunk_size, sliding_window_attention
 from attnlab.nn.mechanisms.sparse import SparsePattern
+from attnlab.support import Support, check_num_pos, check_w
 
 
 class BigBird(SparsePattern):
@@ -28,27 +29,28 @@ class BigBird(SparsePattern):
 
     def __init__(self, w: int, g: int, r: int, seed: int = 0):
         super().__init__()
-        for value, what in ((w, "w: band half-width"), (g, "g: number of global tokens"), (r, "r: number of random keys")):
-            if value < 0:
-                raise ValueError(f"{what} must be >= 0, got {value}")
-        self.w, self.g, self.r, self.seed = int(w), int(g), int(r), int(seed)
+        if r < 0:
+            raise ValueError(f"r: number of random keys must be >= 0, got {r}")
+        self.w, self.g, self.r, self.seed = check_w(w), check_num_pos(g, name="g"), int(r), int(seed)
         self.block = chunk_size(self.w)
 
     def random_keys(self, n: int, m: int) -> Tensor:
         """R: (⌈n/c⌉, r) random key positions per query block."""
         return random_table(n, m, self.r, self.block, self.seed)
 
+    def support(self, m: int) -> Support:
+        """S = B_w ∪ (rows × {0, …, g−1}): the band and the global key columns (the random keys come on top)."""
+        return Support(w=self.w, columns=torch.arange(min(self.g, m)))
+
     def pattern(self, n: int, m: int) -> MaskMod:
-        p = band(self.w) | global_(self.g) | global_rows(self.g)
+        p = self.support(m).mask_mod() | global_rows(self.g)
         return p | random_(self.random_keys(n, m), self.block) if self.r > 0 else p
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask, need_weights: bool = False):
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
-        if need_weights:
-            return super().forward(q, k, v, mask, need_weights)
         n, m = q.shape[-2], k.shape[-2]
-        c, T, g = self.block, -(-n // self.block), min(self.g, m)
-        idx = torch.arange(g).view(1, g).expand(T, g)
+        c = self.block
+        idx = self.support(m).kernel_extra_idx(n, c)  # (T, g)
         if self.r > 0:
             idx = torch.cat([idx, self.random_keys(n, m)], dim=1)
         out = sliding_window_attention(
@@ -57,7 +59,7 @@ class BigBird(SparsePattern):
         rows = min(self.g, n)
         if rows > 0:
             out = torch.cat([row_attention(q[:, :, :rows], k, v, mask), out[:, :, rows:]], dim=2)
-        return out, None
+        return out
 
     def extra_repr(self) -> str:
         return f"w={self.w}, g={self.g}, r={self.r}, seed={self.seed}"

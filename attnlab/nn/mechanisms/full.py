@@ -33,21 +33,24 @@ class Full(Mechanism):
         s = self.scoring(q, k)
         return masked_softmax(s, mask.allowed(q.shape[-2], k.shape[-2], q.device))
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask, need_weights: bool = False):
-        # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
+    def mix(self, a: Tensor, v: Tensor) -> Tensor:
+        # a: (B, H, n, m), v: (B, H, m, d_v) → (B, H, n, d_v); attention dropout while training
         p = self.dropout if self.training else 0.0
-        if need_weights or not isinstance(self.scoring, ScaledDot):
-            a = self.weights(q, k, mask)
-            a_used = F.dropout(a, p) if p > 0 else a
-            return a_used @ v, (a if need_weights else None)
+        return (F.dropout(a, p) if p > 0 else a) @ v
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
+        # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
+        if not isinstance(self.scoring, ScaledDot):
+            return super().attend(q, k, v, mask)
+        p = self.dropout if self.training else 0.0
         n, m = q.shape[-2], k.shape[-2]
         if mask.key_keep is None:
             # causal with n = m: SDPA's own causal kernel; otherwise nothing masked
             is_causal = mask.causal and n == m
             allowed = mask.allowed(n, m, q.device) if (mask.causal and n != m) else None
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p, is_causal=is_causal), None
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p, is_causal=is_causal)
         allowed = mask.allowed(n, m, q.device)  # (B, 1, n|1, m)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p)
         # a row with no allowed key gives 0, never NaN (see attnlab.nn.softmax)
         empty = ~allowed.any(dim=-1, keepdim=True)  # (B, 1, n|1, 1)
-        return (out.masked_fill(empty, 0.0) if bool(empty.any()) else out), None
+        return out.masked_fill(empty, 0.0) if bool(empty.any()) else out

@@ -19,10 +19,11 @@ import torch
 from torch import Tensor
 
 from attnlab.nn.mask import Mask
-from attnlab.nn.mechanisms.mask_mods import MaskMod, band, global_, global_rows
+from attnlab.nn.mechanisms.mask_mods import MaskMod, global_rows
 from attnlab.nn.mechanisms.sliding_window import chunk_size, sliding_window_attention
 from attnlab.nn.mechanisms.sparse import SparsePattern, scaled_scores
 from attnlab.nn.softmax import masked_softmax
+from attnlab.support import Support, check_num_pos, check_w
 
 
 def row_attention(q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
@@ -43,28 +44,26 @@ class Global(SparsePattern):
 
     def __init__(self, w: int, g: int, global_rows: bool = True):
         super().__init__()
-        if w < 0:
-            raise ValueError(f"w: band half-width must be >= 0, got {w}")
-        if g < 0:
-            raise ValueError(f"g: number of global tokens must be >= 0, got {g}")
-        self.w, self.g, self.global_rows = int(w), int(g), bool(global_rows)
+        self.w, self.g, self.global_rows = check_w(w), check_num_pos(g, name="g"), bool(global_rows)
+
+    def support(self, m: int) -> Support:
+        """S = B_w ∪ (rows × {0, …, g−1}): the band and the global key columns."""
+        return Support(w=self.w, columns=torch.arange(min(self.g, m)))
 
     def pattern(self, n: int, m: int) -> MaskMod:
-        p = band(self.w) | global_(self.g)
+        p = self.support(m).mask_mod()
         return p | global_rows(self.g) if self.global_rows else p
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask, need_weights: bool = False):
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
-        if need_weights:
-            return super().forward(q, k, v, mask, need_weights)
         n, m = q.shape[-2], k.shape[-2]
-        g, c = min(self.g, m), chunk_size(self.w)
-        idx = torch.arange(g, device=q.device).view(1, 1, 1, g).expand(1, 1, -(-n // c), g)
+        c = chunk_size(self.w)
+        idx = self.support(m).kernel_extra_idx(n, c).to(q.device)[None, None]  # (1, 1, T, g)
         out = sliding_window_attention(q, k, v, self.w, causal=mask.causal, key_keep=mask.key_keep, extra_idx=idx, chunk=c)
         rows = min(self.g, n) if self.global_rows else 0
         if rows > 0:
             out = torch.cat([row_attention(q[:, :, :rows], k, v, mask), out[:, :, rows:]], dim=2)
-        return out, None
+        return out
 
     def extra_repr(self) -> str:
         return f"w={self.w}, g={self.g}, global_rows={self.global_rows}"

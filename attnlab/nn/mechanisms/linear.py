@@ -50,16 +50,14 @@ class FeatureMapAttention(Mechanism):
             a = a * (torch.arange(m, device=q.device)[None, :] <= torch.arange(n, device=q.device)[:, None])
         return _safe_div(a, a.sum(-1, keepdim=True))
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask, need_weights: bool = False):
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
-        if need_weights:
-            return super().forward(q, k, v, mask, need_weights)
         phi_q, phi_k = self._features(q, k, mask)
         if not mask.causal:
             S = phi_k.transpose(-2, -1) @ v  # (B, H, D, d_v)  Σ_j φ(k_j) v_jᵀ
             z = phi_k.sum(-2)  # (B, H, D)      Σ_j φ(k_j)
-            return _safe_div(phi_q @ S, (phi_q @ z[..., None])), None
-        return self._causal(phi_q, phi_k, v), None
+            return _safe_div(phi_q @ S, (phi_q @ z[..., None]))
+        return self._causal(phi_q, phi_k, v)
 
     @staticmethod
     def _causal(phi_q: Tensor, phi_k: Tensor, v: Tensor) -> Tensor:

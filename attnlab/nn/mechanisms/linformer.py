@@ -64,12 +64,10 @@ class Linformer(Mechanism):
             a = a * mask.key_keep[:, None, None, :].to(a.dtype)
         return a
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask, need_weights: bool = False):
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
-        if need_weights:
-            return super().forward(q, k, v, mask, need_weights)
         k_proj, v_proj = self._projected(k, v, mask)
-        return F.scaled_dot_product_attention(q, k_proj, v_proj), None
+        return F.scaled_dot_product_attention(q, k_proj, v_proj)
 
     def extra_repr(self) -> str:
         return f"max_len={self.max_len}, proj_len={self.proj_len}"

@@ -8,9 +8,12 @@ whether query ``q_idx`` of batch ``b``, head ``h`` may attend to key
     band(w, dilation=δ) j − i ∈ {−wδ, …, −δ, 0, δ, …, wδ}  (dilated window, Longformer)
     global_(g)         j < g                             (g global key columns)
     global_rows(g)     i < g                             (g global queries see every key)
-    columns(T)         j ∈ T_{b,h}                       (per-(batch, head) key columns)
     random_(R, c)      j ∈ R_{⌊i/c⌋}                     (r random keys per query block, BigBird)
     causal()           j ≤ i
+
+The structured support (band with offset ∪ key columns, per head) is
+``attnlab.support.Support(...).mask_mod()``; ``band(w)`` and ``global_(g)`` are
+its two simplest cases and are built from it.
 
     pattern = band(w) | global_(g) | random_(R, c)
 
@@ -27,6 +30,8 @@ from typing import Callable
 
 import torch
 from torch import Tensor
+
+from attnlab.support import Support, check_num_pos, check_w
 
 Predicate = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 
@@ -63,12 +68,11 @@ class MaskMod:
 
 def band(w: int, dilation: int = 1) -> MaskMod:
     """|i − j| ≤ w·δ and δ divides j − i (δ = dilation; δ = 1 is the plain band)."""
-    if w < 0:
-        raise ValueError(f"w: band half-width must be >= 0, got {w}")
+    w = check_w(w)
     if dilation < 1:
-        raise ValueError(f"dilation must be >= 1, got {dilation}")
+        raise ValueError(f"dilation: must be >= 1, got {dilation}")
     if dilation == 1:
-        return MaskMod(lambda b, h, q, kv: (q - kv).abs() <= w, f"band({w})")
+        return MaskMod(Support(w=w).mask_mod().fn, f"band({w})")  # S = B_w
     return MaskMod(
         lambda b, h, q, kv: ((q - kv).abs() <= w * dilation) & ((q - kv).remainder(dilation) == 0),
         f"band({w}, dilation={dilation})",
@@ -77,9 +81,8 @@ def band(w: int, dilation: int = 1) -> MaskMod:
 
 def global_(g: int) -> MaskMod:
     """j < g: the first g keys are global columns every query sees."""
-    if g < 0:
-        raise ValueError(f"g: number of global tokens must be >= 0, got {g}")
-    return MaskMod(lambda b, h, q, kv: kv < g, f"global({g})")
+    g = check_num_pos(g, name="g")
+    return MaskMod(lambda b, h, q, kv: kv < g, f"global({g})")  # = Support(columns=range(g)) without the band
 
 
 def global_rows(g: int) -> MaskMod:
@@ -87,12 +90,6 @@ def global_rows(g: int) -> MaskMod:
     if g < 0:
         raise ValueError(f"g: number of global tokens must be >= 0, got {g}")
     return MaskMod(lambda b, h, q, kv: q < g, f"global_rows({g})")
-
-
-def columns(cols: Tensor) -> MaskMod:
-    """j ∈ T_{b,h}: key columns chosen per batch and head; cols: (B, H, g) long."""
-    # cols: (B, H, g)
-    return MaskMod(lambda b, h, q, kv: (cols[b, h] == kv[..., None]).any(-1), f"columns({cols.shape[-1]})")
 
 
 def random_(table: Tensor, block: int) -> MaskMod:

@@ -37,7 +37,8 @@ from attnlab.nn.mechanisms.base import Mechanism
 from attnlab.nn.mechanisms.sliding_window import chunk_size, sliding_window_attention
 from attnlab.nn.mechanisms.sparse import scaled_scores
 from attnlab.nn.softmax import masked_softmax
-from attnlab.support import Support, band_of
+from attnlab.nn.mechanisms.mask_mods import MaskMod
+from attnlab.support import Support, band_of, check_num_pos, check_w
 
 COLUMN_MODES = ("fixed", "learned")
 RESIDUAL_BLOCK = 256  # queries per block in the residual selection
@@ -51,9 +52,9 @@ class Structured(Mechanism):
         positions: list[int] | None = None,
     ):
         super().__init__()
-        for value, what in ((w, "w: band half-width"), (num_pos, "num_pos: number of key columns"), (sparse, "sparse: residual entries per row")):
-            if value < 0:
-                raise ValueError(f"{what} must be >= 0, got {value}")
+        check_w(w), check_num_pos(num_pos)
+        if sparse < 0:
+            raise ValueError(f"sparse: residual entries per row must be >= 0, got {sparse}")
         if columns not in COLUMN_MODES:
             raise ValueError(f"columns must be one of {', '.join(COLUMN_MODES)}, got {columns!r}")
         if positions is not None and (len(positions) != num_pos or len(set(positions)) != num_pos or min(positions, default=0) < 0):
@@ -63,13 +64,27 @@ class Structured(Mechanism):
         self.u = nn.Parameter(torch.randn(heads, d_k) / math.sqrt(d_k)) if columns == "learned" else None
 
     # --- the support S and the gate G -------------------------------------------------
+    def support(self, m: int) -> Support:
+        """S = B_w ∪ (rows × T) with the fixed columns T (positions < m); s = ``sparse`` residual entries per row."""
+        return Support(w=self.w, columns=self.positions[self.positions < m], residual=self.sparse)
+
+    def pattern(self, n: int, m: int) -> MaskMod:
+        """The FlexAttention predicate of S: ``Support.mask_mod()`` (``flex.flex_forward(q, k, v, pattern, mask)``).
+
+        Only a support fixed before the scores are seen has one: fixed columns and no residual.
+        """
+        if self.sparse:
+            raise ValueError(f"sparse: the residual R_s is chosen from the scores, no FlexAttention pattern (got sparse={self.sparse})")
+        if self.u is not None:
+            raise ValueError("columns: learned columns are chosen from the keys and gated, no FlexAttention pattern")
+        return self.support(m).mask_mod()
+
     def key_columns(self, k: Tensor, mask: Mask) -> tuple[Tensor, Tensor | None]:
         """T: (B|1, H|1, g) column positions and the gate log σ(r_T): (B, H, g), or None."""
         # k: (B, H, m, d_k)
         m = k.shape[-2]
         if self.u is None:
-            cols = self.positions[self.positions < m]
-            return cols.view(1, 1, -1), None
+            return self.support(m).columns.view(1, 1, -1), None
         if k.shape[1] != self.u.shape[0] or k.shape[-1] != self.u.shape[1]:
             raise ValueError(f"k: learned columns were built for {self.u.shape[0]} heads of size {self.u.shape[1]}, got k of shape {tuple(k.shape)}")
         g = min(self.num_pos, m)
@@ -124,10 +139,8 @@ class Structured(Mechanism):
         return masked_softmax(s, allowed)
 
     # --- the efficient forward ----------------------------------------------------------
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask, need_weights: bool = False):
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
-        if need_weights:
-            return super().forward(q, k, v, mask, need_weights)
         B, H, n, _ = q.shape
         c = chunk_size(self.w)
         T = -(-n // c)
@@ -151,7 +164,7 @@ class Structured(Mechanism):
             q, k, v, self.w, causal=mask.causal, key_keep=mask.key_keep,
             extra_idx=idx, extra_own=own, extra_logit=logit, unique=True, chunk=c,
         )
-        return out, None
+        return out
 
     def extra_repr(self) -> str:
         return f"w={self.w}, num_pos={self.num_pos}, sparse={self.sparse}, columns={self.columns}"
