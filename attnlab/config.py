@@ -73,27 +73,31 @@ class ModelConfig:
         return self.dec_layers or self.layers
 
     def validate(self) -> "ModelConfig":
-        """Raise ``UserError`` naming the option when a value makes no sense."""
+        """Raise ``UserError`` naming the field (the CLI shows it as its option) when a value makes no sense."""
         checks = [
-            (self.model in MODEL_KINDS, f"--model must be one of {', '.join(MODEL_KINDS)}, got {self.model!r}"),
-            (self.norm in NORM_PLACEMENTS, f"--norm must be one of {', '.join(NORM_PLACEMENTS)}, got {self.norm!r}"),
-            (self.scoring in SCORINGS, f"--scoring must be one of {', '.join(SCORINGS)}, got {self.scoring!r}"),
-            (self.vocab_size > 0, f"vocab_size must be positive, got {self.vocab_size}"),
-            (self.d_model > 0 and self.heads > 0, "--d-model and --heads must be positive"),
-            (self.d_model % self.heads == 0, f"--d-model ({self.d_model}) must be divisible by --heads ({self.heads})"),
-            (self.model == "gru" or self.d_model % 2 == 0, f"--d-model must be even for the sinusoidal encoding, got {self.d_model}"),
-            (self.layers > 0 and self.dec_layers >= 0, "--layers must be positive"),
-            (self.ff > 0, f"--ff must be positive, got {self.ff}"),
-            (0.0 <= self.dropout < 1.0, f"--dropout must be in [0, 1), got {self.dropout}"),
-            (self.max_len > 1, f"--max-len must be > 1, got {self.max_len}"),
-            (self.value_rank >= 0, f"--value-rank must be >= 0, got {self.value_rank}"),
-            (self.w >= 0, f"--w must be >= 0, got {self.w}"),
-            (self.num_pos >= 0, f"--num-pos must be >= 0, got {self.num_pos}"),
-            (self.sigma > 0, f"--sigma must be positive, got {self.sigma}"),
+            (self.model in MODEL_KINDS, f"model: must be one of {', '.join(MODEL_KINDS)}, got {self.model!r}"),
+            (self.norm in NORM_PLACEMENTS, f"norm: must be one of {', '.join(NORM_PLACEMENTS)}, got {self.norm!r}"),
+            (self.scoring in SCORINGS, f"scoring: must be one of {', '.join(SCORINGS)}, got {self.scoring!r}"),
+            (self.vocab_size > 0, f"vocab_size: must be positive, got {self.vocab_size}"),
+            (self.d_model > 0 and self.heads > 0, "d_model, heads: must be positive"),
+            (self.d_model % self.heads == 0, f"d_model: {self.d_model} must be divisible by heads ({self.heads})"),
+            (self.model == "gru" or self.d_model % 2 == 0, f"d_model: must be even for the sinusoidal encoding, got {self.d_model}"),
+            (self.layers > 0 and self.dec_layers >= 0, "layers: must be positive"),
+            (self.ff > 0, f"ff: must be positive, got {self.ff}"),
+            (0.0 <= self.dropout < 1.0, f"dropout: must be in [0, 1), got {self.dropout}"),
+            (self.max_len > 1, f"max_len: must be > 1, got {self.max_len}"),
+            (self.value_rank >= 0, f"value_rank: must be >= 0, got {self.value_rank}"),
+            (self.sigma > 0, f"sigma: must be positive, got {self.sigma}"),
         ]
         for ok, message in checks:
             if not ok:
                 raise UserError(message)
+        from attnlab.support import check_num_pos, check_w
+
+        try:  # the one check of w and num_pos (attnlab.support)
+            check_w(self.w), check_num_pos(self.num_pos)
+        except ValueError as err:
+            raise UserError(str(err)) from None
         return self
 
 

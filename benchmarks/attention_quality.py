@@ -32,19 +32,20 @@ import torch
 
 from attnlab.config import ModelConfig, TrainConfig
 from attnlab.data import load_corpus
+from attnlab.nn.mechanisms import MECHANISMS
 from attnlab.train.checkpoint import list_checkpoints, load_run
 from attnlab.train.evaluate import evaluate_pairs
 from attnlab.train.loop import train
 
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "tatoeba-en-it" / "train.tsv.gz"
-MECHANISMS = ["full", "band", "global", "bigbird", "linear", "taylor", "linformer", "structured"]
+NAMES = list(MECHANISMS)  # every registered mechanism
 
 
 def model_config(mechanism: str, args) -> ModelConfig:
     return ModelConfig(
         d_model=args.d_model, heads=args.heads, layers=args.layers, ff=4 * args.d_model, attention=mechanism,
-        attention_on="encoder,cross" if mechanism == "linformer" else "all",
-        w=args.w, num_pos=args.num_pos, num_random=2 if mechanism == "bigbird" else 0, proj_len=32, seed=args.seed,
+        attention_on="all" if MECHANISMS[mechanism].causal else "encoder,cross",  # no causal mask where it has none
+        w=args.w, num_pos=args.num_pos, num_random=2 if "num_random" in MECHANISMS[mechanism].options else 0, proj_len=32, seed=args.seed,
     )
 
 
@@ -71,7 +72,7 @@ def run_one(job) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--mechanisms", nargs="+", default=MECHANISMS)
+    ap.add_argument("--mechanisms", nargs="+", default=NAMES, choices=NAMES)
     ap.add_argument("--minutes", type=float, default=12.0, help="training budget per mechanism (wall minutes)")
     ap.add_argument("--threads", type=int, default=max(1, torch.get_num_threads()), help="torch threads per run")
     ap.add_argument("--jobs", type=int, default=1, help="mechanisms trained side by side")

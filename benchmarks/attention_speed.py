@@ -32,7 +32,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from attnlab.nn.mask import Mask  # noqa: E402
-from attnlab.nn.mechanisms import BigBird, Band, Global, Linear, Linformer, Structured, Taylor  # noqa: E402
+from attnlab.config import ModelConfig  # noqa: E402
+from attnlab.nn.mechanisms import MECHANISMS, Global, build_mechanism, keys_per_query  # noqa: E402
 
 H, D_K = 8, 64
 DEFAULT_N = [256, 512, 1024, 2048, 4096, 8192, 16384]
@@ -65,19 +66,15 @@ class FlexGlobal(torch.nn.Module):
 
 
 def mechanisms(n: int, w: int, g: int, r: int, proj_len: int, flex: bool) -> dict[str, tuple[torch.nn.Module, float]]:
-    """name → (mechanism, ideal speedup n·… / cost)."""
-    out = {
-        "full": (SDPAFull(), 1.0),
-        "band": (Band(w), n / (2 * w + 1)),
-        "global": (Global(w, g), n / (2 * w + 1 + g)),
-        "structured": (Structured(w, g), n / (2 * w + 1 + g)),
-        "bigbird": (BigBird(w, g, r, seed=0), n / (2 * w + 1 + g + r)),
-        "linear": (Linear(), n / D_K),
-        "taylor": (Taylor(), n / (D_K + 1)),
-        "linformer": (Linformer(n, proj_len), n / (2 * proj_len)),
-    }
+    """name → (mechanism, ideal speedup n / keys per query): every registered mechanism, cost from the registry."""
+    out = {}
+    for name in MECHANISMS:
+        cfg = ModelConfig(vocab_size=8, d_model=H * D_K, heads=H, attention=name, w=w, num_pos=g, num_random=r,
+                          proj_len=proj_len, max_len=max(n, 2))
+        mech = SDPAFull() if name == "full" else build_mechanism(cfg, "encoder", D_K)
+        out[name] = (mech, n / keys_per_query(name, n, w=w, g=g, r=r, d_k=D_K, proj_len=proj_len))
     if flex:
-        out["global(flex)"] = (FlexGlobal(w, g), n / (2 * w + 1 + g))
+        out["global(flex)"] = (FlexGlobal(w, g), n / keys_per_query("global", n, w=w, g=g))
     return out
 
 

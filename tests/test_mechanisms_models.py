@@ -92,19 +92,46 @@ def test_linformer_longer_sequence_is_a_clear_error():
 @pytest.mark.parametrize(
     "kw,match",
     [
-        (dict(attention="band", w=-1), "--w"),
-        (dict(attention="global", num_pos=40), "--num-pos"),
-        (dict(attention="global", dilation=2), "--dilation"),
-        (dict(attention="full", dilation=2), "--dilation"),  # silently ignored before
-        (dict(attention="linformer", proj_len=0, attention_on="encoder"), "--proj-len"),
-        (dict(attention="bigbird", num_random=-1), "--num-random"),
-        (dict(attention="structured", sparse=-2), "--sparse"),
-        (dict(attention="nope"), "--attention"),
+        (dict(attention="band", w=-1), "^w: "),
+        (dict(attention="global", num_pos=40), "^num_pos: "),
+        (dict(attention="global", dilation=2), "^dilation: "),
+        (dict(attention="full", dilation=2), "^dilation: "),  # silently ignored before
+        (dict(attention="linformer", proj_len=0, attention_on="encoder"), "^proj_len: "),
+        (dict(attention="bigbird", num_random=-1), "^num_random: "),
+        (dict(attention="structured", sparse=-2), "^sparse: "),
+        (dict(attention="nope"), "^attention: "),
     ],
 )
 def test_bad_options_raise_user_error_at_build(kw, match):
+    """The library names the config field, never a CLI flag."""
     with pytest.raises(UserError, match=match):
         Seq2SeqTransformer(cfg(**kw))
+
+
+def test_the_command_line_names_its_flags(tmp_path):
+    """``attnlab train`` turns the library's ``w: …`` into ``--w: …`` (one line, exit 2, nothing written)."""
+    from attnlab.cli import as_flags
+
+    assert as_flags("w: band half-width must be >= 0, got -1", ["train"]).startswith("--w: band half-width")
+    assert as_flags("num_pos: must be >= 0", ["train"]).startswith("--num-pos: ")
+    assert as_flags("a: not a matrix", ["train"]) == "a: not a matrix"  # not an option of train
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "attnlab", "train", "--out", str(tmp_path / "r"), "--attention", "band",
+                          "--w", "-1", "--max-steps", "1"], capture_output=True, text=True)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [res.stderr.strip()]
+    assert res.stderr.startswith("attnlab: error: --w: band half-width must be >= 0") and not (tmp_path / "r").exists()
+
+
+def test_registry_carries_options_cost_and_causal_support():
+    from attnlab.nn.mechanisms import keys_per_query, mechanisms_reading
+
+    assert MECHANISMS["linformer"].causal is False and MECHANISMS["band"].causal is True
+    assert set(mechanisms_reading("w")) == {"band", "global", "bigbird", "structured", "structured-learned"}
+    assert keys_per_query("full", 100) == 100 and keys_per_query("band", 100, w=3) == 7
+    assert keys_per_query("bigbird", 100, w=3, g=2, r=2) == 11 and keys_per_query("band", 5, w=3) == 5
+    assert keys_per_query("linformer", 100, proj_len=16) == 32
 
 
 def test_bad_arguments_raise_value_error():

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnlab.support import band_of, check_num_pos, check_w
+
 __all__ = ["planted_heads", "sigma1", "sigma2", "sigma3", "sparse_error"]
 
 
@@ -101,8 +103,7 @@ def sigma2(n: int, m: int | None = None, *, w: int, p: float = 0.0, block: int =
     ``block``: side of the square tiles of band cells dropped together (1 = single cells).
     """
     size, n, m = _shape(n, m, size)
-    if not (isinstance(w, (int, np.integer)) and 0 <= w < max(n, m)):
-        raise ValueError(f"w: band half-width must satisfy 0 <= w < {max(n, m)}, got {w!r}")
+    w = check_w(w, max(n, m))
     if not 0 <= p <= 1:
         raise ValueError(f"p: expected a drop probability in [0, 1], got {p!r}")
     if not (isinstance(block, (int, np.integer)) and block >= 1):
@@ -110,7 +111,7 @@ def sigma2(n: int, m: int | None = None, *, w: int, p: float = 0.0, block: int =
     rng = _rng(rng)
     i = np.arange(n)[:, None]
     j = np.arange(m)[None, :]
-    band = np.abs(i - j) <= w
+    band = band_of(n, m, w)  # attnlab.support: B_w
     tiles = rng.random(size + (-(-n // block), -(-m // block))) >= p  # kept tiles
     keep = tiles[..., i // block, j // block]
     support = band & (keep | (i == j))
@@ -128,8 +129,7 @@ def sigma3(n: int, m: int | None = None, *, num_pos: int = 1, T=None, W=None, si
     size, n, m = _shape(n, m, size)
     rng = _rng(rng)
     if T is None:
-        if not (isinstance(num_pos, (int, np.integer)) and 0 <= num_pos <= m):
-            raise ValueError(f"num_pos: must satisfy 0 <= num_pos <= {m}, got {num_pos!r}")
+        num_pos = check_num_pos(num_pos, m)
         T = np.argsort(rng.random(size + (m,)), axis=-1)[..., :num_pos]
     T = np.broadcast_to(np.asarray(T), size + np.shape(T)[-1:])
     if W is None:

@@ -37,6 +37,24 @@ def fail(message: str) -> "typer.Exit":
     return typer.Exit(code=2)
 
 
+def as_flags(message: str, argv: list[str]) -> str:
+    """The library names parameters (``w: must be >= 0``); the command line names its options (``--w: …``).
+
+    A message that starts with ``name:`` where ``--name`` (``_`` → ``-``) is an option of the
+    command being run is given that option's spelling; any other message is left as it is.
+    """
+    name, sep, rest = message.partition(":")
+    if not sep or not name.isidentifier() or not argv:
+        return message
+    import typer.main
+
+    group = typer.main.get_command(app)
+    command = getattr(group, "commands", {}).get(argv[0])
+    flag = "--" + name.replace("_", "-")
+    options = {opt for p in getattr(command, "params", []) for opt in getattr(p, "opts", [])}
+    return f"{flag}:{rest}" if flag in options else message
+
+
 def main() -> None:
     """Entry point of the console script."""
     try:
@@ -44,7 +62,7 @@ def main() -> None:
     except (UserError, ValueError, OSError, UnicodeDecodeError) as err:  # OSError: missing, existing, unwritable paths
         if os.environ.get("ATTNLAB_DEBUG"):
             raise
-        raise SystemExit(fail(str(err)).exit_code) from None
+        raise SystemExit(fail(as_flags(str(err), sys.argv[1:])).exit_code) from None
     except KeyboardInterrupt:
         typer.echo("attnlab: interrupted", err=True)
         sys.exit(130)

@@ -105,10 +105,9 @@ def register(app: typer.Typer) -> None:
         n, m = heads.shape[-2:]
         ws = list(range(0, min(10, max(n, m) - 1) + 1)) if w is None else _int_list(w, "--w")
         ps = _int_list(num_pos, "--num-pos")
-        if min(ps) < 0 or max(ps) > m:
-            raise ValueError(f"--num-pos: must lie in 0..{m} (number of keys), got {num_pos}")
-        if min(ws) < 0 or max(ws) >= max(n, m):
-            raise ValueError(f"--w: band half-widths must lie in 0..{max(n, m) - 1}, got {w}")
+        from attnlab.support import check_num_pos, check_w
+
+        ws, ps = [check_w(x, max(n, m)) for x in ws], [check_num_pos(x, m) for x in ps]  # ValueError "w: …" → "--w: …"
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             rows, csv_path, png_path = sweep(heads, ws, ps, out, sparse, renormalize=renormalize, name=str(input))

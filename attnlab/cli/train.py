@@ -10,12 +10,18 @@ from typing import Optional
 import typer
 
 from attnlab.errors import UserError
+from attnlab.nn.mechanisms import MECHANISMS, mechanisms_reading
 
 
 def _choice(value: str, allowed: tuple[str, ...], option: str) -> str:
     if value not in allowed:
         raise UserError(f"{option} must be one of {', '.join(allowed)}, got {value!r}")
     return value
+
+
+def _readers(option: str) -> str:
+    """The mechanisms that read a config option, from the registry (for the help)."""
+    return ", ".join(mechanisms_reading(option))
 
 
 def register(app: typer.Typer) -> None:
@@ -35,14 +41,14 @@ def register(app: typer.Typer) -> None:
         scoring: str = typer.Option("dot", help="dot | additive | gaussian."),
         value_rank: int = typer.Option(0, help="Rank r of W_V = V_u V_d (0 = full)."),
         tie: bool = typer.Option(True, "--tie/--no-tie", help="Tie source/target embeddings and output projection."),
-        attention: str = typer.Option("full", help="Attention mechanism: full, band, global, bigbird, linear, taylor, linformer, structured, structured-learned."),
+        attention: str = typer.Option("full", help=f"Attention mechanism: {', '.join(MECHANISMS)}."),
         attention_on: str = typer.Option("all", help="Which attentions use --attention: all, or a comma list of encoder,decoder,cross."),
-        w: int = typer.Option(8, help="Band half-width w (band, bigbird, structured)."),
-        num_pos: int = typer.Option(0, help="Key columns g (global, bigbird, structured)."),
-        sparse: int = typer.Option(0, help="Sparse residual entries per row s (structured)."),
-        proj_len: int = typer.Option(64, help="Linformer projection length k'."),
-        dilation: int = typer.Option(1, help="Band dilation δ (band: every δ-th key)."),
-        num_random: int = typer.Option(0, help="Random keys per query block r (bigbird)."),
+        w: int = typer.Option(8, help=f"Band half-width w ({_readers('w')})."),
+        num_pos: int = typer.Option(0, help=f"Key columns g ({_readers('num_pos')})."),
+        sparse: int = typer.Option(0, help=f"Sparse residual entries per row s ({_readers('sparse')})."),
+        proj_len: int = typer.Option(64, help=f"Projection length k' ({_readers('proj_len')})."),
+        dilation: int = typer.Option(1, help=f"Band dilation δ, every δ-th key ({_readers('dilation')})."),
+        num_random: int = typer.Option(0, help=f"Random keys per query block r ({_readers('num_random')})."),
         tokenizer: str = typer.Option("bpe", help="bpe | word | char."),
         vocab_size: int = typer.Option(8000, help="Tokenizer vocabulary size."),
         max_tokens: int = typer.Option(4096, help="Tokens per (global) batch."),
@@ -82,9 +88,7 @@ def register(app: typer.Typer) -> None:
             seed=seed, vocab_size=1,
         )
         mcfg.validate()
-        from attnlab.nn.mechanisms import MECHANISMS
-
-        _choice(attention, tuple(sorted(MECHANISMS)), "--attention")
+        _choice(attention, tuple(MECHANISMS), "--attention")
         tcfg = TrainConfig(
             data=data, tokenizer=tokenizer, vocab_size=vocab_size, max_tokens=max_tokens, lr=lr, warmup=warmup,
             label_smoothing=label_smoothing, epochs=epochs, max_steps=max_steps, minutes=minutes, seed=seed,

@@ -9,8 +9,9 @@ ModelConfig, with the 8-head model's automatic (w, num_pos) of its encoder:
 band and columns as the fit chose them), no gradient.  Mechanisms are timed
 in alternation, ``timing_repeats`` rounds, the minimum kept: ratios are
 robust to other work on the machine, absolute times are not.  The ideal
-speed-up is the ratio of multiply-adds, n / (2w + 1 + g) for band + g
-columns, n / d_k for the linear forms, n / (2k') for Linformer.
+speed-up is the ratio of multiply-adds, n over the registry's keys per query
+(``MechanismSpec.cost``): n / (2w + 1 + g) for band + g columns, n / d_k for
+the linear forms, n / (2k') for Linformer.
 
 At the corpus's lengths (tens of tokens) n is not much larger than 2w + 1 + g:
 the efficient mechanisms cannot win there, and the table shows it; the
@@ -28,19 +29,17 @@ from attnlab.experiment.corpus import length_stats
 from attnlab.experiment.stages import Context
 from attnlab.experiment.training import eval_pairs, load_model
 from attnlab.nn.mask import Mask
-from attnlab.nn.mechanisms import MECHANISMS, build_mechanism
+from attnlab.nn.mechanisms import MECHANISMS, build_mechanism, keys_per_query
 
 __all__ = ["time_mechanisms", "ideal_speedup", "mechanisms_stage", "LONG_N", "NAMES"]
 
 LONG_N = 512
-NAMES = ("full", "band", "global", "structured", "bigbird", "linear", "taylor", "linformer")
+NAMES = tuple(MECHANISMS)  # every registered mechanism, in the registry's order
 
 
 def ideal_speedup(name: str, n: int, w: int, g: int, r: int, d_k: int, proj_len: int) -> float:
-    """Multiply-adds of full attention over the mechanism's (per query: n keys vs its keys)."""
-    keys = {"full": n, "band": min(n, 2 * w + 1), "global": min(n, 2 * w + 1 + g), "structured": min(n, 2 * w + 1 + g),
-            "bigbird": min(n, 2 * w + 1 + g + r), "linear": d_k, "taylor": d_k + 1, "linformer": 2 * min(proj_len, n)}[name]
-    return n / keys
+    """Multiply-adds of full attention over the mechanism's (per query: n keys vs its keys, the registry's cost)."""
+    return keys_per_query("full", n) / keys_per_query(name, n, w=w, g=g, r=r, d_k=d_k, proj_len=proj_len)
 
 
 @torch.no_grad()
@@ -52,8 +51,6 @@ def time_mechanisms(n: int, batch: int, heads: int, d_k: int, w: int, g: int, re
     mask = Mask()
     mechs = {}
     for name in NAMES:
-        if name not in MECHANISMS:
-            continue
         cfg = ModelConfig(vocab_size=8, d_model=heads * d_k, heads=heads, attention=name, w=w, num_pos=min(g, n),
                           num_random=r, proj_len=min(proj_len, n), max_len=max(n, 2))
         mechs[name] = build_mechanism(cfg, "encoder", d_k).eval()

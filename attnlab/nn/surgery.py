@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from attnlab.nn.mask import Mask
 from attnlab.nn.mechanisms.base import Mechanism
-from attnlab.support import FULL, Support, top_columns
+from attnlab.support import FULL, Support, check_num_pos, check_w, top_columns
 
 __all__ = ["StructuredSurgery", "attention_modules", "apply_surgery", "remove_surgery", "surgery", "kept_fraction"]
 
@@ -48,10 +48,8 @@ class StructuredSurgery(Mechanism):
         super().__init__()
         if len(w) != len(num_pos):
             raise ValueError(f"w, num_pos: one value per head each, got {len(w)} and {len(num_pos)}")
-        if any(int(x) < UNTOUCHED for x in w):
-            raise ValueError(f"w: half-widths must be >= 0 (or -1 for an untouched head), got {list(w)}")
-        if any(int(x) < 0 for x in num_pos):
-            raise ValueError(f"num_pos: must be >= 0, got {list(num_pos)}")
+        w = [int(x) if int(x) == UNTOUCHED else check_w(int(x)) for x in w]  # −1: an untouched head
+        num_pos = [check_num_pos(int(x)) for x in num_pos]
         self.inner = inner
         self.register_buffer("w", torch.tensor([int(x) for x in w], dtype=torch.long), persistent=False)
         self.register_buffer("num_pos", torch.tensor([int(x) for x in num_pos], dtype=torch.long), persistent=False)
