@@ -42,7 +42,7 @@ import torch
 from attnlab.analysis.attention_maps import AttentionMaps, SentenceAttention
 from attnlab.errors import UserError
 
-__all__ = ["capture", "capture_hf", "capture_run", "load_hf", "HFModel"]
+__all__ = ["capture", "capture_hf", "load_hf", "HFModel"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,14 +199,6 @@ def capture(
     if cfg is not None and hasattr(cfg, "attention"):
         meta["attention"] = cfg.attention
     return AttentionMaps(out, meta)
-
-
-def capture_run(run_dir: str | os.PathLike, sentences: Sequence[str], targets: Sequence[str] | None = None, **kw) -> AttentionMaps:
-    """``capture`` with the model and tokenizer of a run folder (``attnlab.train.checkpoint.load_run``)."""
-    from attnlab.train.checkpoint import load_run  # lazy: the training stack is not needed for HF capture
-
-    run = load_run(run_dir)
-    return capture(run.model, run.tokenizer, sentences, targets, name=kw.pop("name", Path(run_dir).name), **kw)
 
 
 # ---------------------------------------------------------------------------------------------

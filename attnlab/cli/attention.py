@@ -22,7 +22,8 @@ def _source(args: list[str], hf: str | None) -> tuple[str | None, list[str]]:
 
 
 def _capture(run_dir: str | None, hf, sentences: list[str], targets, truncate: bool):
-    from attnlab.analysis.capture import capture_hf, capture_run
+    from attnlab.analysis.capture import capture_hf
+    from attnlab.workflows import capture_run
 
     if run_dir is not None:
         return capture_run(run_dir, sentences, targets, truncate=truncate)
@@ -75,7 +76,7 @@ def register(app: typer.Typer) -> None:
         truncate: bool = typer.Option(False, "--truncate", help="truncate sentences longer than the model maximum"),
     ) -> None:
         """Scores and role of every head over --limit sentences of --data (or --conllu)."""
-        from attnlab.analysis.classify import classify_heads
+        from attnlab.workflows import classify_heads
 
         run_dir, rest = (None, list(args or [])) if maps else _source(list(args or []), hf)
         if rest:

@@ -10,7 +10,7 @@ Stages (``attnlab.experiment.pipeline``): train the 1-head and 8-head models
 fit (``tables``), the automatic per-head (w, num_pos) (``choices``), the
 per-language estimate of w (``estimate_w``), spectra (``spectra``), the
 mechanisms' speed (``mechanisms_compare``), head surgery (``head_surgery``)
-and the report (``attnlab.viz.report``).  Each stage is resumable
+and the report (``attnlab.experiment.report``, rendered by ``attnlab.viz.report``).  Each stage is resumable
 (``stages``).
 """
 

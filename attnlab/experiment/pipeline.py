@@ -40,7 +40,7 @@ __all__ = ["build_stages", "run_experiment"]
 
 def build_stages(settings: Settings) -> list[Stage]:
     """The stages of an experiment with ``settings``, in order."""
-    from attnlab.viz.report import report_stage
+    from attnlab.experiment.report import report_stage
 
     models = thesis_models(settings)
     h8 = [m for m in models if m.name == "h8"][0]

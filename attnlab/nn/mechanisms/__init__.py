@@ -11,9 +11,12 @@ benchmarks read it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from attnlab.errors import UserError
+
+if TYPE_CHECKING:
+    from attnlab.nn.mechanisms.base import Mechanism
 
 # The classes load on first use (PEP 562): the registry (names, options, costs) is read by the
 # command line's help without importing torch.
