@@ -40,9 +40,11 @@ is a mean over the word queries i of all sentences, unless said otherwise:
   Role "broad" when entropy_norm ≥ ``broad_min`` = 0.8.
 
 One role per head, first that applies: positional, syntactic, rare-token,
-sink, broad, else "other".  All scores are computed at once for all heads:
-sentences are padded into a batch (S, L, H, N, M) with masks, in chunks of
-sentences to bound memory.
+sink, broad, else "other" (``decide_roles``).  All scores are computed at once
+for all heads, by small scorers (``Confidence``, ``Positional``, ``RareToken``,
+``Sink``, ``Entropy``, ``Syntactic``: ``update(chunk)`` then ``scores()``) over
+one shared pass (``_chunks``): sentences padded into a batch (B, L, H, N, M)
+with masks and a_i, in chunks of sentences to bound memory.
 """
 
 from __future__ import annotations
@@ -186,143 +188,219 @@ def _token_masks(maps: AttentionMaps, kind: str, freqs: Mapping[str, int]):
     return q_word, k_word, rare1, rare2, cand, k_ids, id_to_token
 
 
+@dataclass
+class Chunk:
+    """What every scorer reads, computed once per chunk of sentences: the one shared pass over the weights."""
+
+    idx: list[int]        # the sentences of the chunk
+    w: np.ndarray         # (B, L, H, N, M) float64, zero-padded to the longest sentence of the maps
+    q_len: np.ndarray     # (B,) real queries
+    k_len: np.ndarray     # (B,) real keys
+    q_real: np.ndarray    # (B, N)
+    k_real: np.ndarray    # (B, M)
+    qw: np.ndarray        # (B, N) word queries
+    kw: np.ndarray        # (B, M) word keys
+    arg: np.ndarray       # (B, L, H, N) a_i = argmax_j w_ij over the real keys
+    lh: np.ndarray        # (1, L, H, 1) flat head index l·H + h
+
+
+def _chunks(maps: AttentionMaps, kind: str, q_word: np.ndarray, k_word: np.ndarray, chunk: int):
+    """The shared pass: padded weights, masks and a_i for each chunk of ``chunk`` sentences."""
+    L, H = maps.shape(kind)
+    S, N = q_word.shape
+    M = k_word.shape[1]
+    lh = (np.arange(L)[:, None] * H + np.arange(H)[None, :])[None, :, :, None]  # (1, L, H, 1)
+    for a in range(0, S, chunk):
+        idx = list(range(a, min(S, a + chunk)))
+        w, q_len, k_len = maps.padded(kind, idx)  # w: (B, L, H, n, m)
+        n, m = w.shape[3], w.shape[4]
+        w = np.pad(w, ((0, 0), (0, 0), (0, 0), (0, N - n), (0, M - m))).astype(np.float64)  # (B, L, H, N, M)
+        q_real = np.arange(N)[None, :] < q_len[:, None]  # (B, N)
+        k_real = np.arange(M)[None, :] < k_len[:, None]  # (B, M)
+        arg = np.where(k_real[:, None, None, None, :], w, -1.0).argmax(-1)  # (B, L, H, N)
+        yield Chunk(idx, w, q_len, k_len, q_real, k_real, q_word[idx] & q_real, k_word[idx] & k_real, arg, lh)
+
+
+class Confidence:
+    """confidence = mean over word queries of max_{j word} w_ij."""
+
+    def __init__(self, L: int, H: int):
+        self.total, self.count = np.zeros((L, H)), 0
+
+    def update(self, c: Chunk) -> None:
+        wmax = np.where(c.kw[:, None, None, None, :], c.w, -1.0).max(-1)  # (B, L, H, N)
+        self.total += np.where(c.qw[:, None, None, :], np.clip(wmax, 0, None), 0).sum((0, 3))
+        self.count += int(c.qw.sum())
+
+    def scores(self) -> dict:
+        return {"confidence": self.total / max(self.count, 1)}
+
+
+class Positional:
+    """positional = max_o P(a_i − i = o) over word queries; offset = that o."""
+
+    def __init__(self, L: int, H: int, N: int, M: int):
+        self.L, self.H, self.N, self.n_off = L, H, N, N + M - 1  # offsets o = j − i ∈ [−(N−1), M−1]
+        self.hist = np.zeros((L, H, self.n_off))
+
+    def update(self, c: Chunk) -> None:
+        off = c.arg - np.arange(self.N)[None, None, None, :] + (self.N - 1)  # (B, L, H, N) in [0, n_off)
+        flat = np.broadcast_to(c.lh * self.n_off + off, off.shape)
+        chosen = flat[np.broadcast_to(c.qw[:, None, None, :], off.shape)]
+        self.hist += np.bincount(chosen, minlength=self.L * self.H * self.n_off).reshape(self.L, self.H, self.n_off)
+
+    def scores(self) -> dict:
+        return {"positional": self.hist.max(-1) / np.maximum(self.hist.sum(-1), 1),
+                "offset": self.hist.argmax(-1) - (self.N - 1)}
+
+
+class RareToken:
+    """rare_token (rare_token_2): fraction of sentences where most word queries point at the rarest (two rarest) word."""
+
+    def __init__(self, L: int, H: int, rare1: np.ndarray, rare2: np.ndarray):
+        S = rare1.shape[0]
+        self.L, self.H, self.rare = L, H, (rare1, rare2)
+        self.hits = (np.zeros((S, L, H), bool), np.zeros((S, L, H), bool))
+
+    def update(self, c: Chunk) -> None:
+        B, M = len(c.idx), c.w.shape[-1]
+        for hits, rare in zip(self.hits, self.rare):
+            on_rare = np.take_along_axis(np.broadcast_to(rare[c.idx][:, None, None, :], (B, self.L, self.H, M)), c.arg, -1)  # (B, L, H, N)
+            frac = (on_rare & c.qw[:, None, None, :]).sum(-1) / np.maximum(c.qw.sum(-1), 1)[:, None, None]
+            hits[c.idx] = frac > 0.5
+
+    def scores(self) -> dict:
+        out = {}
+        for key, hits, rare in zip(("rare_token", "rare_token_2"), self.hits, self.rare):
+            ok = rare.sum(-1) > 0  # sentences with enough word tokens
+            out[key] = hits[ok].mean(0) if ok.any() else np.zeros((self.L, self.H))
+        return out
+
+
+class Sink:
+    """sink = mean_s max_{j ∈ C_s} c_j, c_j = mean_i w_ij; sink_token = that column's token, most often."""
+
+    def __init__(self, L: int, H: int, cand: np.ndarray, k_ids: np.ndarray, id_to_token: list[str]):
+        self.L, self.H, self.cand, self.k_ids, self.id_to_token = L, H, cand, k_ids, id_to_token
+        self.V = len(id_to_token)
+        self.mass = np.zeros((cand.shape[0], L, H))
+        self.token_votes = np.zeros((L * H * self.V,))
+
+    def update(self, c: Chunk) -> None:
+        B, M = len(c.idx), c.w.shape[-1]
+        col = (c.w * c.q_real[:, None, None, :, None]).sum(3) / np.maximum(c.q_len, 1)[:, None, None, None]  # (B, L, H, M)
+        col = np.where((self.cand[c.idx] & c.k_real)[:, None, None, :], col, -1.0)
+        jbest = col.argmax(-1)  # (B, L, H)
+        self.mass[c.idx] = np.clip(np.take_along_axis(col, jbest[..., None], -1)[..., 0], 0, None)
+        tok = np.take_along_axis(np.broadcast_to(self.k_ids[c.idx][:, None, None, :], (B, self.L, self.H, M)), jbest[..., None], -1)[..., 0]
+        self.token_votes += np.bincount((c.lh[..., 0] * self.V + tok).ravel(), minlength=self.L * self.H * self.V)
+
+    def scores(self) -> dict:
+        if self.V:
+            token = np.asarray(self.id_to_token, dtype=object)[self.token_votes.reshape(self.L, self.H, self.V).argmax(-1)]
+        else:
+            token = np.full((self.L, self.H), "", object)
+        return {"sink": self.mass.mean(0), "sink_token": token}
+
+
+class Entropy:
+    """entropy = mean_i −Σ_j w_ij ln w_ij (nats); entropy_norm divides by ln(keys the row can see)."""
+
+    def __init__(self, L: int, H: int, causal: bool):
+        self.causal = causal
+        self.total, self.total_norm = np.zeros((L, H)), np.zeros((L, H))
+        self.count = self.count_norm = 0
+
+    def update(self, c: Chunk) -> None:
+        B, N = c.q_real.shape
+        ent = -(np.where(c.w > 0, c.w * np.log(np.where(c.w > 0, c.w, 1.0)), 0.0)).sum(-1)  # (B, L, H, N)
+        if self.causal:
+            visible = np.minimum(np.arange(N)[None, :] + 1, c.k_len[:, None])  # (B, N)
+        else:
+            visible = np.broadcast_to(c.k_len[:, None], (B, N))
+        norm_ok = c.q_real & (visible > 1)
+        self.total += np.where(c.q_real[:, None, None, :], ent, 0).sum((0, 3))
+        self.total_norm += np.where(norm_ok[:, None, None, :], ent / np.log(np.maximum(visible, 2))[:, None, None, :], 0).sum((0, 3))
+        self.count += int(c.q_real.sum())
+        self.count_norm += int(norm_ok.sum())
+
+    def scores(self) -> dict:
+        return {"entropy": self.total / max(self.count, 1), "entropy_norm": self.total_norm / max(self.count_norm, 1)}
+
+
+class Syntactic:
+    """syntactic = acc_r* and its baseline b_r* for the relation r* maximising acc_r − b_r (gold relations)."""
+
+    def __init__(self, L: int, H: int, rel, min_relations: int):
+        self.L, self.H, self.min_relations = L, H, min_relations
+        self.rel_s, self.rel_i, self.rel_j, self.rel_lab, self.labels = rel
+        self.hits = np.zeros((len(self.labels), L, H))
+
+    def update(self, c: Chunk) -> None:
+        a, B = c.idx[0], len(c.idx)
+        sel = (self.rel_s >= a) & (self.rel_s < a + B)
+        if sel.any():
+            pred = c.arg[self.rel_s[sel] - a, :, :, self.rel_i[sel]]  # (R, L, H)
+            correct = (pred == self.rel_j[sel][:, None, None]).reshape(-1, self.L * self.H)
+            onehot = np.eye(len(self.labels))[self.rel_lab[sel]]  # (R, n_labels)
+            self.hits += (onehot.T @ correct).reshape(len(self.labels), self.L, self.H)
+
+    def scores(self) -> dict:
+        count = np.bincount(self.rel_lab, minlength=len(self.labels)).astype(float)  # (n_labels,)
+        base = _relation_baselines(self.rel_i, self.rel_j, self.rel_lab, len(self.labels), count)
+        acc = self.hits / np.maximum(count, 1)[:, None, None]  # (n_labels, L, H)
+        gain = np.where((count >= self.min_relations)[:, None, None], acc - base[:, None, None], -np.inf)
+        if not np.isfinite(gain).any():
+            return {}
+        best = gain.argmax(0)  # (L, H)
+        return {"syntactic": np.take_along_axis(acc, best[None], 0)[0], "syntactic_baseline": base[best],
+                "syntactic_relation": np.asarray(self.labels, dtype=object)[best]}
+
+
+def decide_roles(sc: dict, th: RoleThresholds) -> np.ndarray:
+    """One role per head, the first rule that applies: positional, syntactic, rare-token, sink, broad, other."""
+    role = np.full(sc["positional"].shape, "other", dtype=object)
+    # first rule that applies wins: assign from the last rule to the first
+    role[sc["entropy_norm"] >= th.broad_min] = "broad"
+    role[sc["sink"] >= th.sink_min] = "sink"
+    role[sc["rare_token"] >= th.rare_min] = "rare-token"
+    if "syntactic" in sc:
+        role[(sc["syntactic"] - sc["syntactic_baseline"]) >= th.syntactic_margin] = "syntactic"
+    role[sc["positional"] >= th.positional_min] = "positional"
+    return role
+
+
 def _kind_roles(maps, kind, frequencies, relations, th: RoleThresholds, chunk: int) -> list[HeadRole]:
     L, H = maps.shape(kind)
     q_side, k_side = KIND_SIDES[kind]
     if frequencies is None:
         frequencies = token_frequencies(s.tokens[k_side] for s in maps)
     q_word, k_word, rare1, rare2, cand, k_ids, id_to_token = _token_masks(maps, kind, frequencies)
-    S, N = q_word.shape
-    M = k_word.shape[1]
-    n_off = N + M - 1  # offsets o = j − i ∈ [−(N−1), M−1]
-    V = len(id_to_token)
-    rel = _relation_arrays(relations, kind, q_side == k_side, N, M) if relations is not None else None
+    N, M = q_word.shape[1], k_word.shape[1]
+    scorers = [Confidence(L, H), Positional(L, H, N, M), RareToken(L, H, rare1, rare2),
+               Sink(L, H, cand, k_ids, id_to_token), Entropy(L, H, causal=kind == "decoder")]
+    if relations is not None:
+        scorers.append(Syntactic(L, H, _relation_arrays(relations, kind, q_side == k_side, N, M), th.min_relations))
+    for c in _chunks(maps, kind, q_word, k_word, chunk):  # the one pass over the weights
+        for scorer in scorers:
+            scorer.update(c)
+    sc = {k: v for scorer in scorers for k, v in scorer.scores().items()}
+    role = decide_roles(sc, th)
+    syn = "syntactic" in sc
 
-    # accumulators, all (L, H, ...)
-    conf_sum = np.zeros((L, H))
-    n_qword = 0
-    pos_hist = np.zeros((L, H, n_off))
-    rare_hit1 = np.zeros((S, L, H), bool)
-    rare_hit2 = np.zeros((S, L, H), bool)
-    sink_s = np.zeros((S, L, H))
-    sink_tok = np.zeros((L * H * V,))
-    ent_sum = np.zeros((L, H))
-    entn_sum = np.zeros((L, H))
-    n_qreal = 0
-    n_qnorm = 0
-    if rel is not None:
-        rel_s, rel_i, rel_j, rel_lab, labels = rel
-        rel_hits = np.zeros((len(labels), L, H))
-
-    for a in range(0, S, chunk):
-        idx = list(range(a, min(S, a + chunk)))
-        w, q_len, k_len = maps.padded(kind, idx)  # w: (B, L, H, n, m)
-        B, n, m = w.shape[0], w.shape[3], w.shape[4]
-        w = np.pad(w, ((0, 0), (0, 0), (0, 0), (0, N - n), (0, M - m))).astype(np.float64)  # (B, L, H, N, M)
-        q_real = np.arange(N)[None, :] < q_len[:, None]  # (B, N)
-        k_real = np.arange(M)[None, :] < k_len[:, None]  # (B, M)
-        qw = q_word[idx] & q_real  # (B, N)
-        kw = k_word[idx] & k_real  # (B, M)
-
-        # confidence: max over word keys, mean over word queries
-        wmax = np.where(kw[:, None, None, None, :], w, -1.0).max(-1)  # (B, L, H, N)
-        conf_sum += np.where(qw[:, None, None, :], np.clip(wmax, 0, None), 0).sum((0, 3))
-        n_qword += int(qw.sum())
-
-        # positional: histogram of a_i − i over word queries
-        arg = np.where(k_real[:, None, None, None, :], w, -1.0).argmax(-1)  # (B, L, H, N)
-        off = arg - np.arange(N)[None, None, None, :] + (N - 1)  # (B, L, H, N) in [0, n_off)
-        lh = (np.arange(L)[:, None] * H + np.arange(H)[None, :])[None, :, :, None]  # (1, L, H, 1)
-        flat = np.broadcast_to(lh * n_off + off, off.shape)
-        pos_hist += np.bincount(flat[np.broadcast_to(qw[:, None, None, :], off.shape)], minlength=L * H * n_off).reshape(L, H, n_off)
-
-        # rare token: does a_i fall on the rarest / two rarest, for most word queries?
-        for hits, rare in ((rare_hit1, rare1), (rare_hit2, rare2)):
-            on_rare = np.take_along_axis(np.broadcast_to(rare[idx][:, None, None, :], (B, L, H, M)), arg, -1)  # (B, L, H, N)
-            frac = (on_rare & qw[:, None, None, :]).sum(-1) / np.maximum(qw.sum(-1), 1)[:, None, None]
-            hits[idx] = frac > 0.5
-
-        # sink: mass on the best candidate column
-        c = (w * q_real[:, None, None, :, None]).sum(3) / np.maximum(q_len, 1)[:, None, None, None]  # (B, L, H, M)
-        c = np.where((cand[idx] & k_real)[:, None, None, :], c, -1.0)
-        jbest = c.argmax(-1)  # (B, L, H)
-        sink_s[idx] = np.clip(np.take_along_axis(c, jbest[..., None], -1)[..., 0], 0, None)
-        tok = np.take_along_axis(np.broadcast_to(k_ids[idx][:, None, None, :], (B, L, H, M)), jbest[..., None], -1)[..., 0]
-        sink_tok += np.bincount((lh[..., 0] * V + tok).ravel(), minlength=L * H * V)
-
-        # entropy (nats) and normalised entropy
-        ent = -(np.where(w > 0, w * np.log(np.where(w > 0, w, 1.0)), 0.0)).sum(-1)  # (B, L, H, N)
-        if kind == "decoder":
-            visible = np.minimum(np.arange(N)[None, :] + 1, k_len[:, None])  # (B, N)
-        else:
-            visible = np.broadcast_to(k_len[:, None], (B, N))
-        norm_ok = q_real & (visible > 1)
-        ent_sum += np.where(q_real[:, None, None, :], ent, 0).sum((0, 3))
-        entn_sum += np.where(norm_ok[:, None, None, :], ent / np.log(np.maximum(visible, 2))[:, None, None, :], 0).sum((0, 3))
-        n_qreal += int(q_real.sum())
-        n_qnorm += int(norm_ok.sum())
-
-        # syntactic: hits of a_i on the gold key, per relation label
-        if rel is not None:
-            sel = (rel_s >= a) & (rel_s < a + B)
-            if sel.any():
-                pred = arg[rel_s[sel] - a, :, :, rel_i[sel]]  # (R, L, H)
-                correct = (pred == rel_j[sel][:, None, None]).reshape(-1, L * H)
-                onehot = np.eye(len(labels))[rel_lab[sel]]  # (R, n_labels)
-                rel_hits += (onehot.T @ correct).reshape(len(labels), L, H)
-
-    confidence = conf_sum / max(n_qword, 1)
-    positional = pos_hist.max(-1) / np.maximum(pos_hist.sum(-1), 1)
-    offset = pos_hist.argmax(-1) - (N - 1)
-    ok1 = rare1.sum(-1) > 0
-    ok2 = rare2.sum(-1) > 0
-    rare_token = rare_hit1[ok1].mean(0) if ok1.any() else np.zeros((L, H))
-    rare_token_2 = rare_hit2[ok2].mean(0) if ok2.any() else np.zeros((L, H))
-    sink = sink_s.mean(0)
-    sink_token = np.asarray(id_to_token, dtype=object)[sink_tok.reshape(L, H, V).argmax(-1)] if V else np.full((L, H), "", object)
-    entropy = ent_sum / max(n_qreal, 1)
-    entropy_norm = entn_sum / max(n_qnorm, 1)
-
-    syn = syn_base = None
-    syn_label = None
-    if rel is not None:
-        count = np.bincount(rel_lab, minlength=len(labels)).astype(float)  # (n_labels,)
-        base = _relation_baselines(rel_i, rel_j, rel_lab, len(labels), count)
-        acc = rel_hits / np.maximum(count, 1)[:, None, None]  # (n_labels, L, H)
-        gain = np.where((count >= th.min_relations)[:, None, None], acc - base[:, None, None], -np.inf)
-        if np.isfinite(gain).any():
-            best = gain.argmax(0)  # (L, H)
-            syn = np.take_along_axis(acc, best[None], 0)[0]
-            syn_base = base[best]
-            syn_label = np.asarray(labels, dtype=object)[best]
-
-    role = np.full((L, H), "other", dtype=object)
-    # first rule that applies wins: assign from the last rule to the first
-    role[entropy_norm >= th.broad_min] = "broad"
-    role[sink >= th.sink_min] = "sink"
-    role[rare_token >= th.rare_min] = "rare-token"
-    if syn is not None:
-        role[(syn - syn_base) >= th.syntactic_margin] = "syntactic"
-    role[positional >= th.positional_min] = "positional"
+    def r6(key: str, l: int, h: int) -> float:
+        return round(float(sc[key][l, h]), 6)
 
     return [
         HeadRole(
-            layer=l,
-            head=h,
-            kind=kind,
-            role=str(role[l, h]),
-            confidence=round(float(confidence[l, h]), 6),
-            positional=round(float(positional[l, h]), 6),
-            offset=int(offset[l, h]),
-            rare_token=round(float(rare_token[l, h]), 6),
-            rare_token_2=round(float(rare_token_2[l, h]), 6),
-            sink=round(float(sink[l, h]), 6),
-            sink_token=str(sink_token[l, h]),
-            entropy=round(float(entropy[l, h]), 6),
-            entropy_norm=round(float(entropy_norm[l, h]), 6),
-            syntactic=None if syn is None else round(float(syn[l, h]), 6),
-            syntactic_baseline=None if syn is None else round(float(syn_base[l, h]), 6),
-            syntactic_relation=None if syn is None else str(syn_label[l, h]),
+            layer=l, head=h, kind=kind, role=str(role[l, h]),
+            confidence=r6("confidence", l, h), positional=r6("positional", l, h), offset=int(sc["offset"][l, h]),
+            rare_token=r6("rare_token", l, h), rare_token_2=r6("rare_token_2", l, h),
+            sink=r6("sink", l, h), sink_token=str(sc["sink_token"][l, h]),
+            entropy=r6("entropy", l, h), entropy_norm=r6("entropy_norm", l, h),
+            syntactic=r6("syntactic", l, h) if syn else None,
+            syntactic_baseline=r6("syntactic_baseline", l, h) if syn else None,
+            syntactic_relation=str(sc["syntactic_relation"][l, h]) if syn else None,
         )
         for l in range(L)
         for h in range(H)
