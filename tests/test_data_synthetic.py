@@ -7,8 +7,8 @@ import collections
 import pytest
 
 from attnlab.data import generate, load_corpus, max_displacement, reorder_distance
-from attnlab.data.synthetic import (NAMES, articulated, conjugate, definite_article, english_3sg,
-                                    indefinite_article)
+from attnlab.data.lexicon import (NAMES, articulated, conjugate, definite_article, english_3sg,
+                                  indefinite_article)
 
 
 @pytest.fixture(scope="module")
