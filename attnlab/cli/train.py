@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
         scoring: str = typer.Option("dot", help="dot | additive | gaussian."),
         value_rank: int = typer.Option(0, help="Rank r of W_V = V_u V_d (0 = full)."),
         tie: bool = typer.Option(True, "--tie/--no-tie", help="Tie source/target embeddings and output projection."),
-        attention: str = typer.Option("full", help=f"Attention mechanism: {', '.join(MECHANISMS)}."),
+        attention: str = typer.Option("full", help="Attention mechanism: " + "; ".join(f"{name}: {spec.summary}" for name, spec in MECHANISMS.items()) + "."),
         attention_on: str = typer.Option("all", help="Which attentions use --attention: all, or a comma list of encoder,decoder,cross."),
         w: int = typer.Option(8, help=f"Band half-width w ({_readers('w')})."),
         num_pos: int = typer.Option(0, help=f"Key columns g ({_readers('num_pos')})."),

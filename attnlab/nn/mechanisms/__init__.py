@@ -104,9 +104,9 @@ MECHANISMS: dict[str, MechanismSpec] = {
     "full": MechanismSpec(_full, "Full",
                           ("scoring",), lambda n, **_: n, "every key"),
     "band": MechanismSpec(lambda cfg, kind, d_k: __getattr__("Band")(cfg.w, cfg.dilation), "Band", ("w", "dilation"),
-                          lambda n, w=0, **_: _band_keys(n, w), "|i − j| ≤ w (every δ-th key with dilation δ)"),
+                          lambda n, w=0, **_: _band_keys(n, w), "|i − j| ≤ w, every δ-th key with dilation δ"),
     "global": MechanismSpec(lambda cfg, kind, d_k: __getattr__("Global")(cfg.w, _global_count(cfg)), "Global", ("w", "num_pos"),
-                            lambda n, w=0, g=0, **_: _band_keys(n, w, g), "band + g global tokens (columns and rows)"),
+                            lambda n, w=0, g=0, **_: _band_keys(n, w, g), "band + g global tokens, columns and rows"),
     "structured": MechanismSpec(_structured("fixed"), "Structured", ("w", "num_pos", "sparse"),
                                 lambda n, w=0, g=0, s=0, **_: _band_keys(n, w, g, s=s), "band + g key columns + top-s residual"),
     "structured-learned": MechanismSpec(_structured("learned"), "Structured", ("w", "num_pos", "sparse"),
@@ -115,9 +115,9 @@ MECHANISMS: dict[str, MechanismSpec] = {
     "bigbird": MechanismSpec(_bigbird, "BigBird", ("w", "num_pos", "num_random"),
                              lambda n, w=0, g=0, r=0, **_: _band_keys(n, w, g, r), "band + g global + r random keys"),
     "linear": MechanismSpec(lambda cfg, kind, d_k: __getattr__("Linear")(), "Linear", (), lambda n, d_k=64, **_: d_k, "φ(q)·φ(k), elu + 1"),
-    "taylor": MechanismSpec(lambda cfg, kind, d_k: __getattr__("Taylor")(), "Taylor", (), lambda n, d_k=64, **_: d_k + 1, "1 + q·k (first-order Taylor)"),
+    "taylor": MechanismSpec(lambda cfg, kind, d_k: __getattr__("Taylor")(), "Taylor", (), lambda n, d_k=64, **_: d_k + 1, "1 + q·k, first-order Taylor"),
     "linformer": MechanismSpec(_linformer, "Linformer", ("proj_len",), lambda n, proj_len=64, **_: 2 * min(proj_len, n),
-                               "keys and values projected to k' rows"),
+                               "keys and values projected to k' rows, not causal"),
 }
 
 
