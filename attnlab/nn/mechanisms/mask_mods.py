@@ -12,8 +12,9 @@ whether query ``q_idx`` of batch ``b``, head ``h`` may attend to key
     causal()           j ≤ i
 
 The structured support (band with offset ∪ key columns, per head) is
-``attnlab.support.Support(...).mask_mod()``; ``band(w)`` and ``global_(g)`` are
-its two simplest cases and are built from it.
+``attnlab.support.Support(...).mask_mod()``: ``band(w)`` is built from it, and
+the ``global``, ``bigbird`` and ``structured`` mechanisms draw their band ∪ key
+columns as a ``Support`` (``global_(g)`` remains for columns without a band).
 
     pattern = band(w) | global_(g) | random_(R, c)
 
