@@ -28,7 +28,8 @@ app = typer.Typer(
 
 for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
     _module = importlib.import_module(f"{__name__}.{_info.name}")
-    _module.register(app)
+    if hasattr(_module, "register"):  # options.py holds the table of option constraints, no command
+        _module.register(app)
 
 
 def fail(message: str) -> "typer.Exit":
