@@ -4,11 +4,12 @@
         ...                        # write the run
 
 The lock file holds the PID of its holder, so the refusal names it:
-``--out runs/a: in use by another attnlab process (PID 4242) ...``.  The kernel
-releases a flock when its process dies, so a lock left by a killed run is not
-stale: the next writer simply gets it.  If the folder did not exist, it is
-created; when the holder fails before writing anything else (a bad option,
-a bad corpus), the lock file and the folder it created are removed again.
+``--out runs/a: in use by another attnlab process (PID 4242) ...``, and it is
+removed when the holder finishes.  The kernel releases a flock when its
+process dies, so the file a killed run leaves behind is not a lock: the next
+writer simply takes it.  If the folder did not exist, it is created; when the
+holder fails before writing anything else (a bad option, a bad corpus), the
+folder it created is removed again.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class FolderLock:
         self.folder, self.option = Path(folder), option
         self.path = self.folder / LOCK_NAME
         self._fd: int | None = None
-        self._created_folder = self._created_file = False
+        self._created_folder = False
 
     def acquire(self) -> "FolderLock":
         if not self.folder.is_dir():
@@ -37,7 +38,6 @@ class FolderLock:
                 raise UserError(f"{self.option} {self.folder}: cannot create the folder ({err.strerror})") from None
             self._created_folder = True
         while True:
-            self._created_file = self._created_file or not self.path.exists()
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -59,16 +59,14 @@ class FolderLock:
         return self
 
     def release(self, failed: bool = False) -> None:
-        """Unlock; when ``failed`` and nothing else was written, remove what ``acquire`` created."""
+        """Remove the lock file and unlock; when ``failed`` and nothing else was written, remove the folder
+        ``acquire`` created.  (A process that opened the file meanwhile sees it gone and retries.)"""
         if self._fd is None:
             return
         try:
-            if failed and self._created_file:
-                self.path.unlink(missing_ok=True)
-                if self._created_folder and not any(self.folder.iterdir()):
-                    self.folder.rmdir()
-            elif not failed:
-                os.ftruncate(self._fd, 0)
+            self.path.unlink(missing_ok=True)
+            if failed and self._created_folder and not any(self.folder.iterdir()):
+                self.folder.rmdir()
         finally:
             os.close(self._fd)
             self._fd = None

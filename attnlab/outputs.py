@@ -16,7 +16,8 @@ the claim writes nothing and refuses, in one ``UserError`` line naming the optio
 
 The claim only *decides*.  ``Claim.clear()`` removes the old content, and the
 command calls it after every input and option has been validated, just before
-its first write; the folder's lock file (``attnlab.lock``) stays.
+its first write, holding the folder's lock (``attnlab.lock``, ``attnlab.lock``
+module), which ``write_folder`` takes for it.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _is_run(folder: Path) -> bool:
 
 FOLDER_KINDS = {
     "run": ("an attnlab run folder (no config.toml with a [model] table)", _is_run),
-    "experiment": ("an attnlab experiment folder (no experiment.json)", lambda f: (f / "experiment.json").is_file()),
+    "experiment": ("an experiment run folder (no experiment.json)", lambda f: (f / "experiment.json").is_file()),
     "attention": ("an attnlab attention folder (no attention.safetensors)", lambda f: (f / "attention.safetensors").is_file()),
 }
 
@@ -123,12 +124,18 @@ def claim_folder(path: os.PathLike | str, *, kind: str, inputs: Inputs = (), for
     return Claim(path, True, True)
 
 
-def claim_file(path: os.PathLike | str, *, inputs: Inputs = (), force: bool = False, option: str = "--out") -> Claim:
-    """Decide whether the file ``path`` may be written (and replaced); writes nothing."""
+def claim_file(path: os.PathLike | str, *, inputs: Inputs = (), force: bool = False, option: str = "--out",
+               new_folder: bool = False) -> Claim:
+    """Decide whether the file ``path`` may be written (and replaced); writes nothing.
+
+    ``new_folder``: the command creates the file's folder when it does not exist.
+    """
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{option} {path}: is a folder, expected a file name")
-    if not path.parent.is_dir() and str(path.parent) not in ("", "."):
+    if path.parent.exists() and not path.parent.is_dir():
+        raise UserError(f"{option}: {path.parent} exists and is not a folder")
+    if not new_folder and not path.parent.is_dir():
         raise UserError(f"{option} {path}: the folder {path.parent} does not exist")
     _check_writable(path, option)
     where = _resolved(path)
@@ -138,6 +145,15 @@ def claim_file(path: os.PathLike | str, *, inputs: Inputs = (), force: bool = Fa
     if path.exists() and not force:
         raise UserError(f"{option} {path}: exists (use --force to replace it)")
     return Claim(path, False, path.exists())
+
+
+def write_folder(claim: Claim, write, option: str = "--out"):
+    """Lock the claimed folder, clear the earlier output, then ``write()``; returns what ``write`` returns."""
+    from attnlab.lock import FolderLock
+
+    with FolderLock(claim.path, option):
+        claim.clear()
+        return write()
 
 
 def claim_files(paths: Iterable[os.PathLike | str], **kw) -> list[Claim]:

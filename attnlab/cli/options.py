@@ -98,6 +98,8 @@ RULES: dict[str, Rule] = {
     "neighbours.k": Rule(int, 1, BIG, flag="-k"),
     # analysis
     "attempts": Rule(int, 1, 10**6),
+    "sweep.w": Rule(str),  # ranges "0..10" / lists "0,2,4": checked against n once the heads are read
+    "sweep.num_pos": Rule(str),
     "roles.limit": Rule(int, 1, BIG),
     "bpe-steps.vocab_size": Rule(int, 1, 10**6),
     "bpe-steps.show_corpus": Rule(int, 0, BIG, flag="--show"),
@@ -132,6 +134,8 @@ def check_value(command: str, name: str, value: Any, values: dict[str, Any] | No
             kind = "a comma list of" if rule.many else "one of"
             raise UserError(f"{flag} must be {kind} {', '.join(rule.choices)}, got {value!r}"
                             + (f" (unknown: {', '.join(map(repr, bad))})" if rule.many and bad else ""))
+        return
+    if rule.kind is str:
         return
     if rule.kind is int and (isinstance(value, bool) or not isinstance(value, int)):
         raise UserError(f"{flag} must be an integer, got {value!r}")
