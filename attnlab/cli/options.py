@@ -44,7 +44,7 @@ class Rule:
 
 BIG = 10**9  # a sanity bound for counts no run can reach
 SEED_MAX = 2**32 - 1  # numpy's and the synthetic grammar's seeds
-VOCAB_MAX = 2**24  # tokenizers' trainers allocate per requested entry: beyond this they abort the process
+VOCAB_MAX = 2**24  # = attnlab.data.tokenizer.MAX_VOCAB (not imported: it pulls in torch); tokenizers aborts far beyond
 
 RULES: dict[str, Rule] = {
     # model shape (train; experiment presets go through the same ModelConfig)
