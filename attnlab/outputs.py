@@ -93,6 +93,8 @@ def _check_writable(path: Path, option: str) -> None:
     probe = path if path.is_dir() else path.parent
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"{option} {path}: cannot write in {probe} (a file, not a folder)")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise UserError(f"{option} {path}: cannot write in {probe}")
 

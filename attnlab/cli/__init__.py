@@ -46,6 +46,10 @@ def main() -> None:
         if os.environ.get("ATTNLAB_DEBUG"):
             raise
         raise SystemExit(fail(str(err)).exit_code) from None
+    except MemoryError as err:  # past the estimates of attnlab.train.resources
+        if os.environ.get("ATTNLAB_DEBUG"):
+            raise
+        raise SystemExit(fail(f"out of memory ({err or 'MemoryError'}); lower the sizes given").exit_code) from None
     except KeyboardInterrupt:
         typer.echo("attnlab: interrupted", err=True)
         sys.exit(130)

@@ -60,6 +60,14 @@ def available_bytes(device: torch.device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def check_bytes(need: int, what: str, hint: str, device: torch.device | str = "cpu") -> None:
+    """Refuse (``UserError``) ``need`` bytes that ``device`` does not have; ``what`` needs them, ``hint`` says what to lower."""
+    device = torch.device(device)
+    have = available_bytes(device)
+    if need > have:
+        raise UserError(f"{what} needs about {need / GB:.1f} GB but {device.type} has {have / GB:.1f} GB available; {hint}")
+
+
 def check_fits(cfg: ModelConfig, max_tokens: int, device: torch.device | str = "cpu") -> int:
     """Refuse (``UserError``) a run whose estimated memory exceeds what ``device`` has; returns the estimate."""
     device = torch.device(device)
