@@ -111,7 +111,7 @@ def train(
         if not (train_cfg.epochs or train_cfg.max_steps or train_cfg.minutes):
             raise UserError("give a stopping criterion: --epochs, --max-steps or --minutes")
         train_cfg.validate()
-        check_fits(dataclasses.replace(model_cfg, vocab_size=5), train_cfg.max_tokens, ctx.device)  # the width, before the tokenizer
+        check_fits(dataclasses.replace(model_cfg, vocab_size=5), 0, ctx.device)  # the parameters, before the tokenizer
         if lock is not None:
             lock.acquire()
             claim = check_out_dir(out, resume, force, inputs)  # again, under the lock: another writer may have finished meanwhile
@@ -120,7 +120,8 @@ def train(
                                     log=console.print if ctx.is_main else None, world_size=ctx.world_size)
         model_cfg.vocab_size = examples.tokenizer.vocab_size
         model_cfg.validate()
-        check_fits(model_cfg, train_cfg.max_tokens, ctx.device)
+        corpus_tokens = int(examples.encoded.src.offsets[-1] + examples.encoded.tgt.offsets[-1] + 2 * len(examples.encoded))
+        check_fits(model_cfg, min(train_cfg.max_tokens, corpus_tokens), ctx.device)
         torch.manual_seed(train_cfg.seed)
         model = build_model(model_cfg).to(ctx.device)
         if init_embeddings and not resume:
