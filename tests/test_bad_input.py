@@ -203,6 +203,7 @@ def test_a_second_writer_is_refused_naming_the_holder(work, capsys, monkeypatch)
     (["--value-rank", "17"], ["--value-rank", "--d-model is 16", "got 17"]),
     (["--attention-on", "encoder,decodr"], ["--attention-on", "decodr"]),
     (["--attention-on", ""], ["--attention-on"]),
+    (["--attention", "bandd"], ["--attention must be one of", "bigbird", "bandd"]),
     (["--vocab-size", "5000000000"], ["--vocab-size", "got 5000000000"]),
     (["--d-model", "300000"], ["needs about", "GB", "d_model 300000", "available"]),
     (["--data", "synthetic:n=abc"], ["synthetic:n=abc", "not an integer"]),
@@ -218,6 +219,28 @@ def test_train_option_out_of_range(work, capsys, monkeypatch, args, needles):
     # the TINY defaults come first: the option under test, later on the line, wins
     refused(capsys, monkeypatch, work, "train", "--out", "new", "--max-steps", "1", *TINY, *args, needles=needles)
     assert not (work / "new").exists()
+
+
+def test_every_number_option_of_every_command_has_a_rule():
+    """The table is complete: a new int/float option without a range fails here (attnlab/cli/options.py RULES)."""
+    import typing
+
+    import typer
+
+    from attnlab.cli import app
+    from attnlab.cli.options import _rule
+
+    group = typer.main.get_command(app)
+    missing = []
+    for name, command in group.commands.items():
+        assert getattr(command.callback, "checked_as", None) == name, f"{name}: decorate it with @checked({name!r})"
+        hints = typing.get_type_hints(command.callback)
+        for param, hint in hints.items():
+            numeric = {int, float} & {hint, *typing.get_args(hint)}  # int, float, Optional[int] ...
+            if numeric and _rule(name, param) is None:
+                missing.append(f"{name} {param}")
+    assert not missing, missing
+    assert len(group.commands) >= 11
 
 
 def test_memory_estimate_refuses_what_cannot_fit_and_passes_what_does():

@@ -38,6 +38,7 @@ class Rule:
     hi_open: bool = False
     choices: tuple[str, ...] = ()
     many: bool = False  # a comma list of choices
+    registry: str = ""  # "module:NAME": the choices are the keys of that dict, imported when checked
     flag: str = ""  # default: --name-with-dashes
     note: str = ""  # appended to the message, e.g. "(0 = full rank)"
 
@@ -63,6 +64,7 @@ RULES: dict[str, Rule] = {
     "dilation": Rule(int, 1, BIG),
     "num_random": Rule(int, 0, BIG),
     "model": Rule(str, choices=("transformer", "gru", "lm")),
+    "attention": Rule(str, registry="attnlab.nn.mechanisms:MECHANISMS"),
     "norm": Rule(str, choices=("post", "pre")),
     "scoring": Rule(str, choices=("dot", "additive", "gaussian")),
     "attention_on": Rule(str, choices=("all", "encoder", "decoder", "cross"), many=True),
@@ -127,6 +129,11 @@ def check_value(command: str, name: str, value: Any, values: dict[str, Any] | No
         return
     flag = _flag(name, rule)
     values = values or {}
+    if rule.registry:
+        import importlib
+
+        module, _, name = rule.registry.partition(":")
+        rule = Rule(str, choices=tuple(sorted(getattr(importlib.import_module(module), name))), flag=rule.flag)
     if rule.choices:
         items = [v.strip() for v in str(value).split(",")] if rule.many else [value]
         bad = [v for v in items if v not in rule.choices]
@@ -171,5 +178,6 @@ def checked(command: str) -> Callable:
         def run(*args, **kwargs):
             check_options(command, kwargs)
             return func(*args, **kwargs)
+        run.checked_as = command  # tests/test_bad_input.py asserts every command carries it
         return run
     return wrap

@@ -17,12 +17,6 @@ RESUMABLE = {"out", "resume", "epochs", "max_steps", "minutes", "device", "quiet
 FIELD = {"tie": "tie_embeddings"}  # CLI name -> config field, where they differ
 
 
-def _choice(value: str, allowed: tuple[str, ...], option: str) -> str:
-    if value not in allowed:
-        raise UserError(f"{option} must be one of {', '.join(allowed)}, got {value!r}")
-    return value
-
-
 def _given(ctx: typer.Context) -> set[str]:
     """The options the user wrote on the command line (or in the environment), not left at their defaults."""
     sources = {name: ctx.get_parameter_source(name) for name in ctx.params}  # typer may carry its own click: by name
@@ -120,9 +114,6 @@ def register(app: typer.Typer) -> None:
             seed=seed, vocab_size=1,
         )
         mcfg.validate()
-        from attnlab.nn.mechanisms import MECHANISMS
-
-        _choice(attention, tuple(sorted(MECHANISMS)), "--attention")
         if init_embeddings is not None and not init_embeddings.is_file():
             raise UserError(f"--init-embeddings {init_embeddings}: no such file")
         tcfg = TrainConfig(
