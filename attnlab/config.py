@@ -22,6 +22,7 @@ from attnlab.errors import UserError
 MODEL_KINDS = ("transformer", "lm", "gru")
 NORM_PLACEMENTS = ("post", "pre")
 SCORINGS = ("dot", "additive", "gaussian")
+ATTENTION_SITES = ("encoder", "decoder", "cross")  # the attentions ``attention_on`` may name
 
 
 @dataclass
@@ -80,14 +81,16 @@ class ModelConfig:
             (self.scoring in SCORINGS, f"scoring: must be one of {', '.join(SCORINGS)}, got {self.scoring!r}"),
             (self.vocab_size > 0, f"vocab_size: must be positive, got {self.vocab_size}"),
             (self.d_model > 0 and self.heads > 0, "d_model, heads: must be positive"),
-            (self.d_model % self.heads == 0, f"d_model: {self.d_model} must be divisible by heads ({self.heads})"),
+            (self.heads > 0 and self.d_model % self.heads == 0, f"d_model: {self.d_model} must be divisible by heads ({self.heads})"),
             (self.model == "gru" or self.d_model % 2 == 0, f"d_model: must be even for the sinusoidal encoding, got {self.d_model}"),
             (self.layers > 0 and self.dec_layers >= 0, "layers: must be positive"),
             (self.ff > 0, f"ff: must be positive, got {self.ff}"),
             (0.0 <= self.dropout < 1.0, f"dropout: must be in [0, 1), got {self.dropout}"),
             (self.max_len > 1, f"max_len: must be > 1, got {self.max_len}"),
-            (self.value_rank >= 0, f"value_rank: must be >= 0, got {self.value_rank}"),
+            (0 <= self.value_rank <= self.d_model, f"value_rank: must be in [0, d_model = {self.d_model}], got {self.value_rank}"),
             (self.sigma > 0, f"sigma: must be positive, got {self.sigma}"),
+            (self.attention_on == "all" or (bool(self.attention_on.strip()) and set(map(str.strip, self.attention_on.split(","))) <= set(ATTENTION_SITES)),
+             f"attention_on: must be all or a comma list of {', '.join(ATTENTION_SITES)}, got {self.attention_on!r}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -125,6 +128,25 @@ class TrainConfig:
     synthetic_pairs: int = 20000
     dev_limit: int = 500  # distinct dev sources scored (greedy) at the end of training; 0 = none
     precision: str = "fp32"  # fp32 | bf16 (autocast of the forward pass; weights and optimiser stay fp32)
+
+    def validate(self) -> "TrainConfig":
+        """Raise ``ValueError`` naming the parameter when a value makes no sense (the CLI checks its flags first)."""
+        import math
+
+        checks = [
+            (self.vocab_size > 0, "vocab_size", "> 0"), (self.max_tokens > 0, "max_tokens", "> 0"),
+            (math.isfinite(self.lr) and self.lr > 0, "lr", "finite and > 0"), (self.warmup >= 0, "warmup", ">= 0"),
+            (0.0 <= self.label_smoothing < 1.0, "label_smoothing", "in [0, 1)"),
+            (min(self.epochs, self.max_steps) >= 0 and math.isfinite(self.minutes) and self.minutes >= 0,
+             "epochs, max_steps, minutes", ">= 0 (and finite)"),
+            (self.log_every > 0, "log_every", "> 0"), (self.checkpoint_every > 0, "checkpoint_every", "> 0"),
+            (self.synthetic_pairs > 0, "synthetic_pairs", "> 0"), (self.dev_limit >= 0, "dev_limit", ">= 0"),
+            (self.precision in ("fp32", "bf16"), "precision", "fp32 or bf16"),
+        ]
+        for ok, name, want in checks:
+            if not ok:
+                raise ValueError(f"TrainConfig.{name} must be {want}, got {', '.join(str(getattr(self, n.strip())) for n in name.split(','))}")
+        return self
 
 
 # Keys that earlier attnlab versions wrote and that no longer mean anything:

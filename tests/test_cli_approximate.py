@@ -85,7 +85,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     _one_line_error(attnlab("approximate", save("empty.npy", np.zeros((0, 6, 6)))), "empty")
     _one_line_error(attnlab("approximate", save("empty2.npy", np.zeros((0, 0)))), "empty2.npy", "empty")
     _one_line_error(attnlab("approximate", good, "--w", 6), "--w: band half-width")  # the library's "w: …", as the flag
-    _one_line_error(attnlab("approximate", good, "--w", -1), "--w: band half-width")
+    _one_line_error(attnlab("approximate", good, "--w", -1), "--w must be an integer in [0,")  # the option table (attnlab.cli.options)
     _one_line_error(attnlab("approximate", good, "--w", 1, "--num-pos", 7), "--num-pos:")
     text = tmp_path / "heads.txt"
     text.write_text("not an array")

@@ -528,10 +528,18 @@ def read_conllu(path) -> tuple[list[str], list[list[tuple[int, int, str]]]]:
     except Exception as err:  # conllu's ParseException
         raise UserError(f"{path}: not a CoNLL-U file ({err})") from None
     sentences, relations = [], []
-    for tl in parsed:
-        toks = [t for t in tl if isinstance(t["id"], int)]
+    for number, tl in enumerate(parsed, start=1):
+        toks = [t for t in tl if isinstance(t.get("id"), int)]
         if not toks:
             continue
+        where = f"{path}: sentence {number}"
+        for k, t in enumerate(toks, start=1):
+            if t["id"] != k:
+                raise UserError(f"{where}: word ids must run 1, 2, ..., got {t['id']} at word {k}")
+            head = t.get("head")
+            if not isinstance(head, int) or not 0 <= head <= len(toks) or head == k or not t.get("form"):
+                raise UserError(f"{where}, word {k}: HEAD must be a word id in 0..{len(toks)} other than its own "
+                                f"and FORM non-empty (10 tab-separated columns), got HEAD {head!r}")
         index = {t["id"]: k for k, t in enumerate(toks)}
         sentences.append(" ".join(t["form"] for t in toks))
         relations.append([(index[t["id"]], index[t["head"]], str(t["deprel"]))

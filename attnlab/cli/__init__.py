@@ -28,7 +28,8 @@ app = typer.Typer(
 
 for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
     _module = importlib.import_module(f"{__name__}.{_info.name}")
-    _module.register(app)
+    if hasattr(_module, "register"):  # options.py holds the table of option constraints, no command
+        _module.register(app)
 
 
 def fail(message: str) -> "typer.Exit":
@@ -63,6 +64,10 @@ def main() -> None:
         if os.environ.get("ATTNLAB_DEBUG"):
             raise
         raise SystemExit(fail(as_flags(str(err), sys.argv[1:])).exit_code) from None
+    except MemoryError as err:  # past the estimates of attnlab.train.resources
+        if os.environ.get("ATTNLAB_DEBUG"):
+            raise
+        raise SystemExit(fail(f"out of memory ({err or 'MemoryError'}); lower the sizes given").exit_code) from None
     except KeyboardInterrupt:
         typer.echo("attnlab: interrupted", err=True)
         sys.exit(130)

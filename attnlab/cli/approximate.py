@@ -17,6 +17,8 @@ from typing import Optional
 
 import typer
 
+from attnlab.cli.options import checked
+
 
 def _int_list(text: str, name: str) -> list[int]:
     """'0..10' (inclusive), '0,2,4' or '3' -> list of ints; ValueError naming the option."""
@@ -40,6 +42,7 @@ def _echo_warnings(caught) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command("approximate")
+    @checked("approximate")
     def approximate(
         input: Path = typer.Argument(..., help="attention heads: .npy/.npz (n,n) or (H,n,n), or an attnlab attention file"),
         w: int = typer.Option(3, "--w", help="band half-width w (0 <= w < n)"),
@@ -89,6 +92,7 @@ def register(app: typer.Typer) -> None:
                    f"(mean error {zero / (n * n):.4f}); dense budget n² = {n * n}")
 
     @app.command("sweep")
+    @checked("sweep")
     def sweep_cmd(
         input: Path = typer.Argument(..., help="attention heads: .npy/.npz (n,n) or (H,n,n), or an attnlab attention file"),
         w: Optional[str] = typer.Option(None, "--w", help="half-widths: 0..10, 0,2,4 or 3 [default: 0..min(10, n-1)]"),
@@ -96,11 +100,14 @@ def register(app: typer.Typer) -> None:
         sparse: Optional[int] = typer.Option(None, "--sparse", help="sparse entries s [default: n]"),
         out: Path = typer.Option(Path("."), "--out", help="folder for sweep.csv and sweep.png"),
         renormalize: bool = typer.Option(False, "--renormalize", help="divide rows that do not sum to 1 by their sum"),
+        force: bool = typer.Option(False, "--force", help="replace sweep.csv and sweep.png of an earlier sweep in --out"),
     ) -> None:
         """Error surface of the optimal fit over a (w, num_pos) grid: CSV + PNG heat map."""
         from attnlab.analysis.attention_file import load_heads
         from attnlab.analysis.error_surface import sweep
+        from attnlab.outputs import claim_files
 
+        claim_files([out / "sweep.csv", out / "sweep.png"], inputs=[("INPUT", input)], force=force, option="--out", new_folder=True)
         heads, _labels = load_heads(input)
         n, m = heads.shape[-2:]
         ws = list(range(0, min(10, max(n, m) - 1) + 1)) if w is None else _int_list(w, "--w")

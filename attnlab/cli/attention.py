@@ -9,6 +9,7 @@ from typing import List, Optional
 
 import typer
 
+from attnlab.cli.options import checked
 from attnlab.errors import UserError
 
 
@@ -32,6 +33,7 @@ def _capture(run_dir: str | None, hf, sentences: list[str], targets, truncate: b
 
 def register(app: typer.Typer) -> None:
     @app.command("attention")
+    @checked("attention")
     def attention(
         args: List[str] = typer.Argument(None, metavar="[RUN_DIR] SENTENCE...", help="a run folder (unless --hf) then one or more sentences"),
         hf: Optional[str] = typer.Option(None, "--hf", help="a Hugging Face model: hub name or local folder"),
@@ -39,9 +41,11 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, "--out", help="output folder (default RUN_DIR/attention or ./attention-MODEL)"),
         truncate: bool = typer.Option(False, "--truncate", help="truncate sentences longer than the model maximum (default: error)"),
         maps_file: Optional[Path] = typer.Option(None, "--maps", help="draw a saved attention file instead of capturing"),
+        force: bool = typer.Option(False, "--force", help="replace the earlier attention output in --out"),
     ) -> None:
         """Capture the attention of every layer and head on SENTENCE; write the maps file, PNG grids and the HTML explorer."""
         from attnlab.analysis.attention_maps import AttentionMaps
+        from attnlab.outputs import claim_folder, write_folder
         from attnlab.viz.export import write_attention
 
         if maps_file is not None:
@@ -49,20 +53,21 @@ def register(app: typer.Typer) -> None:
                 raise UserError("--maps draws a saved file: give no RUN_DIR, --hf or sentence")
             if out is None:
                 raise UserError("--maps needs --out DIR")
+            claim = claim_folder(out, kind="attention", inputs=[("--maps", maps_file)], force=force)
             maps = AttentionMaps.load(maps_file)
-            for p in write_attention(maps, out):
-                typer.echo(str(p))
-            return
-        run_dir, sentences = _source(list(args or []), hf)
-        if not sentences:
-            raise UserError("give at least one sentence")
-        maps = _capture(run_dir, hf, sentences, target or None, truncate)
-        if out is None:
-            out = Path(run_dir) / "attention" if run_dir else Path("attention-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(hf).name or "model"))
-        for p in write_attention(maps, out):
+        else:
+            run_dir, sentences = _source(list(args or []), hf)
+            if not sentences:
+                raise UserError("give at least one sentence")
+            if out is None:
+                out = Path(run_dir) / "attention" if run_dir else Path("attention-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(hf).name or "model"))
+            claim = claim_folder(out, kind="attention", inputs=[("RUN_DIR", run_dir), ("--hf", hf)], force=force)
+            maps = _capture(run_dir, hf, sentences, target or None, truncate)
+        for p in write_folder(claim, lambda: write_attention(maps, out)):
             typer.echo(str(p))
 
     @app.command("roles")
+    @checked("roles")
     def roles(
         args: List[str] = typer.Argument(None, metavar="[RUN_DIR]", help="a run folder (unless --hf)"),
         hf: Optional[str] = typer.Option(None, "--hf", help="a Hugging Face model: hub name or local folder"),

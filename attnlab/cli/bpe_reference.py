@@ -15,9 +15,12 @@ from typing import Optional
 
 import typer
 
+from attnlab.cli.options import checked
+
 
 def register(app: typer.Typer) -> None:
     @app.command("bpe-steps")
+    @checked("bpe-steps")
     def bpe_steps(
         text: Optional[str] = typer.Argument(None, help="the corpus, as one string"),
         file: Optional[Path] = typer.Option(None, "--file", help="read the corpus from a text file instead"),

@@ -18,9 +18,12 @@ from typing import Optional
 
 import typer
 
+from attnlab.cli.options import checked
+
 
 def register(app: typer.Typer) -> None:
     @app.command("embeddings")
+    @checked("embeddings")
     def embeddings(
         data: str = typer.Option(..., "--data", help="corpus spec: synthetic, a TSV path, hf:NAME:CONFIG"),
         side: str = typer.Option("src", "--side", help="which side of the pairs: src or tgt"),
@@ -34,16 +37,21 @@ def register(app: typer.Typer) -> None:
         minutes: Optional[float] = typer.Option(None, "--minutes", help="train for this many minutes"),
         epochs: Optional[int] = typer.Option(None, "--epochs", help="train for this many epochs (default 5)"),
         seed: int = typer.Option(0, "--seed"),
+        force: bool = typer.Option(False, "--force", help="replace an existing --out / --plot file"),
     ) -> None:
         """Train skip-gram word vectors on one side of a corpus."""
+        from attnlab.data.spec import corpus_paths
         from attnlab.errors import UserError
+        from attnlab.outputs import claim_file
 
         if minutes is not None and epochs is not None:
             raise UserError("give --minutes or --epochs, not both")
-        if side not in ("src", "tgt"):
-            raise UserError(f"--side must be src or tgt, got {side!r}")
-        if not out.parent.is_dir():
-            raise UserError(f"--out {out}: the folder {out.parent} does not exist")
+        inputs = [("--data", p) for p in corpus_paths(data)] + [("--tokenizer", tokenizer)]
+        claim_file(out, inputs=inputs, force=force, option="--out")
+        if plot is not None:
+            if plot.resolve() == out.resolve():
+                raise UserError(f"--plot {plot}: is also --out; give two different files")
+            claim_file(plot, inputs=inputs, force=force, option="--plot")
         from attnlab.train.skipgram import train_embeddings  # imports torch: after the cheap checks
         wv = train_embeddings(data, side, out=out, plot=plot, tokenizer=tokenizer, dim=dim, window=window,
                               negative=negative, min_count=min_count, minutes=minutes, epochs=epochs, seed=seed,
@@ -53,6 +61,7 @@ def register(app: typer.Typer) -> None:
                    + (f", plot → {plot}" if plot else ""))
 
     @app.command("neighbours")
+    @checked("neighbours")
     def neighbours_cmd(
         file: Path = typer.Argument(..., help="embeddings file written by attnlab embeddings"),
         word: str = typer.Argument(..., help="the word to look up"),

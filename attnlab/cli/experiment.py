@@ -6,9 +6,12 @@ from pathlib import Path
 
 import typer
 
+from attnlab.cli.options import checked
+
 
 def register(app: typer.Typer) -> None:
     @app.command("experiment")
+    @checked("experiment")
     def experiment(
         data: str = typer.Option("synthetic", "--data", help="corpus spec: synthetic (default), a TSV/Moses path, hf:opus_books:en-it"),
         out: Path = typer.Option(Path("runs/experiment"), "--out", help="the run folder (report.html, report.md, results.json, ...)"),

@@ -9,14 +9,39 @@ from typing import Optional
 
 import typer
 
+from attnlab.cli.options import check_value, checked
 from attnlab.errors import UserError
 from attnlab.nn.mechanisms import MECHANISMS, mechanisms_reading
 
+# options that --resume may change (stopping, where and how it runs); every other one is the run's own
+RESUMABLE = {"out", "resume", "epochs", "max_steps", "minutes", "device", "quiet"}
+FIELD = {"tie": "tie_embeddings"}  # CLI name -> config field, where they differ
 
-def _choice(value: str, allowed: tuple[str, ...], option: str) -> str:
-    if value not in allowed:
-        raise UserError(f"{option} must be one of {', '.join(allowed)}, got {value!r}")
-    return value
+
+def _given(ctx: typer.Context) -> set[str]:
+    """The options the user wrote on the command line (or in the environment), not left at their defaults."""
+    sources = {name: ctx.get_parameter_source(name) for name in ctx.params}  # typer may carry its own click: by name
+    return {name for name, source in sources.items() if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")}
+
+
+def _check_resume(out: Path, given: set[str], values: dict) -> None:
+    """--resume continues a run as it was configured: refuse an option that would differ from it."""
+    from attnlab.config import load_config
+
+    if not (out / "config.toml").is_file():
+        return  # the library says there is nothing to resume
+    model_cfg, train_cfg = load_config(out / "config.toml")
+    for name in sorted(given - RESUMABLE):
+        if name in ("force", "init_embeddings"):
+            raise UserError(f"--{name.replace('_', '-')} does not apply to --resume (it starts a new run)")
+        field = FIELD.get(name, name)
+        cfg = train_cfg if hasattr(train_cfg, field) else model_cfg
+        if not hasattr(cfg, field):
+            continue
+        saved = getattr(cfg, field)
+        if values[name] != saved:
+            raise UserError(f"--resume: --{name.replace('_', '-')} {values[name]} differs from the run's {field} = {saved!r} "
+                            f"in {out / 'config.toml'}; leave it out to continue the run, or start a new one")
 
 
 def _readers(option: str) -> str:
@@ -26,7 +51,9 @@ def _readers(option: str) -> str:
 
 def register(app: typer.Typer) -> None:
     @app.command()
+    @checked("train")
     def train(
+        ctx: typer.Context,
         data: str = typer.Option("synthetic", help="Corpus: synthetic, a TSV/Moses path, or hf:NAME:CONFIG."),
         out: Path = typer.Option(..., help="Run folder (config.toml, tokenizer.json, checkpoints/, metrics.jsonl)."),
         model: str = typer.Option("transformer", help="transformer | gru | lm"),
@@ -74,13 +101,18 @@ def register(app: typer.Typer) -> None:
         from attnlab.config import ModelConfig, TrainConfig
         from attnlab.train.loop import train as run_training
 
-        _choice(tokenizer, ("bpe", "word", "char"), "--tokenizer")
-        _choice(precision, ("fp32", "bf16"), "--precision")
-        if not (epochs or max_steps or minutes) and not resume:
+        from attnlab.data.spec import synthetic_options
+
+        given = _given(ctx)
+        if resume:
+            _check_resume(out, given, ctx.params)
+        elif not (epochs or max_steps or minutes):
             raise UserError("give a stopping criterion: --epochs, --max-steps or --minutes")
-        for name, value in (("--epochs", epochs), ("--max-steps", max_steps), ("--minutes", minutes), ("--max-tokens", max_tokens - 1), ("--vocab-size", vocab_size - 1)):
-            if value < 0:
-                raise UserError(f"{name} must be positive")
+        if data.split(":")[0] == "synthetic":
+            n = synthetic_options(data).get("n")
+            if n is not None and "synthetic_pairs" in given and n != synthetic_pairs:
+                raise UserError(f"--data {data} asks for n={n} pairs but --synthetic-pairs is {synthetic_pairs}; give one of them")
+            synthetic_pairs = n or synthetic_pairs
         mcfg = ModelConfig(
             model=model, d_model=d_model, heads=heads, layers=layers, dec_layers=dec_layers, ff=ff, dropout=dropout,
             max_len=max_len, norm=norm, scoring=scoring, value_rank=value_rank, tie_embeddings=tie, attention=attention,
@@ -88,7 +120,8 @@ def register(app: typer.Typer) -> None:
             seed=seed, vocab_size=1,
         )
         mcfg.validate()
-        _choice(attention, tuple(MECHANISMS), "--attention")
+        if init_embeddings is not None and not init_embeddings.is_file():
+            raise UserError(f"--init-embeddings {init_embeddings}: no such file")
         tcfg = TrainConfig(
             data=data, tokenizer=tokenizer, vocab_size=vocab_size, max_tokens=max_tokens, lr=lr, warmup=warmup,
             label_smoothing=label_smoothing, epochs=epochs, max_steps=max_steps, minutes=minutes, seed=seed,
@@ -101,6 +134,7 @@ def register(app: typer.Typer) -> None:
                    f"in {result.seconds / 60:.1f} min; last loss {result.final_loss:.3f}; run folder {result.out}", err=True)
 
     @app.command()
+    @checked("translate")
     def translate(
         run_dir: Path = typer.Argument(..., help="Run folder of attnlab train."),
         beam: int = typer.Option(1, help="Beam size K (1 = greedy)."),
@@ -110,16 +144,21 @@ def register(app: typer.Typer) -> None:
         from attnlab.train.checkpoint import load_run
         from attnlab.train.evaluate import translate as run_translate
 
-        if beam < 1:
-            raise UserError(f"--beam must be >= 1, got {beam}")
         run = load_run(run_dir)
         if run.cfg.model == "lm":
             raise UserError(f"{run_dir}: a language model does not translate (model = lm)")
-        lines = [line.rstrip("\n") for line in sys.stdin]
+        check_value("translate", "beam", beam, hi=run.tokenizer.vocab_size, why=f"the vocabulary of {run_dir}")
+        lines = []
+        for number, raw in enumerate(sys.stdin.buffer, start=1):
+            try:
+                lines.append(raw.decode("utf-8").rstrip("\r\n"))
+            except UnicodeDecodeError as err:
+                raise UserError(f"stdin:{number}: not UTF-8 (byte {raw[err.start]:#04x} at column {err.start + 1})") from None
         for hyp in run_translate(run.model, run.tokenizer, lines, beam, length_penalty):
             typer.echo(hyp)
 
     @app.command()
+    @checked("evaluate")
     def evaluate(
         run_dir: Path = typer.Argument(..., help="Run folder of attnlab train."),
         data: str = typer.Option("synthetic", help="Corpus spec (as for train)."),
@@ -134,12 +173,10 @@ def register(app: typer.Typer) -> None:
         from attnlab.train.checkpoint import load_run
         from attnlab.train.evaluate import evaluate_pairs
 
-        _choice(split, ("train", "dev", "test"), "--split")
-        if beam < 1:
-            raise UserError(f"--beam must be >= 1, got {beam}")
         run = load_run(run_dir)
         if run.cfg.model == "lm":
             raise UserError(f"{run_dir}: evaluate scores translation models; this run is a language model")
+        check_value("evaluate", "beam", beam, hi=run.tokenizer.vocab_size, why=f"the vocabulary of {run_dir}")
         corpus = load_corpus(data, split=split)
         result = evaluate_pairs(run.model, run.tokenizer, corpus, beam, length_penalty, limit or None)
         if as_json:

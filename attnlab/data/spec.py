@@ -58,18 +58,31 @@ def load_synthetic(split: str = "train", n: int | None = None, seed: int = 0, **
     return ParallelCorpus(want[:n], name="synthetic", split=split)
 
 
-def _parse_synthetic(spec: str) -> dict:
+_SYNTHETIC_RANGES = {"n": (1, 10**8), "seed": (0, 2**32 - 1), "max_reorder": (0, 1000), "min_words": (1, 1000),
+                     "max_words": (1, 1000), "zipf_s": (0.0, 100.0)}
+
+
+def synthetic_options(spec: str) -> dict:
+    """The ``KEY=VALUE`` options of a ``synthetic:...`` spec, each known, given once and in range."""
     kw: dict = {}
     _, _, opts = spec.partition(":")
     for item in filter(None, opts.split(",")):
         key, eq, value = item.partition("=")
+        key = key.strip()
         if not eq or key not in _SYNTHETIC_KEYS:
             raise UserError(f"corpus spec {spec!r}: unknown option {item!r} "
                             f"(known: {', '.join(_SYNTHETIC_KEYS)})")
+        if key in kw:
+            raise UserError(f"corpus spec {spec!r}: {key} given twice")
         try:
-            kw[key] = _SYNTHETIC_KEYS[key](value)
+            kw[key] = _SYNTHETIC_KEYS[key](value.strip())
         except ValueError:
-            raise UserError(f"corpus spec {spec!r}: {key}={value!r} is not a number") from None
+            raise UserError(f"corpus spec {spec!r}: {key}={value!r} is not {'an integer' if _SYNTHETIC_KEYS[key] is int else 'a number'}") from None
+        lo, hi = _SYNTHETIC_RANGES[key]
+        if not lo <= kw[key] <= hi:  # NaN fails too
+            raise UserError(f"corpus spec {spec!r}: {key} must be in [{lo}, {hi}], got {value.strip()}")
+    if kw.get("min_words", 1) > kw.get("max_words", 1000):
+        raise UserError(f"corpus spec {spec!r}: min_words must be <= max_words")
     return kw
 
 
@@ -101,7 +114,7 @@ def load_corpus(spec: str, split: str = "train", src_lang: str | None = None,
         raise UserError(f"--split: unknown split {split!r} (choose train, dev or test)")
     spec = str(spec)
     if spec == "synthetic" or spec.startswith("synthetic:"):
-        return load_synthetic(split, **{**_parse_synthetic(spec), **kw})
+        return load_synthetic(split, **{**kw, **synthetic_options(spec)})  # what the spec says wins over callers' defaults
     if spec.startswith("hf:"):
         from attnlab.data.hf import read_hf  # imports datasets only when needed
 
@@ -133,3 +146,14 @@ def _moses_for_split(path: Path, split: str) -> Path:
             raise UserError(f"{path}: asked for split {split!r} but {sibling} does not exist")
         return sibling
     return path
+
+
+def corpus_paths(spec: str) -> list[Path]:
+    """The local files (or folder) a corpus spec reads: what no command may overwrite or delete."""
+    spec = str(spec)
+    if spec == "synthetic" or spec.startswith(("synthetic:", "hf:")):
+        return []
+    if "," in spec:
+        return [Path(x).expanduser() for x in spec.split(",", 1)]
+    path = Path(spec).expanduser()
+    return [path] + [p for p in path.parent.glob(path.name + ".*") if p.is_file()] if str(path) else []

@@ -31,6 +31,7 @@ from attnlab.atomic import write_atomic
 from attnlab.errors import UserError
 
 SPECIALS = ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
+MAX_VOCAB = 2**24  # the trainers allocate ~56 bytes per requested entry up front; far beyond this the process aborts
 
 
 def _pipeline(model, punctuation: bool) -> HFTokenizer:
@@ -61,8 +62,8 @@ class Tokenizer:
     @classmethod
     def train_bpe(cls, texts: Iterable[str], vocab_size: int = 8000, min_freq: int = 2) -> Tokenizer:
         """Byte-pair encoding: merges learnt until ``vocab_size`` pieces (specials included)."""
-        if vocab_size <= len(SPECIALS):
-            raise ValueError(f"vocab_size must be > {len(SPECIALS)}, got {vocab_size}")
+        if not len(SPECIALS) < vocab_size <= MAX_VOCAB:
+            raise ValueError(f"vocab_size must be in ({len(SPECIALS)}, {MAX_VOCAB}], got {vocab_size}")
         tok = _pipeline(models.BPE(unk_token="[UNK]"), punctuation=True)
         trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_freq,
                                       special_tokens=SPECIALS, show_progress=False)
@@ -72,8 +73,10 @@ class Tokenizer:
     @classmethod
     def train_word(cls, texts: Iterable[str], vocab_size: int | None = None, min_freq: int = 1) -> Tokenizer:
         """Word-level: the ``vocab_size`` most frequent words (punctuation split off), others unk."""
+        if vocab_size is not None and not len(SPECIALS) < vocab_size <= MAX_VOCAB:
+            raise ValueError(f"vocab_size must be in ({len(SPECIALS)}, {MAX_VOCAB}] or None, got {vocab_size}")
         tok = _pipeline(models.WordLevel(unk_token="[UNK]"), punctuation=True)
-        trainer = trainers.WordLevelTrainer(vocab_size=vocab_size or 10**9, min_frequency=min_freq,
+        trainer = trainers.WordLevelTrainer(vocab_size=vocab_size or MAX_VOCAB, min_frequency=min_freq,
                                             special_tokens=SPECIALS, show_progress=False)
         tok.train_from_iterator(texts, trainer)
         return cls(tok, "word")

@@ -13,6 +13,7 @@ Every problem is a :class:`~attnlab.errors.UserError` naming ``file:line``.
 from __future__ import annotations
 
 import gzip
+import zlib
 from pathlib import Path
 
 from attnlab.data.corpus import Pair, ParallelCorpus
@@ -32,8 +33,8 @@ def read_lines(path: Path) -> list[str]:
     if raw[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(raw)
-        except (OSError, EOFError) as err:
-            raise UserError(f"{path}: corrupt gzip file ({err})") from None
+        except (OSError, EOFError, zlib.error) as err:  # BadGzipFile is an OSError; a bad body is zlib.error
+            raise UserError(f"{path}: corrupt gzip file ({err or type(err).__name__})") from None
     try:
         text = raw.decode("utf-8")  # fast path: the whole file at once
     except UnicodeDecodeError:

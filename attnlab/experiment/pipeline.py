@@ -34,6 +34,7 @@ from attnlab.experiment.stages import Context, Stage, check_folder, prepare_fold
 from attnlab.experiment.tables import tables_stage
 from attnlab.experiment.thesis_models import thesis_models
 from attnlab.experiment.training import evaluate_stage, train_stage
+from attnlab.lock import FolderLock
 
 __all__ = ["build_stages", "run_experiment"]
 
@@ -81,16 +82,17 @@ def run_experiment(
     out = Path(out)
     settings = check_folder(out, settings, resume, force)  # nothing written yet
     check_corpus(settings)
-    settings = prepare_folder(out, settings, resume, force)
-    ctx = Context(out=out, settings=settings, resume=resume)
-    stages = build_stages(settings)
-    t0 = time.perf_counter()
-    if show_progress:
-        from attnlab.experiment.display import StageDisplay
+    with FolderLock(out):  # one writer: a second experiment on the same folder is refused
+        settings = prepare_folder(out, settings, resume, force)
+        ctx = Context(out=out, settings=settings, resume=resume)
+        stages = build_stages(settings)
+        t0 = time.perf_counter()
+        if show_progress:
+            from attnlab.experiment.display import StageDisplay
 
-        with StageDisplay(stages, out) as display:
-            results = run_stages(stages, ctx, display.event)
-    else:
-        results = run_stages(stages, ctx)
+            with StageDisplay(stages, out) as display:
+                results = run_stages(stages, ctx, display.event)
+        else:
+            results = run_stages(stages, ctx)
     results["_total_seconds"] = round(time.perf_counter() - t0, 1)
     return results

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,7 +91,6 @@ def check_folder(out: Path, settings: Settings, resume: bool, force: bool) -> Se
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a folder")
     marker = out / MARKER
-    nonempty = out.is_dir() and any(out.iterdir())
     probe = _writable_probe(out)
     if not os.access(probe, os.W_OK | os.X_OK):
         raise UserError(f"--out {out}: cannot write in {probe}")
@@ -104,11 +102,16 @@ def check_folder(out: Path, settings: Settings, resume: bool, force: bool) -> Se
             raise UserError(f"--resume: {out} is an experiment with --data {saved.data}"
                             f"{' --quick' if saved.quick else ''}; give the same options")
         return saved
-    if nonempty and not force:
-        raise UserError(f"--out {out}: folder exists and is not empty (use --resume to continue it or --force to replace it)")
-    if nonempty and force and not marker.is_file():
-        raise UserError(f"--force: {out} is not an experiment run folder (no {MARKER}); refusing to delete it")
+    _claim(out, settings, force)
     return settings
+
+
+def _claim(out: Path, settings: Settings, force: bool):
+    from attnlab.data.spec import corpus_paths
+    from attnlab.outputs import claim_folder
+
+    return claim_folder(out, kind="experiment", inputs=[("--data", p) for p in corpus_paths(settings.data)], force=force,
+                        hint="use --resume to continue it or --force to replace it")
 
 
 def prepare_folder(out: Path, settings: Settings, resume: bool, force: bool) -> Settings:
@@ -117,8 +120,7 @@ def prepare_folder(out: Path, settings: Settings, resume: bool, force: bool) -> 
     settings = check_folder(out, settings, resume, force)
     if resume:
         return settings
-    if out.is_dir() and any(out.iterdir()):  # force, and an experiment folder (checked)
-        shutil.rmtree(out)
+    _claim(out, settings, force).clear()  # force, and an experiment folder (checked)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:

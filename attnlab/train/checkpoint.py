@@ -13,12 +13,17 @@ a checkpoint exists only once it is complete and a run killed at any moment
 resumes from its last complete checkpoint.  The model file records its
 ``ModelConfig`` in the safetensors metadata; loading it into another
 configuration, or loading a truncated file, is a one-line ``UserError``.
+Both files carry ``attnlab.sha256``, a SHA-256 of their tensors (names,
+dtypes, shapes, bytes), checked on load: flipped bytes are a one-line
+``UserError`` naming the file, never NaN parameters.  Files written before
+the checksum existed still load, after a check that every value is finite.
 No pickle anywhere.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -38,13 +43,39 @@ STEP_FILE = re.compile(r"^step_(\d+)\.state\.safetensors$")
 KEEP_LAST = 2
 
 
+CHECKSUM = "attnlab.sha256"
+
+
 def model_config_json(cfg: ModelConfig) -> str:
     return json.dumps(dataclasses.asdict(cfg), sort_keys=True)
 
 
+def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
+    """SHA-256 over every tensor, in name order: its name, dtype, shape and bytes."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def check_tensors(path: Path, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    """The checksum of ``meta`` matches the tensors; without one (older files), every value is finite."""
+    saved = meta.get(CHECKSUM)
+    if saved is not None:
+        if tensors_sha256(tensors) != saved:
+            raise UserError(f"{path}: corrupted checkpoint (the SHA-256 of its tensors does not match the one it was written with)")
+        return
+    for name, t in tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise UserError(f"{path}: corrupted checkpoint (tensor {name} holds NaN or infinite values)")
+
+
 def save_weights(path: Path, model: torch.nn.Module, cfg: ModelConfig) -> None:
-    """Model weights (shared tensors such as tied embeddings stored once)."""
-    write_atomic(path, lambda p: save_model(model, p, metadata={"attnlab.model_config": model_config_json(cfg)}))
+    """Model weights (shared tensors such as tied embeddings stored once), with the checksum of all of them."""
+    meta = {"attnlab.model_config": model_config_json(cfg), CHECKSUM: tensors_sha256(model.state_dict())}
+    write_atomic(path, lambda p: save_model(model, p, metadata=meta))
 
 
 def load_weights(path: Path, model: torch.nn.Module, cfg: ModelConfig) -> None:
@@ -71,6 +102,7 @@ def load_weights(path: Path, model: torch.nn.Module, cfg: ModelConfig) -> None:
             if alias in state and t.data_ptr() == expected[k].data_ptr():
                 state[k] = state[alias]
                 break
+    check_tensors(path, {k: state[k] for k in expected if k in state}, meta)  # the names save_weights summed
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as err:
@@ -105,8 +137,10 @@ def save_checkpoint(run_dir: Path, model: torch.nn.Module, cfg: ModelConfig, opt
     for i, s in opt["state"].items():
         for name, value in s.items():
             tensors[f"optim.{i}.{name}"] = value if torch.is_tensor(value) else torch.tensor(value)
-    meta = {"attnlab.train_state": state.to_json(), "attnlab.param_groups": json.dumps(opt["param_groups"])}
-    write_atomic(ckpt / f"{stem}.state.safetensors", lambda p: save_file({k: v.contiguous().cpu() for k, v in tensors.items()}, p, metadata=meta))
+    tensors = {k: v.contiguous().cpu() for k, v in tensors.items()}
+    meta = {"attnlab.train_state": state.to_json(), "attnlab.param_groups": json.dumps(opt["param_groups"]),
+            CHECKSUM: tensors_sha256(tensors)}
+    write_atomic(ckpt / f"{stem}.state.safetensors", lambda p: save_file(tensors, p, metadata=meta))
     for old in sorted(list_checkpoints(run_dir))[:-KEEP_LAST]:
         for suffix in (".safetensors", ".state.safetensors"):
             (ckpt / f"step_{old:07d}{suffix}").unlink(missing_ok=True)
@@ -141,6 +175,7 @@ def load_checkpoint(run_dir: Path, model: torch.nn.Module, cfg: ModelConfig, opt
         groups = json.loads(meta["attnlab.param_groups"])
     except (SafetensorError, OSError, KeyError, ValueError, TypeError) as err:
         raise UserError(f"{state_path}: not a readable training state (corrupted or truncated: {err})") from None
+    check_tensors(state_path, tensors, meta)
     torch.set_rng_state(tensors["rng.torch"])
     if "rng.cuda" in tensors and torch.cuda.is_available():
         torch.cuda.set_rng_state(tensors["rng.cuda"])

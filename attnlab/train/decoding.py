@@ -77,6 +77,10 @@ def beam_search(
     model, src: Tensor, bos: int, eos: int, beam: int = 4, length_penalty: float = 1.0, max_len: int | None = None
 ) -> list[list[int]]:
     """Beam search with K = ``beam`` prefixes per sentence.  src: (B, n) → B token lists."""
+    import math
+
+    if not math.isfinite(length_penalty):
+        raise ValueError(f"length_penalty must be finite, got {length_penalty}")
     B, K, dev = src.shape[0], beam, src.device
     next_token = _NextToken(model, src)
     next_token.expand(torch.arange(B, device=dev).repeat_interleave(K))  # rows b·K + k
@@ -88,6 +92,8 @@ def beam_search(
     for _ in range(_max_steps(model, src, max_len)):
         logp = next_token(y).view(B, K, -1)  # (B, K, V)
         V = logp.shape[-1]
+        if K > V:
+            raise ValueError(f"beam must be <= the vocabulary size {V}, got {beam}")
         # a finished prefix can only be continued by EOS, at no cost
         frozen = torch.full_like(logp, float("-inf"))
         frozen[..., eos] = 0.0

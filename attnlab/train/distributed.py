@@ -43,6 +43,25 @@ class Context:
             dist.barrier()
 
 
+def device_of(device: str) -> torch.device:
+    """``torch.device(device)``, refused (``UserError``) when it is not a device this machine has."""
+    from attnlab.errors import UserError
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise UserError(f"--device {device!r}: not a device name (cpu, cuda, cuda:1, mps ...)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {device}: no CUDA GPU is available on this machine (use --device cpu)")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise UserError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"--device {device}: MPS is not available on this machine")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise UserError(f"--device {device}: attnlab trains on cpu, cuda or mps")
+    return dev
+
+
 def setup(device: str | None = None) -> Context:
     """Read torchrun's environment; start the process group when N > 1."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -50,7 +69,7 @@ def setup(device: str | None = None) -> Context:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device is None:
         device = f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
+    dev = device_of(device)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if world_size > 1 and not dist.is_initialized():

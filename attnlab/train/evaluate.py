@@ -53,6 +53,8 @@ def translate(model, tokenizer, sources: Sequence[str], beam: int = 1, length_pe
 
 def evaluate_pairs(model, tokenizer, corpus, beam: int = 1, length_penalty: float = 1.0, limit: int | None = None) -> dict:
     """{"bleu", "chrf", "sentences", "samples"} on a parallel corpus, multi-reference."""
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0 (0 or None = all), got {limit}")
     sources, references = group_references(corpus)
     if limit:
         sources, references = sources[:limit], references[:limit]

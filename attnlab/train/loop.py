@@ -20,10 +20,10 @@ an uninterrupted one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
-import shutil
 import signal
 import threading
 import time
@@ -37,6 +37,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from attnlab.config import ModelConfig, TrainConfig, load_config, save_config
 from attnlab.errors import UserError
+from attnlab.lock import FolderLock
+from attnlab.outputs import Claim, claim_folder
 from attnlab.nn import build_model
 from attnlab.train import distributed
 from attnlab.train.checkpoint import TrainState, list_checkpoints, load_checkpoint, save_checkpoint
@@ -46,22 +48,16 @@ from attnlab.train.schedule import inverse_sqrt
 console = Console(stderr=True)
 
 
-def check_out_dir(out: Path, resume: bool, force: bool) -> None:
-    """Refuse to overwrite a run folder unless told to; nothing is written here."""
+def check_out_dir(out: Path, resume: bool, force: bool, inputs=()) -> Claim:
+    """Decide what may be written in the run folder (``attnlab.outputs``); nothing is written here."""
     if resume and force:
         raise UserError("--resume and --force exclude each other")
     if resume:
         if not (out / "config.toml").is_file() or not list_checkpoints(out):
             raise UserError(f"--resume: nothing to resume in {out} (no config.toml or no complete checkpoint)")
-        return
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out}: exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise UserError(f"--out {out}: folder exists and is not empty (use --resume to continue it or --force to replace it)")
-    parent = out.parent if out.parent != Path("") else Path(".")
-    probe = parent if parent.exists() else next((p for p in parent.parents if p.exists()), Path("."))
-    if not os.access(probe, os.W_OK):
-        raise UserError(f"--out {out}: cannot write in {probe}")
+        return Claim(out, True, False)
+    return claim_folder(out, kind="run", inputs=inputs, force=force,
+                        hint="use --resume to continue it or --force to replace it")
 
 
 @dataclass
@@ -85,35 +81,47 @@ def train(
     init_embeddings: str | None = None,
     quiet: bool = False,
 ) -> TrainResult:
-    """Train a model on ``train_cfg.data``; the run folder is ``out``."""
+    """Train a model on ``train_cfg.data``; the run folder is ``out``.
+
+    Nothing in ``out`` is removed or written before the corpus, the tokenizer,
+    the options and the memory estimate have passed; the folder is locked
+    (``attnlab.lock``) for the whole run, so a second writer is refused.
+    """
+    from attnlab.data.spec import corpus_paths
+    from attnlab.train.resources import check_fits
+
     out = Path(out)
     ctx = distributed.setup(device)
+    lock = FolderLock(out) if ctx.is_main else None
+    failed = True
     try:
-        if ctx.is_main:
-            check_out_dir(out, resume, force)
+        inputs = [("--data", p) for p in corpus_paths(train_cfg.data)]
+        if init_embeddings:
+            inputs.append(("--init-embeddings", init_embeddings))
+        claim = check_out_dir(out, resume, force, inputs) if ctx.is_main else None
         if resume:
             model_cfg, saved_train = load_config(out / "config.toml")
             # stopping criteria may be extended on resume; everything else is the run's
+            extended = False
             for key in ("epochs", "max_steps", "minutes"):
-                if getattr(train_cfg, key):
+                if getattr(train_cfg, key) and getattr(train_cfg, key) != getattr(saved_train, key):
                     setattr(saved_train, key, getattr(train_cfg, key))
+                    extended = True
             train_cfg = saved_train
         if not (train_cfg.epochs or train_cfg.max_steps or train_cfg.minutes):
             raise UserError("give a stopping criterion: --epochs, --max-steps or --minutes")
-        if ctx.is_main and force and out.is_dir():
-            shutil.rmtree(out)
-        ctx.barrier()
+        train_cfg.validate()
+        check_fits(dataclasses.replace(model_cfg, vocab_size=5), 0, ctx.device)  # the parameters, before the tokenizer
+        if lock is not None:
+            lock.acquire()
+            claim = check_out_dir(out, resume, force, inputs)  # again, under the lock: another writer may have finished meanwhile
 
         examples = prepare_examples(model_cfg, train_cfg, out, reuse_tokenizer=resume,
                                     log=console.print if ctx.is_main else None, world_size=ctx.world_size)
         model_cfg.vocab_size = examples.tokenizer.vocab_size
         model_cfg.validate()
-        if ctx.is_main:
-            out.mkdir(parents=True, exist_ok=True)
-            save_config(out / "config.toml", model_cfg, train_cfg)
-            examples.tokenizer.save(out / "tokenizer.json")
-        ctx.barrier()
-
+        corpus_tokens = int(examples.encoded.src.offsets[-1] + examples.encoded.tgt.offsets[-1] + 2 * len(examples.encoded))
+        check_fits(model_cfg, min(train_cfg.max_tokens, corpus_tokens), ctx.device)
         torch.manual_seed(train_cfg.seed)
         model = build_model(model_cfg).to(ctx.device)
         if init_embeddings and not resume:
@@ -130,6 +138,15 @@ def train(
             lr=train_cfg.lr, betas=tuple(train_cfg.betas),
         )
         state = load_checkpoint(out, model, model_cfg, optimizer) if resume else TrainState()
+        # everything is validated: only now is the earlier run removed and the new one written
+        if ctx.is_main:
+            claim.clear()
+            if not resume:
+                save_config(out / "config.toml", model_cfg, train_cfg)
+                examples.tokenizer.save(out / "tokenizer.json")
+            elif extended:
+                save_config(out / "config.toml", model_cfg, train_cfg)
+        ctx.barrier()
         net = model
         if ctx.distributed:
             net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
@@ -144,8 +161,11 @@ def train(
             with open(out / "metrics.jsonl", "a", encoding="utf-8") as f:
                 f.write(json.dumps({"step": state.step, "dev_bleu": dev["bleu"], "dev_chrf": dev["chrf"]}) + "\n")
         epochs_done = state.epoch + state.batch_in_epoch / max(len(examples.batches(state.epoch)), 1)
+        failed = False
         return TrainResult(out, state.step, epochs_done, state.tokens, state.elapsed, final_loss, dev)
     finally:
+        if lock is not None:
+            lock.release(failed=failed)
         distributed.teardown(ctx)
 
 

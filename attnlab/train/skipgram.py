@@ -180,6 +180,10 @@ def train_skipgram(
     p_neg = counts**0.75 / (counts**0.75).sum()
     table = torch.from_numpy(np.repeat(np.arange(V), np.maximum(1, np.round(p_neg * 2_000_000)).astype(np.int64)))
 
+    from attnlab.train.resources import check_bytes
+
+    # W_in, W_out: (V, d) fp32 each, with their gradients and Adam's two moments
+    check_bytes(2 * V * dim * 4 * 4, f"skip-gram of {V:,} words × dim {dim}", "lower dim or raise min_count")
     model = SkipGram(V, dim, sparse=k > 0)
     opt = torch.optim.SparseAdam(list(model.parameters()), lr=lr) if k > 0 else torch.optim.Adam(model.parameters(), lr=lr)
     expected_pairs = len(epoch_pairs(ids, sent, keep_prob, window, np.random.default_rng(seed + 1)))

@@ -1,0 +1,183 @@
+"""The one table of option constraints, checked before a command does anything.
+
+    @app.command()
+    @checked("train")
+    def train(heads: int = ..., ...): ...
+
+``checked(command)`` validates every parameter of the command that the table
+names, before the body runs: its type, its range (bounds included unless
+marked open; a bound may name another option of the same command, as
+``--value-rank ≤ --d-model``), that a float is finite, that a text is one of
+its choices.  A rule under ``"command.name"`` overrides the rule under
+``"name"`` for that command.  The message names the flag, its range and the
+value given: ``attnlab: error: --heads must be an integer in [1, 4096], got 0``.
+
+To add an option: add a line to ``RULES`` (the table is the documentation
+of every range).  Checks that need loaded data (``--beam`` ≤ the vocabulary
+of the run) call ``check_value`` with the bound once it is known.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
+
+from attnlab.errors import UserError
+
+Bound = Union[int, float, str, None]  # a number, or the name of another option of the command
+
+
+@dataclass(frozen=True)
+class Rule:
+    kind: type  # int, float or str
+    lo: Bound = None
+    hi: Bound = None
+    lo_open: bool = False  # lo < value instead of lo <= value
+    hi_open: bool = False
+    choices: tuple[str, ...] = ()
+    many: bool = False  # a comma list of choices
+    registry: str = ""  # "module:NAME": the choices are the keys of that dict, imported when checked
+    flag: str = ""  # default: --name-with-dashes
+    note: str = ""  # appended to the message, e.g. "(0 = full rank)"
+
+
+BIG = 10**9  # a sanity bound for counts no run can reach
+SEED_MAX = 2**32 - 1  # numpy's and the synthetic grammar's seeds
+VOCAB_MAX = 2**24  # = attnlab.data.tokenizer.MAX_VOCAB (not imported: it pulls in torch); tokenizers aborts far beyond
+
+RULES: dict[str, Rule] = {
+    # model shape (train; experiment presets go through the same ModelConfig)
+    "layers": Rule(int, 1, 1000),
+    "dec_layers": Rule(int, 0, 1000, note="(0 = same as --layers)"),
+    "heads": Rule(int, 1, 4096),
+    "d_model": Rule(int, 2, 2**20),
+    "ff": Rule(int, 1, 2**22),
+    "dropout": Rule(float, 0.0, 1.0, hi_open=True),
+    "max_len": Rule(int, 2, 2**20),
+    "value_rank": Rule(int, 0, "d_model", note="(0 = full rank)"),
+    "w": Rule(int, 0, BIG),
+    "num_pos": Rule(int, 0, BIG),
+    "sparse": Rule(int, 0, BIG),
+    "proj_len": Rule(int, 1, 2**20),
+    "dilation": Rule(int, 1, BIG),
+    "num_random": Rule(int, 0, BIG),
+    "model": Rule(str, choices=("transformer", "gru", "lm")),
+    "attention": Rule(str, registry="attnlab.nn.mechanisms:MECHANISMS"),
+    "norm": Rule(str, choices=("post", "pre")),
+    "scoring": Rule(str, choices=("dot", "additive", "gaussian")),
+    "attention_on": Rule(str, choices=("all", "encoder", "decoder", "cross"), many=True),
+    "tokenizer": Rule(str, choices=("bpe", "word", "char")),
+    "precision": Rule(str, choices=("fp32", "bf16")),
+    # training
+    "vocab_size": Rule(int, 5, VOCAB_MAX, note="(4 special tokens included)"),
+    "max_tokens": Rule(int, 1, 2**31),
+    "lr": Rule(float, 0.0, 10.0, lo_open=True),
+    "warmup": Rule(int, 0, BIG),
+    "label_smoothing": Rule(float, 0.0, 1.0, hi_open=True),
+    "epochs": Rule(int, 0, BIG, note="(0 = no epoch limit)"),
+    "max_steps": Rule(int, 0, BIG, note="(0 = no step limit)"),
+    "minutes": Rule(float, 0.0, 10**7, note="(0 = no time limit)"),
+    "checkpoint_every": Rule(int, 1, BIG),
+    "log_every": Rule(int, 1, BIG),
+    "seed": Rule(int, 0, SEED_MAX),
+    "synthetic_pairs": Rule(int, 1, 10**8),
+    "dev_limit": Rule(int, 0, BIG, note="(0 = skip)"),
+    # decoding and scoring
+    "beam": Rule(int, 1, 1000),
+    "length_penalty": Rule(float, 0.0, 10.0),
+    "limit": Rule(int, 0, BIG, note="(0 = all)"),
+    "split": Rule(str, choices=("train", "dev", "test")),
+    # embeddings
+    "dim": Rule(int, 1, 2**16),
+    "window": Rule(int, 1, 1000),
+    "negative": Rule(int, 0, 1000, note="(0 = full softmax)"),
+    "min_count": Rule(int, 1, BIG),
+    "side": Rule(str, choices=("src", "tgt")),
+    "embeddings.minutes": Rule(float, 0.0, 10**7, lo_open=True),
+    "embeddings.epochs": Rule(int, 1, BIG),
+    "neighbours.k": Rule(int, 1, BIG, flag="-k"),
+    # analysis
+    "attempts": Rule(int, 1, 10**6),
+    "sweep.w": Rule(str),  # ranges "0..10" / lists "0,2,4": checked against n once the heads are read
+    "sweep.num_pos": Rule(str),
+    "roles.limit": Rule(int, 1, BIG),
+    "bpe-steps.vocab_size": Rule(int, 1, 10**6),
+    "bpe-steps.show_corpus": Rule(int, 0, BIG, flag="--show"),
+}
+
+
+def _flag(name: str, rule: Rule) -> str:
+    return rule.flag or "--" + name.replace("_", "-")
+
+
+def _rule(command: str, name: str) -> Optional[Rule]:
+    return RULES.get(f"{command}.{name}", RULES.get(name))
+
+
+def _bound(bound: Bound, values: dict[str, Any]) -> Optional[float]:
+    return values.get(bound) if isinstance(bound, str) else bound
+
+
+def check_value(command: str, name: str, value: Any, values: dict[str, Any] | None = None,
+                hi: Bound = None, why: str = "") -> None:
+    """Check one option against its rule (``hi`` tightens the upper bound, ``why`` says what it is);
+    ``UserError`` naming the flag."""
+    rule = _rule(command, name)
+    if rule is None or value is None:
+        return
+    flag = _flag(name, rule)
+    values = values or {}
+    if rule.registry:
+        import importlib
+
+        module, _, name = rule.registry.partition(":")
+        rule = Rule(str, choices=tuple(sorted(getattr(importlib.import_module(module), name))), flag=rule.flag)
+    if rule.choices:
+        items = [v.strip() for v in str(value).split(",")] if rule.many else [value]
+        bad = [v for v in items if v not in rule.choices]
+        if bad or (rule.many and len(items) > 1 and "all" in items):
+            kind = "a comma list of" if rule.many else "one of"
+            raise UserError(f"{flag} must be {kind} {', '.join(rule.choices)}, got {value!r}"
+                            + (f" (unknown: {', '.join(map(repr, bad))})" if rule.many and bad else ""))
+        return
+    if rule.kind is str:
+        return
+    if rule.kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise UserError(f"{flag} must be an integer, got {value!r}")
+    if rule.kind is float and not math.isfinite(float(value)):
+        raise UserError(f"{flag} must be a finite number, got {value!r}")
+    lo, top = _bound(rule.lo, values), _bound(rule.hi, values)
+    if hi is not None and (top is None or hi < top):
+        top = hi
+    below = lo is not None and (value <= lo if rule.lo_open else value < lo)
+    above = top is not None and (value >= top if rule.hi_open else value > top)
+    if below or above:
+        what = "an integer" if rule.kind is int else "a number"
+        left = "(" if rule.lo_open else "["
+        right = ")" if rule.hi_open else "]"
+        span = f"{left}{'-∞' if lo is None else lo}, {'∞' if top is None else top}{right}"
+        if isinstance(rule.hi, str) and top == _bound(rule.hi, values) and hi is None:
+            span += f" (--{rule.hi.replace('_', '-')} is {top})"
+        elif hi is not None and top == hi and why:
+            span += f" ({why})"
+        raise UserError(f"{flag} must be {what} in {span}, got {value}{' ' + rule.note if rule.note else ''}")
+
+
+def check_options(command: str, values: dict[str, Any]) -> None:
+    """Check every option of ``values`` (name → value) that the table names."""
+    for name, value in values.items():
+        check_value(command, name, value, values)
+
+
+def checked(command: str) -> Callable:
+    """Decorator of a typer command: ``check_options`` on its arguments before its body runs."""
+    def wrap(func: Callable) -> Callable:
+        @functools.wraps(func)
+        def run(*args, **kwargs):
+            check_options(command, kwargs)
+            return func(*args, **kwargs)
+        run.checked_as = command  # tests/test_bad_input.py asserts every command carries it
+        return run
+    return wrap
