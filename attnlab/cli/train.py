@@ -21,7 +21,7 @@ def _choice(value: str, allowed: tuple[str, ...], option: str) -> str:
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(
-        data: str = typer.Option("synthetic", help="Corpus: synthetic, a TSV/Moses path, or hf:NAME:CONFIG."),
+        data: str = typer.Option("synthetic", help="Corpus: synthetic, a TSV/Moses path, hf:NAME:CONFIG, or plain text (.txt[.gz] file or folder; --model lm)."),
         out: Path = typer.Option(..., help="Run folder (config.toml, tokenizer.json, checkpoints/, metrics.jsonl)."),
         model: str = typer.Option("transformer", help="transformer | gru | lm"),
         layers: int = typer.Option(3, help="Encoder (and decoder) layers."),
@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
         d_model: int = typer.Option(256, help="Model width d."),
         ff: int = typer.Option(1024, help="FFN inner width d_ff."),
         dropout: float = typer.Option(0.1, help="Dropout after embeddings and every sublayer."),
-        max_len: int = typer.Option(128, help="Longest sequence in tokens (longer sentences are truncated, with a count)."),
+        max_len: Optional[int] = typer.Option(None, help="Longest sequence in tokens (longer sentences are truncated, with a count); default 128, or --context for text."),
         norm: str = typer.Option("post", help="post (Vaswani) | pre (nanoGPT) LayerNorm."),
         scoring: str = typer.Option("dot", help="dot | additive | gaussian."),
         value_rank: int = typer.Option(0, help="Rank r of W_V = V_u V_d (0 = full)."),
@@ -48,7 +48,12 @@ def register(app: typer.Typer) -> None:
         max_tokens: int = typer.Option(4096, help="Tokens per (global) batch."),
         lr: float = typer.Option(7e-4, help="Peak learning rate."),
         warmup: int = typer.Option(1000, help="Warm-up steps."),
-        label_smoothing: float = typer.Option(0.1, help="Label smoothing ε_ls."),
+        label_smoothing: Optional[float] = typer.Option(None, help="Label smoothing ε_ls (default 0.1; 0 for a language model on text)."),
+        schedule: str = typer.Option("inverse_sqrt", help="inverse_sqrt | cosine (warm-up, then cosine decay to lr/10 over --max-steps or --minutes)."),
+        context: int = typer.Option(0, help="Text LM: tokens per training window (default --max-len)."),
+        batch_size: int = typer.Option(0, help="Text LM: windows per batch (default --max-tokens // --context)."),
+        eval_every: int = typer.Option(0, help="Text LM: steps between dev evaluations (default --checkpoint-every)."),
+        eval_tokens: int = typer.Option(0, help="Text LM: dev tokens scored at each evaluation (0 = the whole dev text)."),
         epochs: int = typer.Option(0, help="Stop after E epochs."),
         max_steps: int = typer.Option(0, help="Stop after S optimiser steps."),
         minutes: float = typer.Option(0.0, help="Stop after M minutes of training."),
@@ -70,6 +75,19 @@ def register(app: typer.Typer) -> None:
 
         _choice(tokenizer, ("bpe", "word", "char"), "--tokenizer")
         _choice(precision, ("fp32", "bf16"), "--precision")
+        _choice(schedule, ("inverse_sqrt", "cosine"), "--schedule")
+        from attnlab.data.text import is_text_spec
+
+        text = is_text_spec(data)
+        for name, value in (("--context", context), ("--batch-size", batch_size), ("--eval-every", eval_every), ("--eval-tokens", eval_tokens)):
+            if value < 0:
+                raise UserError(f"{name} must be >= 0, got {value}")
+            if value and not text:
+                raise UserError(f"{name} applies to a language model on plain text (--data a .txt[.gz] file or folder)")
+        if max_len is None:
+            max_len = context if (text and context) else 128
+        if label_smoothing is None:
+            label_smoothing = 0.0 if text else 0.1
         if not (epochs or max_steps or minutes) and not resume:
             raise UserError("give a stopping criterion: --epochs, --max-steps or --minutes")
         for name, value in (("--epochs", epochs), ("--max-steps", max_steps), ("--minutes", minutes), ("--max-tokens", max_tokens - 1), ("--vocab-size", vocab_size - 1)):
@@ -89,12 +107,14 @@ def register(app: typer.Typer) -> None:
             data=data, tokenizer=tokenizer, vocab_size=vocab_size, max_tokens=max_tokens, lr=lr, warmup=warmup,
             label_smoothing=label_smoothing, epochs=epochs, max_steps=max_steps, minutes=minutes, seed=seed,
             checkpoint_every=checkpoint_every, log_every=log_every, synthetic_pairs=synthetic_pairs, precision=precision,
-            dev_limit=dev_limit,
+            dev_limit=dev_limit, schedule=schedule, context=context, batch_size=batch_size, eval_every=eval_every,
+            eval_tokens=eval_tokens,
         )
         result = run_training(mcfg, tcfg, out, resume=resume, force=force, device=device,
                               init_embeddings=str(init_embeddings) if init_embeddings else None, quiet=quiet)
+        best = f"; best dev loss {result.dev['loss']:.4f}" if "loss" in result.dev else ""
         typer.echo(f"trained {result.steps} steps ({result.epochs_done:.2f} epochs, {result.tokens:,} target tokens) "
-                   f"in {result.seconds / 60:.1f} min; last loss {result.final_loss:.3f}; run folder {result.out}", err=True)
+                   f"in {result.seconds / 60:.1f} min; last loss {result.final_loss:.3f}{best}; run folder {result.out}", err=True)
 
     @app.command()
     def translate(
