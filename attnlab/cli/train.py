@@ -142,10 +142,12 @@ def register(app: typer.Typer) -> None:
         split: str = typer.Option("test", help="train | dev | test"),
         beam: int = typer.Option(1, help="Beam size K (1 = greedy)."),
         length_penalty: float = typer.Option(1.0, help="α in score / |y|^α."),
-        limit: int = typer.Option(0, help="Evaluate the first N distinct sources only (0 = all)."),
+        limit: int = typer.Option(0, help="Evaluate the first N distinct sources (language model: tokens) only (0 = all)."),
+        context: int = typer.Option(0, help="Language model: window length in tokens (default: the run's training context)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
-        """BLEU and chrF (sacrebleu, all references of each source) of a run on a corpus split."""
+        """BLEU and chrF (sacrebleu, all references of each source) of a run on a corpus split;
+        for a language model on text: loss, bits per character and perplexity (best checkpoint)."""
         from attnlab.data import load_corpus
         from attnlab.train.checkpoint import load_run
         from attnlab.train.evaluate import evaluate_pairs
@@ -153,12 +155,38 @@ def register(app: typer.Typer) -> None:
         _choice(split, ("train", "dev", "test"), "--split")
         if beam < 1:
             raise UserError(f"--beam must be >= 1, got {beam}")
-        run = load_run(run_dir)
+        if limit < 0:
+            raise UserError(f"--limit must be >= 0, got {limit}")
+        run = load_run(run_dir, best=True)
         if run.cfg.model == "lm":
-            raise UserError(f"{run_dir}: evaluate scores translation models; this run is a language model")
+            _evaluate_lm(run, data, split, context, limit, as_json)
+            return
         corpus = load_corpus(data, split=split)
         result = evaluate_pairs(run.model, run.tokenizer, corpus, beam, length_penalty, limit or None)
         if as_json:
             typer.echo(json.dumps({"bleu": round(result["bleu"], 2), "chrf": round(result["chrf"], 2), "sentences": result["sentences"]}))
         else:
             typer.echo(f"BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  ({result['sentences']} sentences, {data} {split}, beam {beam})")
+
+
+def _evaluate_lm(run, data: str, split: str, context: int, limit: int, as_json: bool) -> None:
+    """loss / bits per char / perplexity of a language-model run on ``split`` of the text ``data``."""
+    from attnlab.data.text import is_text_spec, load_text
+    from attnlab.train.perplexity import evaluate_lm
+
+    if not is_text_spec(data):
+        raise UserError(f"--data {data}: a language model is evaluated on plain text (a .txt[.gz] file or folder)")
+    if context < 0:
+        raise UserError(f"--context must be >= 0, got {context}")
+    n = context or run.train_cfg.context or run.cfg.max_len
+    if n > run.cfg.max_len:
+        raise UserError(f"--context {n} is longer than the model's maximum ({run.cfg.max_len} tokens)")
+    stream = load_text(data, split, run.tokenizer)
+    r = evaluate_lm(run.model, stream, n, limit)
+    if as_json:
+        typer.echo(json.dumps({"loss": round(r["loss"], 5), "bpc": round(r["bpc"], 5), "perplexity": round(r["perplexity"], 4),
+                               "tokens": r["tokens"], "chars": r["chars"], "unknown": r["unknown"], "context": n, "split": split}))
+    else:
+        unknown = f", {r['unknown']:,} unknown to the tokenizer" if r["unknown"] else ""
+        typer.echo(f"loss {r['loss']:.4f} nats/token  bits/char {r['bpc']:.4f}  perplexity {r['perplexity']:.3f}  "
+                   f"({r['tokens']:,} tokens{unknown}, {data} {split}, context {n})")

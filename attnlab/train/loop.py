@@ -109,13 +109,12 @@ def train(
             train_cfg = saved_train
         if not (train_cfg.epochs or train_cfg.max_steps or train_cfg.minutes):
             raise UserError("give a stopping criterion: --epochs, --max-steps or --minutes")
-        if ctx.is_main and force and out.is_dir():
-            shutil.rmtree(out)
-        ctx.barrier()
-
         prepare = prepare_text_examples if is_text_spec(train_cfg.data) else prepare_examples
         examples = prepare(model_cfg, train_cfg, out, reuse_tokenizer=resume,
                            log=console.print if ctx.is_main else None, world_size=ctx.world_size)
+        if ctx.is_main and force and out.is_dir():  # only once the data has been read: bad data replaces nothing
+            shutil.rmtree(out)
+        ctx.barrier()
         model_cfg.vocab_size = examples.tokenizer.vocab_size
         model_cfg.validate()
         if ctx.is_main:
