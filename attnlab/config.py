@@ -128,6 +128,11 @@ class TrainConfig:
     synthetic_pairs: int = 20000
     dev_limit: int = 500  # distinct dev sources scored (greedy) at the end of training; 0 = none
     precision: str = "fp32"  # fp32 | bf16 (autocast of the forward pass; weights and optimiser stay fp32)
+    schedule: str = "inverse_sqrt"  # inverse_sqrt | cosine (linear warm-up, then cosine decay to lr/10)
+    # language models on contiguous text (--data a .txt[.gz] file or folder; attnlab.data.text)
+    context: int = 0  # tokens per training window n (0 = the model's max_len)
+    batch_size: int = 0  # windows per global batch (0 = max_tokens // context)
+    eval_tokens: int = 0  # dev tokens scored every eval_every steps (0 = the whole dev text)
 
     def validate(self) -> "TrainConfig":
         """Raise ``ValueError`` naming the parameter when a value makes no sense (the CLI checks its flags first)."""

@@ -255,7 +255,9 @@ def test_memory_estimate_refuses_what_cannot_fit_and_passes_what_does():
     with pytest.raises(UserError, match=r"needs about .* GB .* available"):
         check_fits(big_vocab, 2**20)
     band = ModelConfig(vocab_size=60, d_model=16, heads=2, layers=1, ff=32, max_len=8192, attention="band", w=4)
-    full = ModelConfig(vocab_size=60, d_model=16, heads=2, layers=1, ff=32, max_len=8192)
+    full = ModelConfig(vocab_size=60, d_model=16, heads=2, layers=1, ff=32, max_len=8192, scoring="additive")  # A formed explicitly
+    sdpa = ModelConfig(vocab_size=60, d_model=16, heads=2, layers=1, ff=32, max_len=8192)  # flash-style: no n×n kept
+    assert training_bytes(sdpa, 2**16)["activations"] <= training_bytes(band, 2**16)["activations"]
     assert training_bytes(band, 2**16)["activations"] < training_bytes(full, 2**16)["activations"] / 100
 
 

@@ -70,6 +70,12 @@ RULES: dict[str, Rule] = {
     "attention_on": Rule(str, choices=("all", "encoder", "decoder", "cross"), many=True),
     "tokenizer": Rule(str, choices=("bpe", "word", "char")),
     "precision": Rule(str, choices=("fp32", "bf16")),
+    "schedule": Rule(str, choices=("inverse_sqrt", "cosine")),
+    # language models on text (train, evaluate, generate)
+    "context": Rule(int, 0, 2**20, note="(0 = --max-len)"),
+    "batch_size": Rule(int, 0, BIG, note="(0 = --max-tokens // --context)"),
+    "eval_every": Rule(int, 0, BIG, note="(0 = --checkpoint-every)"),
+    "eval_tokens": Rule(int, 0, BIG, note="(0 = the whole dev text)"),
     # training
     "vocab_size": Rule(int, 5, VOCAB_MAX, note="(4 special tokens included)"),
     "max_tokens": Rule(int, 1, 2**31),
@@ -89,6 +95,10 @@ RULES: dict[str, Rule] = {
     "length_penalty": Rule(float, 0.0, 10.0),
     "limit": Rule(int, 0, BIG, note="(0 = all)"),
     "split": Rule(str, choices=("train", "dev", "test")),
+    # sampling (generate)
+    "tokens": Rule(int, 1, BIG),
+    "temperature": Rule(float, 0.0, 1000.0, note="(0 = greedy)"),
+    "top_k": Rule(int, 0, BIG, note="(0 = all tokens)"),
     # embeddings
     "dim": Rule(int, 1, 2**16),
     "window": Rule(int, 1, 1000),

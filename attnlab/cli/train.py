@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
     @checked("train")
     def train(
         ctx: typer.Context,
-        data: str = typer.Option("synthetic", help="Corpus: synthetic, a TSV/Moses path, or hf:NAME:CONFIG."),
+        data: str = typer.Option("synthetic", help="Corpus: synthetic, a TSV/Moses path, hf:NAME:CONFIG, or plain text (.txt[.gz] file or folder; --model lm)."),
         out: Path = typer.Option(..., help="Run folder (config.toml, tokenizer.json, checkpoints/, metrics.jsonl)."),
         model: str = typer.Option("transformer", help="transformer | gru | lm"),
         layers: int = typer.Option(3, help="Encoder (and decoder) layers."),
@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
         d_model: int = typer.Option(256, help="Model width d."),
         ff: int = typer.Option(1024, help="FFN inner width d_ff."),
         dropout: float = typer.Option(0.1, help="Dropout after embeddings and every sublayer."),
-        max_len: int = typer.Option(128, help="Longest sequence in tokens (longer sentences are truncated, with a count)."),
+        max_len: Optional[int] = typer.Option(None, help="Longest sequence in tokens (longer sentences are truncated, with a count); default 128, or --context for text."),
         norm: str = typer.Option("post", help="post (Vaswani) | pre (nanoGPT) LayerNorm."),
         scoring: str = typer.Option("dot", help="dot | additive | gaussian."),
         value_rank: int = typer.Option(0, help="Rank r of W_V = V_u V_d (0 = full)."),
@@ -81,7 +81,12 @@ def register(app: typer.Typer) -> None:
         max_tokens: int = typer.Option(4096, help="Tokens per (global) batch."),
         lr: float = typer.Option(7e-4, help="Peak learning rate."),
         warmup: int = typer.Option(1000, help="Warm-up steps."),
-        label_smoothing: float = typer.Option(0.1, help="Label smoothing ε_ls."),
+        label_smoothing: Optional[float] = typer.Option(None, help="Label smoothing ε_ls (default 0.1; 0 for a language model on text)."),
+        schedule: str = typer.Option("inverse_sqrt", help="inverse_sqrt | cosine (warm-up, then cosine decay to lr/10 over --max-steps or --minutes)."),
+        context: int = typer.Option(0, help="Text LM: tokens per training window (default --max-len)."),
+        batch_size: int = typer.Option(0, help="Text LM: windows per batch (default --max-tokens // --context)."),
+        eval_every: int = typer.Option(0, help="Text LM: steps between dev evaluations (default --checkpoint-every)."),
+        eval_tokens: int = typer.Option(0, help="Text LM: dev tokens scored at each evaluation (0 = the whole dev text)."),
         epochs: int = typer.Option(0, help="Stop after E epochs."),
         max_steps: int = typer.Option(0, help="Stop after S optimiser steps."),
         minutes: float = typer.Option(0.0, help="Stop after M minutes of training."),
@@ -102,7 +107,16 @@ def register(app: typer.Typer) -> None:
         from attnlab.train.loop import train as run_training
 
         from attnlab.data.spec import synthetic_options
+        from attnlab.data.text import is_text_spec
 
+        text = is_text_spec(data)
+        for name, value in (("--context", context), ("--batch-size", batch_size), ("--eval-every", eval_every), ("--eval-tokens", eval_tokens)):
+            if value and not text:
+                raise UserError(f"{name} applies to a language model on plain text (--data a .txt[.gz] file or folder)")
+        if max_len is None:
+            max_len = context if (text and context) else 128
+        if label_smoothing is None:
+            label_smoothing = 0.0 if text else 0.1
         given = _given(ctx)
         if resume:
             _check_resume(out, given, ctx.params)
@@ -126,12 +140,14 @@ def register(app: typer.Typer) -> None:
             data=data, tokenizer=tokenizer, vocab_size=vocab_size, max_tokens=max_tokens, lr=lr, warmup=warmup,
             label_smoothing=label_smoothing, epochs=epochs, max_steps=max_steps, minutes=minutes, seed=seed,
             checkpoint_every=checkpoint_every, log_every=log_every, synthetic_pairs=synthetic_pairs, precision=precision,
-            dev_limit=dev_limit,
+            dev_limit=dev_limit, schedule=schedule, context=context, batch_size=batch_size, eval_every=eval_every,
+            eval_tokens=eval_tokens,
         )
         result = run_training(mcfg, tcfg, out, resume=resume, force=force, device=device,
                               init_embeddings=str(init_embeddings) if init_embeddings else None, quiet=quiet)
+        best = f"; best dev loss {result.dev['loss']:.4f}" if "loss" in result.dev else ""
         typer.echo(f"trained {result.steps} steps ({result.epochs_done:.2f} epochs, {result.tokens:,} target tokens) "
-                   f"in {result.seconds / 60:.1f} min; last loss {result.final_loss:.3f}; run folder {result.out}", err=True)
+                   f"in {result.seconds / 60:.1f} min; last loss {result.final_loss:.3f}{best}; run folder {result.out}", err=True)
 
     @app.command()
     @checked("translate")
@@ -165,17 +181,20 @@ def register(app: typer.Typer) -> None:
         split: str = typer.Option("test", help="train | dev | test"),
         beam: int = typer.Option(1, help="Beam size K (1 = greedy)."),
         length_penalty: float = typer.Option(1.0, help="α in score / |y|^α."),
-        limit: int = typer.Option(0, help="Evaluate the first N distinct sources only (0 = all)."),
+        limit: int = typer.Option(0, help="Evaluate the first N distinct sources (language model: tokens) only (0 = all)."),
+        context: int = typer.Option(0, help="Language model: window length in tokens (default: the run's training context)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
-        """BLEU and chrF (sacrebleu, all references of each source) of a run on a corpus split."""
+        """BLEU and chrF (sacrebleu, all references of each source) of a run on a corpus split;
+        for a language model on text: loss, bits per character and perplexity (best checkpoint)."""
         from attnlab.data import load_corpus
         from attnlab.train.checkpoint import load_run
         from attnlab.train.evaluate import evaluate_pairs
 
-        run = load_run(run_dir)
+        run = load_run(run_dir, best=True)
         if run.cfg.model == "lm":
-            raise UserError(f"{run_dir}: evaluate scores translation models; this run is a language model")
+            _evaluate_lm(run, data, split, context, limit, as_json)
+            return
         check_value("evaluate", "beam", beam, hi=run.tokenizer.vocab_size, why=f"the vocabulary of {run_dir}")
         corpus = load_corpus(data, split=split)
         result = evaluate_pairs(run.model, run.tokenizer, corpus, beam, length_penalty, limit or None)
@@ -183,3 +202,26 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps({"bleu": round(result["bleu"], 2), "chrf": round(result["chrf"], 2), "sentences": result["sentences"]}))
         else:
             typer.echo(f"BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  ({result['sentences']} sentences, {data} {split}, beam {beam})")
+
+
+def _evaluate_lm(run, data: str, split: str, context: int, limit: int, as_json: bool) -> None:
+    """loss / bits per char / perplexity of a language-model run on ``split`` of the text ``data``."""
+    from attnlab.data.text import is_text_spec, load_text
+    from attnlab.train.perplexity import evaluate_lm
+
+    if not is_text_spec(data):
+        raise UserError(f"--data {data}: a language model is evaluated on plain text (a .txt[.gz] file or folder)")
+    if context < 0:
+        raise UserError(f"--context must be >= 0, got {context}")
+    n = context or run.train_cfg.context or run.cfg.max_len
+    if n > run.cfg.max_len:
+        raise UserError(f"--context {n} is longer than the model's maximum ({run.cfg.max_len} tokens)")
+    stream = load_text(data, split, run.tokenizer)
+    r = evaluate_lm(run.model, stream, n, limit)
+    if as_json:
+        typer.echo(json.dumps({"loss": round(r["loss"], 5), "bpc": round(r["bpc"], 5), "perplexity": round(r["perplexity"], 4),
+                               "tokens": r["tokens"], "chars": r["chars"], "unknown": r["unknown"], "context": n, "split": split}))
+    else:
+        unknown = f", {r['unknown']:,} unknown to the tokenizer" if r["unknown"] else ""
+        typer.echo(f"loss {r['loss']:.4f} nats/token  bits/char {r['bpc']:.4f}  perplexity {r['perplexity']:.3f}  "
+                   f"({r['tokens']:,} tokens{unknown}, {data} {split}, context {n})")

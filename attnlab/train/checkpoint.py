@@ -6,6 +6,7 @@ A run folder (DESIGN.md principle 6)::
     runs/NAME/tokenizer.json                   the tokenizer (HF tokenizers format inside)
     runs/NAME/checkpoints/step_000500.safetensors         model weights
     runs/NAME/checkpoints/step_000500.state.safetensors   optimiser moments, RNG, position
+    runs/NAME/checkpoints/best.safetensors                weights of the lowest dev loss (text LMs)
     runs/NAME/metrics.jsonl                    one JSON object per logged step
 
 Every file is written to a temporary name and renamed, the state file last, so
@@ -119,6 +120,7 @@ class TrainState:
     batch_in_epoch: int = 0  # global batches of this epoch already consumed
     tokens: int = 0  # target tokens seen
     elapsed: float = 0.0  # seconds of training so far
+    best_dev: float | None = None  # lowest dev loss so far (language models on text; checkpoints/best.safetensors)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -203,8 +205,14 @@ class Run:
     train_cfg: Any
 
 
-def load_run(run_dir: str | os.PathLike, device: str = "cpu") -> Run:
-    """Model (eval mode) + tokenizer + configuration of a run folder."""
+BEST_WEIGHTS = "best.safetensors"  # the weights of the lowest dev loss, kept beside the step checkpoints
+
+
+def load_run(run_dir: str | os.PathLike, device: str = "cpu", best: bool = False) -> Run:
+    """Model (eval mode) + tokenizer + configuration of a run folder.
+
+    ``best=True`` loads ``checkpoints/best.safetensors`` (lowest dev loss) when the run has it.
+    """
     from attnlab.data import Tokenizer
     from attnlab.nn import build_model
 
@@ -213,6 +221,7 @@ def load_run(run_dir: str | os.PathLike, device: str = "cpu") -> Run:
         raise UserError(f"{run_dir}: no such run folder")
     cfg, train_cfg = load_config(run_dir / "config.toml")
     model = build_model(cfg)
-    load_weights(latest_weights(run_dir), model, cfg)
+    best_path = run_dir / "checkpoints" / BEST_WEIGHTS
+    load_weights(best_path if best and best_path.is_file() else latest_weights(run_dir), model, cfg)
     tokenizer = Tokenizer.load(run_dir / "tokenizer.json")
     return Run(path=run_dir, model=model.to(device).eval(), tokenizer=tokenizer, cfg=cfg, train_cfg=train_cfg)

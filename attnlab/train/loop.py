@@ -7,7 +7,14 @@ label smoothing ε_ls (Szegedy et al. 2016; Vaswani et al. 2017 §5.4),
 
 T the number of real (non-padding) target tokens of the *global* batch.
 The optimiser is AdamW with the inverse-square-root warm-up of
-``attnlab.train.schedule`` and gradient clipping ‖g‖₂ ≤ ``clip_norm``.
+``attnlab.train.schedule`` (or warm-up + cosine decay, ``schedule = "cosine"``)
+and gradient clipping ‖g‖₂ ≤ ``clip_norm``.
+
+A language model on contiguous text (``--data`` a ``.txt[.gz]`` file or folder)
+trains on random windows (``attnlab.train.text_examples``), with T = the
+tokens of the batch; every ``eval_every`` steps (default: at checkpoints) and
+at the end its dev loss / bits per char / perplexity go to ``metrics.jsonl``
+and the weights of the lowest dev loss to ``checkpoints/best.safetensors``.
 
 Stopping: ``epochs``, ``max_steps`` or ``minutes`` (whichever comes first),
 or Ctrl-C / SIGTERM: the step under way is finished, a checkpoint written and
@@ -41,9 +48,11 @@ from attnlab.lock import FolderLock
 from attnlab.outputs import Claim, claim_folder
 from attnlab.nn import build_model
 from attnlab.train import distributed
-from attnlab.train.checkpoint import TrainState, list_checkpoints, load_checkpoint, save_checkpoint
+from attnlab.data.text import is_text_spec
+from attnlab.train.checkpoint import BEST_WEIGHTS, TrainState, list_checkpoints, load_checkpoint, save_checkpoint, save_weights
 from attnlab.train.examples import Examples, prepare_examples
-from attnlab.train.schedule import inverse_sqrt
+from attnlab.train.schedule import inverse_sqrt, warmup_cosine
+from attnlab.train.text_examples import prepare_text_examples
 
 console = Console(stderr=True)
 
@@ -116,12 +125,17 @@ def train(
             lock.acquire()
             claim = check_out_dir(out, resume, force, inputs)  # again, under the lock: another writer may have finished meanwhile
 
-        examples = prepare_examples(model_cfg, train_cfg, out, reuse_tokenizer=resume,
-                                    log=console.print if ctx.is_main else None, world_size=ctx.world_size)
+        prepare = prepare_text_examples if is_text_spec(train_cfg.data) else prepare_examples
+        examples = prepare(model_cfg, train_cfg, out, reuse_tokenizer=resume,
+                           log=console.print if ctx.is_main else None, world_size=ctx.world_size)
         model_cfg.vocab_size = examples.tokenizer.vocab_size
         model_cfg.validate()
-        corpus_tokens = int(examples.encoded.src.offsets[-1] + examples.encoded.tgt.offsets[-1] + 2 * len(examples.encoded))
-        check_fits(model_cfg, min(train_cfg.max_tokens, corpus_tokens), ctx.device)
+        if hasattr(examples, "context"):  # text: batch_size windows of context tokens per step
+            step_tokens = examples.batch_size * examples.context
+        else:
+            corpus_tokens = int(examples.encoded.src.offsets[-1] + examples.encoded.tgt.offsets[-1] + 2 * len(examples.encoded))
+            step_tokens = min(train_cfg.max_tokens, corpus_tokens)
+        check_fits(model_cfg, step_tokens, ctx.device)
         torch.manual_seed(train_cfg.seed)
         model = build_model(model_cfg).to(ctx.device)
         if init_embeddings and not resume:
@@ -152,7 +166,9 @@ def train(
             net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
         final_loss = _loop(net, model, model_cfg, train_cfg, optimizer, examples, state, out, ctx, quiet)
         dev = {}
-        if ctx.is_main and examples.dev is not None and model_cfg.model != "lm" and train_cfg.dev_limit > 0:
+        if hasattr(examples, "dev_score"):
+            dev = {"loss": state.best_dev} if state.best_dev is not None else {}
+        elif ctx.is_main and examples.dev is not None and model_cfg.model != "lm" and train_cfg.dev_limit > 0:
             from attnlab.train.evaluate import evaluate_pairs
 
             model.eval()
@@ -167,6 +183,33 @@ def train(
         if lock is not None:
             lock.release(failed=failed)
         distributed.teardown(ctx)
+
+
+def _lr_factor(tc: TrainConfig, step: int, total_steps: int, elapsed: float) -> float:
+    """lr(t) / lr_peak at optimiser step t under ``tc.schedule``."""
+    if tc.schedule == "cosine":
+        progress = max(step / total_steps if total_steps else 0.0, elapsed / (60 * tc.minutes) if tc.minutes else 0.0)
+        return warmup_cosine(step, tc.warmup, progress)
+    if tc.schedule == "inverse_sqrt":
+        return inverse_sqrt(step, tc.warmup)
+    raise UserError(f"--schedule must be inverse_sqrt or cosine, got {tc.schedule!r}")
+
+
+def _dev_check(model, cfg: ModelConfig, examples, state: TrainState, out: Path, metrics, device) -> None:
+    """Score the dev text; keep the weights if its loss is the lowest so far."""
+    score = examples.dev_score(model, device)
+    if score is None:
+        return
+    line = {"step": state.step, "dev_loss": score["loss"], "dev_bpc": score["bpc"], "dev_perplexity": score["perplexity"],
+            "dev_tokens": score["tokens"], "elapsed": state.elapsed}
+    if state.best_dev is None or score["loss"] < state.best_dev:
+        state.best_dev = score["loss"]
+        save_weights(out / "checkpoints" / BEST_WEIGHTS, model, cfg)
+        line["best"] = True
+    metrics.write(json.dumps(line) + "\n")
+    metrics.flush()
+    console.print(f"step {state.step}: dev loss {score['loss']:.4f}  bpc {score['bpc']:.4f}  "
+                  f"perplexity {score['perplexity']:.2f}{'  (best)' if line.get('best') else ''}")
 
 
 def _loop(net, model, cfg: ModelConfig, tc: TrainConfig, optimizer, examples: Examples, state: TrainState, out: Path, ctx, quiet: bool) -> float:
@@ -205,7 +248,7 @@ def _loop(net, model, cfg: ModelConfig, tc: TrainConfig, optimizer, examples: Ex
                 loss.backward()
                 if tc.clip_norm > 0:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_norm)
-                lr = tc.lr * inverse_sqrt(state.step + 1, tc.warmup)
+                lr = tc.lr * _lr_factor(tc, state.step + 1, total_steps, state.elapsed)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
                 optimizer.step()
@@ -215,7 +258,8 @@ def _loop(net, model, cfg: ModelConfig, tc: TrainConfig, optimizer, examples: Ex
                 state.batch_in_epoch += 1
                 state.tokens += int(T)
                 state.elapsed = time.perf_counter() - start
-                window_tokens += int(ctx.all_sum((src != pad).sum().float() + n_local.float()))
+                src_tokens = 0 if src is None else (src != pad).sum().float()  # a text LM has no source
+                window_tokens += int(ctx.all_sum(src_tokens + n_local.float()))
                 if not math.isfinite(last_loss):
                     raise UserError(f"training diverged at step {state.step} (loss {last_loss}); lower --lr")
                 if metrics is not None and (state.step % tc.log_every == 0 or state.step == 1):
@@ -228,6 +272,9 @@ def _loop(net, model, cfg: ModelConfig, tc: TrainConfig, optimizer, examples: Ex
                 if ctx.distributed:  # every rank stops at the same step; NCCL reduces device tensors
                     halt = bool(ctx.all_sum(torch.tensor(float(halt), device=ctx.device)) > 0)
                 stop = halt or bool(tc.max_steps and state.step >= tc.max_steps)
+                evaluate_now = state.step % (tc.eval_every or tc.checkpoint_every) == 0 or stop
+                if hasattr(examples, "dev_score") and evaluate_now and ctx.is_main:
+                    _dev_check(model, cfg, examples, state, out, metrics, ctx.device)
                 if state.step % tc.checkpoint_every == 0 and not stop and ctx.is_main:
                     save_checkpoint(out, model, cfg, optimizer, state)
                 if stop:

@@ -46,7 +46,10 @@ def training_bytes(cfg: ModelConfig, max_tokens: int) -> dict[str, int]:
     P = V * d * (1 if cfg.tie_embeddings else 3) + L_e * (4 * d * d + 2 * d * d_ff) + L_d * (per_dec + 2 * d * d_ff)
     T = max_tokens
     n = min(cfg.max_len, T)
-    k = n if cfg.attention == "full" else 0 if cfg.attention in LINEAR else min(n, 2 * cfg.w + 1 + cfg.num_pos)
+    if cfg.attention == "full":  # dot-product full attention runs through SDPA (flash-style): no n×n scores kept
+        k = 0 if cfg.scoring == "dot" else n
+    else:
+        k = 0 if cfg.attention in LINEAR else min(n, 2 * cfg.w + 1 + cfg.num_pos)
     return {
         "parameters": 16 * P,
         "activations": 4 * T * (12 * d + 2 * d_ff + 3 * H * k) * (L_e + L_d),
