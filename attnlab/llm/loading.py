@@ -19,6 +19,7 @@ package that is not installed — is a ``UserError`` of one line.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import shutil
@@ -209,7 +210,10 @@ def fetch_model(name: str, *, cache: str | os.PathLike | None = None, force: boo
         try:
             tokenizer = _load_tokenizer(str(gguf_path.parent), gguf_path.name, name)
             loaded = _load_model(str(gguf_path.parent), gguf_path.name, name, None)
-            plain = AutoModelForCausalLM.from_config(loaded.config, dtype="float32")
+            config = copy.deepcopy(loaded.config)
+            if hasattr(config, "quantization_config"):  # the folder holds plain float32 weights
+                del config.quantization_config
+            plain = AutoModelForCausalLM.from_config(config, dtype="float32")
             plain.load_state_dict(loaded.state_dict())
             del loaded
             out = work / "hf"
