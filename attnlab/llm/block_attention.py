@@ -18,7 +18,8 @@ never O(n²).
 ``streaming(model, observer, block_rows)`` switches the model's attention to
 this function (registered with transformers' ``AttentionInterface`` and
 ``AttentionMaskInterface`` as ``"attnlab_blocks"``; no model code is forked)
-and calls ``observer(layer, i0, j0, p, allowed)`` for every block.
+and calls ``observer(layer, i0, j0, p, allowed, entropy)`` for every block
+(``entropy``: (B, H, r) row entropies −Σ_j p ln p, from the logits).
 """
 
 from __future__ import annotations
@@ -74,14 +75,27 @@ def block_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch
         s = torch.matmul(q, k.transpose(-1, -2)).reshape(B, H, i1 - i0, j1 - j0) * scaling  # (B, H, r, m')
         if softcap is not None:
             s = torch.tanh(s / softcap) * softcap
-        s = s.masked_fill(~allowed, float("-inf"))
-        p = torch.softmax(s.float(), dim=-1)  # (B, H, r, m'); a row with no allowed key is NaN
+        s = s.float().masked_fill(~allowed, float("-inf"))
+        entropy = None
+        if observer is None:
+            p = torch.softmax(s, dim=-1)  # (B, H, r, m'); a row with no allowed key is NaN
+        else:
+            # the same softmax written out, to get each row's entropy from its logits:
+            #   s' = s − max_j s,  p = exp(s') / z,  H = −Σ p ln p = ln z − Σ_j p_j s'_j
+            s_max = s.amax(-1, keepdim=True)
+            s = s.sub_(torch.where(torch.isfinite(s_max), s_max, torch.zeros_like(s_max))).clamp_(min=-1e4)
+            p = torch.exp(s)  # not allowed: exp(−1e4) = 0
+            z = p.sum(-1, keepdim=True)
+            p = p.div_(z)
+            entropy = torch.log(z[..., 0]) - torch.einsum("bhrm,bhrm->bhr", p, s)  # (B, H, r)
         del s
-        p = torch.nan_to_num(p, nan=0.0)
+        if not bool(allowed.any(-1).all()):
+            p = torch.nan_to_num(p, nan=0.0)
+            entropy = None if entropy is None else torch.nan_to_num(entropy, nan=0.0)
         o = torch.matmul(p.reshape(B, H_kv, g, i1 - i0, j1 - j0).to(value.dtype), value[:, :, None, j0:j1])  # (B, H_kv, g, r, d_v)
         out[:, i0:i1] = o.reshape(B, H, i1 - i0, -1).transpose(1, 2)
         if observer is not None:
-            observer(layer, i0, j0, p, allowed)
+            observer(layer, i0, j0, p, allowed, entropy)
         del p, o
     return out, None
 

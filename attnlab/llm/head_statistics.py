@@ -62,6 +62,7 @@ class HeadStatistics:
         self._word = torch.as_tensor(tokens.word, dtype=torch.bool)
         self._rare1 = torch.as_tensor(tokens.rare1, dtype=torch.bool)
         self._rare2 = torch.as_tensor(tokens.rare2, dtype=torch.bool)
+        self._bands: dict = {}
         self.window = None
         if rows is not None:
             a, b = rows
@@ -76,9 +77,36 @@ class HeadStatistics:
             self.pooled = torch.zeros(L, H, G, G, **f64)
 
     # ------------------------------------------------------------------------------------------
-    def observe(self, layer: int, i0: int, j0: int, p: torch.Tensor, allowed: torch.Tensor) -> None:
-        """Add the block p = P[:, i0:i0+r, j0:j0+m'] of ``layer`` (batch of one text)."""
-        # p: (1, H, r, m')  allowed: (1, 1, r, m')
+    def _band(self, shift: int, r: int, width: int, w: int) -> torch.Tensor:
+        """float (r, width): 1 where |t + shift − c| ≤ w (row t, column c of a sub-block); cached, blocks repeat."""
+        key = (shift, r, width, w)
+        band = self._bands.get(key)
+        if band is None:
+            if len(self._bands) > 64:
+                self._bands.clear()
+            t = torch.arange(r)[:, None] + shift
+            band = ((t - torch.arange(width)[None, :]).abs() <= w).float()
+            self._bands[key] = band
+        return band
+
+    def _word_max(self, p: torch.Tensor, j0: int) -> torch.Tensor:
+        """max_j P_ij over the word keys of the block: the max of each run of word columns (views, no copy)."""
+        # p: (H, r, m)
+        m = p.shape[-1]
+        word = self._word[j0 : j0 + m]
+        out = torch.zeros(p.shape[:2], dtype=p.dtype)
+        start = None
+        for c in list(torch.nonzero(~word).flatten().tolist()) + [m]:
+            a = 0 if start is None else start
+            if c > a:
+                out = torch.maximum(out, p[..., a:c].amax(-1))
+            start = c + 1
+        return out
+
+    def observe(self, layer: int, i0: int, j0: int, p: torch.Tensor, allowed: torch.Tensor,
+                entropy: torch.Tensor | None = None) -> None:
+        """Add the block p = P[:, i0:i0+r, j0:j0+m'] of ``layer`` (batch of one text); ``entropy`` its rows' (if known)."""
+        # p: (1, H, r, m')  allowed: (1, 1, r, m')  entropy: (1, H, r)
         p = p[0]
         H, r, m = p.shape
         n = self.n
@@ -86,15 +114,14 @@ class HeadStatistics:
         j = torch.arange(j0, j0 + m)  # key positions
         self.rows_seen[layer] += r
 
-        # band profile: d = i − j; skew rows so that column e of Y holds distance d = base + e
-        base = i0 - j0 - (m - 1)
-        W = m + 2 * r
+        # band profile: d = i − j.  Row t written shifted right by r − 1 − t into G, so that every
+        # column u of G holds one distance: d = i0 − j0 + r − 1 − u
+        W = m + r - 1
         G = p.new_zeros(H, r, W)
-        G[:, :, r : r + m] = p.flip(-1)
-        Y = G.as_strided((H, r, m + r - 1), (r * W, W - 1, 1), r)  # Y[h, t, e] = P[h, i0 + t, i0 + t − (base + e)]
-        lo = base + n - 1
-        self.profile[layer, :, lo : lo + m + r - 1] += Y.sum(1).double()
-        del G, Y
+        G.as_strided((H, r, m), (r * W, W - 1, 1), r - 1).copy_(p)
+        lo = i0 - j0 - m + 1 + n - 1  # profile index of u = W − 1
+        self.profile[layer, :, lo : lo + W] += G.sum(1).flip(-1).double()
+        del G
 
         # column mass and in-band column mass c_j(w) (only the band's few columns are read)
         self.column[layer, :, j0 : j0 + m] += p.sum(1).double()
@@ -103,25 +130,21 @@ class HeadStatistics:
             if a >= b:
                 continue
             sub = p[:, :, a - j0 : b - j0]  # (H, r, b − a)
-            band = (i[:, None] - torch.arange(a, b)[None, :]).abs() <= w  # (r, b − a)
-            self.in_band[layer, :, k, a:b] += (sub * band).sum(1).double()
+            self.in_band[layer, :, k, a:b] += (sub * self._band(i0 - a, r, b - a, w)).sum(1).double()
 
         # entropy (nats): H_i = −Σ_j P_ij ln P_ij
-        plogp = torch.where(p > 0, p * torch.log(torch.where(p > 0, p, torch.ones_like(p))), torch.zeros_like(p))
-        ent = -plogp.sum(-1).double()  # (H, r)
-        del plogp
+        ent = (torch.special.entr(p).sum(-1) if entropy is None else entropy[0]).double()  # (H, r)
         self.entropy[layer] += ent.sum(-1)
         visible = (i + 1).double()  # a causal row sees i + 1 keys (roles' definition)
         ok = visible > 1
         self.entropy_norm[layer] += (ent[:, ok] / torch.log(visible[ok])).sum(-1)
 
-        # roles: confidence (max over word keys, word queries), argmax offsets, argmax on rare tokens
+        # roles: a_i = argmax_j P_ij (first on ties), confidence = max over word keys, on word queries
+        top, arg = p.max(-1)  # (H, r)
+        arg = arg + j0
         qw = self._word[i0 : i0 + r]  # (r,)
-        kw = self._word[j0 : j0 + m]  # (m,)
-        real = allowed[0, 0] | (p > 0).any(0)  # (r, m) keys the row may read
-        wmax = torch.where(kw[None, None, :] & real, p, torch.full_like(p, -1.0)).amax(-1).clamp_min(0)  # (H, r)
-        self.confidence[layer] += (wmax * qw).sum(-1).double()
-        arg = torch.where(real, p, torch.full_like(p, -1.0)).argmax(-1) + j0  # (H, r) a_i
+        wmax = self._word_max(p, j0) if not bool(self._word[j0 : j0 + m].all()) else top
+        self.confidence[layer] += (wmax.clamp_min(0) * qw).sum(-1).double()
         off = arg - i[None, :] + (n - 1)
         flat = (torch.arange(H)[:, None] * (2 * n - 1) + off)[:, qw]
         self.argmax_hist[layer] += torch.bincount(flat.reshape(-1), minlength=H * (2 * n - 1)).reshape(H, 2 * n - 1)

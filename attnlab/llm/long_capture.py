@@ -257,7 +257,7 @@ def capture_long(
     ws: Sequence[int] = DEFAULT_WS,
     num_pos: Sequence[int] = DEFAULT_NUM_POS,
     rows: tuple[int, int] | None = None,
-    pool: int | None = None,
+    pool: int | str | None = None,
     memory_limit: int | None = None,
     thresholds: RoleThresholds = RoleThresholds(),
     name: str | None = None,
@@ -268,8 +268,8 @@ def capture_long(
     folder, .gguf, hub name) or a loaded causal LM with ``tokenizer``.
     ``max_tokens`` keeps the first tokens; ``layers`` analyses only those
     layers (the model stops after the last); ``rows=(a, b)`` keeps the exact
-    maps of rows a:b over keys a:b; ``pool`` keeps pooled maps of
-    ⌈n / pool⌉ groups.  Raises ``UserError`` (one line) when the input is
+    maps of rows a:b over keys a:b; ``pool`` keeps pooled maps of groups of
+    ``pool`` tokens ("auto": at most 256 groups).  Raises ``UserError`` (one line) when the input is
     longer than the model's context or would not fit in memory
     (``memory_limit`` bytes, default: available now), and when the allocator
     fails during the run.
@@ -295,14 +295,18 @@ def capture_long(
     estimate = estimate_streamed(model, n, r, n_layers=len(chosen), n_ws=len(ws))
     check_fits(estimate, n, r, limit=memory_limit, n_layers=len(chosen))
 
+    if pool == "auto":  # an overview of at most 256 × 256 groups
+        pool = math.ceil(n / 256) if n > 256 else None
+    elif pool is not None and (isinstance(pool, bool) or not isinstance(pool, int) or pool < 1):
+        raise ValueError(f"pool: expected tokens per group >= 1 or 'auto', got {pool!r}")
     info = token_info(tokens, special)
     stats = HeadStatistics(len(chosen), H, n, info, ws=ws, rows=rows, pool=pool)
     row_of = {l: k for k, l in enumerate(chosen)}
     last = chosen[-1]
 
-    def observe(layer, i0, j0, p, allowed):
+    def observe(layer, i0, j0, p, allowed, entropy=None):
         if layer in row_of:
-            stats.observe(row_of[layer], i0, j0, p, allowed)
+            stats.observe(row_of[layer], i0, j0, p, allowed, entropy)
             if layer == last and i0 + p.shape[2] >= n:
                 raise _Stop
 
@@ -342,3 +346,52 @@ def capture_long(
         pool=stats.pool, pooled=pooled,
         meta={"class": type(model).__name__, "threads": torch.get_num_threads(), "n": n},
     )
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The text of a file (``.gz`` read through gzip), as UTF-8; ``UserError`` naming the file otherwise."""
+    import gzip
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"--file: {path} does not exist")
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                return f.read()
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError, EOFError) as err:
+        raise UserError(f"--file: cannot read {path} as UTF-8 text ({err})") from None
+
+
+def parse_layers(text: str | None) -> list[int] | None:
+    """'0-3', '0,5,7' or '2' -> layer indices (None: all); ValueError naming --layers."""
+    if text is None:
+        return None
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                a, b = part.split("-", 1)
+                out.extend(range(int(a), int(b) + 1))
+            elif part:
+                out.append(int(part))
+    except ValueError:
+        raise ValueError(f"--layers: expected a list like 0-3 or 0,5,7, got {text!r}") from None
+    if not out:
+        raise ValueError(f"--layers: no layer in {text!r}")
+    return out
+
+
+def parse_rows(text: str | None) -> tuple[int, int] | None:
+    """'a:b' -> (a, b); ValueError naming --rows."""
+    if text is None:
+        return None
+    try:
+        a, b = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise ValueError(f"--rows: expected a window like 4096:4352, got {text!r}") from None
+    if not 0 <= a < b:
+        raise ValueError(f"--rows: expected 0 <= a < b, got {text!r}")
+    return a, b
