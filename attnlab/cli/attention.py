@@ -35,10 +35,10 @@ def _long(hf: str | None, file: Path, tokens, block_rows, layers, rows=None, poo
 
     if hf is None:
         raise UserError("--file needs --hf MODEL (a known name, a HF folder, a hub name or a .gguf file)")
+    layers, rows = parse_layers(layers), parse_rows(rows)  # options first: nothing is loaded for a typo
     text = read_text(file)
     limit = None if memory_gib is None else int(memory_gib * 2**30)
-    return capture_long(hf, text, max_tokens=tokens, block_rows=block_rows, layers=parse_layers(layers),
-                        rows=parse_rows(rows), pool=pool, memory_limit=limit)
+    return capture_long(hf, text, max_tokens=tokens, block_rows=block_rows, layers=layers, rows=rows, pool=pool, memory_limit=limit)
 
 
 def _long_summary(res) -> None:

@@ -165,17 +165,25 @@ def _load_tokenizer(path: str, gguf_file: str | None, name: str):
         raise UserError(f"model '{name}': cannot load its tokenizer ({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
 
 
-def _load_model(path: str, gguf_file: str | None, name: str, attn_implementation: str | None):
-    from transformers import AutoConfig, AutoModelForCausalLM
+def _load_config(path: str, gguf_file: str | None, name: str):
+    from transformers import AutoConfig
 
     kw = {"gguf_file": gguf_file} if gguf_file else {}
     try:
         cfg = AutoConfig.from_pretrained(path, **kw)
-    except Exception as err:
+    except Exception as err:  # unknown model_type, broken JSON, unreachable hub...
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UserError(f"model '{name}': transformers cannot read its configuration ({first})") from None
     if getattr(cfg, "is_encoder_decoder", False):
         raise UserError(f"model '{name}' ({cfg.model_type}) is an encoder-decoder model, not a causal LM")
+    return cfg
+
+
+def _load_model(path: str, gguf_file: str | None, name: str, attn_implementation: str | None):
+    from transformers import AutoModelForCausalLM
+
+    cfg = _load_config(path, gguf_file, name)
+    kw = {"gguf_file": gguf_file} if gguf_file else {}
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype="float32", attn_implementation=attn_implementation, **kw)
     except Exception as err:
@@ -241,6 +249,7 @@ def load_causal_lm(spec: str | os.PathLike, *, attn_implementation: str | None =
         path = str(fetch_model(path))
     restore = _quiet()
     try:
+        _load_config(path, gguf_file, str(spec))  # an unknown architecture is named before anything else
         tokenizer = _load_tokenizer(path, gguf_file, str(spec))
         model = _load_model(path, gguf_file, str(spec), attn_implementation)
     finally:

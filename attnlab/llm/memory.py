@@ -95,6 +95,7 @@ def available_bytes() -> int | None:
 
 def check_fits(estimate: MemoryEstimate, n: int, block_rows: int, *, limit: int | None = None, n_layers: int | None = None) -> None:
     """``UserError`` (one line) when ``estimate`` exceeds ``limit`` (default: the memory available now)."""
+    given = limit is not None
     limit = available_bytes() if limit is None else limit
     if limit is None or estimate.total <= limit:
         return
@@ -104,4 +105,5 @@ def check_fits(estimate: MemoryEstimate, n: int, block_rows: int, *, limit: int 
     if estimate.statistics > estimate.total / 4 and n_layers != 1:
         hint.append("fewer layers (--layers 0-3)")
     hint.append(f"fewer tokens (--tokens {max(1, n // 2)})")
-    raise UserError(f"{n} tokens need about {gib(estimate.total)} but {gib(limit)} is available; pass " + ", or ".join(hint))
+    raise UserError(f"{n} tokens need about {gib(estimate.total)} but {gib(limit)} is {'allowed' if given else 'available'}; pass "
+                    + ", or ".join(hint))
