@@ -45,7 +45,8 @@ def _long_summary(res) -> None:
     from attnlab.llm.report import summary
 
     s = summary(res)
-    typer.echo(f"{s['model']}: {s['tokens']} tokens, {s['layers']} layers x {s['heads']} heads in {s['seconds']} s; "
+    typer.echo(f"{s['model']}: {s['tokens']} tokens, {s['layers']} layers x {s['heads']} heads in {s['seconds']} s "
+               f"(CPU {s['cpu_seconds']} s); "
                f"peak memory {s['peak']} (estimated {s['estimate']}, block {s['block_rows']} rows)", err=True)
 
 

@@ -311,7 +311,7 @@ def capture_long(
                 raise _Stop
 
     x = torch.tensor([ids], dtype=torch.long)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     try:
         with streaming(model, observe, r):
             model.base_model(input_ids=x, use_cache=False)
@@ -323,7 +323,7 @@ def capture_long(
             raise UserError(f"out of memory on {n} tokens (estimated {gib(estimate.total)}): pass a smaller --block-rows "
                             f"(now {r}), fewer --layers or fewer --tokens ({text_err})") from None
         raise
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     if int(stats.rows_seen.min()) != n:
         raise UserError(f"model '{name}' did not run its attention through attnlab's block attention "
                         f"(saw {int(stats.rows_seen.min())} of {n} rows); its architecture is not supported")
@@ -344,7 +344,7 @@ def capture_long(
         seconds=seconds, peak_bytes=_peak_rss(), estimate_bytes=estimate.total,
         window=stats.window, window_maps=None if stats.window is None else stats.window_maps.numpy(),
         pool=stats.pool, pooled=pooled,
-        meta={"class": type(model).__name__, "threads": torch.get_num_threads(), "n": n},
+        meta={"class": type(model).__name__, "threads": torch.get_num_threads(), "n": n, "cpu_seconds": round(cpu_seconds, 1)},
     )
 
 

@@ -71,7 +71,7 @@ def summary(res: LongAttention, target: float = 0.95, max_num_pos: int = 4) -> d
         roles[r.role] = roles.get(r.role, 0) + 1
     return {
         "model": res.name, "tokens": res.n, "layers": len(res.layers), "heads": int(res.profile.shape[1]),
-        "seconds": round(res.seconds, 1), "peak": gib(res.peak_bytes), "peak_bytes": res.peak_bytes,
+        "seconds": round(res.seconds, 1), "cpu_seconds": res.meta.get("cpu_seconds"), "peak": gib(res.peak_bytes), "peak_bytes": res.peak_bytes,
         "estimate": gib(res.estimate_bytes), "block_rows": res.block_rows, "threads": res.meta.get("threads"),
         "target": target, f"share needing more than band + {max_num_pos} columns": need,
         "layer types": by_type, "roles": roles,
@@ -82,7 +82,7 @@ def summary_markdown(res: LongAttention, target: float = 0.95) -> str:
     s = summary(res, target)
     far_d = _far_distance(res)
     lines = [f"# {res.name}: {res.n} tokens, {s['layers']} layers × {s['heads']} heads", "",
-             f"time {s['seconds']} s · peak memory {s['peak']} (estimated {s['estimate']}) · block {res.block_rows} rows", "",
+             f"time {s['seconds']} s (CPU {s['cpu_seconds']} s, {s['threads']} thread(s)) · peak memory {s['peak']} (estimated {s['estimate']}) · block {res.block_rows} rows", "",
              "| layer type | layers | far>{0} mean | min | max |".format(far_d), "|---|---|---|---|---|"]
     for t, v in s["layer types"].items():
         lines.append(f"| {t} | {v['layers']} | {v[f'far>{far_d} mean']:.4f} | {v[f'far>{far_d} min']:.4f} | {v[f'far>{far_d} max']:.4f} |")
