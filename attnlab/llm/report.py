@@ -91,7 +91,7 @@ def summary_markdown(res: LongAttention, target: float = 0.95) -> str:
               "| layer | head | type | role | entropy | far>%d | top columns (share) | w | num_pos | entries |" % far_d,
               "|---|---|---|---|---|---|---|---|---|---|"]
     for r in head_rows(res, target):
-        cols = ", ".join(f"{j}:{t!r} {sh:.2f}" for j, t, sh in r["columns"][:3])
+        cols = ", ".join(f"{j}:{t!r} {sh:.3g}" for j, t, sh in r["columns"][:3])
         ent = "" if r["entries"] is None else f"{r['entries']:.3f}"
         w = "full" if r["w"] < 0 else r["w"]
         lines.append(f"| {r['layer']} | {r['head']} | {r['layer_type'].split('_')[0]} | {r['role']} | {r['entropy']} | "
@@ -100,24 +100,33 @@ def summary_markdown(res: LongAttention, target: float = 0.95) -> str:
 
 
 def _profiles_figure(res: LongAttention):
+    """One image: a row per head (grouped by layer), log-spaced distance bins, colour = log10 share of mass per unit distance."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     d = res.distance_profile()  # (L, H, n)
     L, H = d.shape[:2]
-    fig = Figure(figsize=(1.6 * H + 0.8, 1.1 * L + 0.8), dpi=90, layout="constrained")
+    edges = np.unique(np.concatenate([[0], np.round(np.logspace(0, np.log10(res.n), 80)).astype(int), [res.n]]))
+    density = np.add.reduceat(d, edges[:-1], axis=-1) / np.diff(edges)  # (L, H, bins) mass per unit distance
+    density = density / np.maximum(d.sum(-1, keepdims=True), 1e-30)
+    img = np.log10(np.maximum(density.reshape(L * H, -1), 1e-12))  # (L·H, bins)
+    fig = Figure(figsize=(9, 2 + 0.09 * L * H), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
-    axes = np.asarray(fig.subplots(L, H, squeeze=False, sharex=True, sharey=True))
-    x = np.arange(1, res.n + 1)  # distance + 1 (log axis)
-    for l in range(L):
-        for h in range(H):
-            ax = axes[l, h]
-            ax.loglog(x, np.maximum(d[l, h] / max(d[l, h].sum(), 1e-30), 1e-9), lw=0.7)
-            if res.sliding_window:
-                ax.axvline(res.sliding_window, color="grey", lw=0.5)
-            ax.set_title(f"L{res.layers[l]} H{h} {res.layer_types[l][0]}", fontsize=6)
-            ax.tick_params(labelsize=5)
-    fig.suptitle(f"{res.name}: mass by distance i − j + 1, {res.n} tokens", fontsize=9)
+    ax = fig.add_subplot()
+    im = ax.imshow(img, aspect="auto", cmap="viridis", vmin=max(img.min(), -9), vmax=img.max(), interpolation="nearest")
+    marks = [t for t in (1, 4, 16, 64, 256, 512, 1024, 4096, 16384) if t < res.n]
+    ax.set_xticks([int(np.searchsorted(edges[:-1], t, side="right")) - 1 for t in marks], [str(t) for t in marks], fontsize=7)
+    ax.set_xlabel("distance i − j (log-spaced bins)")
+    ax.set_yticks([l * H + H / 2 - 0.5 for l in range(L)],
+                  [f"L{res.layers[l]} {res.layer_types[l].split('_')[0]}" for l in range(L)], fontsize=6)
+    for l in range(1, L):
+        ax.axhline(l * H - 0.5, color="white", lw=0.3)
+    if res.sliding_window:
+        k = int(np.searchsorted(edges, res.sliding_window))
+        ax.axvline(k - 0.5, color="red", lw=0.8)
+    fig.colorbar(im, ax=ax, fraction=0.04, label="log10 share of the head's mass per unit distance")
+    fig.suptitle(f"{res.name}: band profiles, {res.n} tokens (rows: heads of each layer{'; red: sliding window' if res.sliding_window else ''})",
+                 fontsize=9)
     return fig
 
 
@@ -148,10 +157,10 @@ def write_long_attention(res: LongAttention, out: str | os.PathLike, target: flo
         labels = [res.tokens[a] if g == 1 else f"{display_token(res.tokens[a])}…{display_token(res.tokens[min(a + g, res.n) - 1])}"
                   for a in range(0, res.n, g)]
         maps = _maps(res, res.pooled, labels, [False] * len(labels), f"{res.n} tokens pooled by {g}")
-        written += [save_figure(plot_grid(maps, 0), out / "pooled" / "grid.png"), write_explorer(maps, out / "pooled" / "explorer.html")]
+        written += [save_figure(plot_grid(maps, 0, shared_scale=False), out / "pooled" / "grid.png"), write_explorer(maps, out / "pooled" / "explorer.html")]
     if res.window_maps is not None:
         a, b = res.window
         maps = _maps(res, res.window_maps, res.tokens[a:b], res.special[a:b], f"rows {a}:{b} (keys {a}:{b})")
-        written += [save_figure(plot_grid(maps, 0, labels=b - a <= 48), out / "window" / "grid.png"),
+        written += [save_figure(plot_grid(maps, 0, labels=b - a <= 48, shared_scale=False), out / "window" / "grid.png"),
                     write_explorer(maps, out / "window" / "explorer.html")]
     return written
