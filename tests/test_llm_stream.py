@@ -109,6 +109,8 @@ def test_gemma_sliding_layer_has_no_far_mass_and_full_layer_has():
     assert res.layer_types == ["sliding_attention", "full_attention"]
     assert far[0].max() == 0.0  # window 64: distances ≤ 63 only
     assert far[1].min() > 0.05
+    assert res.inferred_layer_types() == ["windowed(64)", "full"]
+    assert res.reach()[0].max() == 63 and res.reach()[1].min() == res.n - 1
 
 
 def test_model_output_unchanged_and_window_and_pooled_maps():

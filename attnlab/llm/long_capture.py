@@ -121,6 +121,21 @@ class LongAttention:
         total = d.sum(-1)
         return np.divide(d[..., distance + 1 :].sum(-1), total, out=np.zeros_like(total), where=total > 0)
 
+    def reach(self) -> np.ndarray:
+        """Largest distance |i − j| at which each head puts any mass (softmax is never 0 on an allowed key): (L, H).
+
+        A causal full-attention head reaches n − 1 (its last query sees the first key);
+        a head behind a sliding window of size W reaches W − 1 — found from the data, not the config.
+        """
+        d = self.distance_profile()
+        nz = d > 0
+        return np.where(nz.any(-1), d.shape[-1] - 1 - np.argmax(nz[..., ::-1], -1), -1)
+
+    def inferred_layer_types(self) -> list[str]:
+        """Per layer "windowed(W)" when no head reaches past distance W − 1 < n − 1, else "full" (from ``reach``)."""
+        r = self.reach().max(-1)  # (L,)
+        return [f"windowed({int(x) + 1})" if x < self.n - 1 else "full" for x in r]
+
     def top_columns(self, k: int = 4) -> tuple[np.ndarray, np.ndarray]:
         """The k key columns of most mass per head and their share of the head's mass: (L, H, k) each."""
         order = np.argsort(-self.column, -1, kind="stable")[..., :k]

@@ -34,6 +34,7 @@ def head_rows(res: LongAttention, target: float = 0.95, k: int = 4) -> list[dict
     """One dict per head (layer, head order)."""
     far_d = _far_distance(res)
     far = res.far_share(far_d)  # (L, H)
+    reach = res.reach()
     cols, share = res.top_columns(k)
     w, num_pos, entries = res.choose(target)
     causal = res.n * (res.n + 1) / 2
@@ -42,7 +43,7 @@ def head_rows(res: LongAttention, target: float = 0.95, k: int = 4) -> list[dict
         l, h = divmod(x, res.profile.shape[1])
         out.append({
             "layer": role.layer, "head": role.head, "layer_type": res.layer_types[l], "role": role.role,
-            "entropy": round(float(res.entropy[l, h]), 3), f"far>{far_d}": round(float(far[l, h]), 4),
+            "entropy": round(float(res.entropy[l, h]), 3), f"far>{far_d}": round(float(far[l, h]), 4), "reach": int(reach[l, h]),
             "columns": [[int(j), display_token(res.tokens[j]), round(float(s), 4)] for j, s in zip(cols[l, h], share[l, h])],
             "w": int(w[l, h]), "num_pos": int(num_pos[l, h]),
             "entries": round(float(entries[l, h]) / causal, 4) if entries[l, h] >= 0 else None,
@@ -66,6 +67,8 @@ def summary(res: LongAttention, target: float = 0.95, max_num_pos: int = 4) -> d
         sel = types == t
         by_type[t] = {"layers": int(sel.sum()), f"far>{far_d} mean": round(float(far[sel].mean()), 6),
                       f"far>{far_d} max": round(float(far[sel].max()), 6), f"far>{far_d} min": round(float(far[sel].min()), 6)}
+    inferred = res.inferred_layer_types()
+    agree = [(i.startswith("windowed") == t.startswith("sliding")) for i, t in zip(inferred, res.layer_types)]
     roles = {}
     for r in res.roles:
         roles[r.role] = roles.get(r.role, 0) + 1
@@ -75,6 +78,8 @@ def summary(res: LongAttention, target: float = 0.95, max_num_pos: int = 4) -> d
         "estimate": gib(res.estimate_bytes), "block_rows": res.block_rows, "threads": res.meta.get("threads"),
         "target": target, f"share needing more than band + {max_num_pos} columns": need,
         "layer types": by_type, "roles": roles,
+        "inferred layer types": dict(zip(map(str, res.layers), inferred)),
+        "inferred types agree with the config": f"{sum(agree)}/{len(agree)} layers",
     }
 
 
@@ -86,6 +91,9 @@ def summary_markdown(res: LongAttention, target: float = 0.95) -> str:
              "| layer type | layers | far>{0} mean | min | max |".format(far_d), "|---|---|---|---|---|"]
     for t, v in s["layer types"].items():
         lines.append(f"| {t} | {v['layers']} | {v[f'far>{far_d} mean']:.4f} | {v[f'far>{far_d} min']:.4f} | {v[f'far>{far_d} max']:.4f} |")
+    lines += ["", "layer types inferred from the data (reach = largest distance with mass > 0): "
+              + ", ".join(f"L{l} {t}" for l, t in s["inferred layer types"].items())
+              + f"; agree with the config: {s['inferred types agree with the config']}"]
     lines += ["", f"share of heads needing more than band + 4 columns for {target:.0%} of the mass: "
               + ", ".join(f"{k}: {v:.1%}" for k, v in s["share needing more than band + 4 columns"].items()), "",
               "| layer | head | type | role | entropy | far>%d | top columns (share) | w | num_pos | entries |" % far_d,
