@@ -9,7 +9,8 @@ Two separate parts:
   ...), keys sorted, so the same maps give the same bytes (snapshot-testable).
   Long inputs: above ``max_tokens`` tokens, consecutive tokens are pooled in
   groups of g = ⌈n / max_tokens⌉ — keys summed, queries averaged, so every row
-  still sums to 1 — and labelled ``first…last``.
+  still sums to 1 — and labelled ``first…last``.  Labels show the tokens'
+  text, not the tokenizer's markers (``attnlab.viz.labels.display_token``).
 * ``render_explorer(payload)`` → the HTML text: the template ``explorer.html``
   with ``explorer.css``, ``explorer.js`` (the renderer) and the payload
   inlined.  ``write_explorer(maps, path, roles)`` does both and writes the file.
