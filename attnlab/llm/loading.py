@@ -143,11 +143,23 @@ def _quiet():
     verbosity, bars = transformers.logging.get_verbosity(), transformers.utils.logging.is_progress_bar_enabled()
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
+    gguf_utils = None
+    try:  # the GGUF dequantisation bar is a plain tqdm, outside transformers' switch
+        import functools
+
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+
+        bar = gguf_utils.tqdm
+        gguf_utils.tqdm = functools.partial(bar, disable=True)
+    except (ImportError, AttributeError):
+        gguf_utils = None
 
     def restore():
         transformers.logging.set_verbosity(verbosity)
         if bars:
             transformers.utils.logging.enable_progress_bar()
+        if gguf_utils is not None:
+            gguf_utils.tqdm = bar
 
     return restore
 
