@@ -128,3 +128,14 @@ def test_unknown_known_model_and_missing_file(tmp_path, capsys):
     check_one_line(code, err, "missing.txt")
     code, err = run_cli(["attention", "--hf", str(folder), "--file", str(tmp_path / "x.txt"), "--layers", "zero"], capsys)
     check_one_line(code, err, "--layers")
+
+
+def test_eager_capture_that_cannot_fit_is_refused(tmp_path, capsys, monkeypatch):
+    """The short (eager, n x n per layer) capture refuses in one line instead of an allocator traceback."""
+    folder = tiny_folder(tmp_path, tokenizer=True)
+    import attnlab.llm.memory as memory
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: 10 * 2**20)
+    code, err = run_cli(["attention", "--hf", str(folder), "the king of a rare land", "--out", str(tmp_path / "o")], capsys)
+    check_one_line(code, err, "needs about", "--file TEXT")
+    assert not (tmp_path / "o").exists()

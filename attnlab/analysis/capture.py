@@ -322,6 +322,31 @@ def _call(hf: HFModel, **inputs):
         return hf.model(**inputs, output_attentions=True, return_dict=True)
     except (TypeError, ValueError, NotImplementedError) as err:
         raise UserError(f"model '{hf.name}' ({type(hf.model).__name__}) cannot return attention weights: {str(err).splitlines()[0]}") from None
+    except (RuntimeError, MemoryError) as err:  # the allocator: n x n weights of every layer did not fit
+        text = str(err).splitlines()[0] if str(err) else type(err).__name__
+        if isinstance(err, MemoryError) or "alloc" in text.lower() or "memory" in text.lower():
+            n = inputs["input_ids"].shape[-1]
+            raise UserError(f"out of memory capturing every n x n attention matrix of '{hf.name}' at {n} tokens; "
+                            f"pass fewer tokens, or stream the statistics: attnlab attention --hf MODEL --file TEXT ({text})") from None
+        raise
+
+
+def _check_eager_memory(hf: HFModel, n: int, batch: int) -> None:
+    """Refuse (one line) an eager capture whose n x n weights cannot fit (``attnlab.llm.memory``)."""
+    if not hasattr(getattr(hf.model, "config", None), "num_hidden_layers"):
+        return
+    from attnlab.llm.memory import available_bytes, estimate_eager, gib
+
+    try:
+        est = estimate_eager(hf.model, n)
+    except AttributeError:  # a config without the usual dimensions: no estimate
+        return
+    need = est.total + est.attention * (2 * batch - 1)  # each sentence's weights, returned then copied into numpy
+    avail = available_bytes()
+    if avail is not None and need > avail:
+        raise UserError(f"capturing every n x n attention matrix of '{hf.name}' at {n} tokens needs about {gib(need)} "
+                        f"but {gib(avail)} is available; pass fewer tokens, or stream the statistics: "
+                        "attnlab attention --hf MODEL --file TEXT")
 
 
 @torch.no_grad()
@@ -351,6 +376,8 @@ def capture_hf(
     for start in range(0, len(sentences), batch_size):
         batch = ids[start : start + batch_size]
         x = _pad(batch, pad)  # (B, n)
+        if hf.arch == "decoder":
+            _check_eager_memory(hf, x.shape[1], x.shape[0])
         mask = torch.zeros_like(x)
         for b, s in enumerate(batch):
             mask[b, : len(s)] = 1
