@@ -47,7 +47,8 @@ def _is_run(folder: Path) -> bool:
 FOLDER_KINDS = {
     "run": ("an attnlab run folder (no config.toml with a [model] table)", _is_run),
     "experiment": ("an experiment run folder (no experiment.json)", lambda f: (f / "experiment.json").is_file()),
-    "attention": ("an attnlab attention folder (no attention.safetensors)", lambda f: (f / "attention.safetensors").is_file()),
+    "attention": ("an attnlab attention folder (no attention.safetensors or long-attention.safetensors)",
+                  lambda f: (f / "attention.safetensors").is_file() or (f / "long-attention.safetensors").is_file()),
 }
 
 Inputs = Iterable[tuple[str, Optional[os.PathLike | str]]]  # (option naming it, path) pairs

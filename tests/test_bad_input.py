@@ -232,7 +232,11 @@ def test_every_number_option_of_every_command_has_a_rule():
 
     group = typer.main.get_command(app)
     missing = []
-    for name, command in group.commands.items():
+    commands = {}
+    for name, command in group.commands.items():  # a group (attnlab models …): each of its commands as "models fetch"
+        subs = getattr(command, "commands", None)
+        commands.update({f"{name} {sub}": c for sub, c in subs.items()} if subs else {name: command})
+    for name, command in commands.items():
         assert getattr(command.callback, "checked_as", None) == name, f"{name}: decorate it with @checked({name!r})"
         hints = typing.get_type_hints(command.callback)
         for param, hint in hints.items():

