@@ -6,5 +6,10 @@ queries, columns = keys).  ``families`` draws the thesis's Σ1/Σ2/Σ3 matrices,
 B_w, ``structured_fit`` the optimal band + columns + sparse fit, ``distances``
 the error measures, ``budget`` the automatic choice of (w, num_pos),
 ``spectrum`` singular values and ranks, ``inputs`` the validation at the
-boundary.
+boundary, ``capture`` the ``AttentionMaps`` of a model given to it (or of a
+Hugging Face model), ``roles`` what each head does.
+
+This package imports neither ``attnlab.train`` nor ``attnlab.data`` nor the
+experiment (``tests/test_layers.py``): what needs a run folder or a corpus is
+in ``attnlab.workflows``.
 """
