@@ -201,7 +201,8 @@ class Support:
             if cols.shape[-1]:
                 c = cols.to(q.device)
                 c_h = c if c.dim() == 1 else (c[h] if c.dim() == 2 else c[b, h])  # (..., g)
-                ok = ok | (c_h == kv[..., None]).any(-1)
+                for slot in range(c_h.shape[-1]):  # unrolled: FlexAttention compiles a mask_mod as pointwise code (no .any)
+                    ok = ok | (c_h[..., slot] == kv)
             return ok
 
         return MaskMod(fn, f"support(w={self.w}, offset={self.offset}, g={self.num_pos})")

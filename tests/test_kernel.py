@@ -158,3 +158,44 @@ def test_bad_arguments_name_the_parameter():
         sw.sliding_window_attention(q, q, q, 2, chunk=-3)
     with pytest.raises(ValueError, match="^extra_idx:"):
         sw.sliding_window_attention(q, q, q, 2, chunk=4, extra_idx=torch.zeros(1, 1, 2, 1, dtype=torch.long))
+
+
+@pytest.mark.parametrize("offset", [-3, 0, 2])
+@pytest.mark.parametrize("causal", [False, True])
+def test_structured_mechanism_with_offset_equals_its_weights(offset, causal):
+    # Support(w, offset, columns) runs through the kernel entirely: forward and gradients = weights(q, k) @ v
+    from attnlab.nn.mask import Mask
+    from attnlab.nn.mechanisms import Structured
+
+    torch.manual_seed(1)
+    mech = Structured(2, 2, offset=offset, positions=[0, 9])
+    q, k, v = (torch.randn(2, 3, 45, 8, requires_grad=True) for _ in range(3))
+    keep = torch.ones(2, 45, dtype=torch.bool)
+    keep[1, 30:] = False
+    mask = Mask(key_keep=keep, causal=causal)
+    ref = mech.weights(q, k, mask) @ v
+    out, _ = mech(q, k, v, mask)
+    assert_close(out, ref, "output")
+    g = torch.randn_like(ref)
+    for name, a, b in zip("qkv", torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
+        assert_close(a, b, f"d{name}")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: the FlexAttention training path of `structured` runs only on CUDA")
+@pytest.mark.parametrize("causal", [False, True])
+def test_structured_on_cuda_runs_flex_attention_forward_and_backward(causal):
+    from attnlab.nn.mask import Mask
+    from attnlab.nn.mechanisms import Structured
+
+    torch.manual_seed(2)
+    mech = Structured(16, 4, offset=-2).cuda()
+    q, k, v = (torch.randn(2, 4, 256, 64, device="cuda", requires_grad=True) for _ in range(3))
+    keep = torch.ones(2, 256, dtype=torch.bool, device="cuda")
+    keep[1, 200:] = False
+    for mask in (Mask(causal=causal), Mask(key_keep=keep, causal=causal)):
+        ref = mech.weights(q, k, mask) @ v
+        out, _ = mech(q, k, v, mask)
+        torch.testing.assert_close(out, ref, atol=2e-3, rtol=2e-3)  # FlexAttention on GPU: TF32 matmuls
+        g = torch.randn_like(ref)
+        for a, b in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
+            torch.testing.assert_close(a, b, atol=5e-3, rtol=5e-3)

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from attnlab.nn.mask import Mask
 from attnlab.nn.mechanisms.mask_mods import MaskMod, band, global_, global_rows
-from attnlab.nn.mechanisms.sliding_window import chunk_size, sliding_window_attention
+from attnlab.nn.mechanisms.sliding_window import kernel_chunk, sliding_window_attention
 from attnlab.nn.mechanisms.sparse import SparsePattern, scaled_scores
 from attnlab.nn.softmax import masked_softmax
 
@@ -58,7 +58,7 @@ class Global(SparsePattern):
         if need_weights:
             return super().forward(q, k, v, mask, need_weights)
         n, m = q.shape[-2], k.shape[-2]
-        g, c = min(self.g, m), chunk_size(self.w)
+        g, c = min(self.g, m), kernel_chunk(self.w)
         idx = torch.arange(g, device=q.device).view(1, 1, 1, g).expand(1, 1, -(-n // c), g)
         out = sliding_window_attention(q, k, v, self.w, causal=mask.causal, key_keep=mask.key_keep, extra_idx=idx, chunk=c)
         rows = min(self.g, n) if self.global_rows else 0

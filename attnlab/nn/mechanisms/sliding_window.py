@@ -9,7 +9,7 @@ residual), each counted once.
 
 How:
 
-* Queries are cut into T = ⌈n/c⌉ chunks of c rows.  The band keys of chunk t
+* Queries are cut into T = ⌈n/c⌉ chunks of c rows (``kernel_chunk``).  The band keys of chunk t
   are the W consecutive keys starting at tc + o − w, W = c + 2w (causal:
   keys after the chunk's last query are never allowed, so W = c + min(o + w, 0) − (o − w)).
   The windows are ``as_strided`` views of the (once padded) keys and values:
@@ -49,14 +49,24 @@ from torch import Tensor
 
 NEG_INF = -1e30  # finite "−∞": exp underflows to 0, and 0·NEG_INF stays finite in gradients
 MIN_CHUNK = 16
+MAX_CHUNK = 32
 BLOCK_SCORES = 1 << 20  # scores per block of chunks in the plain-torch path's inference (≈ 4 MB float32)
 FLASH = True  # False: the plain-torch path on CPU too (tests compare both)
 FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
 
 
 def chunk_size(w: int) -> int:
-    """Chunk length c: at least w, at least MIN_CHUNK (the default query chunk)."""
+    """max(w, MIN_CHUNK): BigBird's block of queries sharing their random keys (its c)."""
     return max(int(w), MIN_CHUNK)
+
+
+def kernel_chunk(w: int) -> int:
+    """The kernel's default chunk c = clamp(w, MIN_CHUNK, MAX_CHUNK): a window of c + 2w keys per c queries.
+
+    Smaller c wastes less (c + 2w keys for 2w + 1 needed), larger c makes larger
+    matrix products; for w = 64, c = 32 beat c = 64 and 128 in our measurements (.notes, issue 17).
+    """
+    return max(MIN_CHUNK, min(int(w), MAX_CHUNK))
 
 
 def band_window(w: int, offset: int, c: int, causal: bool) -> tuple[int, int]:
@@ -295,7 +305,7 @@ def sliding_window_attention(
         raise ValueError(f"w: band half-width must be >= 0, got {w}")
     B, H, n, d = q.shape
     m, d_v = k.shape[2], v.shape[-1]
-    c = chunk or chunk_size(w)
+    c = chunk or kernel_chunk(w)
     if c < 1:
         raise ValueError(f"chunk: must be >= 1, got {c}")
     offset = int(offset)
