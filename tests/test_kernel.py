@@ -199,3 +199,17 @@ def test_structured_on_cuda_runs_flex_attention_forward_and_backward(causal):
         g = torch.randn_like(ref)
         for a, b in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
             torch.testing.assert_close(a, b, atol=5e-3, rtol=5e-3)
+
+
+def test_support_mask_mod_builds_flex_attentions_block_mask():
+    # the one support draws FlexAttention's BlockMask: a block is kept iff it holds an entry of S
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    n, blk = 300, 64
+    S = Support(w=20, offset=-5, columns=torch.tensor([3, -1, 250]))
+    bm = create_block_mask(S.mask_mod(), None, None, n, n, device="cpu", BLOCK_SIZE=blk)
+    nb = -(-n // blk)
+    dense = torch.zeros(nb * blk, nb * blk, dtype=torch.bool)
+    dense[:n, :n] = S.dense(n, n)
+    want = dense.view(nb, blk, nb, blk).any(3).any(1)
+    assert torch.equal(bm.to_dense()[0, 0].bool(), want)
