@@ -39,7 +39,8 @@ class MechanismSpec:
     build:   ``build(cfg, kind, d_k)`` → the mechanism (``kind``: "encoder", "decoder", "cross");
     class_name: its class (``cls.supports_causal``: may it run under a causal mask?);
     options: the ``ModelConfig`` fields it reads (the CLI's ``--w``, ``--num-pos``, …);
-    cost:    keys per query (multiply-adds of one row of A V over d_v), ``cost(n, w=, g=, r=, s=, d_k=, proj_len=)``;
+    cost:    keys per query (multiply-adds of one row of A V over d_v), ``cost(n, w=, g=, r=, s=, d_k=, proj_len=, causal=)``
+             (causal: the average over rows of a causal mask);
     summary: one line for the help.
     """
 
@@ -95,25 +96,26 @@ def _structured(columns: str):
     return factory
 
 
-def _band_keys(n, w=0, g=0, r=0, s=0, **_):
-    return min(n, 2 * w + 1 + g + r + s)
+def _band_keys(n, w=0, g=0, r=0, s=0, causal=False, **_):
+    """Keys per query of a band (2w + 1, or w + 1 under a causal mask) plus g columns, r random, s residual."""
+    return min(n, (w + 1 if causal else 2 * w + 1) + g + r + s)
 
 
 # name -> MechanismSpec; the order is the order of tables and help texts
 MECHANISMS: dict[str, MechanismSpec] = {
     "full": MechanismSpec(_full, "Full",
-                          ("scoring",), lambda n, **_: n, "every key"),
+                          ("scoring",), lambda n, causal=False, **_: (n + 1) / 2 if causal else n, "every key"),
     "band": MechanismSpec(lambda cfg, kind, d_k: __getattr__("Band")(cfg.w, cfg.dilation), "Band", ("w", "dilation"),
-                          lambda n, w=0, **_: _band_keys(n, w), "|i − j| ≤ w, every δ-th key with dilation δ"),
+                          lambda n, w=0, **kw: _band_keys(n, w, **kw), "|i − j| ≤ w, every δ-th key with dilation δ"),
     "global": MechanismSpec(lambda cfg, kind, d_k: __getattr__("Global")(cfg.w, _global_count(cfg)), "Global", ("w", "num_pos"),
-                            lambda n, w=0, g=0, **_: _band_keys(n, w, g), "band + g global tokens, columns and rows"),
+                            lambda n, **kw: _band_keys(n, **kw), "band + g global tokens, columns and rows"),
     "structured": MechanismSpec(_structured("fixed"), "Structured", ("w", "num_pos", "sparse"),
-                                lambda n, w=0, g=0, s=0, **_: _band_keys(n, w, g, s=s), "band + g key columns + top-s residual"),
+                                lambda n, **kw: _band_keys(n, **kw), "band + g key columns + top-s residual"),
     "structured-learned": MechanismSpec(_structured("learned"), "Structured", ("w", "num_pos", "sparse"),
-                                        lambda n, w=0, g=0, s=0, **_: _band_keys(n, w, g, s=s),
+                                        lambda n, **kw: _band_keys(n, **kw),
                                         "band + g learned key columns + top-s residual"),
     "bigbird": MechanismSpec(_bigbird, "BigBird", ("w", "num_pos", "num_random"),
-                             lambda n, w=0, g=0, r=0, **_: _band_keys(n, w, g, r), "band + g global + r random keys"),
+                             lambda n, **kw: _band_keys(n, **kw), "band + g global + r random keys"),
     "linear": MechanismSpec(lambda cfg, kind, d_k: __getattr__("Linear")(), "Linear", (), lambda n, d_k=64, **_: d_k, "φ(q)·φ(k), elu + 1"),
     "taylor": MechanismSpec(lambda cfg, kind, d_k: __getattr__("Taylor")(), "Taylor", (), lambda n, d_k=64, **_: d_k + 1, "1 + q·k, first-order Taylor"),
     "linformer": MechanismSpec(_linformer, "Linformer", ("proj_len",), lambda n, proj_len=64, **_: 2 * min(proj_len, n),

@@ -1,13 +1,14 @@
-"""FlexAttention inference path: the same mask_mod patterns through PyTorch's compiled kernel.
+"""FlexAttention path: the same mask_mod patterns through PyTorch's compiled kernel.
 
     out = flex_attention(q, k, v, block_mask = create_block_mask(pattern ∧ causal ∧ padding))
 
 ``torch.nn.attention.flex_attention`` skips the key blocks the pattern leaves
 empty.  On CPU it has no backward and its first call compiles (tens of seconds),
-so it is an optional inference path: ``flex_available()`` says whether it
-works here; ``flex_forward`` raises ``RuntimeError`` when it does not.  On this
-project's CPU the chunked kernel (``sliding_window``) is faster (see
-benchmarks/attention_speed.py), so mechanisms do not use it by default.
+so on CPU it is an optional inference path (``flex_forward``; ``flex_available()``
+says whether it works here, ``flex_forward`` raises ``RuntimeError`` when it
+does not).  On this project's CPU the sliding-window kernel is faster (see
+benchmarks/attention_speed.py).  On CUDA it trains (forward and backward):
+the ``structured`` mechanism runs there through ``flex_attention_compiled``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ def flex_available() -> bool:
     import shutil
 
     return torch.cuda.is_available() or shutil.which("g++") is not None or shutil.which("c++") is not None
+
+
+def flex_attention_compiled(q: Tensor, k: Tensor, v: Tensor, block_mask) -> Tensor:
+    """Compiled FlexAttention with a BlockMask (differentiable on CUDA)."""
+    # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
+    return _compiled()(q, k, v, block_mask=block_mask)
 
 
 def flex_block_mask(pattern: MaskMod, mask: Mask, B: int, H: int, n: int, m: int, device):

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from attnlab.nn.mask import Mask
 from attnlab.nn.mechanisms.mask_mods import MaskMod, global_rows
-from attnlab.nn.mechanisms.sliding_window import chunk_size, sliding_window_attention
+from attnlab.nn.mechanisms.sliding_window import kernel_chunk, sliding_window_attention
 from attnlab.nn.mechanisms.sparse import SparsePattern, scaled_scores
 from attnlab.nn.softmax import masked_softmax
 from attnlab.support import Support, check_num_pos, check_w
@@ -57,7 +57,7 @@ class Global(SparsePattern):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
         n, m = q.shape[-2], k.shape[-2]
-        c = chunk_size(self.w)
+        c = kernel_chunk(self.w)
         idx = self.support(m).kernel_extra_idx(n, c).to(q.device)[None, None]  # (1, 1, T, g)
         out = sliding_window_attention(q, k, v, self.w, causal=mask.causal, key_keep=mask.key_keep, extra_idx=idx, chunk=c)
         rows = min(self.g, n) if self.global_rows else 0

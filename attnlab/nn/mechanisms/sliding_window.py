@@ -1,33 +1,39 @@
-"""Chunked sliding-window attention with extra keys: O(n·(2w+1+e)), never n×m.
+"""Sliding-window attention with extra keys: O(n·(c+2w+e)), never n×m, trainable with O(n) memory.
 
     out_i = Σ_{j ∈ N(i)} α_ij v_j,   α_ij = exp(s_ij) / Σ_{j' ∈ N(i)} exp(s_ij'),
-    s_ij = q_i·k_j / √d_k,           N(i) = {j allowed : |i − j| ≤ w} ∪ E(⌊i/c⌋)
+    s_ij = q_i·k_j / √d_k,           N(i) = {j allowed : |j − i − o| ≤ w} ∪ E(⌊i/c⌋)
 
-where E(t) are e extra keys of query chunk t (global columns, BigBird's random
-keys, structured columns and residual), each counted once.
+where o is the band's offset (``attnlab.support.Support``) and E(t) are e extra
+keys of query chunk t (key columns, BigBird's random keys, the structured
+residual), each counted once.
 
-How, in plain torch operations (autograd gives the backward, so models train
-with it):
+How:
 
-* Queries are cut into T = ⌈n/c⌉ chunks of c rows (c = max(w, 16) by default).
-  Every key that chunk t's band needs lies in key chunks t−r … t+r, r = ⌈w/c⌉
-  (r = 1 when c ≥ w), so the window of chunk t is those 2r+1 key chunks side by
-  side — t−r … t only when causal — with the e extra keys in front:
-  K_win(t) = [K_E(t); K_{t−r}; …; K_{t+r}]   ((e+(2r+1)c) × d; one copy of (2r+1)·K,
-  cheaper than the score pass it feeds, and it keeps the matmuls contiguous).
-* ONE batched matmul over all B·H·T chunks: S = Q_t K_win(t)ᵀ / √d_k.
-* Masks are additive and small: one (c × (2r+1)c) band mask shared by every
-  chunk (j − i = b − rc − a does not depend on t), the key-padding /
-  out-of-range bias viewed through the same windows (one row per chunk,
-  broadcast over queries and heads), and the (c × e) mask of the extra keys
-  (off the band, causal, real, not repeated).  Then one fused softmax over
-  band ∪ extras — exact — and one batched matmul P V_win.
-* Work and memory O(n·H·((2r+1)c+e)) ≈ O(n·H·(3w+e)) instead of O(n²·H).  In
-  inference the chunks are processed in blocks of ≈ BLOCK_SCORES scores (a
-  Python loop over blocks of many chunks, not over chunks; each block slices
-  and pads only its own rows of q, k, v) written into one output, so the
-  extra memory is the output plus a constant; with gradients all chunks go at
-  once and autograd keeps P and the windows (linear in n).
+* Queries are cut into T = ⌈n/c⌉ chunks of c rows (``kernel_chunk``).  The band keys of chunk t
+  are the W consecutive keys starting at tc + o − w, W = c + 2w (causal:
+  keys after the chunk's last query are never allowed, so W = c + min(o + w, 0) − (o − w)).
+  The windows are ``as_strided`` views of the (once padded) keys and values:
+  overlapping, never copied.  One small additive mask per chunk (c × W: the
+  band, the causal triangle, the sequence ends, the key padding) — 0 or
+  NEG_INF.
+* The band part runs through PyTorch's fused CPU flash-attention kernel
+  (``aten::_scaled_dot_product_flash_attention_for_cpu``) with the T chunks as
+  its "heads": Q K_winᵀ, mask, online softmax and P V_win in cache, per chunk,
+  returning the output O_band and the row log-sum-exp L_band.
+* The e extra keys (gathered, e per chunk) are a second, small softmax
+  (O_E, L_E); the two merge exactly:
+      L = log(e^{L_band} + e^{L_E}),   O = e^{L_band − L} O_band + e^{L_E − L} O_E.
+* Backward (``WindowAttention``, flash style): P is never stored.  Only O and
+  L are kept; the flash kernel's backward recomputes P_band = exp(S − L) from
+  the *merged* L (the gradient of a softmax over band ∪ extras restricted to
+  the band keys is exactly what it computes given the merged O and L), the
+  window gradients are folded back onto the keys (the windows overlap), and
+  the extras' gradient (including the gate ``extra_logit``) is computed in
+  place.  Memory in training: O(n·(d + c + 2w + e)) — linear in n.
+
+On other devices (CUDA: the ``structured`` mechanism uses FlexAttention
+there) or dtypes / head sizes the flash kernel does not take, the same
+windows and masks go through plain differentiable torch operations.
 
 A query that may see no key gets 0 (as ``masked_softmax``).
 """
@@ -35,6 +41,7 @@ A query that may see no key gets 0 (as ``masked_softmax``).
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
@@ -42,82 +49,65 @@ from torch import Tensor
 
 NEG_INF = -1e30  # finite "−∞": exp underflows to 0, and 0·NEG_INF stays finite in gradients
 MIN_CHUNK = 16
-BLOCK_SCORES = 1 << 20  # scores per block of chunks in inference (≈ 4 MB float32)
+MAX_CHUNK = 32
+BLOCK_SCORES = 1 << 20  # scores per block of chunks in the plain-torch path's inference (≈ 4 MB float32)
+FLASH = True  # False: the plain-torch path on CPU too (tests compare both)
+FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
 
 
 def chunk_size(w: int) -> int:
-    """Chunk length c: at least w (so [prev, self, next] covers the band), at least MIN_CHUNK."""
+    """max(w, MIN_CHUNK): BigBird's block of queries sharing their random keys (its c)."""
     return max(int(w), MIN_CHUNK)
 
 
-def reach(w: int, c: int) -> int:
-    """r = ⌈w/c⌉: chunk t's band lies in key chunks t−r, …, t+r."""
-    return max(1, -(-int(w) // c))
+def kernel_chunk(w: int) -> int:
+    """The kernel's default chunk c = clamp(w, MIN_CHUNK, MAX_CHUNK): a window of c + 2w keys per c queries.
 
-
-def window_chunks(w: int, c: int, causal: bool) -> int:
-    """Chunks in a window: t−r … t+r, or t−r … t when causal (the later keys are all masked)."""
-    r = reach(w, c)
-    return r + 1 if causal else 2 * r + 1
-
-
-def band_bias(w: int, c: int, causal: bool, device=None, dtype=torch.float32) -> Tensor:
-    """The one (c × (2r+1)c) additive band mask shared by every chunk: 0 in the band, NEG_INF outside.
-
-    Query a of chunk t sits at i = tc + a, window key b at j = (t−r)c + b, so
-    j − i = b − rc − a does not depend on t.  Causal: the window stops at chunk t,
-    (c × (r+1)c).
+    Smaller c wastes less (c + 2w keys for 2w + 1 needed), larger c makes larger
+    matrix products; for w = 64, c = 32 beat c = 64 and 128 in our measurements (.notes, issue 17).
     """
-    # → (c, (r+1+r')c), r' = 0 if causal else r
-    r = reach(w, c)
-    a = torch.arange(c, device=device)[:, None]
-    b = torch.arange(window_chunks(w, c, causal) * c, device=device)[None, :]
-    delta = b - r * c - a
+    return max(MIN_CHUNK, min(int(w), MAX_CHUNK))
+
+
+def band_window(w: int, offset: int, c: int, causal: bool) -> tuple[int, int]:
+    """(lo, W): chunk t's band keys are tc + lo … tc + lo + W − 1.
+
+    Query a of the chunk (i = tc + a) needs j ∈ [i + o − w, i + o + w] (and j ≤ i
+    if causal): over a = 0 … c−1 that is [tc + o − w, tc + c − 1 + hi'] with
+    hi' = o + w, or min(o + w, 0) when causal.  W ≤ 0: the band holds no key.
+    """
+    lo = offset - w
+    hi = c - 1 + (min(offset + w, 0) if causal else offset + w)
+    return lo, hi - lo + 1
+
+
+def band_bias(w: int, offset: int, lo: int, W: int, c: int, causal: bool, n: int, key_ok: Tensor, dtype) -> tuple[Tensor, Tensor]:
+    """The additive band mask of every chunk and which queries see a band key.
+
+        bias[b, t, a, x] = 0 if |j − i − o| ≤ w ∧ (j ≤ i if causal) ∧ key_ok[b, j] else NEG_INF
+    with i = tc + a, j = tc + lo + x (``band_window``); ``key_ok``: (B|1, m) bool (keys outside [0, m) are not ok).
+    Returns bias (B|1, T, c, W) in ``dtype`` and any (B|1, T, c) bool.
+    """
+    T = -(-n // c)
+    dev = key_ok.device
+    a = torch.arange(c, device=dev)[:, None]
+    x = torch.arange(W, device=dev)[None, :]
+    delta = lo + x - a - offset  # j − i − o, the same for every chunk
     ok = delta.abs() <= w
     if causal:
-        ok = ok & (delta <= 0)
-    return torch.zeros(c, b.shape[-1], device=device, dtype=dtype).masked_fill(~ok, NEG_INF)
+        ok = ok & (lo + x - a <= 0)
+    Bm, m = key_ok.shape
+    front, back = max(0, -lo), max(0, (T - 1) * c + lo + W - m)
+    keep = F.pad(key_ok, (front, back), value=False)  # (B|1, front + m + back): key j at column front + j
+    keep_win = keep.as_strided((Bm, T, W), (keep.shape[1], c, 1), front + lo)  # keep of chunk t's window
+    ok = ok & keep_win[:, :, None, :]  # (B|1, T, c, W)
+    bias = torch.zeros(ok.shape, dtype=dtype, device=dev).masked_fill_(~ok, NEG_INF)
+    return bias, ok.any(-1)
 
 
-def _rows(x: Tensor, lo: int, hi: int, fill: float = 0.0) -> Tensor:
-    # x: (B, H, m, ·) → rows lo..hi−1 along the sequence axis, `fill` outside [0, m): (B, H, hi−lo, ·)
-    m = x.shape[2]
-    inside = x[:, :, max(lo, 0) : max(min(hi, m), max(lo, 0))]
-    if lo >= 0 and hi <= m:
-        return inside
-    return F.pad(inside, (0, 0, max(0, -lo), hi - lo - inside.shape[2] - max(0, -lo)), value=fill)
-
-
-def _windows(x: Tensor, tb: int, nw: int) -> Tensor:
-    # x: (B, H|1, tb+nw−1, c, ·) chunks → (B, H|1, tb, nw·c, ·): window of chunk t = chunks t … t+nw−1
-    return torch.cat([x[:, :, s : s + tb] for s in range(nw)], dim=3)
-
-
-def _chunk_block(q, k, v, key_bias, band, k_e, v_e, e_bias, t0: int, t1: int, c: int, r: int, nw: int) -> Tensor:
-    # q: (B, H, n, d), k: (B, H, m, d), v: (B, H, m, d_v); key_bias: (B|1, m); band: (c, nw·c);
-    # k_e, v_e: (B, H, T, e, ·); e_bias: (B|1, H|1, T, c, e) → out (B, H, t1−t0, c, d_v) for query chunks t0..t1−1
-    B, H, _, d = q.shape
-    tb = t1 - t0
-    scale = 1.0 / math.sqrt(d)
-    qc = (_rows(q, t0 * c, t1 * c) * scale).view(B, H, tb, c, d)
-    lo, hi = (t0 - r) * c, (t1 - r + nw - 1) * c  # keys of the windows of chunks t0..t1−1
-    k_win = _windows(_rows(k, lo, hi).view(B, H, tb + nw - 1, c, d), tb, nw)  # (B, H, tb, nw·c, d)
-    v_win = _windows(_rows(v, lo, hi).view(B, H, tb + nw - 1, c, -1), tb, nw)
-    kb = _rows(key_bias[:, None, :, None], lo, hi, NEG_INF).view(-1, 1, tb + nw - 1, c, 1)
-    mask = band + _windows(kb, tb, nw).transpose(-1, -2)  # (B|1, 1, tb, c, nw·c)
-    if k_e is not None:
-        k_win = torch.cat([k_e[:, :, t0:t1], k_win], dim=3)  # (B, H, tb, e + nw·c, d)
-        v_win = torch.cat([v_e[:, :, t0:t1], v_win], dim=3)
-        eb = e_bias[:, :, t0:t1]
-        Bm, Hm = max(mask.shape[0], eb.shape[0]), eb.shape[1]
-        mask = torch.cat([eb.expand(Bm, Hm, *eb.shape[2:]), mask.expand(Bm, Hm, *mask.shape[2:])], dim=-1)
-    s = qc @ k_win.transpose(-1, -2)  # (B, H, tb, c, W)  S = Q K_winᵀ / √d_k
-    s = s.add_(mask)
-    p = torch.softmax(s, dim=-1)
-    empty = (mask <= NEG_INF / 2).all(-1, keepdim=True)  # rows with no allowed key → 0, as masked_softmax
-    if bool(empty.any()):
-        p = p.masked_fill(empty, 0.0)
-    return p @ v_win
+@lru_cache(maxsize=16)
+def _band_bias_cached(w, offset, lo, W, c, causal, n, m, dtype, device):
+    return band_bias(w, offset, lo, W, c, causal, n, torch.ones(1, m, dtype=torch.bool, device=device), dtype)
 
 
 def extra_allowed(
@@ -130,25 +120,27 @@ def extra_allowed(
     key_keep: Tensor | None,
     own: Tensor | None = None,
     unique: bool = False,
+    offset: int = 0,
 ) -> Tensor:
     """Which extra keys each query may use: off its band, causal, real, counted once.
 
-        allowed[b, h, t, a, x] = |i − j| > w ∧ (j ≤ i if causal) ∧ keep_{b,j} ∧ j ∉ {E(t)_y : y < x} ∧ own
+        allowed[b, h, t, a, x] = |j − i − o| > w ∧ (j ≤ i if causal) ∧ keep_{b,j} ∧ own_x ∧ j ∉ {E(t)_y : y < x, own_y}
     with i = t·c + a, j = E(t)_x.  ``own`` (broadcastable) restricts an extra key to some queries.
     """
     # extra_idx: (B|1, H|1, T, e) → (B|1, H|1, T, c, e) bool
     T, e = extra_idx.shape[-2:]
     i = (torch.arange(T, device=extra_idx.device)[:, None] * c + torch.arange(c, device=extra_idx.device))[..., None]  # (T, c, 1)
     j = extra_idx[..., None, :]  # (·, ·, T, 1, e)
-    ok = (i - j).abs() > w
+    ok = (j - i - offset).abs() > w
     if causal:
         ok = ok & (j <= i)
-    first = torch.ones(extra_idx.shape, dtype=torch.bool, device=extra_idx.device)
-    if e > 1 and not unique:  # keep only the first occurrence of a key in the chunk's list
+    if e > 1 and not unique:  # keep only the first occurrence of a key among the slots the query owns
         same = extra_idx[..., :, None] == extra_idx[..., None, :]  # (·, ·, T, e, e)
-        earlier = torch.ones(e, e, dtype=torch.bool, device=extra_idx.device).tril(-1)
-        first = ~(same & earlier).any(-1)
-    ok = ok & first[..., None, :]
+        earlier = same & torch.ones(e, e, dtype=torch.bool, device=extra_idx.device).tril(-1)
+        if own is None:
+            ok = ok & ~earlier.any(-1)[..., None, :]
+        else:
+            ok = ok & ~(earlier[..., None, :, :] & own[..., None, :]).any(-1)  # (·, ·, T, c, e)
     if key_keep is not None:
         B = key_keep.shape[0]
         flat = extra_idx.expand(B, *extra_idx.shape[1:])
@@ -157,6 +149,129 @@ def extra_allowed(
     if own is not None:
         ok = ok & own
     return ok
+
+
+def _windows(x: Tensor, T: int, c: int, start: int, W: int) -> Tensor:
+    # x: (N, P, d) contiguous → (N, T, W, d) view: window t = rows start + tc … start + tc + W − 1 (overlapping)
+    N, P, d = x.shape
+    return x.as_strided((N, T, W, d), (P * d, c * d, d, 1), x.storage_offset() + start * d)
+
+
+def _fold_into(out: Tensor, g_win: Tensor, c: int, start: int) -> None:
+    # out: (N, P, d) += the window gradients g_win: (N, T, W, d) (window t = rows start + tc …; windows overlap)
+    N, P, d = out.shape
+    W = g_win.shape[2]
+    for s in range(0, W, c):  # slice s of every window: rows start + tc + s …, disjoint across t
+        part = g_win[:, :, s : s + c]
+        out.as_strided(part.shape, (P * d, c * d, d, 1), out.storage_offset() + (start + s) * d).add_(part)
+
+
+def _flash(q4, k4, v4, bias, scale):
+    # q4: (N, T, c, d), k4, v4: (N, T, W, d), bias: (1, T, c, W) → O (N, T, c, d), L (N, T, c) float32
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q4, k4, v4, attn_mask=bias, scale=scale)
+
+
+def _extras_scores(q4, k_e, e_bias, scale):
+    # q4: (B, H, T, c, d), k_e: (B, H, T|1, e, d), e_bias: (B|1, H|1, T, c, e) → S_E (B, H, T, c, e)
+    B, H, T, c, d = q4.shape
+    if k_e.shape[2] == 1 and T > 1:  # keys shared by every chunk: one (T·c × d)(d × e) product per head
+        s = (q4.view(B, H, T * c, d) @ k_e[:, :, 0].transpose(-1, -2)).view(B, H, T, c, -1)
+    else:
+        s = q4 @ k_e.transpose(-1, -2)
+    return s.mul_(scale).add_(e_bias)
+
+
+class WindowAttention(torch.autograd.Function):
+    """Band (flash kernel over strided windows) ∪ extras (small softmax), merged by log-sum-exp (module docstring)."""
+
+    @staticmethod
+    def forward(ctx, q4, kp, vp, k_e, v_e, e_bias, bias, empty, T, c, start, W, scale):
+        # q4: (B, H, T, c, d); kp, vp: (B, H, P, d) padded keys/values; k_e, v_e: (B, H, T|1, e, d) or None;
+        # e_bias: (B|1, H|1, T, c, e) or None; bias: (B|1, T, c, W); empty: (B|1, 1, T, c, 1) bool or None
+        B, H, _, _, d = q4.shape
+        P = kp.shape[2]
+        O_parts, L_parts = [], []
+        for b in range(B) if bias.shape[0] > 1 else [slice(None)]:  # one flash call per batch entry with padding
+            bb = bias[b][None] if bias.shape[0] > 1 else bias
+            qb = q4[b].reshape(-1, T, c, d)
+            O_b, L_b = _flash(qb, _windows(kp[b].reshape(-1, P, d), T, c, start, W), _windows(vp[b].reshape(-1, P, d), T, c, start, W), bb, scale)
+            O_parts.append(O_b)
+            L_parts.append(L_b)
+        O = torch.cat(O_parts).view(B, H, T, c, d) if len(O_parts) > 1 else O_parts[0].view(B, H, T, c, d)
+        L = torch.cat(L_parts).view(B, H, T, c, 1) if len(L_parts) > 1 else L_parts[0].view(B, H, T, c, 1)
+        if k_e is not None:
+            s_e = _extras_scores(q4, k_e, e_bias, scale)  # (B, H, T, c, e)
+            L_e = torch.logsumexp(s_e, -1, keepdim=True)
+            L_new = torch.logaddexp(L, L_e)
+            O = torch.addcmul(torch.exp(s_e - L_new).to(v_e.dtype) @ v_e, O, torch.exp(L - L_new))
+            L = L_new
+        if empty is not None:
+            O = O.masked_fill(empty, 0.0)
+        ctx.save_for_backward(q4, kp, vp, k_e, v_e, e_bias, bias, empty, O, L)
+        ctx.geom = (T, c, start, W, scale)
+        return O
+
+    @staticmethod
+    def backward(ctx, dO):
+        # Flash style: the kernel recomputes P_band = exp(S − L) from the merged L; P is never stored.
+        q4, kp, vp, k_e, v_e, e_bias, bias, empty, O, L = ctx.saved_tensors
+        T, c, start, W, scale = ctx.geom
+        B, H, _, _, d = q4.shape
+        P = kp.shape[2]
+        if empty is not None:
+            dO = dO.masked_fill(empty, 0.0)
+        D = (dO * O).sum(-1, keepdim=True)  # (B, H, T, c, 1): rowsum(dO ∘ O)
+        dO = dO.contiguous()
+        dq = torch.empty_like(q4)
+        dkp, dvp = torch.zeros_like(kp), torch.zeros_like(vp)
+        L4 = L.view(B, H, T, c)
+        for b in range(B) if bias.shape[0] > 1 else [slice(None)]:  # as in the forward: one call per padded entry
+            bb = bias[b][None] if bias.shape[0] > 1 else bias
+            k_w = _windows(kp[b].reshape(-1, P, d), T, c, start, W)
+            v_w = _windows(vp[b].reshape(-1, P, d), T, c, start, W)
+            dq_b, dk_w, dv_w = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                dO[b].reshape(-1, T, c, d), q4[b].reshape(-1, T, c, d), k_w, v_w, O[b].reshape(-1, T, c, d),
+                L4[b].reshape(-1, T, c), 0.0, False, attn_mask=bb, scale=scale,
+            )
+            dq[b] = dq_b.view(dq[b].shape)
+            _fold_into(dkp[b].view(-1, P, d), dk_w, c, start)  # the windows overlap: Σ their gradients per key
+            _fold_into(dvp[b].view(-1, P, d), dv_w, c, start)
+        D = (dO * O).sum(-1, keepdim=True)  # (B, H, T, c, 1): rowsum(dO ∘ O)
+        dk_e = dv_e = de_bias = None
+        if k_e is not None:  # the extras' softmax slice: dS = P (dO vᵀ − rowsum(dO ∘ O))
+            p_e = torch.exp(_extras_scores(q4, k_e, e_bias, scale) - L)  # (B, H, T, c, e)
+            dS = p_e * (_extras_scores(dO, v_e, 0.0, 1.0) - D)
+            dq = dq + (dS @ k_e) * scale
+            dk_e = ((dS.transpose(-1, -2) @ q4) * scale).sum_to_size(k_e.shape)  # shared extras: Σ over chunks
+            dv_e = (p_e.transpose(-1, -2).to(dO.dtype) @ dO).sum_to_size(v_e.shape)
+            if ctx.needs_input_grad[5]:
+                de_bias = dS.sum_to_size(e_bias.shape)
+        return dq, dkp, dvp, dk_e, dv_e, de_bias, None, None, None, None, None, None, None
+
+
+def _plain(q4, kp, vp, k_e, v_e, e_bias, bias, empty, T, c, start, W, scale):
+    """The same computation in differentiable torch operations (other devices, dtypes, d_v ≠ d_k).
+
+    In inference the chunks go in blocks of ≈ BLOCK_SCORES scores (transient memory O(BLOCK_SCORES)).
+    """
+    B, H, _, _, d = q4.shape
+    P, d_v = kp.shape[2], vp.shape[-1]
+    training = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (q4, kp, vp, e_bias))
+    tb = T if training else max(1, BLOCK_SCORES // (B * H * c * W))
+    outs = []
+    for t0 in range(0, T, tb):
+        t1 = min(T, t0 + tb)
+        k_w = _windows(kp.reshape(B * H, P, d), t1 - t0, c, start + t0 * c, W).view(B, H, t1 - t0, W, d)  # (B, H, tb, W, d)
+        v_w = _windows(vp.reshape(B * H, P, d_v), t1 - t0, c, start + t0 * c, W).view(B, H, t1 - t0, W, d_v)
+        s = (q4[:, :, t0:t1] @ k_w.transpose(-1, -2)) * scale + bias[:, None, t0:t1]  # (B, H, tb, c, W)
+        if k_e is not None:
+            te = slice(t0, t1) if k_e.shape[2] > 1 else slice(None)
+            s_e = q4[:, :, t0:t1] @ k_e[:, :, te].transpose(-1, -2) * scale + e_bias[:, :, t0:t1]
+            s = torch.cat([s_e, s], -1)
+            v_w = torch.cat([v_e[:, :, te].expand(B, H, t1 - t0, *v_e.shape[-2:]), v_w], 3)
+        outs.append(torch.softmax(s, -1) @ v_w)
+    out = torch.cat(outs, 2) if len(outs) > 1 else outs[0]
+    return out if empty is None else out.masked_fill(empty, 0.0)
 
 
 def sliding_window_attention(
@@ -172,56 +287,67 @@ def sliding_window_attention(
     extra_logit: Tensor | None = None,
     unique: bool = False,
     chunk: int | None = None,
+    offset: int = 0,
 ) -> Tensor:
-    """Band attention of half-width w plus e extra keys per query chunk (module docstring).
+    """Band attention |j − i − o| ≤ w plus e extra keys per query chunk (module docstring).
 
     q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v); key_keep: (B, m) bool;
     extra_idx: (B|1, H|1, T, e) key positions for each chunk of c = ``chunk`` queries
     (T = ⌈n/c⌉); extra_own: bool broadcastable to (B, H, T, c, e), which queries
     of the chunk may use each extra key; extra_logit: (B|1, H|1, T, e) added to the
     extra keys' scores (a learned gate); ``unique``: the caller guarantees no
-    query is given the same extra key twice (skips the de-duplication).
+    query is given the same extra key twice (skips the de-duplication);
+    ``offset``: o, the band's diagonal offset (``Support.offset``).
     Returns (B, H, n, d_v).
     """
     # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
     if w < 0:
         raise ValueError(f"w: band half-width must be >= 0, got {w}")
     B, H, n, d = q.shape
-    m = k.shape[2]
-    c = chunk or chunk_size(w)
+    m, d_v = k.shape[2], v.shape[-1]
+    c = chunk or kernel_chunk(w)
     if c < 1:
         raise ValueError(f"chunk: must be >= 1, got {c}")
-    if key_keep is None:
-        key_bias = torch.zeros(1, m, dtype=q.dtype, device=q.device)
+    offset = int(offset)
+    T = -(-n // c)
+    scale = 1.0 / math.sqrt(d)
+    lo, W = band_window(w, offset, c, causal)
+    if W <= 0:  # the band holds no allowed key: one key, masked by the band test itself
+        lo, W = 0, 1
+    if key_keep is None:  # the same for every call of this geometry: built once
+        bias, band_any = _band_bias_cached(w, offset, lo, W, c, causal, n, m, q.dtype, q.device)
     else:
-        key_bias = torch.zeros(B, m, dtype=q.dtype, device=q.device).masked_fill(~key_keep, NEG_INF)
+        bias, band_any = band_bias(w, offset, lo, W, c, causal, n, key_keep, q.dtype)  # (B, T, c, W), (B, T, c)
+    any_key = band_any[:, None]  # (B|1, 1, T, c)
     k_e = v_e = e_bias = None
     if extra_idx is not None and extra_idx.shape[-1] > 0:
-        T, e = extra_idx.shape[-2:]
-        if T != -(-n // c):
-            raise ValueError(f"extra_idx: expected {-(-n // c)} chunks of {c} queries, got {T}")
+        e = extra_idx.shape[-1]
+        if extra_idx.shape[-2] != T:
+            raise ValueError(f"extra_idx: expected {T} chunks of {c} queries, got {extra_idx.shape[-2]}")
         if int(extra_idx.max()) >= m or int(extra_idx.min()) < 0:
             raise ValueError(f"extra_idx: key positions must lie in [0, {m}), got {int(extra_idx.min())}..{int(extra_idx.max())}")
-        idx = extra_idx.expand(B, H, T, e).reshape(B, H, T * e, 1)
-        k_e = torch.gather(k, 2, idx.expand(B, H, T * e, d)).view(B, H, T, e, d)
-        v_e = torch.gather(v, 2, idx.expand(B, H, T * e, v.shape[-1])).view(B, H, T, e, v.shape[-1])
-        ok = extra_allowed(extra_idx, n, w, c, causal=causal, key_keep=key_keep, own=extra_own, unique=unique)
+        Te = 1 if T == 1 or extra_idx.stride(-2) == 0 else T  # the same keys for every chunk (columns): gathered once
+        idx = extra_idx[..., :Te, :].expand(B, H, Te, e).reshape(B, H, Te * e, 1)
+        k_e = torch.gather(k, 2, idx.expand(B, H, Te * e, d)).view(B, H, Te, e, d)  # (B, H, T|1, e, d)
+        v_e = torch.gather(v, 2, idx.expand(B, H, Te * e, d_v)).view(B, H, Te, e, d_v)
+        ok = extra_allowed(extra_idx, n, w, c, causal=causal, key_keep=key_keep, own=extra_own, unique=unique, offset=offset)
         e_bias = torch.zeros(ok.shape, dtype=q.dtype, device=q.device).masked_fill(~ok, NEG_INF)
         if extra_logit is not None:
             e_bias = e_bias + extra_logit[..., None, :]
-    T = -(-n // c)
-    r, nw = reach(w, c), window_chunks(w, c, causal)
-    band = band_bias(w, c, causal, q.device, q.dtype)
-    training = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
-    W = nw * c + (0 if k_e is None else k_e.shape[-2])
-    tb = T if training else max(1, BLOCK_SCORES // (B * H * c * W))
-    if tb >= T:
-        out = _chunk_block(q, k, v, key_bias, band, k_e, v_e, e_bias, 0, T, c, r, nw)
-    else:  # inference: blocks of chunks written into one output, transient memory O(BLOCK_SCORES)
-        out = q.new_empty(B, H, T, c, v.shape[-1])
-        for t0 in range(0, T, tb):
-            out[:, :, t0 : t0 + tb] = _chunk_block(q, k, v, key_bias, band, k_e, v_e, e_bias, t0, min(T, t0 + tb), c, r, nw)
-    return out.view(B, H, T * c, -1)[:, :, :n]
+        any_key = any_key | ok.any(-1)
+    empty = None if bool(any_key.all()) else ~any_key[..., None]  # (B|1, H|1, T, c, 1): queries that see nothing
+    # pad: q to T·c rows; k, v so that every window lies inside (rows front + j hold key j)
+    front, back = max(0, -lo), max(0, (T - 1) * c + lo + W - m)
+    q4 = F.pad(q, (0, 0, 0, T * c - n)).view(B, H, T, c, d)
+    kp = F.pad(k, (0, 0, front, back)).contiguous()
+    vp = F.pad(v, (0, 0, front, back)).contiguous()
+    start = front + lo
+    args = (q4, kp, vp, k_e, v_e, e_bias, bias, empty, T, c, start, W, scale)
+    if FLASH and q.device.type == "cpu" and q.dtype in FLASH_DTYPES and d == d_v and all(x.dtype == q.dtype for x in (k, v)):
+        out = WindowAttention.apply(*args)
+    else:
+        out = _plain(*args)
+    return out.reshape(B, H, T * c, d_v)[:, :, :n]
 
 
 def dilated_sliding_window_attention(

@@ -1,12 +1,12 @@
 """The structured formulation as a trainable attention: band + key columns + sparse residual.
 
     A = softmax(QKᵀ/√d_k + G + M),   M_ij = 0 if (i, j) ∈ S else −∞,
-    S = {|i − j| ≤ w}  ∪  {j ∈ T}  ∪  R_s(i)
+    S = {|j − i − o| ≤ w}  ∪  {j ∈ T}  ∪  R_s(i)
 
 the support of the structured matrix that ``attnlab.analysis.structured_fit``
 fits (band_w + Σ_{t∈T} columns + Ẽ_s), with the softmax restricted to it:
 
-* band of half-width w;
+* band of half-width w around the diagonal shifted by o = ``offset``;
 * T: g = ``num_pos`` key columns (the thesis's Σ3 rare-token / positional
   columns), either fixed positions (default: the first g tokens) or, with
   ``columns="learned"``, chosen per batch entry and head as the top-g keys by
@@ -22,6 +22,11 @@ to find its top s: that selection is a dense, gradient-free pass done in
 blocks of queries (time O(n·m·d), memory O(block·m)); the s chosen keys per
 query then join the chunked kernel as extra keys (memory O(n·(2w+1+g+c·s))).
 Sequences shorter than g simply use all their keys as columns.
+
+On CUDA (fixed columns, no residual) the forward and backward run through
+compiled FlexAttention with the ``BlockMask`` of ``Support.mask_mod()`` —
+the same support object, drawn as FlexAttention's predicate; learned columns
+(a data-dependent gate) and the residual keep the kernel path there.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ from torch import Tensor, nn
 
 from attnlab.nn.mask import Mask
 from attnlab.nn.mechanisms.base import Mechanism
-from attnlab.nn.mechanisms.sliding_window import chunk_size, sliding_window_attention
+from attnlab.nn.mechanisms.flex import flex_attention_compiled, flex_available, flex_block_mask
+from attnlab.nn.mechanisms.sliding_window import kernel_chunk, sliding_window_attention
 from attnlab.nn.mechanisms.sparse import scaled_scores
 from attnlab.nn.softmax import masked_softmax
 from attnlab.nn.mechanisms.mask_mods import MaskMod
@@ -49,7 +55,7 @@ class Structured(Mechanism):
 
     def __init__(
         self, w: int, num_pos: int, sparse: int = 0, columns: str = "fixed", heads: int = 1, d_k: int = 1,
-        positions: list[int] | None = None,
+        positions: list[int] | None = None, offset: int = 0,
     ):
         super().__init__()
         check_w(w), check_num_pos(num_pos)
@@ -59,7 +65,8 @@ class Structured(Mechanism):
             raise ValueError(f"columns must be one of {', '.join(COLUMN_MODES)}, got {columns!r}")
         if positions is not None and (len(positions) != num_pos or len(set(positions)) != num_pos or min(positions, default=0) < 0):
             raise ValueError(f"positions: expected {num_pos} distinct non-negative key positions, got {positions}")
-        self.w, self.num_pos, self.sparse, self.columns = int(w), int(num_pos), int(sparse), columns
+        self.w, self.num_pos, self.sparse, self.columns, self.offset = int(w), int(num_pos), int(sparse), columns, int(offset)
+        self._block_masks: dict = {}
         self.register_buffer("positions", torch.tensor(positions if positions is not None else list(range(num_pos)), dtype=torch.long), persistent=False)
         self.u = nn.Parameter(torch.randn(heads, d_k) / math.sqrt(d_k)) if columns == "learned" else None
 
@@ -102,11 +109,11 @@ class Structured(Mechanism):
         idx, valid = [], []
         with torch.no_grad():
             j = torch.arange(m, device=q.device)
-            S = Support(w=self.w, columns=cols)
+            S = Support(w=self.w, offset=self.offset, columns=cols)
             is_col = S.column_mask(m)[..., None, :]  # (B|1, H|1, 1, m)
             for i0 in range(0, n, RESIDUAL_BLOCK):
                 i = torch.arange(i0, min(n, i0 + RESIDUAL_BLOCK), device=q.device)[:, None]
-                out = band_of(i.shape[0], m, self.w, i0, like=q) | is_col  # (·, ·, b, m) already in S: rows i0… of the band
+                out = band_of(i.shape[0], m, self.w, i0 + self.offset, like=q) | is_col  # (·, ·, b, m) already in S: rows i0… of the band
                 if mask.causal:
                     out = out | (j > i)
                 if mask.key_keep is not None:
@@ -122,7 +129,7 @@ class Structured(Mechanism):
         B, H, n, _ = q.shape
         m = k.shape[-2]
         cols, gate = self.key_columns(k, mask)
-        S = Support(w=self.w, columns=cols, residual=self.sparse)  # attnlab.support: band ∪ columns ∪ R_s
+        S = Support(w=self.w, offset=self.offset, columns=cols, residual=self.sparse)  # attnlab.support: band ∪ columns ∪ R_s
         in_band = S.band(n, m)  # (n, m)
         is_col = S.column_mask(m)[..., None, :]  # (B|1, H|1, 1, m)
         res = None
@@ -142,11 +149,13 @@ class Structured(Mechanism):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
         B, H, n, _ = q.shape
-        c = chunk_size(self.w)
+        if q.is_cuda and self.u is None and self.sparse == 0 and flex_available():
+            return self.flex_forward(q, k, v, mask), None
+        c = kernel_chunk(self.w)
         T = -(-n // c)
         cols, gate = self.key_columns(k, mask)
         g = cols.shape[-1]
-        idx = Support(w=self.w, columns=cols).kernel_extra_idx(n, c)  # (B|1, H|1, T, g)
+        idx = Support(w=self.w, offset=self.offset, columns=cols).kernel_extra_idx(n, c)  # (B|1, H|1, T, g)
         own = logit = None
         if gate is not None:
             logit = gate[..., None, :].expand(B, H, T, g)
@@ -162,9 +171,28 @@ class Structured(Mechanism):
                 logit = torch.cat([logit, torch.zeros(B, H, T, c * s, dtype=logit.dtype, device=q.device)], dim=-1)
         out = sliding_window_attention(
             q, k, v, self.w, causal=mask.causal, key_keep=mask.key_keep,
-            extra_idx=idx, extra_own=own, extra_logit=logit, unique=True, chunk=c,
+            extra_idx=idx, extra_own=own, extra_logit=logit, unique=True, chunk=c, offset=self.offset,
         )
         return out
 
+    def flex_forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
+        """softmax restricted to S ∩ mask through compiled FlexAttention (CUDA: forward and backward).
+
+        The BlockMask of ``Support.mask_mod()`` ∧ causal ∧ padding is built once per (n, m, causal)
+        when there is no padding (it then depends on nothing else), per call otherwise.
+        """
+        # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
+        B, H, n, _ = q.shape
+        m = k.shape[-2]
+        cols, _ = self.key_columns(k, mask)
+        pattern = Support(w=self.w, offset=self.offset, columns=cols.view(-1)).mask_mod()
+        key = (n, m, mask.causal, str(q.device))
+        block_mask = self._block_masks.get(key) if mask.key_keep is None else None
+        if block_mask is None:
+            block_mask = flex_block_mask(pattern, mask, B, H, n, m, q.device)
+            if mask.key_keep is None:
+                self._block_masks[key] = block_mask
+        return flex_attention_compiled(q, k, v, block_mask)
+
     def extra_repr(self) -> str:
-        return f"w={self.w}, num_pos={self.num_pos}, sparse={self.sparse}, columns={self.columns}"
+        return f"w={self.w}, offset={self.offset}, num_pos={self.num_pos}, sparse={self.sparse}, columns={self.columns}"

@@ -1,0 +1,215 @@
+"""The sliding-window kernel runs Support(w, offset, columns) exactly: output and gradients equal the dense reference.
+
+Property tests (hypothesis) over n, m, w, offset, chunk, causal, padding and key columns, for both
+execution paths (the CPU flash kernel with its flash-style backward, and the plain torch path).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import attnlab.nn.mechanisms.sliding_window as sw
+from attnlab.nn.softmax import masked_softmax
+from attnlab.support import Support
+
+TOL = 1e-5  # float32
+
+
+def dense_reference(q, k, v, S: Support, causal: bool, keep, extra_logit_dense=None):
+    # q: (B, H, n, d), k, v: (B, H, m, d) → softmax over S ∩ causal ∩ keep, 0 for a query that sees nothing
+    n, m = q.shape[2], k.shape[2]
+    allowed = torch.as_tensor(S.dense(n, m))
+    if causal:
+        allowed = allowed & torch.ones(n, m, dtype=torch.bool).tril()
+    if keep is not None:
+        allowed = allowed & keep[:, None, None, :]
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if extra_logit_dense is not None:
+        s = s + extra_logit_dense
+    return masked_softmax(s, allowed) @ v
+
+
+def run_both(fn):
+    outs = []
+    for flash in (True, False):
+        sw.FLASH = flash
+        try:
+            outs.append(fn())
+        finally:
+            sw.FLASH = True
+    return outs
+
+
+def assert_close(x, ref, what):
+    err = (x - ref).abs().max().item()
+    assert err <= TOL * max(1.0, ref.abs().max().item()), f"{what}: max error {err:.2e}"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(1, 70),
+    dm=st.integers(-20, 20),
+    w=st.integers(0, 24),
+    offset=st.integers(-12, 12),
+    chunk=st.sampled_from([None, 1, 5, 16, 32]),
+    causal=st.booleans(),
+    padded=st.booleans(),
+    g=st.integers(0, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_kernel_equals_dense_reference(n, dm, w, offset, chunk, causal, padded, g, seed):
+    m = n if causal else max(1, n + dm)  # causal self-attention; cross-attention lengths otherwise
+    gen = torch.Generator().manual_seed(seed)
+    B, H, d = 2, 2, 8
+    q = torch.randn(B, H, n, d, generator=gen, requires_grad=True)
+    k = torch.randn(B, H, m, d, generator=gen, requires_grad=True)
+    v = torch.randn(B, H, m, d, generator=gen, requires_grad=True)
+    keep = None
+    if padded:
+        keep = torch.rand(B, m, generator=gen) > 0.3
+    cols = torch.randint(-1, m, (1, H, g), generator=gen)  # −1: an empty slot
+    S = Support(w=w, offset=offset, columns=cols)
+    c = chunk or sw.chunk_size(w)
+    kwargs = dict(causal=causal, key_keep=keep, chunk=c, offset=offset)
+    if g:
+        kwargs.update(extra_idx=S.kernel_extra_idx(n, c), extra_own=S.kernel_extra_own())
+    ref = dense_reference(q, k, v, S, causal, keep)
+    grad = torch.randn(ref.shape, generator=gen)
+    g_ref = torch.autograd.grad(ref, (q, k, v), grad)
+
+    def one():
+        out = sw.sliding_window_attention(q, k, v, w, **kwargs)
+        return out, torch.autograd.grad(out, (q, k, v), grad)
+
+    for path, (out, grads) in zip(("flash", "plain"), run_both(one)):
+        assert torch.isfinite(out).all()
+        assert_close(out, ref, f"{path} output")
+        for name, gx, gr in zip("qkv", grads, g_ref):
+            assert_close(gx, gr, f"{path} d{name}")
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(2, 60), w=st.integers(0, 8), causal=st.booleans(), seed=st.integers(0, 2**16))
+def test_gate_on_extra_keys_gets_its_gradient(n, w, causal, seed):
+    # extra_logit (the learned column gate) is added to the extras' scores off the band: its gradient too
+    gen = torch.Generator().manual_seed(seed)
+    B, H, d, g, c = 1, 2, 4, 2, 16
+    q, k, v = (torch.randn(B, H, n, d, generator=gen, requires_grad=True) for _ in range(3))
+    cols = torch.stack([torch.randperm(n, generator=gen)[:g] for _ in range(H)])[None]  # distinct columns per head
+    gate = torch.randn(B, H, g, generator=gen, requires_grad=True)
+    S = Support(w=w, columns=cols)
+    T = -(-n // c)
+    idx = S.kernel_extra_idx(n, c)
+    # dense: the gate on the column entries off the band
+    off_band = ~S.band(n, n)
+    g_dense = torch.zeros(B, H, 1, n).scatter(-1, cols[..., None, :], gate[..., None, :]) * off_band
+    ref = dense_reference(q, k, v, S, causal, None, g_dense)
+    grad = torch.randn(ref.shape, generator=gen)
+    g_ref = torch.autograd.grad(ref, (q, k, v, gate), grad)
+
+    def one():
+        out = sw.sliding_window_attention(
+            q, k, v, w, causal=causal, extra_idx=idx, extra_logit=gate[..., None, :].expand(B, H, T, g), chunk=c
+        )
+        return out, torch.autograd.grad(out, (q, k, v, gate), grad)
+
+    for path, (out, grads) in zip(("flash", "plain"), run_both(one)):
+        assert_close(out, ref, f"{path} output")
+        for name, gx, gr in zip(("q", "k", "v", "gate"), grads, g_ref):
+            assert_close(gx, gr, f"{path} d{name}")
+
+
+def test_values_of_another_width_and_float64_take_the_plain_path():
+    # d_v ≠ d_k (the flash kernel needs equal head sizes) and float64 give the dense result too
+    torch.manual_seed(0)
+    for dtype, d_v in ((torch.float32, 5), (torch.float64, 8)):
+        q, k = torch.randn(1, 2, 40, 8, dtype=dtype), torch.randn(1, 2, 40, 8, dtype=dtype)
+        v = torch.randn(1, 2, 40, d_v, dtype=dtype)
+        S = Support(w=3, offset=-2)
+        out = sw.sliding_window_attention(q, k, v, 3, offset=-2, causal=True)
+        assert_close(out, dense_reference(q, k, v, S, True, None), str(dtype))
+
+
+def test_training_keeps_no_attention_matrix():
+    # flash-style backward: autograd keeps q, k, v, O, L and the (shared) band mask — no per-head scores
+    H, d, w = 4, 16, 32
+
+    def saved(n):
+        q, k, v = (torch.randn(1, H, n, d, requires_grad=True) for _ in range(3))
+        sizes = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda x: sizes.append(x.numel()) or x, lambda x: x):
+            sw.sliding_window_attention(q, k, v, w, chunk=32)
+        return sizes
+
+    small, large = saved(512), saved(2048)
+    assert sum(large) <= 4.1 * sum(small)  # linear in n
+    scores = H * 2048 * (32 + 2 * w)  # the band scores P of all heads (c + 2w per query)
+    assert max(large) < scores / 2
+
+
+def test_bad_arguments_name_the_parameter():
+    q = torch.randn(1, 1, 10, 4)
+    with pytest.raises(ValueError, match="^w:"):
+        sw.sliding_window_attention(q, q, q, -1)
+    with pytest.raises(ValueError, match="^chunk:"):
+        sw.sliding_window_attention(q, q, q, 2, chunk=-3)
+    with pytest.raises(ValueError, match="^extra_idx:"):
+        sw.sliding_window_attention(q, q, q, 2, chunk=4, extra_idx=torch.zeros(1, 1, 2, 1, dtype=torch.long))
+
+
+@pytest.mark.parametrize("offset", [-3, 0, 2])
+@pytest.mark.parametrize("causal", [False, True])
+def test_structured_mechanism_with_offset_equals_its_weights(offset, causal):
+    # Support(w, offset, columns) runs through the kernel entirely: forward and gradients = weights(q, k) @ v
+    from attnlab.nn.mask import Mask
+    from attnlab.nn.mechanisms import Structured
+
+    torch.manual_seed(1)
+    mech = Structured(2, 2, offset=offset, positions=[0, 9])
+    q, k, v = (torch.randn(2, 3, 45, 8, requires_grad=True) for _ in range(3))
+    keep = torch.ones(2, 45, dtype=torch.bool)
+    keep[1, 30:] = False
+    mask = Mask(key_keep=keep, causal=causal)
+    ref = mech.weights(q, k, mask) @ v
+    out, _ = mech(q, k, v, mask)
+    assert_close(out, ref, "output")
+    g = torch.randn_like(ref)
+    for name, a, b in zip("qkv", torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
+        assert_close(a, b, f"d{name}")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: the FlexAttention training path of `structured` runs only on CUDA")
+@pytest.mark.parametrize("causal", [False, True])
+def test_structured_on_cuda_runs_flex_attention_forward_and_backward(causal):
+    from attnlab.nn.mask import Mask
+    from attnlab.nn.mechanisms import Structured
+
+    torch.manual_seed(2)
+    mech = Structured(16, 4, offset=-2).cuda()
+    q, k, v = (torch.randn(2, 4, 256, 64, device="cuda", requires_grad=True) for _ in range(3))
+    keep = torch.ones(2, 256, dtype=torch.bool, device="cuda")
+    keep[1, 200:] = False
+    for mask in (Mask(causal=causal), Mask(key_keep=keep, causal=causal)):
+        ref = mech.weights(q, k, mask) @ v
+        out, _ = mech(q, k, v, mask)
+        torch.testing.assert_close(out, ref, atol=2e-3, rtol=2e-3)  # FlexAttention on GPU: TF32 matmuls
+        g = torch.randn_like(ref)
+        for a, b in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
+            torch.testing.assert_close(a, b, atol=5e-3, rtol=5e-3)
+
+
+def test_support_mask_mod_builds_flex_attentions_block_mask():
+    # the one support draws FlexAttention's BlockMask: a block is kept iff it holds an entry of S
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    n, blk = 300, 64
+    S = Support(w=20, offset=-5, columns=torch.tensor([3, -1, 250]))
+    bm = create_block_mask(S.mask_mod(), None, None, n, n, device="cpu", BLOCK_SIZE=blk)
+    nb = -(-n // blk)
+    dense = torch.zeros(nb * blk, nb * blk, dtype=torch.bool)
+    dense[:n, :n] = S.dense(n, n)
+    want = dense.view(nb, blk, nb, blk).any(3).any(1)
+    assert torch.equal(bm.to_dense()[0, 0].bool(), want)
