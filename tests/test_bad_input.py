@@ -203,6 +203,10 @@ def test_a_second_writer_is_refused_naming_the_holder(work, capsys, monkeypatch)
     (["--value-rank", "17"], ["--value-rank", "--d-model is 16", "got 17"]),
     (["--attention-on", "encoder,decodr"], ["--attention-on", "decodr"]),
     (["--attention-on", ""], ["--attention-on"]),
+    (["--attention", "band", "--w", "100000000"], ["--w must be <= --max-len (32)"]),  # was an allocator traceback
+    (["--attention", "bigbird", "--num-random", "100000"], ["--num-random must be <= --max-len"]),  # was killed (memory)
+    (["--attention", "structured", "--sparse", "1000"], ["--sparse must be <= --max-len"]),  # was silently clamped
+    (["--model", "lm", "--attention", "band", "--attention-on", "cross"], ["--attention-on cross", "decoder"]),
     (["--attention", "bandd"], ["--attention must be one of", "bigbird", "bandd"]),
     (["--vocab-size", "5000000000"], ["--vocab-size", "got 5000000000"]),
     (["--d-model", "300000"], ["needs about", "GB", "d_model 300000", "available"]),
@@ -257,6 +261,12 @@ def test_memory_estimate_refuses_what_cannot_fit_and_passes_what_does():
     band = ModelConfig(vocab_size=60, d_model=16, heads=2, layers=1, ff=32, max_len=8192, attention="band", w=4)
     full = ModelConfig(vocab_size=60, d_model=16, heads=2, layers=1, ff=32, max_len=8192)
     assert training_bytes(band, 2**16)["activations"] < training_bytes(full, 2**16)["activations"] / 100
+
+
+@pytest.mark.parametrize("option", [["--attention", "band"], ["--heads", "8"], ["--w", "3"]])
+def test_an_option_the_model_does_not_read_is_refused(work, capsys, monkeypatch, option):
+    refused(capsys, monkeypatch, work, "train", "--out", "new", "--max-steps", "1", "--model", "gru", *option,
+            needles=(f"--model gru does not use {option[0]}",))
 
 
 def test_synthetic_spec_is_honoured(work, capsys, monkeypatch):
