@@ -190,6 +190,32 @@ def test_a_second_writer_is_refused_naming_the_holder(work, capsys, monkeypatch)
     assert code == 0, err
 
 
+def test_two_trains_on_one_folder(work, capsys, monkeypatch):
+    """The issue's case: two `attnlab train` on the same --out; the second is refused while the first runs."""
+    import signal
+    import time
+
+    first = subprocess.Popen([sys.executable, "-m", "attnlab", "train", "--out", "busy", "--minutes", "1",
+                              "--max-steps", "1000000", *TINY], cwd=work, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1",
+                                  "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    lock = work / "busy" / "attnlab.lock"
+    try:
+        deadline = time.monotonic() + 60
+        while not (lock.exists() and lock.read_text().strip()):
+            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read() if first.poll() is not None else "no lock"
+            time.sleep(0.05)
+        code, _, err = attnlab(capsys, monkeypatch, "train", "--out", "busy", "--force", "--max-steps", "1", *TINY)
+        assert code == 2 and f"--out busy: in use by another attnlab process (PID {first.pid})" in err, err
+    finally:
+        first.send_signal(signal.SIGTERM)  # in the loop: finishes its step and exits 130; before it: killed
+        first.wait(120)
+    assert first.returncode in (130, -signal.SIGTERM), first.stderr.read()
+    from attnlab.lock import FolderLock
+
+    FolderLock(work / "busy").acquire().release()  # gone, the holder's lock went with it
+
+
 # ---------------------------------------------------------------- (3) options, specs, resources
 
 @pytest.mark.parametrize("args, needles", [
