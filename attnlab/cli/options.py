@@ -132,8 +132,8 @@ def check_value(command: str, name: str, value: Any, values: dict[str, Any] | No
     if rule.registry:
         import importlib
 
-        module, _, name = rule.registry.partition(":")
-        rule = Rule(str, choices=tuple(sorted(getattr(importlib.import_module(module), name))), flag=rule.flag)
+        module, _, table = rule.registry.partition(":")
+        rule = Rule(str, choices=tuple(sorted(getattr(importlib.import_module(module), table))), flag=rule.flag)
     if rule.choices:
         items = [v.strip() for v in str(value).split(",")] if rule.many else [value]
         bad = [v for v in items if v not in rule.choices]
