@@ -312,6 +312,19 @@ def test_resume_refuses_other_options(work, capsys, monkeypatch, args, needles):
     refused(capsys, monkeypatch, work, "train", "--out", "run", "--resume", "--max-steps", "9", *args, needles=needles)
 
 
+def test_experiment_resume_refuses_other_options(work, capsys, monkeypatch):
+    from attnlab.experiment.settings import settings_for
+    from attnlab.experiment.stages import MARKER, write_json
+
+    (work / "exp").mkdir()
+    write_json(work / "exp" / MARKER, settings_for("synthetic", quick=True).to_dict())
+    refused(capsys, monkeypatch, work, "experiment", "--out", "exp", "--resume", "--quick", "--deep",
+            needles=("--resume", "--quick", "give the same options"))  # --deep was silently ignored
+    refused(capsys, monkeypatch, work, "experiment", "--out", "exp", "--resume", needles=("give the same options",))
+    refused(capsys, monkeypatch, work, "experiment", "--out", "run", "--force", "--quick",
+            needles=("not an experiment run folder",))
+
+
 @pytest.mark.parametrize("args, needles", [
     (["translate", "run", "--length-penalty", "nan"], ["--length-penalty", "finite"]),
     (["translate", "run", "--beam", "0"], ["--beam", "got 0"]),
