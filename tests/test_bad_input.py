@@ -158,7 +158,7 @@ def test_no_command_overwrites_an_input_or_an_earlier_output(work, capsys, monke
 
 
 def test_a_failed_resume_rewrites_nothing(work, capsys, monkeypatch):
-    weights = sorted((work / "run" / "checkpoints").glob("step_*[0-9].safetensors"))[-1]
+    weights = max((work / "run" / "checkpoints").glob("step_*[0-9].safetensors"))
     data = bytearray(weights.read_bytes())
     data[-64:] = bytes(64)  # zero the last tensor bytes
     weights.write_bytes(bytes(data))
@@ -347,7 +347,7 @@ def test_every_command_checks_its_options(work, capsys, monkeypatch, args, needl
 # ---------------------------------------------------------------- (4) corrupt checkpoints
 
 def test_corrupt_checkpoint_is_one_line_naming_the_file(work, capsys, monkeypatch):
-    weights = sorted((work / "run" / "checkpoints").glob("step_*[0-9].safetensors"))[-1]
+    weights = max((work / "run" / "checkpoints").glob("step_*[0-9].safetensors"))
     data = bytearray(weights.read_bytes())
     data[-40:-36] = b"\xff\xff\xff\x7f"  # a NaN where a float was: the header still parses
     weights.write_bytes(bytes(data))
@@ -359,7 +359,7 @@ def test_checkpoints_without_checksum_still_load_and_nan_is_refused(work, capsys
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
-    weights = sorted((work / "run" / "checkpoints").glob("step_*[0-9].safetensors"))[-1]
+    weights = max((work / "run" / "checkpoints").glob("step_*[0-9].safetensors"))
     with safe_open(str(weights), framework="pt") as f:
         meta = f.metadata()
     tensors = load_file(str(weights))
@@ -368,7 +368,7 @@ def test_checkpoints_without_checksum_still_load_and_nan_is_refused(work, capsys
     save_file(tensors, str(weights), metadata=old_meta)  # as attnlab wrote it before the checksum
     code, out, err = attnlab(capsys, monkeypatch, "translate", "run", stdin=b"the cat\n")
     assert code == 0 and len(out.splitlines()) == 1, err
-    name = sorted(k for k, t in tensors.items() if t.is_floating_point())[0]
+    name = min(k for k, t in tensors.items() if t.is_floating_point())
     tensors[name] = tensors[name].clone()
     tensors[name].view(-1)[0] = float("nan")
     save_file(tensors, str(weights), metadata=old_meta)
@@ -376,7 +376,7 @@ def test_checkpoints_without_checksum_still_load_and_nan_is_refused(work, capsys
 
 
 def test_corrupt_training_state_is_refused_on_resume(work, capsys, monkeypatch):
-    state = sorted((work / "run" / "checkpoints").glob("step_*.state.safetensors"))[-1]
+    state = max((work / "run" / "checkpoints").glob("step_*.state.safetensors"))
     data = bytearray(state.read_bytes())
     data[-16:] = b"\x01" * 16
     state.write_bytes(bytes(data))
@@ -416,8 +416,8 @@ def test_malformed_conllu(work, capsys, monkeypatch, text, needles):
 
 
 def test_library_errors_name_the_parameter():
-    from attnlab.data.tokenizer import MAX_VOCAB, Tokenizer
     from attnlab.cli.options import VOCAB_MAX
+    from attnlab.data.tokenizer import MAX_VOCAB, Tokenizer
 
     assert MAX_VOCAB == VOCAB_MAX
     with pytest.raises(ValueError, match="vocab_size"):

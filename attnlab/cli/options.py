@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any, Union
 
 from attnlab.errors import UserError
 
@@ -112,11 +113,11 @@ def _flag(name: str, rule: Rule) -> str:
     return rule.flag or "--" + name.replace("_", "-")
 
 
-def _rule(command: str, name: str) -> Optional[Rule]:
+def _rule(command: str, name: str) -> Rule | None:
     return RULES.get(f"{command}.{name}", RULES.get(name))
 
 
-def _bound(bound: Bound, values: dict[str, Any]) -> Optional[float]:
+def _bound(bound: Bound, values: dict[str, Any]) -> float | None:
     return values.get(bound) if isinstance(bound, str) else bound
 
 

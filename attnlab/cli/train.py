@@ -99,9 +99,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Train a model; the same command runs under torchrun --nproc_per_node N."""
         from attnlab.config import ModelConfig, TrainConfig
-        from attnlab.train.loop import train as run_training
-
         from attnlab.data.spec import synthetic_options
+        from attnlab.train.loop import train as run_training
 
         given = _given(ctx)
         ignored = sorted(given & IGNORED_BY.get(model, set()))
