@@ -81,7 +81,7 @@ class ModelConfig:
             (self.scoring in SCORINGS, f"scoring: must be one of {', '.join(SCORINGS)}, got {self.scoring!r}"),
             (self.vocab_size > 0, f"vocab_size: must be positive, got {self.vocab_size}"),
             (self.d_model > 0 and self.heads > 0, "d_model, heads: must be positive"),
-            (self.heads > 0 and self.d_model % self.heads == 0, f"d_model: {self.d_model} must be divisible by heads ({self.heads})"),
+            (self.heads > 0 and (self.model == "gru" or self.d_model % self.heads == 0), f"d_model: {self.d_model} must be divisible by heads ({self.heads})"),
             (self.model == "gru" or self.d_model % 2 == 0, f"d_model: must be even for the sinusoidal encoding, got {self.d_model}"),
             (self.layers > 0 and self.dec_layers >= 0, "layers: must be positive"),
             (self.ff > 0, f"ff: must be positive, got {self.ff}"),
@@ -92,6 +92,15 @@ class ModelConfig:
             (self.attention_on == "all" or (bool(self.attention_on.strip()) and set(map(str.strip, self.attention_on.split(","))) <= set(ATTENTION_SITES)),
              f"attention_on: must be all or a comma list of {', '.join(ATTENTION_SITES)}, got {self.attention_on!r}"),
         ]
+        if self.model == "lm" and self.attention_on != "all" and "decoder" not in map(str.strip, self.attention_on.split(",")):
+            checks.append((False, f"attention_on: got {self.attention_on!r}, but a language model has decoder self-attention only "
+                                  f"(give decoder or all)"))
+        # a mechanism's widths are counts of keys: none can exceed the sequence (w = max_len already spans it all)
+        if self.attention != "full":
+            for name in ("w", "num_pos", "num_random", "sparse"):
+                value = getattr(self, name)
+                checks.append((value <= self.max_len, f"{name}: must be <= max_len ({self.max_len}) "
+                                                      f"with attention {self.attention}, got {value}"))
         for ok, message in checks:
             if not ok:
                 raise UserError(message)

@@ -30,7 +30,7 @@ class FolderLock:
         self._fd: int | None = None
         self._created_folder = False
 
-    def acquire(self) -> "FolderLock":
+    def acquire(self) -> FolderLock:
         if not self.folder.is_dir():
             try:
                 self.folder.mkdir(parents=True)
@@ -71,7 +71,7 @@ class FolderLock:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> "FolderLock":
+    def __enter__(self) -> FolderLock:
         return self.acquire()
 
     def __exit__(self, exc_type, exc, tb) -> bool:

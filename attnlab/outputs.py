@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
 
 from attnlab.errors import UserError
 from attnlab.lock import LOCK_NAME
@@ -51,7 +51,7 @@ FOLDER_KINDS = {
                   lambda f: (f / "attention.safetensors").is_file() or (f / "long-attention.safetensors").is_file()),
 }
 
-Inputs = Iterable[tuple[str, Optional[os.PathLike | str]]]  # (option naming it, path) pairs
+Inputs = Iterable[tuple[str, os.PathLike | str | None]]  # (option naming it, path) pairs
 
 
 @dataclass

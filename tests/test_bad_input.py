@@ -158,7 +158,7 @@ def test_no_command_overwrites_an_input_or_an_earlier_output(work, capsys, monke
 
 
 def test_a_failed_resume_rewrites_nothing(work, capsys, monkeypatch):
-    weights = sorted((work / "run" / "checkpoints").glob("step_*[0-9].safetensors"))[-1]
+    weights = max((work / "run" / "checkpoints").glob("step_*[0-9].safetensors"))
     data = bytearray(weights.read_bytes())
     data[-64:] = bytes(64)  # zero the last tensor bytes
     weights.write_bytes(bytes(data))
@@ -190,6 +190,32 @@ def test_a_second_writer_is_refused_naming_the_holder(work, capsys, monkeypatch)
     assert code == 0, err
 
 
+def test_two_trains_on_one_folder(work, capsys, monkeypatch):
+    """The issue's case: two `attnlab train` on the same --out; the second is refused while the first runs."""
+    import signal
+    import time
+
+    first = subprocess.Popen([sys.executable, "-m", "attnlab", "train", "--out", "busy", "--minutes", "1",
+                              "--max-steps", "1000000", *TINY], cwd=work, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1",
+                                  "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    lock = work / "busy" / "attnlab.lock"
+    try:
+        deadline = time.monotonic() + 60
+        while not (lock.exists() and lock.read_text().strip()):
+            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read() if first.poll() is not None else "no lock"
+            time.sleep(0.05)
+        code, _, err = attnlab(capsys, monkeypatch, "train", "--out", "busy", "--force", "--max-steps", "1", *TINY)
+        assert code == 2 and f"--out busy: in use by another attnlab process (PID {first.pid})" in err, err
+    finally:
+        first.send_signal(signal.SIGTERM)  # in the loop: finishes its step and exits 130; before it: killed
+        first.wait(120)
+    assert first.returncode in (130, -signal.SIGTERM), first.stderr.read()
+    from attnlab.lock import FolderLock
+
+    FolderLock(work / "busy").acquire().release()  # gone, the holder's lock went with it
+
+
 # ---------------------------------------------------------------- (3) options, specs, resources
 
 @pytest.mark.parametrize("args, needles", [
@@ -203,6 +229,10 @@ def test_a_second_writer_is_refused_naming_the_holder(work, capsys, monkeypatch)
     (["--value-rank", "17"], ["--value-rank", "--d-model is 16", "got 17"]),
     (["--attention-on", "encoder,decodr"], ["--attention-on", "decodr"]),
     (["--attention-on", ""], ["--attention-on"]),
+    (["--attention", "band", "--w", "100000000"], ["--w: must be <= max_len (32)"]),  # was an allocator traceback
+    (["--attention", "bigbird", "--num-random", "100000"], ["--num-random: must be <= max_len"]),  # was killed (memory)
+    (["--attention", "structured", "--sparse", "1000"], ["--sparse: must be <= max_len"]),  # was silently clamped
+    (["--model", "lm", "--attention", "band", "--attention-on", "cross"], ["--attention-on: got 'cross'", "decoder"]),
     (["--attention", "bandd"], ["--attention must be one of", "bigbird", "bandd"]),
     (["--vocab-size", "5000000000"], ["--vocab-size", "got 5000000000"]),
     (["--d-model", "300000"], ["needs about", "GB", "d_model 300000", "available"]),
@@ -265,6 +295,12 @@ def test_memory_estimate_refuses_what_cannot_fit_and_passes_what_does():
     assert training_bytes(band, 2**16)["activations"] < training_bytes(full, 2**16)["activations"] / 100
 
 
+@pytest.mark.parametrize("option", [["--attention", "band"], ["--heads", "8"], ["--w", "3"]])
+def test_an_option_the_model_does_not_read_is_refused(work, capsys, monkeypatch, option):
+    refused(capsys, monkeypatch, work, "train", "--out", "new", "--max-steps", "1", "--model", "gru", *option,
+            needles=(f"--model gru does not use {option[0]}",))
+
+
 def test_synthetic_spec_is_honoured(work, capsys, monkeypatch):
     code, _, err = attnlab(capsys, monkeypatch, "train", "--out", "n60", "--max-steps", "1", *SHAPE, "--data", "synthetic:n=60")
     assert code == 0, err
@@ -280,6 +316,19 @@ def test_synthetic_spec_is_honoured(work, capsys, monkeypatch):
 ])
 def test_resume_refuses_other_options(work, capsys, monkeypatch, args, needles):
     refused(capsys, monkeypatch, work, "train", "--out", "run", "--resume", "--max-steps", "9", *args, needles=needles)
+
+
+def test_experiment_resume_refuses_other_options(work, capsys, monkeypatch):
+    from attnlab.experiment.settings import settings_for
+    from attnlab.experiment.stages import MARKER, write_json
+
+    (work / "exp").mkdir()
+    write_json(work / "exp" / MARKER, settings_for("synthetic", quick=True).to_dict())
+    refused(capsys, monkeypatch, work, "experiment", "--out", "exp", "--resume", "--quick", "--deep",
+            needles=("--resume", "--quick", "give the same options"))  # --deep was silently ignored
+    refused(capsys, monkeypatch, work, "experiment", "--out", "exp", "--resume", needles=("give the same options",))
+    refused(capsys, monkeypatch, work, "experiment", "--out", "run", "--force", "--quick",
+            needles=("not an experiment run folder",))
 
 
 @pytest.mark.parametrize("args, needles", [
@@ -304,7 +353,7 @@ def test_every_command_checks_its_options(work, capsys, monkeypatch, args, needl
 # ---------------------------------------------------------------- (4) corrupt checkpoints
 
 def test_corrupt_checkpoint_is_one_line_naming_the_file(work, capsys, monkeypatch):
-    weights = sorted((work / "run" / "checkpoints").glob("step_*[0-9].safetensors"))[-1]
+    weights = max((work / "run" / "checkpoints").glob("step_*[0-9].safetensors"))
     data = bytearray(weights.read_bytes())
     data[-40:-36] = b"\xff\xff\xff\x7f"  # a NaN where a float was: the header still parses
     weights.write_bytes(bytes(data))
@@ -316,7 +365,7 @@ def test_checkpoints_without_checksum_still_load_and_nan_is_refused(work, capsys
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
-    weights = sorted((work / "run" / "checkpoints").glob("step_*[0-9].safetensors"))[-1]
+    weights = max((work / "run" / "checkpoints").glob("step_*[0-9].safetensors"))
     with safe_open(str(weights), framework="pt") as f:
         meta = f.metadata()
     tensors = load_file(str(weights))
@@ -325,7 +374,7 @@ def test_checkpoints_without_checksum_still_load_and_nan_is_refused(work, capsys
     save_file(tensors, str(weights), metadata=old_meta)  # as attnlab wrote it before the checksum
     code, out, err = attnlab(capsys, monkeypatch, "translate", "run", stdin=b"the cat\n")
     assert code == 0 and len(out.splitlines()) == 1, err
-    name = sorted(k for k, t in tensors.items() if t.is_floating_point())[0]
+    name = min(k for k, t in tensors.items() if t.is_floating_point())
     tensors[name] = tensors[name].clone()
     tensors[name].view(-1)[0] = float("nan")
     save_file(tensors, str(weights), metadata=old_meta)
@@ -333,7 +382,7 @@ def test_checkpoints_without_checksum_still_load_and_nan_is_refused(work, capsys
 
 
 def test_corrupt_training_state_is_refused_on_resume(work, capsys, monkeypatch):
-    state = sorted((work / "run" / "checkpoints").glob("step_*.state.safetensors"))[-1]
+    state = max((work / "run" / "checkpoints").glob("step_*.state.safetensors"))
     data = bytearray(state.read_bytes())
     data[-16:] = b"\x01" * 16
     state.write_bytes(bytes(data))
@@ -373,8 +422,8 @@ def test_malformed_conllu(work, capsys, monkeypatch, text, needles):
 
 
 def test_library_errors_name_the_parameter():
-    from attnlab.data.tokenizer import MAX_VOCAB, Tokenizer
     from attnlab.cli.options import VOCAB_MAX
+    from attnlab.data.tokenizer import MAX_VOCAB, Tokenizer
 
     assert MAX_VOCAB == VOCAB_MAX
     with pytest.raises(ValueError, match="vocab_size"):

@@ -64,10 +64,12 @@ def main() -> None:
         if os.environ.get("ATTNLAB_DEBUG"):
             raise
         raise SystemExit(fail(as_flags(str(err), sys.argv[1:])).exit_code) from None
-    except MemoryError as err:  # past the estimates of attnlab.train.resources
-        if os.environ.get("ATTNLAB_DEBUG"):
+    except (MemoryError, RuntimeError) as err:  # an allocation past the estimates of attnlab.train.resources
+        out_of_memory = isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or "allocate" in str(err)
+        if os.environ.get("ATTNLAB_DEBUG") or not out_of_memory:
             raise
-        raise SystemExit(fail(f"out of memory ({err or 'MemoryError'}); lower the sizes given").exit_code) from None
+        raise SystemExit(fail(f"out of memory ({str(err).splitlines()[0] if str(err) else type(err).__name__}); "
+                              f"lower the sizes given").exit_code) from None
     except KeyboardInterrupt:
         typer.echo("attnlab: interrupted", err=True)
         sys.exit(130)

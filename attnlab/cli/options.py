@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any, Union
 
 from attnlab.errors import UserError
 
@@ -127,11 +128,11 @@ def _flag(name: str, rule: Rule) -> str:
     return rule.flag or "--" + name.replace("_", "-")
 
 
-def _rule(command: str, name: str) -> Optional[Rule]:
+def _rule(command: str, name: str) -> Rule | None:
     return RULES.get(f"{command}.{name}", RULES.get(name))
 
 
-def _bound(bound: Bound, values: dict[str, Any]) -> Optional[float]:
+def _bound(bound: Bound, values: dict[str, Any]) -> float | None:
     return values.get(bound) if isinstance(bound, str) else bound
 
 
@@ -147,8 +148,8 @@ def check_value(command: str, name: str, value: Any, values: dict[str, Any] | No
     if rule.registry:
         import importlib
 
-        module, _, name = rule.registry.partition(":")
-        rule = Rule(str, choices=tuple(sorted(getattr(importlib.import_module(module), name))), flag=rule.flag)
+        module, _, table = rule.registry.partition(":")
+        rule = Rule(str, choices=tuple(sorted(getattr(importlib.import_module(module), table))), flag=rule.flag)
     if rule.choices:
         items = [v.strip() for v in str(value).split(",")] if rule.many else [value]
         bad = [v for v in items if v not in rule.choices]

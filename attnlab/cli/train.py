@@ -16,6 +16,12 @@ from attnlab.nn.mechanisms import MECHANISMS, mechanisms_reading
 # options that --resume may change (stopping, where and how it runs); every other one is the run's own
 RESUMABLE = {"out", "resume", "epochs", "max_steps", "minutes", "device", "quiet"}
 FIELD = {"tie": "tie_embeddings"}  # CLI name -> config field, where they differ
+# options a model kind does not read (attnlab/nn/gru.py, lm.py): given, they are refused rather than ignored
+IGNORED_BY = {
+    "gru": {"heads", "layers", "dec_layers", "ff", "norm", "scoring", "value_rank", "attention", "attention_on",
+            "w", "num_pos", "sparse", "proj_len", "dilation", "num_random"},
+    "lm": {"dec_layers"},
+}
 
 
 def _given(ctx: typer.Context) -> set[str]:
@@ -104,9 +110,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Train a model; the same command runs under torchrun --nproc_per_node N."""
         from attnlab.config import ModelConfig, TrainConfig
+        from attnlab.data.spec import synthetic_options
         from attnlab.train.loop import train as run_training
 
-        from attnlab.data.spec import synthetic_options
         from attnlab.data.text import is_text_spec
 
         text = is_text_spec(data)
@@ -118,6 +124,10 @@ def register(app: typer.Typer) -> None:
         if label_smoothing is None:
             label_smoothing = 0.0 if text else 0.1
         given = _given(ctx)
+        ignored = sorted(given & IGNORED_BY.get(model, set()))
+        if ignored:
+            raise UserError(f"--model {model} does not use --{ignored[0].replace('_', '-')} "
+                            f"(it would be ignored); leave it out")
         if resume:
             _check_resume(out, given, ctx.params)
         elif not (epochs or max_steps or minutes):

@@ -98,9 +98,9 @@ def check_folder(out: Path, settings: Settings, resume: bool, force: bool) -> Se
         if not marker.is_file():
             raise UserError(f"--resume: {out} is not an experiment run folder (no {MARKER})")
         saved = Settings.from_dict(read_json(marker))
-        if (saved.data, saved.quick) != (settings.data, settings.quick):
+        if (saved.data, saved.quick, saved.deep) != (settings.data, settings.quick, settings.deep):
             raise UserError(f"--resume: {out} is an experiment with --data {saved.data}"
-                            f"{' --quick' if saved.quick else ''}; give the same options")
+                            f"{' --quick' if saved.quick else ''}{' --deep' if saved.deep else ''}; give the same options")
         return saved
     _claim(out, settings, force)
     return settings

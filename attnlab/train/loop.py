@@ -45,8 +45,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from attnlab.config import ModelConfig, TrainConfig, load_config, save_config
 from attnlab.errors import UserError
 from attnlab.lock import FolderLock
-from attnlab.outputs import Claim, claim_folder
 from attnlab.nn import build_model
+from attnlab.outputs import Claim, claim_folder
 from attnlab.train import distributed
 from attnlab.data.text import is_text_spec
 from attnlab.train.checkpoint import BEST_WEIGHTS, TrainState, list_checkpoints, load_checkpoint, save_checkpoint, save_weights

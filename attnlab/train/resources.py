@@ -12,7 +12,7 @@ smaller) in sequences of n ≤ ``max_len`` holds
   + 4·T·(12d + 2d_ff + 3·H·k)·(L_e+L_d)   activations kept for the backward pass, k scores per query
   + 12·T·V                               logits, their log-softmax and its gradient
 
-bytes, with k = n for full attention and k = min(n, 2w + 1 + num_pos) for the
+bytes, with k = n for full attention and k = min(n, 2w + 1 + num_pos + num_random) for the
 sparse mechanisms (their least; linear ones need fewer still, so the scores
 term is left out for them).  ``check_fits`` refuses, in one line, a run
 whose estimate exceeds the memory the device has available.  The estimate is
@@ -49,7 +49,7 @@ def training_bytes(cfg: ModelConfig, max_tokens: int) -> dict[str, int]:
     if cfg.attention == "full":  # dot-product full attention runs through SDPA (flash-style): no n×n scores kept
         k = 0 if cfg.scoring == "dot" else n
     else:
-        k = 0 if cfg.attention in LINEAR else min(n, 2 * cfg.w + 1 + cfg.num_pos)
+        k = 0 if cfg.attention in LINEAR else min(n, 2 * cfg.w + 1 + cfg.num_pos + cfg.num_random)
     return {
         "parameters": 16 * P,
         "activations": 4 * T * (12 * d + 2 * d_ff + 3 * H * k) * (L_e + L_d),
