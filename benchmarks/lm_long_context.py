@@ -16,7 +16,7 @@ subprocess, one after another, so that
   final weights.
 
     python benchmarks/lm_long_context.py [--contexts 1024,4096,8192] [--mechanisms full,structured,band]
-        [--seconds 120] [--batch-size 2] [--threads 2] [--json results.json]
+        [--seconds 120] [--batch-size 2] [--threads 1] [--json results.json]
 
 Prints one row per (context, mechanism) and, per context, the ratios of each
 mechanism to full: tokens/s, peak-memory growth, dev bpc.  Structured is
@@ -89,7 +89,7 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--dev-tokens", type=int, default=32768)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (2 OpenMP threads on a loaded 2-core machine measure contention)")
     p.add_argument("--data", type=Path, default=DATA)
     p.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
