@@ -220,9 +220,9 @@ def main(argv: list[str] | None = None) -> int:
         for n in args.n:
             part = bench_n(n, args, case)
             rows.extend(part)
-        if args.json:
-            for r in part:
-                print(json.dumps(r), flush=True)
+            if args.json:
+                for r in part:
+                    print(json.dumps(r), flush=True)
     if not args.json:
         print_table(rows)
     return 0

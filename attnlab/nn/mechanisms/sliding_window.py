@@ -171,14 +171,25 @@ def _flash(q4, k4, v4, bias, scale):
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q4, k4, v4, attn_mask=bias, scale=scale)
 
 
+def _chunk_mm(x: Tensor, y: Tensor) -> Tensor:
+    # x: (B, H, T, c, a) @ y: (B, H, T|1, a, b) → (B, H, T, c, b); y shared by every chunk: one product per head
+    B, H, T, c, a = x.shape
+    if y.shape[2] == 1 and T > 1:
+        return (x.reshape(B, H, T * c, a) @ y[:, :, 0]).view(B, H, T, c, -1)
+    return x @ y
+
+
+def _chunk_tmm(x: Tensor, y: Tensor, shared: bool) -> Tensor:
+    # xᵀ y per chunk: x: (B, H, T, c, a), y: (B, H, T, c, b) → (B, H, T, a, b), or Σ over chunks (B, H, 1, a, b) if shared
+    B, H, T, c, a = x.shape
+    if shared:
+        return (x.reshape(B, H, T * c, a).transpose(-1, -2) @ y.reshape(B, H, T * c, -1))[:, :, None]
+    return x.transpose(-1, -2) @ y
+
+
 def _extras_scores(q4, k_e, e_bias, scale):
     # q4: (B, H, T, c, d), k_e: (B, H, T|1, e, d), e_bias: (B|1, H|1, T, c, e) → S_E (B, H, T, c, e)
-    B, H, T, c, d = q4.shape
-    if k_e.shape[2] == 1 and T > 1:  # keys shared by every chunk: one (T·c × d)(d × e) product per head
-        s = (q4.view(B, H, T * c, d) @ k_e[:, :, 0].transpose(-1, -2)).view(B, H, T, c, -1)
-    else:
-        s = q4 @ k_e.transpose(-1, -2)
-    return s.mul_(scale).add_(e_bias)
+    return _chunk_mm(q4, k_e.transpose(-1, -2)).mul_(scale).add_(e_bias)
 
 
 class WindowAttention(torch.autograd.Function):
@@ -203,7 +214,7 @@ class WindowAttention(torch.autograd.Function):
             s_e = _extras_scores(q4, k_e, e_bias, scale)  # (B, H, T, c, e)
             L_e = torch.logsumexp(s_e, -1, keepdim=True)
             L_new = torch.logaddexp(L, L_e)
-            O = torch.addcmul(torch.exp(s_e - L_new).to(v_e.dtype) @ v_e, O, torch.exp(L - L_new))
+            O = torch.addcmul(_chunk_mm(torch.exp(s_e - L_new).to(v_e.dtype), v_e), O, torch.exp(L - L_new))
             L = L_new
         if empty is not None:
             O = O.masked_fill(empty, 0.0)
@@ -240,10 +251,11 @@ class WindowAttention(torch.autograd.Function):
         dk_e = dv_e = de_bias = None
         if k_e is not None:  # the extras' softmax slice: dS = P (dO vᵀ − rowsum(dO ∘ O))
             p_e = torch.exp(_extras_scores(q4, k_e, e_bias, scale) - L)  # (B, H, T, c, e)
-            dS = p_e * (_extras_scores(dO, v_e, 0.0, 1.0) - D)
-            dq = dq + (dS @ k_e) * scale
-            dk_e = ((dS.transpose(-1, -2) @ q4) * scale).sum_to_size(k_e.shape)  # shared extras: Σ over chunks
-            dv_e = (p_e.transpose(-1, -2).to(dO.dtype) @ dO).sum_to_size(v_e.shape)
+            shared = k_e.shape[2] == 1  # the same keys for every chunk: their gradients sum over chunks
+            dS = p_e * (_chunk_mm(dO, v_e.transpose(-1, -2)) - D)
+            dq = dq + _chunk_mm(dS, k_e) * scale
+            dk_e = (_chunk_tmm(dS, q4, shared) * scale).sum_to_size(k_e.shape)
+            dv_e = _chunk_tmm(p_e.to(dO.dtype), dO, shared).sum_to_size(v_e.shape)
             if ctx.needs_input_grad[5]:
                 de_bias = dS.sum_to_size(e_bias.shape)
         return dq, dkp, dvp, dk_e, dv_e, de_bias, None, None, None, None, None, None, None
