@@ -225,19 +225,20 @@ class Calibration:
     def __init__(self, shape: dict, n: int, candidates: list[tuple[int, int, int]] | None = None):
         L, H = shape["num_layers"], shape["num_heads"]
         self.shape, self.n = shape, n
-        self.w_grid = [w for w in W_GRID if w < n - 1]
+        self.candidates = list(candidates or [])
+        self.w_grid = sorted({w for w in W_GRID if w < n - 1} | {w for w, _, _ in self.candidates if w < n - 1})
         self.g_grid = list(G_GRID)
         Gw, Gg = len(self.w_grid), len(self.g_grid)
         self.fit = np.zeros((L, H, Gw, Gg))
         self.est = np.zeros((L, H, Gw, Gg))
         self.sink = np.zeros((L, H, Gw))
         self.fixed = np.zeros((L, H, Gw, Gg, SINKS))
-        self.candidates = list(candidates or [])
         self.cand_err = np.zeros((L, H, len(self.candidates)))
+        self.cand_mass = np.zeros((L, H, len(self.candidates)))
         self.windows = np.zeros(L)
 
     @torch.no_grad()
-    def observe(self, layer: int, q, k, v, scaling: float):
+    def observe(self, layer: int, q, k, v, scaling: float, sliding: int | None = None):
         """Exact causal attention of one layer, block by block of rows, recording the statistics; returns its output.
 
         q: (B, H, n, d_k), k, v: (B, H, n, d) (GQA already expanded).  Returns (B, H, n, d).
@@ -253,7 +254,8 @@ class Calibration:
                 i1 = min(n, i0 + ROW_BLOCK)
                 i = torch.arange(i0, i1)[:, None]
                 s = (q[b, :, i0:i1] @ k[b, :, :i1].transpose(-1, -2)) * scaling  # (H, r, i1)
-                a = torch.softmax(s.masked_fill(j[None, :i1] > i, float("-inf")), dim=-1)  # (H, r, i1)
+                far = (j[None, :i1] > i) if sliding is None else (j[None, :i1] > i) | (i - j[None, :i1] >= sliding)
+                a = torch.softmax(s.masked_fill(far, float("-inf")), dim=-1)  # (H, r, i1), the model's own mask
                 out[b, :, i0:i1] = a @ v[b, :, :i1]
                 colsum = a.sum(-2, dtype=torch.float64)                            # (H, i1)
                 for x, w in enumerate(w_grid):
@@ -296,6 +298,15 @@ class Calibration:
             for t in range(SINKS):
                 self.fixed[layer, :, :, y, t] += ((top[..., :g_] == t).any(-1)).numpy()
         self.sink[layer] += ((band + c[..., :SINKS].sum(-1)) / n).numpy()
+        for z, (w, fixed, dyn) in enumerate(self.candidates):  # μ of each candidate with its run-time columns
+            x = self.w_grid.index(min(w, self.w_grid[-1]))
+            cols = torch.zeros(H, n, dtype=torch.bool)
+            cols[:, :fixed] = True
+            if dyn:
+                sc = est_scores.clone()
+                sc[:, :fixed] = -1
+                cols.scatter_(1, torch.argsort(-sc, dim=-1, stable=True)[:, :dyn], True)
+            self.cand_mass[layer, :, z] += ((band[:, x] + (c[:, x] * cols).sum(-1)) / n).numpy()
 
     def _output_errors(self, layer, q, k, v, scaling, est_scores):
         # the last LAST_Q queries: exact output vs each candidate support's output
@@ -311,11 +322,36 @@ class Calibration:
             cols = torch.zeros(H, n, dtype=torch.bool)
             cols[:, :fixed] = True
             if dyn:
-                cols.scatter_(1, torch.argsort(-est_scores, -1, stable=True)[:, :dyn], True)
+                sc = est_scores.clone()
+                sc[:, :fixed] = -1
+                cols.scatter_(1, torch.argsort(-sc, dim=-1, stable=True)[:, :dyn], True)
             keep |= cols[:, None, :]
             o_s = torch.softmax(s.masked_fill(~keep, float("-inf")), -1) @ v
             err = (o_s - o).norm(dim=(-2, -1)) / o.norm(dim=(-2, -1)).clamp_min(1e-30)
             self.cand_err[layer, :, x] += err.numpy()
+
+    TABLES = ("fit", "est", "sink", "fixed", "cand_err", "cand_mass", "windows")
+
+    def save(self, path) -> Path:
+        """The statistics as ``.npz`` (arrays only), with the grid, shape and candidates."""
+        def write(tmp):
+            with open(tmp, "wb") as f:
+                np.savez(f, **{t: getattr(self, t) for t in self.TABLES}, w_grid=np.asarray(self.w_grid), n=self.n,
+                         candidates=np.asarray(self.candidates, dtype=np.int64).reshape(-1, 3),
+                         shape=np.asarray([self.shape["num_layers"], self.shape["num_heads"], self.shape["num_kv_heads"]]))
+        from attnlab.atomic import write_atomic
+
+        return write_atomic(path, write)
+
+    @classmethod
+    def load(cls, path) -> "Calibration":
+        z = np.load(path, allow_pickle=False)
+        L, H, H_kv = (int(x) for x in z["shape"])
+        cal = cls({"num_layers": L, "num_heads": H, "num_kv_heads": H_kv}, int(z["n"]), [tuple(int(v) for v in c) for c in z["candidates"]])
+        for t in cls.TABLES:
+            setattr(cal, t, z[t])
+        cal.w_grid = [int(w) for w in z["w_grid"]]
+        return cal
 
     def mean(self, table: str) -> np.ndarray:
         x = getattr(self, table)
@@ -390,3 +426,47 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
         heads.append(row)
     captured = float(np.take_along_axis(gain, choice[..., None], -1).mean())
     return Plan(heads, cal.shape["num_kv_heads"], method, budget, n, {"captured_mass": captured, "table": table})
+
+
+def token_windows(tokenizer, path, n: int, count: int, start: int = 0) -> list[torch.Tensor]:
+    """``count`` consecutive windows of n tokens of a text file (plain or gzip), from token ``start``: ``[(1, n)]``.
+
+    UserError if the file holds fewer than ``start + n`` tokens (one window at least is needed).
+    """
+    from attnlab.data.tsv import read_lines
+
+    text = "\n".join(read_lines(path))
+    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids[0]
+    available = (len(ids) - start) // n
+    if available < 1:
+        raise UserError(f"{path}: {len(ids)} tokens, shorter than the window of {n} tokens (from token {start})")
+    return [ids[start + x * n : start + (x + 1) * n][None] for x in range(min(count, available))]
+
+
+@torch.no_grad()
+def calibrate(model, windows, candidates=None, progress=None) -> Calibration:
+    """Run ``model`` on each window ``(1, n)`` with exact attention and stream the per-head statistics."""
+    from attnlab.llm.attention import apply_plan, attention_modules
+
+    shape = model_shape(model)
+    n = int(windows[0].shape[-1])
+    cal = Calibration(shape, n, candidates)
+    previous = getattr(model, "attnlab_plan", None)
+    implementation = model.config._attn_implementation
+    apply_plan(model, Plan.full(shape))
+    mods = attention_modules(model)
+    try:
+        for mod in mods:
+            mod.attnlab_layer.recorder = cal
+        for x, ids in enumerate(windows):
+            model(ids.to(model.device), use_cache=False)
+            if progress:
+                progress(x + 1, len(windows))
+    finally:
+        for mod in mods:
+            mod.attnlab_layer.recorder = None
+        if previous is not None:
+            apply_plan(model, previous)
+        else:
+            model.set_attn_implementation(implementation)
+    return cal
