@@ -371,6 +371,8 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     """
     budget = check_budget(budget)
     n = n or cal.n
+    if budget == 1.0:  # every entry is affordable: the plan is full attention (exactly)
+        return Plan.full(cal.shape, n)
     mu = cal.mean(table)                                           # (L, H, Gw, Gg)
     L, H, Gw, Gg = mu.shape
     options = [(x, y) for x in range(Gw) for y in range(Gg)]
