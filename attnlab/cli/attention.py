@@ -29,6 +29,30 @@ def _capture(run_dir: str | None, hf, sentences: list[str], targets, truncate: b
     return capture_hf(hf, sentences, targets, truncate=truncate)
 
 
+def _long(hf: str | None, file: Path, tokens, block_rows, layers, rows=None, pool=None, memory_gib=None):
+    """The streamed statistics of --hf on --file (``attnlab.llm.long_capture.capture_long``)."""
+    from attnlab.llm.long_capture import capture_long, parse_layers, parse_rows, read_text
+
+    if hf is None:
+        raise UserError("--file needs --hf MODEL (a known name, a HF folder, a hub name or a .gguf file)")
+    layers, rows = parse_layers(layers), parse_rows(rows)  # options first: nothing is loaded for a typo
+    text = read_text(file)
+    limit = None if memory_gib is None else int(memory_gib * 2**30)
+    return capture_long(hf, text, max_tokens=tokens, block_rows=block_rows, layers=layers, rows=rows, pool=pool, memory_limit=limit)
+
+
+def _long_summary(res) -> None:
+    from attnlab.llm.report import summary
+
+    s = summary(res)
+    typer.echo(f"{s['model']}: {s['tokens']} tokens, {s['layers']} layers x {s['heads']} heads in {s['seconds']} s "
+               f"(CPU {s['cpu_seconds']} s); "
+               f"peak memory {s['peak']} (estimated {s['estimate']}, block {s['block_rows']} rows)", err=True)
+
+
+FILE_HELP = "a long text file (.txt or .txt.gz): streamed statistics of --hf in bounded memory"
+
+
 def register(app: typer.Typer) -> None:
     @app.command("attention")
     def attention(
@@ -38,10 +62,34 @@ def register(app: typer.Typer) -> None:
         out: Optional[Path] = typer.Option(None, "--out", help="output folder (default RUN_DIR/attention or ./attention-MODEL)"),
         truncate: bool = typer.Option(False, "--truncate", help="truncate sentences longer than the model maximum (default: error)"),
         maps_file: Optional[Path] = typer.Option(None, "--maps", help="draw a saved attention file instead of capturing"),
+        file: Optional[Path] = typer.Option(None, "--file", help=FILE_HELP),
+        tokens: Optional[int] = typer.Option(None, "--tokens", help="with --file: keep the first N tokens"),
+        block_rows: Optional[int] = typer.Option(None, "--block-rows", help="with --file: query rows per block (default: ~64 MB of weights)"),
+        layers: Optional[str] = typer.Option(None, "--layers", help="with --file: layers to analyse, e.g. 0-3 or 0,5 (default all)"),
+        rows: Optional[str] = typer.Option(None, "--rows", help="with --file: keep the exact maps of rows a:b (keys a:b), e.g. 4096:4352"),
+        pool: Optional[int] = typer.Option(None, "--pool", help="with --file: pooled overview, tokens per group (default: n/256)"),
+        memory_gib: Optional[float] = typer.Option(None, "--memory-limit", help="with --file: refuse a run estimated above this many GiB (default: memory available)"),
     ) -> None:
-        """Capture the attention of every layer and head on SENTENCE; write the maps file, PNG grids and the HTML explorer."""
+        """Capture the attention of every layer and head on SENTENCE; write the maps file, PNG grids and the HTML explorer.
+
+        With --hf MODEL --file TEXT: stream every head's statistics (band profile, key columns, structured fit,
+        roles) over the long text without holding any n x n matrix; write them, a pooled overview and an optional
+        exact window to --out.
+        """
         from attnlab.analysis.attention_maps import AttentionMaps
         from attnlab.viz.export import write_attention
+
+        if file is not None:
+            if args:
+                raise UserError("--file reads the text from the file: give no RUN_DIR or sentence")
+            from attnlab.llm.report import write_long_attention
+
+            res = _long(hf, file, tokens, block_rows, layers, rows, "auto" if pool is None else pool, memory_gib)
+            _long_summary(res)
+            out = out or Path("attention-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(hf).name or "model"))
+            for p in write_long_attention(res, out):
+                typer.echo(str(p))
+            return
 
         if maps_file is not None:
             if args or hf:
@@ -73,9 +121,25 @@ def register(app: typer.Typer) -> None:
         kind: Optional[List[str]] = typer.Option(None, "--kind", help="encoder, decoder and/or cross (default: all)"),
         as_json: bool = typer.Option(False, "--json", help="print a JSON list instead of a table"),
         truncate: bool = typer.Option(False, "--truncate", help="truncate sentences longer than the model maximum"),
+        file: Optional[Path] = typer.Option(None, "--file", help=FILE_HELP),
+        tokens: Optional[int] = typer.Option(None, "--tokens", help="with --file: keep the first N tokens"),
+        block_rows: Optional[int] = typer.Option(None, "--block-rows", help="with --file: query rows per block"),
+        layers: Optional[str] = typer.Option(None, "--layers", help="with --file: layers to analyse, e.g. 0-3"),
+        memory_gib: Optional[float] = typer.Option(None, "--memory-limit", help="with --file: refuse a run estimated above this many GiB"),
     ) -> None:
-        """Scores and role of every head over --limit sentences of --data (or --conllu)."""
+        """Scores and role of every head over --limit sentences of --data (or --conllu), or over one long --file."""
         from attnlab.analysis.classify import classify_heads
+
+        if file is not None:
+            if args or data or maps or conllu:
+                raise UserError("--file reads one long text: give no RUN_DIR, --data, --maps or --conllu")
+            res = _long(hf, file, tokens, block_rows, layers, memory_gib=memory_gib)
+            _long_summary(res)
+            if as_json:
+                typer.echo(json.dumps([r.to_dict() for r in res.roles], indent=1))
+            else:
+                _table(res.roles)
+            return
 
         run_dir, rest = (None, list(args or [])) if maps else _source(list(args or []), hf)
         if rest:

@@ -34,6 +34,7 @@ import numpy as np
 
 from attnlab.atomic import write_text_atomic
 from attnlab.analysis.attention_maps import KIND_SIDES, AttentionMaps
+from attnlab.viz.labels import display_tokens
 
 __all__ = ["explorer_payload", "render_explorer", "write_explorer", "pool_tokens"]
 
@@ -86,7 +87,8 @@ def explorer_payload(maps: AttentionMaps, roles=None, *, max_tokens: int = 160) 
         pooled_by = 1
         for kind in maps.kinds:
             q_side, k_side = KIND_SIDES[kind]
-            w, q_tok, k_tok, g_q, g_k = pool_tokens(sent.weights[kind], sent.tokens[q_side], sent.tokens[k_side], max_tokens)
+            w, q_tok, k_tok, g_q, g_k = pool_tokens(sent.weights[kind], display_tokens(sent.tokens[q_side]),
+                                                    display_tokens(sent.tokens[k_side]), max_tokens)
             entry["tokens"][q_side], entry["tokens"][k_side] = q_tok, k_tok
             pooled_by = max(pooled_by, g_q, g_k)
             weights[f"s{s}/{kind}"] = _encode(w)

@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 
 from attnlab.atomic import write_atomic
 from attnlab.analysis.attention_maps import AttentionMaps
+from attnlab.viz.labels import display_tokens
 
 __all__ = ["plot_head", "plot_grid", "save_figure", "draw_head"]
 
@@ -39,11 +40,11 @@ def draw_head(ax, w: np.ndarray, q_tokens: Sequence[str], k_tokens: Sequence[str
                    interpolation="nearest", aspect="auto")
     size = max(4.0, min(9.0, 300.0 / max(len(q_tokens), len(k_tokens), 1)))
     if labels and xlabels:
-        ax.set_xticks(range(len(k_tokens)), list(k_tokens), rotation=90, fontsize=size)
+        ax.set_xticks(range(len(k_tokens)), display_tokens(k_tokens), rotation=90, fontsize=size)
     else:
         ax.set_xticks([])
     if labels and ylabels:
-        ax.set_yticks(range(len(q_tokens)), list(q_tokens), fontsize=size)
+        ax.set_yticks(range(len(q_tokens)), display_tokens(q_tokens), fontsize=size)
     else:
         ax.set_yticks([])
     ax.tick_params(length=0)
@@ -81,15 +82,19 @@ def plot_head(maps: AttentionMaps, sentence: int = 0, kind: str | None = None, l
 
 
 def plot_grid(maps: AttentionMaps, sentence: int = 0, kind: str | None = None, *, layers: Sequence[int] | None = None,
-              heads: Sequence[int] | None = None, shared_scale: bool = True, labels: bool | None = None) -> Figure:
+              heads: Sequence[int] | None = None, shared_scale: bool = True, labels: bool | None = None,
+              max_tokens: int = 512) -> Figure:
     """Layer × head grid of heatmaps for one sentence and kind.
 
     ``shared_scale``: one colour scale (0 .. max over the grid) for all panels
     and one colour bar; otherwise each panel is scaled to its own maximum.
     Token labels (queries on the first column, keys on the last row) are
     drawn when the matrices are small (≤ 24 tokens) unless ``labels`` says
-    otherwise.
+    otherwise.  Long inputs (more than ``max_tokens`` per side) are drawn
+    pooled (``attnlab.viz.explorer.pool_tokens``: keys summed, queries averaged).
     """
+    from attnlab.viz.explorer import pool_tokens
+
     kind, w, q_tok, k_tok = _pick(maps, sentence, kind)
     L, H = w.shape[:2]
     layers = list(range(L)) if layers is None else list(layers)
@@ -97,6 +102,7 @@ def plot_grid(maps: AttentionMaps, sentence: int = 0, kind: str | None = None, *
     if not layers or not heads or min(layers + heads) < 0 or max(layers) >= L or max(heads) >= H:
         raise ValueError(f"layers/heads: must be within {L} layers × {H} heads")
     sub = w[np.ix_(layers, heads)]  # (len(layers), len(heads), n_q, n_k)
+    sub, q_tok, k_tok, _, _ = pool_tokens(sub, q_tok, k_tok, max_tokens)
     labels = (max(len(q_tok), len(k_tok)) <= 24) if labels is None else labels
     vmax = float(sub.max()) if shared_scale else None
     cell = 1.9
