@@ -144,16 +144,13 @@ def cmd_speed(args):
         plan = plans_for(args.method, cal, shape, args.budget)
         apply_plan(model, plan)
     base = peak_rss_mib()
-    t = time.time()
-    model(ids, use_cache=False, logits_to_keep=1)
-    prefill = time.time() - t
-    peak = peak_rss_mib()
     from transformers import DynamicCache
 
     cache = DynamicCache() if plan is None else PlanCache(model)
     t = time.time()
-    o = model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    t_prefill_cache = time.time() - t
+    o = model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)  # the prefill of generation
+    prefill = time.time() - t
+    peak = peak_rss_mib()
     nxt = o.logits[:, -1:].argmax(-1)
     kv = kv_bytes(cache)
     t = time.time()
@@ -162,11 +159,42 @@ def cmd_speed(args):
         nxt = o.logits[:, -1:].argmax(-1)
     decode = time.time() - t
     row = {"n": n, "method": args.method, "budget": args.budget if plan else 1.0, "threads": args.threads,
-           "prefill_s": prefill, "peak_rss_mib": peak, "rss_before_mib": base, "prefill_with_cache_s": t_prefill_cache,
+           "prefill_s": prefill, "peak_rss_mib": peak, "rss_before_mib": base,
            "kv_bytes_after_prefill": kv, "kv_bytes_end": kv_bytes(cache), "decode_tokens": args.new_tokens,
            "decode_tok_s": args.new_tokens / decode, "fraction": plan.fraction(n) if plan else 1.0}
     log(json.dumps(row))
     with open(Path(args.out) / "speed.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+@torch.no_grad()
+def cmd_attention(args):
+    """Attention alone at length n, every layer: SDPA causal (GQA) vs the plan's LayerRunner.prefill (random q, k, v)."""
+    import torch.nn.functional as F
+
+    from attnlab.llm.attention import LayerRunner
+
+    torch.set_num_threads(args.threads)
+    cal = Calibration.load(Path(args.out) / f"calibration-{args.n}.npz")
+    shape = {**cal.shape, "head_dim": 64}
+    plan = plans_for(args.method, cal, shape, args.budget)
+    H, H_kv, n, d = plan.num_heads, plan.num_kv_heads, args.n, 64
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, H, n, d, generator=g)
+    k, v = torch.randn(1, H_kv, n, d, generator=g), torch.randn(1, H_kv, n, d, generator=g)
+    t_sdpa = t_plan = 0.0
+    for l in range(plan.num_layers):
+        t = time.time()
+        F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        t_sdpa += time.time() - t
+        runner = LayerRunner(plan.heads[l], l, H_kv)
+        t = time.time()
+        runner.prefill(q, k, v, d ** -0.5)
+        t_plan += time.time() - t
+    row = {"n": n, "method": args.method, "budget": args.budget, "threads": args.threads, "layers": plan.num_layers,
+           "attention_sdpa_s": t_sdpa, "attention_plan_s": t_plan, "speedup": t_sdpa / t_plan, "fraction": plan.fraction(n)}
+    log(json.dumps(row))
+    with open(Path(args.out) / "attention.jsonl", "a") as f:
         f.write(json.dumps(row) + "\n")
 
 
@@ -183,6 +211,14 @@ def cmd_report(args):
     for r in sorted(rows, key=lambda r: (r["n"], r["budget"], r["method"])):
         rel = f"{100 * (r['ppl'] / full[r['n']] - 1):+.2f} %" if r["n"] in full else ""
         print(f"| {r['n']} | {r['method']} | {r['budget']:.2f} | {r['fraction']:.3f} | {r['full_heads']} | {r['ppl']:.3f} | {rel} |")
+    if (out / "attention.jsonl").exists():
+        print()
+        print("| n | method | budget | threads | layers | attention SDPA s | attention plan s | speed-up |")
+        print("|---|---|---|---|---|---|---|---|")
+        for line in (out / "attention.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            print(f"| {r['n']} | {r['method']} | {r['budget']:.2f} | {r['threads']} | {r['layers']} | {r['attention_sdpa_s']:.1f} | "
+                  f"{r['attention_plan_s']:.1f} | {r['speedup']:.2f}× |")
     if (out / "speed.jsonl").exists():
         print()
         print("| n | method | budget | threads | prefill s | peak RSS MiB | KV MiB | decode tok/s |")
@@ -227,7 +263,7 @@ def floats(text):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stage", choices=["calibrate", "ppl", "speed", "report"])
+    p.add_argument("stage", choices=["calibrate", "ppl", "speed", "attention", "report"])
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--out", default=str(ROOT / "runs" / "llm_structured"))
     p.add_argument("--lengths", type=ints, default=[2048])
@@ -243,7 +279,7 @@ def main():
     args = p.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", args.threads)))
-    {"calibrate": cmd_calibrate, "ppl": cmd_ppl, "speed": cmd_speed, "report": cmd_report}[args.stage](args)
+    {"calibrate": cmd_calibrate, "ppl": cmd_ppl, "speed": cmd_speed, "attention": cmd_attention, "report": cmd_report}[args.stage](args)
 
 
 if __name__ == "__main__":
