@@ -31,7 +31,12 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.llm.plan import FULL, LAST_Q, Plan
-from attnlab.nn.mechanisms.sliding_window import chunk_size, sliding_window_attention
+from attnlab.nn.mechanisms.sliding_window import sliding_window_attention
+
+try:  # the kernel's own chunk of queries (extra keys are given per chunk)
+    from attnlab.nn.mechanisms.sliding_window import kernel_chunk as chunk_size
+except ImportError:  # pragma: no cover - the kernel before its rewrite
+    from attnlab.nn.mechanisms.sliding_window import chunk_size
 from attnlab.nn.softmax import masked_softmax
 
 __all__ = ["NAME", "LayerRunner", "apply_plan", "attnlab_attention", "estimate_columns", "plan_reference", "register", "attention_modules"]
@@ -133,7 +138,7 @@ class LayerRunner:
                 T = -(-n // c)
                 extra_idx = cols.clamp_min(0)[:, :, None, :].expand(B, len(hs), T, cols.shape[-1])
                 extra_own = (cols >= 0)[:, :, None, None, :]
-            out[:, idx] = sliding_window_attention(qs, k_h[:, idx], v_h[:, idx], w, causal=True, extra_idx=extra_idx, extra_own=extra_own)
+            out[:, idx] = sliding_window_attention(qs, k_h[:, idx], v_h[:, idx], w, causal=True, extra_idx=extra_idx, extra_own=extra_own, chunk=chunk_size(w))
         return out
 
     # ---- decoding: masked softmax over the cached keys -----------------------------------------
