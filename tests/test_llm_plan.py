@@ -239,3 +239,23 @@ def test_cli_bad_input(model_dir, tmp_path, cli):
     wrong = Plan.full({"num_layers": 3, "num_heads": 4, "num_kv_heads": 2}, 300).save(tmp_path / "wrong.json")
     r = cli("plan-run", "--hf", model_dir, "--plan", wrong, "--file", text, "--n", "300")
     assert r.returncode == 2 and "made for another model" in r.stderr and "num_layers 3 vs 2" in r.stderr, r.stderr
+
+
+def test_gemma3_sliding_layers_full_plan_matches_sdpa():
+    """Gemma-3: 5 of 6 layers slide (window 32 here); the plan applies the model's window itself."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    cfg = Gemma3TextConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
+                           num_key_value_heads=1, head_dim=16, sliding_window=32, max_position_embeddings=512, query_pre_attn_scalar=16)
+    m = Gemma3ForCausalLM(cfg).eval()
+    m.set_attn_implementation("sdpa")
+    ids = torch.randint(0, 100, (1, 150), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        ref = m(ids).logits
+        g_ref = m.generate(ids, max_new_tokens=6, do_sample=False)
+        apply_plan(m, Plan.full(model_shape(m)))
+        assert (m(ids).logits - ref).abs().max() < 1e-4
+        cache = PlanCache(m)
+        assert torch.equal(m.generate(ids, past_key_values=cache, max_new_tokens=6, do_sample=False), g_ref)
+    assert cache.layers[0].keys.shape[2] <= 32  # a sliding layer keeps its window only
