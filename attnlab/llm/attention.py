@@ -1,0 +1,270 @@
+"""attnlab's attention inside Hugging Face models: each head runs its plan (``transformers.AttentionInterface``).
+
+    out_i = Σ_{j ∈ S_h(i)} α_ij v_j,   α_ij = softmax_{j ∈ S_h(i)}(q_i·k_j · scaling),
+    S_h(i) = {j ≤ i : i − j ≤ w_h} ∪ {j ≤ i : j ∈ T_h}        (planned head; full head: {j ≤ i})
+
+``apply_plan(model, plan)`` registers the function ``attnlab_attention`` under the name
+``"attnlab"`` and switches the model to it (``model.set_attn_implementation("attnlab")``), so
+``model(...)`` and ``model.generate(...)`` run every head with its plan:
+
+* prefill (no past keys): planned heads go through the chunked band + columns kernel
+  (``sliding_window_attention``, O(n·(2w+1+g)) per head, heads grouped by w), full heads
+  through ``torch.nn.functional.scaled_dot_product_attention``;
+* T_h = the plan's fixed columns ∪ the ``dynamic`` keys of largest attention mass from the last
+  ``LAST_Q`` queries of the input (``estimate_columns``, MInference's vertical estimate), chosen
+  once per prefill and kept for the decoding that follows;
+* decoding (queries after cached keys): a masked softmax over the cached keys; with
+  ``attnlab.llm.kv_cache.PlanCache`` the cache holds, per KV head, only what its query heads can
+  still read (window ∪ columns), so one step costs O(w + g) per planned head.
+
+GQA: query head h reads KV head h // (H / H_kv).  The model's own causal and sliding-window
+masks are applied here (transformers builds no mask for an unknown implementation); padded
+batches are not supported (batch rows must be full-length).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.llm.plan import FULL, LAST_Q, Plan
+from attnlab.nn.mechanisms.sliding_window import sliding_window_attention
+
+try:  # the kernel's own chunk of queries (extra keys are given per chunk)
+    from attnlab.nn.mechanisms.sliding_window import kernel_chunk as chunk_size
+except ImportError:  # pragma: no cover - the kernel before its rewrite
+    from attnlab.nn.mechanisms.sliding_window import chunk_size
+from attnlab.nn.softmax import masked_softmax
+
+__all__ = ["NAME", "LayerRunner", "apply_plan", "attnlab_attention", "estimate_columns", "plan_reference", "register", "attention_modules"]
+
+NAME = "attnlab"
+
+
+def estimate_columns(q, k, scaling: float, last_q: int = LAST_Q):
+    """Column scores Σ_{i among the last ``last_q`` queries} a_it (causal): ``(B, H, m)``.
+
+    q: (B, H, n, d_k), k: (B, H, m, d_k) (GQA expanded); the queries sit at positions m − n … m − 1.
+    """
+    B, H, n, _ = q.shape
+    m = k.shape[2]
+    nq = min(last_q, n)
+    i = torch.arange(m - nq, m, device=q.device)[:, None]
+    j = torch.arange(m, device=q.device)[None, :]
+    s = (q[:, :, n - nq :] @ k.transpose(-1, -2)) * scaling  # (B, H, nq, m)
+    a = torch.softmax(s.masked_fill(j > i, float("-inf")), dim=-1)
+    return a.sum(-2)
+
+
+class LayerRunner:
+    """The plan of one layer in executable form, attached to its attention module as ``attnlab_layer``."""
+
+    def __init__(self, heads, layer_idx: int, num_kv_heads: int, sliding_window: int | None = None):
+        self.heads = heads
+        self.layer_idx = layer_idx
+        self.H, self.H_kv = len(heads), num_kv_heads
+        self.kv_of = torch.arange(self.H) // (self.H // self.H_kv)                    # (H,) KV head of each query head
+        self.w = torch.tensor([h.w for h in heads], dtype=torch.long)                 # (H,) FULL = −1
+        self.fixed = [h.columns for h in heads]
+        self.dynamic = [0 if h.is_full else h.dynamic for h in heads]
+        self.sliding = sliding_window
+        self.columns = None        # (B, H, g) the columns of the last prefill (−1: empty), kept for decoding
+        self.cache = None          # weakref to the PlanCache using this layer
+        self.recorder = None       # a plan.Calibration while calibrating
+
+    # ---- which keys a head reads ------------------------------------------------------------
+    def choose_columns(self, q, k, scaling):
+        """T_h per batch row: fixed columns, then the ``dynamic`` best by the last-query estimate; ``(B, H, g)``."""
+        B, H, _, _ = q.shape
+        m = k.shape[2]
+        g = max((len(f) + d for f, d in zip(self.fixed, self.dynamic)), default=0)
+        cols = torch.full((B, H, g), -1, dtype=torch.long, device=q.device)
+        if g == 0:
+            return cols
+        need = [h for h in range(H) if self.dynamic[h] > 0]
+        scores = None
+        if need:
+            hs = torch.tensor(need, device=q.device)
+            scores = estimate_columns(q[:, hs], k[:, hs], scaling)                    # (B, |need|, m)
+        for h in range(H):
+            fixed = [t for t in self.fixed[h] if t < m]
+            if fixed:
+                cols[:, h, : len(fixed)] = torch.tensor(fixed, device=q.device)
+            if self.dynamic[h] > 0:
+                sc = scores[:, need.index(h)].clone()                                  # (B, m)
+                w = int(self.w[h])
+                sc[:, max(0, m - w - 1) :] = -1.0                                      # the last rows' band holds these anyway
+                if fixed:
+                    sc[:, fixed] = -1.0
+                d = min(self.dynamic[h], m)
+                top = torch.topk(sc, d, dim=-1)
+                pick = torch.where(top.values >= 0, top.indices, torch.full_like(top.indices, -1))
+                cols[:, h, len(fixed) : len(fixed) + d] = pick
+        return cols
+
+    def effective_w(self, h: int, n: int) -> int:
+        """Half-width actually run: the plan's w, capped by the model's sliding window (FULL → window − 1)."""
+        w = int(self.w[h])
+        if self.sliding is not None:
+            return self.sliding - 1 if w == FULL else min(w, self.sliding - 1)
+        return w
+
+    # ---- prefill: chunked kernel --------------------------------------------------------------
+    def prefill(self, q, k, v, scaling):
+        """q: (B, H, n, d_k), k, v: (B, H_kv, n, ·) → (B, H, n, d_v), each head with its support."""
+        B, H, n, d = q.shape
+        k_h, v_h = k[:, self.kv_of.to(k.device)], v[:, self.kv_of.to(k.device)]   # (B, H, n, ·) GQA
+        self.columns = self.choose_columns(q, k_h, scaling)
+        if self.sliding is not None:  # a sliding layer's columns would be masked by the model: band only
+            self.columns = self.columns[..., :0]
+        out = q.new_empty(B, H, n, v.shape[-1])
+        groups: dict[int, list[int]] = {}
+        for h in range(H):
+            groups.setdefault(self.effective_w(h, n), []).append(h)
+        for w, hs in groups.items():
+            idx = torch.tensor(hs, device=q.device)
+            if w == FULL or w >= n - 1:
+                out[:, idx] = F.scaled_dot_product_attention(q[:, idx], k_h[:, idx], v_h[:, idx], is_causal=True, scale=scaling)
+                continue
+            cols = self.columns[:, idx]
+            cols = cols[..., : int((cols >= 0).sum(-1).max()) if cols.numel() else 0]  # drop all-empty slots
+            qs = q[:, idx] * (scaling * math.sqrt(d))                                      # the kernel scales by 1/√d_k
+            extra_idx = extra_own = None
+            if cols.shape[-1]:
+                c = chunk_size(w)
+                T = -(-n // c)
+                extra_idx = cols.clamp_min(0)[:, :, None, :].expand(B, len(hs), T, cols.shape[-1])
+                extra_own = (cols >= 0)[:, :, None, None, :]
+            out[:, idx] = sliding_window_attention(qs, k_h[:, idx], v_h[:, idx], w, causal=True, extra_idx=extra_idx, extra_own=extra_own, chunk=chunk_size(w))
+        return out
+
+    # ---- decoding: masked softmax over the cached keys -----------------------------------------
+    def allowed(self, q_pos, k_pos):
+        """S_h(i) over cached keys: q_pos (n,), k_pos (B, H, L) (−1: empty slot) → (B, H, n, L) bool."""
+        B, H, L = k_pos.shape
+        i = q_pos.view(1, 1, -1, 1)
+        j = k_pos[:, :, None, :]
+        w = self.w.to(k_pos.device).view(1, H, 1, 1)
+        ok = (j >= 0) & (j <= i)
+        keep = (w == FULL) | (i - j <= w)
+        if self.columns is not None and self.columns.shape[-1]:
+            cols = self.columns.to(k_pos.device)
+            if cols.shape[0] != B:
+                cols = cols.expand(B, -1, -1)
+            keep = keep | (k_pos[..., None] == cols[:, :, None, :]).any(-1)[:, :, None, :]
+        ok = ok & keep
+        if self.sliding is not None:
+            ok = ok & (i - j < self.sliding)
+        return ok
+
+    def decode(self, q, k, v, scaling, q_pos, k_pos):
+        """q: (B, H, n, d_k) at positions q_pos (n,); k, v: (B, H_kv, L, ·) at k_pos (B, H_kv, L) → (B, H, n, d_v)."""
+        kv = self.kv_of.to(k.device)
+        k_h, v_h, pos_h = k[:, kv], v[:, kv], k_pos[:, kv]                           # (B, H, L, ·)
+        s = (q @ k_h.transpose(-1, -2)) * scaling                                      # (B, H, n, L)
+        a = masked_softmax(s, self.allowed(q_pos, pos_h))
+        return a @ v_h
+
+    # ---- what the cache must keep ---------------------------------------------------------------
+    def keep(self, k_pos, seen: int):
+        """Which cached keys (B, H_kv, L) some query at position ≥ ``seen`` of this layer can still read."""
+        B, H_kv, L = k_pos.shape
+        keep = torch.zeros(B, H_kv, L, dtype=torch.bool, device=k_pos.device)
+        for h in range(self.H):
+            g = int(self.kv_of[h])
+            w = int(self.w[h])
+            if self.sliding is not None:
+                w = self.sliding - 1 if w == FULL else min(w, self.sliding - 1)
+            if w == FULL:
+                keep[:, g] = True
+                continue
+            mine = k_pos[:, g] >= seen - w
+            if self.sliding is None and self.columns is not None and self.columns.shape[-1]:
+                mine = mine | (k_pos[:, g, :, None] == self.columns[:, h, None, :].to(k_pos.device)).any(-1)
+            keep[:, g] |= mine
+        return keep & (k_pos >= 0)
+
+
+def attnlab_attention(module, query, key, value, attention_mask=None, dropout: float = 0.0, scaling=None, sliding_window=None, **kwargs):
+    """transformers' attention-function signature: (B, H, n, d) q, (B, H_kv, m, d) k, v → ((B, n, H, d), None)."""
+    # query: (B, H, n, d_k), key/value: (B, H_kv, m, ·)
+    scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
+    runner: LayerRunner | None = getattr(module, "attnlab_layer", None)
+    if runner is None:
+        raise RuntimeError(f"attnlab attention: layer {getattr(module, 'layer_idx', '?')} has no plan; use attnlab.llm.apply_plan(model, plan)")
+    n, m = query.shape[2], key.shape[2]
+    cache = runner.cache() if runner.cache is not None else None
+    layer = None
+    if cache is not None and runner.layer_idx < len(cache.layers) and cache.layers[runner.layer_idx].keys is key:
+        layer = cache.layers[runner.layer_idx]
+    if runner.recorder is not None:
+        if m != n:
+            raise RuntimeError("calibration runs one prefill per window (no cache)")
+        kv = runner.kv_of.to(key.device)
+        out = runner.recorder.observe(runner.layer_idx, query, key[:, kv], value[:, kv], scaling, runner.sliding)
+    elif layer is None and m == n:
+        out = runner.prefill(query, key, value, scaling)
+    else:
+        seen = layer.seen if layer is not None else m
+        q_pos = torch.arange(seen - n, seen, device=query.device)
+        if layer is not None:
+            k_pos = layer.positions
+        else:
+            k_pos = torch.arange(m, device=key.device).expand(key.shape[0], key.shape[1], m)
+        if layer is not None and m == n == seen:   # first prefill into a PlanCache: the kernel, then compress
+            out = runner.prefill(query, key, value, scaling)
+        else:
+            out = runner.decode(query, key, value, scaling, q_pos, k_pos)
+    if layer is not None:
+        layer.evict(runner.keep(layer.positions, layer.seen))
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register() -> None:
+    """Register ``attnlab_attention`` with transformers as ``attn_implementation="attnlab"``."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(NAME, attnlab_attention)
+
+
+def attention_modules(model):
+    """The attention modules of a transformers causal LM, by layer index."""
+    mods = {}
+    for mod in model.modules():
+        if hasattr(mod, "layer_idx") and hasattr(mod, "q_proj") and hasattr(mod, "o_proj"):
+            mods[int(mod.layer_idx)] = mod
+    return [mods[i] for i in sorted(mods)]
+
+
+def apply_plan(model, plan: Plan):
+    """Run ``model`` with ``plan``: every attention head with its support; returns the model.
+
+    Raises ``UserError`` if the plan was made for another model (layer / head counts).
+    """
+    plan.check(model)
+    register()
+    mods = attention_modules(model)
+    for mod in mods:
+        l = int(mod.layer_idx)
+        sw = getattr(mod, "sliding_window", None)
+        mod.attnlab_layer = LayerRunner(plan.heads[l], l, plan.num_kv_heads, int(sw) if sw else None)
+    model.set_attn_implementation(NAME)
+    model.attnlab_plan = plan
+    return model
+
+
+def attach_cache(model, cache) -> None:
+    """Let each layer's runner find ``cache`` (a PlanCache) to read its positions and compress it."""
+    for mod in attention_modules(model):
+        mod.attnlab_layer.cache = weakref.ref(cache)
+
+
+def plan_reference(runner: LayerRunner, q, k, v, scaling):
+    """Dense masked reference of a layer under its plan (tests): (B, H, n, n) mask, masked softmax."""
+    # q: (B, H, n, d_k), k, v: (B, H_kv, n, ·) → (B, H, n, d_v)
+    B, H, n, _ = q.shape
+    pos = torch.arange(n, device=q.device)
+    return runner.decode(q, k, v, scaling, pos, pos.expand(B, runner.H_kv, n))

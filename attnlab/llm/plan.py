@@ -1,0 +1,474 @@
+"""Per-head plans for a real LLM: one structured support per (layer, head), chosen by the exact fit under a budget.
+
+    plan[l][h] = FULL                                   (the head keeps every causal entry)
+               | S_lh = B_{w,0} ∪ (rows × (T_fixed ∪ T_dyn(x)))
+
+* B_{w,0}: the causal band j ∈ [i − w, i] (offset 0: a causal LM's band ends on the diagonal);
+* T_fixed: key positions that are columns in most calibration windows — the attention sinks
+  (positions < ``SINKS``), stored in the plan;
+* T_dyn(x): ``dynamic`` further columns chosen *per input* as MInference does: the keys with the
+  largest attention mass from the last ``LAST_Q`` queries (``attention.estimate_columns``).
+
+How a plan is chosen (``choose_plan``).  Calibration (``Calibration``) runs the model on text
+with exact attention, in blocks of rows (never n×n), and records per head, for a grid of band
+half-widths w and column counts g, the mass the exact fit captures:
+
+    μ_h(w, g) = (1/n) Σ_i Σ_{j ∈ B_w ∪ T_g(w)} a_ij,     T_g(w) = top_columns(c(w), g),
+    c_t(w) = Σ_{i : i − t > w} a_it                       (off-band column mass; attnlab.support)
+
+i.e. the band first, then the g columns with the most off-band mass — the fit of
+``attnlab.support.top_columns``.  The budget is a fraction β of the causal entries of all
+heads at length n; each head picks one option (w, g) or full, maximising the total captured
+mass Σ_h μ_h under Σ_h entries_h ≤ β·L·H·n(n+1)/2 (a multiple-choice knapsack, solved by
+its Lagrangian: each head maximises μ_h − λ·entries_h, λ by bisection).
+
+A plan is saved as JSON (``Plan.save``), normally next to the model; ``Plan.check(model)``
+refuses a plan made for another model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from attnlab.atomic import write_text_atomic
+from attnlab.errors import UserError
+from attnlab.support import FULL, Support, top_columns
+
+__all__ = [
+    "FULL", "G_GRID", "LAST_Q", "SINKS", "W_GRID", "HeadPlan", "Plan", "Calibration", "choose_plan",
+    "model_shape", "check_budget", "entries_of",
+]
+
+SINKS = 4          # key positions 0..SINKS−1 may be fixed columns (attention sinks)
+LAST_Q = 64        # queries that estimate an input's columns (MInference's last_q)
+ROW_BLOCK = 256    # rows of exact attention held at once during calibration
+W_GRID = (0, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
+G_GRID = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def check_budget(budget: float) -> float:
+    """β ∈ (0, 1]: the fraction of causal attention entries a plan may keep."""
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not math.isfinite(budget) or not 0 < budget <= 1:
+        raise ValueError(f"budget: must be a fraction in (0, 1], got {budget!r}")
+    return float(budget)
+
+
+def model_shape(model) -> dict:
+    """(layers, query heads, KV heads, d_k) of a transformers causal LM, from its config."""
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    H = int(cfg.num_attention_heads)
+    return {
+        "num_layers": int(cfg.num_hidden_layers),
+        "num_heads": H,
+        "num_kv_heads": int(getattr(cfg, "num_key_value_heads", None) or H),
+        "head_dim": int(getattr(cfg, "head_dim", None) or cfg.hidden_size // H),
+    }
+
+
+def entries_of(w: int, columns: int, dynamic: int, n: int) -> int:
+    """Causal entries of band B_w plus columns at length n (columns counted off the band, as an upper bound).
+
+        |B_w ∩ causal| = Σ_i (min(i, w) + 1) = n(w+1) − w(w+1)/2   (w < n),  a column adds ≤ n − w − 1 rows.
+    """
+    if w == FULL or w >= n - 1:
+        return n * (n + 1) // 2
+    band = n * (w + 1) - w * (w + 1) // 2
+    return band + (columns + dynamic) * max(0, n - w - 1)
+
+
+@dataclass(frozen=True)
+class HeadPlan:
+    """One head: its support (band w, fixed columns) and ``dynamic`` columns chosen per input."""
+
+    support: Support
+    dynamic: int = 0
+
+    @classmethod
+    def full(cls) -> "HeadPlan":
+        return cls(Support.full(), 0)
+
+    @property
+    def is_full(self) -> bool:
+        return int(self.support.w) == FULL
+
+    @property
+    def w(self) -> int:
+        return int(self.support.w)
+
+    @property
+    def columns(self) -> list[int]:
+        return [int(c) for c in np.asarray(self.support.columns).reshape(-1) if c >= 0]
+
+    def entries(self, n: int) -> int:
+        return entries_of(self.w, len(self.columns), self.dynamic, n)
+
+    def to_dict(self) -> dict:
+        return {**self.support.to_dict(), "dynamic": int(self.dynamic)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "HeadPlan":
+        d = dict(d)
+        dynamic = d.pop("dynamic", 0)
+        support = Support.from_dict(d)
+        if not isinstance(support.w, int) or not isinstance(dynamic, int) or dynamic < 0 or support.w < FULL:
+            raise ValueError(f"head plan: w must be an integer >= -1 and dynamic >= 0, got {d}")
+        if int(support.offset) != 0 or support.residual:
+            raise ValueError("head plan: only offset 0 and residual 0 are executed (causal band ending on the diagonal)")
+        return cls(support, dynamic)
+
+
+@dataclass
+class Plan:
+    """A table of head plans ``heads[layer][head]`` for one model shape, with how it was made."""
+
+    heads: list[list[HeadPlan]]
+    num_kv_heads: int
+    method: str = "attnlab"
+    budget: float = 1.0
+    n: int = 0                       # the length the budget refers to
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.heads)
+
+    @property
+    def num_heads(self) -> int:
+        return len(self.heads[0]) if self.heads else 0
+
+    @classmethod
+    def full(cls, shape: dict, n: int = 0) -> "Plan":
+        heads = [[HeadPlan.full() for _ in range(shape["num_heads"])] for _ in range(shape["num_layers"])]
+        return cls(heads, shape["num_kv_heads"], "full", 1.0, n)
+
+    @classmethod
+    def uniform(cls, shape: dict, head: HeadPlan, method: str, budget: float = 1.0, n: int = 0) -> "Plan":
+        """Every head the same plan (StreamingLLM's sinks + window)."""
+        heads = [[head for _ in range(shape["num_heads"])] for _ in range(shape["num_layers"])]
+        return cls(heads, shape["num_kv_heads"], method, budget, n)
+
+    def fraction(self, n: int | None = None) -> float:
+        """Entries kept / causal entries of all heads at length n (an upper bound for dynamic columns)."""
+        n = n or self.n
+        total = self.num_layers * self.num_heads * n * (n + 1) // 2
+        return sum(h.entries(n) for row in self.heads for h in row) / total
+
+    def full_heads(self) -> int:
+        return sum(h.is_full for row in self.heads for h in row)
+
+    def shape(self) -> dict:
+        return {"num_layers": self.num_layers, "num_heads": self.num_heads, "num_kv_heads": self.num_kv_heads}
+
+    def check(self, model, name: str = "plan") -> "Plan":
+        """UserError unless the plan has the model's layer, head and KV-head counts."""
+        got = model_shape(model)
+        mine = self.shape()
+        diff = [f"{k} {mine[k]} vs {got[k]}" for k in mine if mine[k] != got[k]]
+        if diff:
+            raise UserError(f"{name}: made for another model ({', '.join(diff)} in the model)")
+        return self
+
+    def to_dict(self) -> dict:
+        return {
+            "format": "attnlab-plan/1", **self.shape(), "method": self.method, "budget": self.budget, "n": self.n,
+            "fraction": self.fraction() if self.n else None, "full_heads": self.full_heads(), "meta": self.meta,
+            "heads": [[h.to_dict() for h in row] for row in self.heads],
+        }
+
+    def save(self, path) -> Path:
+        return write_text_atomic(path, json.dumps(self.to_dict(), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path) -> "Plan":
+        path = Path(path)
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise UserError(f"{path}: not a plan file (JSON error at line {err.lineno}: {err.msg})") from None
+        if not isinstance(d, dict) or d.get("format") != "attnlab-plan/1":
+            raise UserError(f"{path}: not an attnlab plan file (no format 'attnlab-plan/1')")
+        try:
+            heads = [[HeadPlan.from_dict(h) for h in row] for row in d["heads"]]
+            plan = cls(heads, int(d["num_kv_heads"]), d.get("method", "attnlab"), float(d.get("budget", 1.0)), int(d.get("n", 0)), d.get("meta", {}))
+        except (KeyError, TypeError, ValueError) as err:
+            raise UserError(f"{path}: malformed plan ({err})") from None
+        if plan.num_layers != int(d.get("num_layers", -1)) or any(len(r) != plan.num_heads for r in heads) or plan.num_heads != int(d.get("num_heads", -1)):
+            raise UserError(f"{path}: malformed plan (its head table does not match num_layers/num_heads)")
+        return plan
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibration: exact attention in row blocks, streamed per-head statistics
+# ---------------------------------------------------------------------------------------------
+
+
+class Calibration:
+    """Per-head statistics of the exact attention on calibration windows (``observe`` runs inside the model).
+
+    For every layer l, head h, window and grid point (w, g) it accumulates
+
+        fit[l, h, w, g]  = μ(w, g) with the exact fit's columns T_g(w) = top_columns(c(w), g)
+        est[l, h, w, g]  = μ(w, g) with the columns an input would get at run time (last-query estimate)
+        sink[l, h, w]    = μ of B_w ∪ {0..SINKS−1}            (StreamingLLM / DuoAttention supports)
+        fixed[l, h, w, g, t] = windows in which sink position t is among T_g(w)
+
+    and, for ``candidates`` (a list of (w, fixed, dynamic) supports), the relative output error
+    ‖o_S − o‖ / ‖o‖ on the last ``LAST_Q`` queries (MInference's search by output error).
+    """
+
+    def __init__(self, shape: dict, n: int, candidates: list[tuple[int, int, int]] | None = None):
+        L, H = shape["num_layers"], shape["num_heads"]
+        self.shape, self.n = shape, n
+        self.candidates = list(candidates or [])
+        self.w_grid = sorted({w for w in W_GRID if w < n - 1} | {w for w, _, _ in self.candidates if w < n - 1})
+        self.g_grid = list(G_GRID)
+        Gw, Gg = len(self.w_grid), len(self.g_grid)
+        self.fit = np.zeros((L, H, Gw, Gg))
+        self.est = np.zeros((L, H, Gw, Gg))
+        self.sink = np.zeros((L, H, Gw))
+        self.fixed = np.zeros((L, H, Gw, Gg, SINKS))
+        self.cand_err = np.zeros((L, H, len(self.candidates)))
+        self.cand_mass = np.zeros((L, H, len(self.candidates)))
+        self.windows = np.zeros(L)
+
+    @torch.no_grad()
+    def observe(self, layer: int, q, k, v, scaling: float, sliding: int | None = None):
+        """Exact causal attention of one layer, block by block of rows, recording the statistics; returns its output.
+
+        q: (B, H, n, d_k), k, v: (B, H, n, d) (GQA already expanded).  Returns (B, H, n, d).
+        """
+        B, H, n, _ = q.shape
+        out = torch.empty_like(q[..., : v.shape[-1]])
+        w_grid = self.w_grid
+        Gw = len(w_grid)
+        j = torch.arange(n)
+        for b in range(B):
+            c = torch.zeros(H, Gw, n, dtype=torch.float64)          # c_t(w) = Σ_{i − t > w} a_it: off-band column mass
+            for i0 in range(0, n, ROW_BLOCK):
+                i1 = min(n, i0 + ROW_BLOCK)
+                i = torch.arange(i0, i1)[:, None]
+                s = (q[b, :, i0:i1] @ k[b, :, :i1].transpose(-1, -2)) * scaling  # (H, r, i1)
+                far = (j[None, :i1] > i) if sliding is None else (j[None, :i1] > i) | (i - j[None, :i1] >= sliding)
+                a = torch.softmax(s.masked_fill(far, float("-inf")), dim=-1)  # (H, r, i1), the model's own mask
+                out[b, :, i0:i1] = a @ v[b, :, :i1]
+                colsum = a.sum(-2, dtype=torch.float64)                            # (H, i1)
+                for x, w in enumerate(w_grid):
+                    # rows i0..i1−1 are all off-band for t ≤ i0 − w − 1, some for i0 − w − 1 < t < i1 − w − 1
+                    full_to = max(0, min(i1, i0 - w))
+                    c[:, x, :full_to] += colsum[:, :full_to]
+                    t0, t1 = full_to, max(full_to, min(i1, i1 - w - 1))
+                    if t1 > t0:
+                        off = (i - j[None, t0:t1]) > w                                # (r, t1 − t0)
+                        c[:, x, t0:t1] += (a[:, :, t0:t1] * off).sum(-2, dtype=torch.float64)
+            band = n - c.sum(-1)                                                   # rows sum to 1: band = n − off-band
+            est_scores = self._estimate(q[b], k[b], scaling)                       # (H, n)
+            self._reduce(layer, band, c, est_scores, n)
+            if self.candidates:
+                self._output_errors(layer, q[b], k[b], v[b], scaling, est_scores)
+        self.windows[layer] += B
+        return out
+
+    @staticmethod
+    def _estimate(q, k, scaling):
+        """Column scores of the last LAST_Q queries: Σ_{i > n−LAST_Q} a_it  (MInference's vertical estimate)."""
+        from attnlab.llm.attention import estimate_columns
+
+        return estimate_columns(q[None], k[None], scaling)[0]  # (H, n)
+
+    def _reduce(self, layer, band, c, est_scores, n):
+        # band: (H, Gw), c: (H, Gw, n) → per-window μ tables
+        H, Gw, _ = c.shape
+        gmax = max(self.g_grid)
+        top = top_columns(c, gmax)                                              # (H, Gw, gmax) exact-fit columns, −1 empty
+        mass_top = torch.where(top >= 0, torch.gather(c, -1, top.clamp_min(0)), torch.zeros((), dtype=c.dtype))
+        cum = torch.cat([torch.zeros(H, Gw, 1, dtype=c.dtype), mass_top.cumsum(-1)], -1)  # Σ of the first g
+        est_order = torch.argsort(-est_scores, dim=-1, stable=True)[:, :gmax]    # (H, gmax) run-time columns
+        est_mass = torch.gather(c, -1, est_order[:, None, :].expand(H, Gw, -1))
+        cum_est = torch.cat([torch.zeros(H, Gw, 1, dtype=c.dtype), est_mass.cumsum(-1)], -1)
+        for y, g in enumerate(self.g_grid):
+            g_ = min(g, cum.shape[-1] - 1)
+            self.fit[layer, :, :, y] += ((band + cum[..., g_]) / n).numpy()
+            self.est[layer, :, :, y] += ((band + cum_est[..., min(g, cum_est.shape[-1] - 1)]) / n).numpy()
+            for t in range(SINKS):
+                self.fixed[layer, :, :, y, t] += ((top[..., :g_] == t).any(-1)).numpy()
+        self.sink[layer] += ((band + c[..., :SINKS].sum(-1)) / n).numpy()
+        for z, (w, fixed, dyn) in enumerate(self.candidates):  # μ of each candidate with its run-time columns
+            x = self.w_grid.index(min(w, self.w_grid[-1]))
+            cols = torch.zeros(H, n, dtype=torch.bool)
+            cols[:, :fixed] = True
+            if dyn:
+                sc = est_scores.clone()
+                sc[:, :fixed] = -1
+                cols.scatter_(1, torch.argsort(-sc, dim=-1, stable=True)[:, :dyn], True)
+            self.cand_mass[layer, :, z] += ((band[:, x] + (c[:, x] * cols).sum(-1)) / n).numpy()
+
+    def _output_errors(self, layer, q, k, v, scaling, est_scores):
+        # the last LAST_Q queries: exact output vs each candidate support's output
+        H, n, _ = q.shape
+        i0 = max(0, n - LAST_Q)
+        i = torch.arange(i0, n)[:, None]
+        j = torch.arange(n)[None, :]
+        s = (q[:, i0:] @ k.transpose(-1, -2)) * scaling
+        s = s.masked_fill(j > i, float("-inf"))
+        o = torch.softmax(s, -1) @ v
+        for x, (w, fixed, dyn) in enumerate(self.candidates):
+            keep = ((i - j) <= w).expand(H, -1, -1).clone()
+            cols = torch.zeros(H, n, dtype=torch.bool)
+            cols[:, :fixed] = True
+            if dyn:
+                sc = est_scores.clone()
+                sc[:, :fixed] = -1
+                cols.scatter_(1, torch.argsort(-sc, dim=-1, stable=True)[:, :dyn], True)
+            keep |= cols[:, None, :]
+            o_s = torch.softmax(s.masked_fill(~keep, float("-inf")), -1) @ v
+            err = (o_s - o).norm(dim=(-2, -1)) / o.norm(dim=(-2, -1)).clamp_min(1e-30)
+            self.cand_err[layer, :, x] += err.numpy()
+
+    TABLES = ("fit", "est", "sink", "fixed", "cand_err", "cand_mass", "windows")
+
+    def save(self, path) -> Path:
+        """The statistics as ``.npz`` (arrays only), with the grid, shape and candidates."""
+        def write(tmp):
+            with open(tmp, "wb") as f:
+                np.savez(f, **{t: getattr(self, t) for t in self.TABLES}, w_grid=np.asarray(self.w_grid), n=self.n,
+                         candidates=np.asarray(self.candidates, dtype=np.int64).reshape(-1, 3),
+                         shape=np.asarray([self.shape["num_layers"], self.shape["num_heads"], self.shape["num_kv_heads"]]))
+        from attnlab.atomic import write_atomic
+
+        return write_atomic(path, write)
+
+    @classmethod
+    def load(cls, path) -> "Calibration":
+        z = np.load(path, allow_pickle=False)
+        L, H, H_kv = (int(x) for x in z["shape"])
+        cal = cls({"num_layers": L, "num_heads": H, "num_kv_heads": H_kv}, int(z["n"]), [tuple(int(v) for v in c) for c in z["candidates"]])
+        for t in cls.TABLES:
+            setattr(cal, t, z[t])
+        cal.w_grid = [int(w) for w in z["w_grid"]]
+        return cal
+
+    def mean(self, table: str) -> np.ndarray:
+        x = getattr(self, table)
+        return x / np.maximum(self.windows, 1).reshape((-1,) + (1,) * (x.ndim - 1))
+
+    def fixed_columns(self, layer: int, head: int, x: int, y: int) -> list[int]:
+        """Sink positions that are among the exact fit's columns in most windows (at grid point (w_x, g_y))."""
+        share = self.fixed[layer, head, x, y] / max(self.windows[layer], 1)
+        return [t for t in range(SINKS) if share[t] > 0.5]
+
+
+def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: str = "fit", method: str = "attnlab") -> Plan:
+    """The plan of largest captured mass Σ μ_h with Σ entries ≤ β · L·H·n(n+1)/2 (module docstring).
+
+    Options per head: full, or (w, g) on the calibration grid, of which the sink positions that are
+    columns in most windows become fixed columns and the rest are chosen per input (``dynamic``).
+    """
+    budget = check_budget(budget)
+    n = n or cal.n
+    if budget == 1.0:  # every entry is affordable: the plan is full attention (exactly)
+        return Plan.full(cal.shape, n)
+    mu = cal.mean(table)                                           # (L, H, Gw, Gg)
+    L, H, Gw, Gg = mu.shape
+    options = [(x, y) for x in range(Gw) for y in range(Gg)]
+    cost = np.array([entries_of(cal.w_grid[x], 0, cal.g_grid[y], n) for x, y in options] + [n * (n + 1) // 2], dtype=np.float64)
+    gain = np.concatenate([mu.reshape(L, H, -1), np.ones((L, H, 1))], -1)  # (L, H, options + full)
+    limit = budget * L * H * n * (n + 1) / 2
+
+    def pick(lam):
+        choice = np.argmax(gain - lam * cost, axis=-1)        # ties: the cheaper option comes first in the list
+        return choice, cost[choice].sum()
+
+    lo, hi = 0.0, 1.0 / cost.min()                             # λ = hi: every head takes its cheapest option
+    choice, spent = pick(hi)
+    if spent > limit:
+        raise UserError(f"budget {budget}: below the cheapest plan ({spent / (limit / budget):.4f} of the entries at n = {n})")
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        c_mid, s_mid = pick(mid)
+        if s_mid <= limit:
+            hi, choice, spent = mid, c_mid, s_mid
+        else:
+            lo = mid
+    # greedy fill of what the discrete options leave: best gain per extra entry, one head at a time
+    while True:
+        best = None
+        for l in range(L):
+            for h in range(H):
+                cur = choice[l, h]
+                extra = cost - cost[cur]
+                ok = (extra > 0) & (spent + extra <= limit) & (gain[l, h] > gain[l, h, cur])
+                if ok.any():
+                    ratio = np.where(ok, (gain[l, h] - gain[l, h, cur]) / np.where(extra > 0, extra, 1), -1)
+                    o = int(np.argmax(ratio))
+                    if best is None or ratio[o] > best[0]:
+                        best = (ratio[o], l, h, o)
+        if best is None:
+            break
+        _, l, h, o = best
+        spent += cost[o] - cost[choice[l, h]]
+        choice[l, h] = o
+    heads = []
+    for l in range(L):
+        row = []
+        for h in range(H):
+            o = int(choice[l, h])
+            if o == len(options):
+                row.append(HeadPlan.full())
+                continue
+            x, y = options[o]
+            w, g = cal.w_grid[x], cal.g_grid[y]
+            fixed = cal.fixed_columns(l, h, x, y)[:g]
+            row.append(HeadPlan(Support(w=int(w), columns=np.asarray(fixed, dtype=np.int64)), g - len(fixed)))
+        heads.append(row)
+    captured = float(np.take_along_axis(gain, choice[..., None], -1).mean())
+    return Plan(heads, cal.shape["num_kv_heads"], method, budget, n, {"captured_mass": captured, "table": table})
+
+
+def token_windows(tokenizer, path, n: int, count: int, start: int = 0) -> list[torch.Tensor]:
+    """``count`` consecutive windows of n tokens of a text file (plain or gzip), from token ``start``: ``[(1, n)]``.
+
+    UserError if the file holds fewer than ``start + n`` tokens (one window at least is needed).
+    """
+    from attnlab.data.tsv import read_lines
+
+    text = "\n".join(read_lines(path))
+    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids[0]
+    available = (len(ids) - start) // n
+    if available < 1:
+        raise UserError(f"{path}: {len(ids)} tokens, shorter than the window of {n} tokens (from token {start})")
+    return [ids[start + x * n : start + (x + 1) * n][None] for x in range(min(count, available))]
+
+
+@torch.no_grad()
+def calibrate(model, windows, candidates=None, progress=None) -> Calibration:
+    """Run ``model`` on each window ``(1, n)`` with exact attention and stream the per-head statistics."""
+    from attnlab.llm.attention import apply_plan, attention_modules
+
+    shape = model_shape(model)
+    n = int(windows[0].shape[-1])
+    cal = Calibration(shape, n, candidates)
+    previous = getattr(model, "attnlab_plan", None)
+    implementation = model.config._attn_implementation
+    apply_plan(model, Plan.full(shape))
+    mods = attention_modules(model)
+    try:
+        for mod in mods:
+            mod.attnlab_layer.recorder = cal
+        for x, ids in enumerate(windows):
+            model(ids.to(model.device), use_cache=False)
+            if progress:
+                progress(x + 1, len(windows))
+    finally:
+        for mod in mods:
+            mod.attnlab_layer.recorder = None
+        if previous is not None:
+            apply_plan(model, previous)
+        else:
+            model.set_attn_implementation(implementation)
+    return cal

@@ -1,0 +1,286 @@
+"""Structured inference of a real LLM: attnlab's per-head plans against StreamingLLM, MInference, DuoAttention.
+
+    python benchmarks/llm_structured.py calibrate --lengths 2048,8192        # exact statistics on train text
+    python benchmarks/llm_structured.py ppl --lengths 2048 --budgets 0.05,0.1,0.25,0.5 --windows 2
+    flock /tmp/attnlab-cpu.lock python benchmarks/llm_structured.py speed --n 8192 --budget 0.1
+    python benchmarks/llm_structured.py report                              # table + plot
+
+Calibration windows come from ``train.txt.gz``, perplexity windows from ``test.txt.gz`` (text not
+used for calibration).  Every method's plan has at most β of the causal entries at length n and
+runs through the same attention function (``attnlab.llm.apply_plan``); ``full`` is the plan of
+full heads (SDPA inside, identical to the model's own SDPA).  Results go to ``--out`` as JSON
+lines (``ppl.jsonl``, ``speed.jsonl``); ``report`` prints the table and draws perplexity vs budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from attnlab.llm import baselines  # noqa: E402
+from attnlab.llm.attention import apply_plan  # noqa: E402
+from attnlab.llm.kv_cache import PlanCache, kv_bytes  # noqa: E402
+from attnlab.llm.plan import Calibration, Plan, calibrate, choose_plan, model_shape, token_windows  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data" / "shakespeare"
+if not DATA.exists():
+    DATA = Path("/work/shared/data/shakespeare")
+
+
+def load(spec: str):
+    """The model and tokenizer (attnlab.llm.loading when present, else a local HF folder)."""
+    try:
+        from attnlab.llm.loading import load_causal_lm
+    except ImportError:
+        load_causal_lm = None
+    if load_causal_lm is not None:
+        return load_causal_lm(spec)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = Path(spec) if Path(spec).is_dir() else Path.home() / ".cache" / "attnlab" / "models" / spec
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa").eval()
+    return model, AutoTokenizer.from_pretrained(folder)
+
+
+def log(*a):
+    print(time.strftime("%H:%M:%S"), *a, flush=True)
+
+
+def plans_for(method: str, cal: Calibration, shape: dict, budget: float) -> Plan:
+    if method == "attnlab":
+        return choose_plan(cal, budget)
+    if method == "attnlab-est":
+        return choose_plan(cal, budget, table="est", method="attnlab-est")
+    if method == "streaming-llm":
+        return baselines.streaming_llm(shape, budget, cal.n)
+    if method == "minference-mass":
+        return baselines.minference(cal, budget, by="mass")
+    if method == "minference-error":
+        return baselines.minference(cal, budget, by="error")
+    if method == "duo-attention":
+        return baselines.duo_attention(cal, budget)
+    if method == "full":
+        return Plan.full(shape, cal.n)
+    raise ValueError(f"method: unknown {method!r}")
+
+
+def cmd_calibrate(args):
+    model, tok = load(args.model)
+    out = Path(args.out)
+    for n in args.lengths:
+        path = out / f"calibration-{n}.npz"
+        if path.exists() and not args.force:
+            log("have", path)
+            continue
+        windows = token_windows(tok, DATA / "train.txt.gz", n, args.windows)
+        cands = sorted({c for b in args.budgets for c in baselines.minference_candidates(b, n)})
+        t = time.time()
+        cal = calibrate(model, windows, cands, progress=lambda x, m: log(f"calibration n={n}: window {x}/{m}"))
+        cal.save(path)
+        log(f"calibrated n={n} windows={len(windows)} in {time.time() - t:.0f} s -> {path}")
+
+
+@torch.no_grad()
+def perplexity(model, windows) -> float:
+    nll = [model(ids, labels=ids, use_cache=False).loss.item() for ids in windows]
+    return math.exp(sum(nll) / len(nll))
+
+
+def cmd_ppl(args):
+    model, tok = load(args.model)
+    shape = model_shape(model)
+    out = Path(args.out)
+    for n in args.lengths:
+        cal = Calibration.load(out / f"calibration-{n}.npz")
+        windows = token_windows(tok, DATA / "test.txt.gz", n, args.windows)
+        done = set()
+        if (out / "ppl.jsonl").exists():
+            for line in (out / "ppl.jsonl").read_text().splitlines():
+                r = json.loads(line)
+                done.add((r["n"], r["method"], r["budget"], r["windows"]))
+        todo = [("full", 1.0)] + [(m, b) for b in args.budgets for m in args.methods if m != "full"]
+        for method, budget in todo:
+            if (n, method, budget, len(windows)) in done:
+                continue
+            plan = plans_for(method, cal, shape, budget)
+            apply_plan(model, plan)
+            t = time.time()
+            ppl = perplexity(model, windows)
+            row = {"n": n, "method": method, "budget": budget, "fraction": plan.fraction(n), "full_heads": plan.full_heads(),
+                   "ppl": ppl, "windows": len(windows), "seconds": time.time() - t}
+            log(json.dumps(row))
+            with open(out / "ppl.jsonl", "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@torch.no_grad()
+def cmd_speed(args):
+    """One configuration per process (peak RSS is per process): prefill time, peak memory; generation tok/s, KV bytes."""
+    model, tok = load(args.model)
+    torch.set_num_threads(args.threads)
+    shape = model_shape(model)
+    n = args.n
+    ids = token_windows(tok, DATA / "test.txt.gz", n, 1)[0]
+    if args.method == "sdpa":
+        model.set_attn_implementation("sdpa")
+        plan = None
+    else:
+        cal = Calibration.load(Path(args.out) / f"calibration-{n}.npz")
+        plan = plans_for(args.method, cal, shape, args.budget)
+        apply_plan(model, plan)
+    base = peak_rss_mib()
+    from transformers import DynamicCache
+
+    cache = DynamicCache() if plan is None else PlanCache(model)
+    t = time.time()
+    o = model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)  # the prefill of generation
+    prefill = time.time() - t
+    peak = peak_rss_mib()
+    nxt = o.logits[:, -1:].argmax(-1)
+    kv = kv_bytes(cache)
+    t = time.time()
+    for _ in range(args.new_tokens):
+        o = model(nxt, past_key_values=cache, use_cache=True)
+        nxt = o.logits[:, -1:].argmax(-1)
+    decode = time.time() - t
+    row = {"n": n, "method": args.method, "budget": args.budget if plan else 1.0, "threads": args.threads,
+           "prefill_s": prefill, "peak_rss_mib": peak, "rss_before_mib": base,
+           "kv_bytes_after_prefill": kv, "kv_bytes_end": kv_bytes(cache), "decode_tokens": args.new_tokens,
+           "decode_tok_s": args.new_tokens / decode, "fraction": plan.fraction(n) if plan else 1.0}
+    log(json.dumps(row))
+    with open(Path(args.out) / "speed.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+@torch.no_grad()
+def cmd_attention(args):
+    """Attention alone at length n, every layer: SDPA causal (GQA) vs the plan's LayerRunner.prefill (random q, k, v)."""
+    import torch.nn.functional as F
+
+    from attnlab.llm.attention import LayerRunner
+
+    torch.set_num_threads(args.threads)
+    cal = Calibration.load(Path(args.out) / f"calibration-{args.n}.npz")
+    shape = {**cal.shape, "head_dim": 64}
+    plan = plans_for(args.method, cal, shape, args.budget)
+    H, H_kv, n, d = plan.num_heads, plan.num_kv_heads, args.n, 64
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, H, n, d, generator=g)
+    k, v = torch.randn(1, H_kv, n, d, generator=g), torch.randn(1, H_kv, n, d, generator=g)
+    t_sdpa = t_plan = 0.0
+    for l in range(plan.num_layers):
+        t = time.time()
+        F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        t_sdpa += time.time() - t
+        runner = LayerRunner(plan.heads[l], l, H_kv)
+        t = time.time()
+        runner.prefill(q, k, v, d ** -0.5)
+        t_plan += time.time() - t
+    row = {"n": n, "method": args.method, "budget": args.budget, "threads": args.threads, "layers": plan.num_layers,
+           "attention_sdpa_s": t_sdpa, "attention_plan_s": t_plan, "speedup": t_sdpa / t_plan, "fraction": plan.fraction(n)}
+    log(json.dumps(row))
+    with open(Path(args.out) / "attention.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def cmd_report(args):
+    out = Path(args.out)
+    rows = [json.loads(x) for x in (out / "ppl.jsonl").read_text().splitlines()] if (out / "ppl.jsonl").exists() else []
+    last = {}
+    for r in rows:
+        last[(r["n"], r["method"], r["budget"])] = r
+    rows = list(last.values())
+    print("| n | method | budget | entries kept | full heads | perplexity | vs full |")
+    print("|---|---|---|---|---|---|---|")
+    full = {r["n"]: r["ppl"] for r in rows if r["method"] == "full"}
+    for r in sorted(rows, key=lambda r: (r["n"], r["budget"], r["method"])):
+        rel = f"{100 * (r['ppl'] / full[r['n']] - 1):+.2f} %" if r["n"] in full else ""
+        print(f"| {r['n']} | {r['method']} | {r['budget']:.2f} | {r['fraction']:.3f} | {r['full_heads']} | {r['ppl']:.3f} | {rel} |")
+    if (out / "attention.jsonl").exists():
+        print()
+        print("| n | method | budget | threads | layers | attention SDPA s | attention plan s | speed-up |")
+        print("|---|---|---|---|---|---|---|---|")
+        for line in (out / "attention.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            print(f"| {r['n']} | {r['method']} | {r['budget']:.2f} | {r['threads']} | {r['layers']} | {r['attention_sdpa_s']:.1f} | "
+                  f"{r['attention_plan_s']:.1f} | {r['speedup']:.2f}× |")
+    if (out / "speed.jsonl").exists():
+        print()
+        print("| n | method | budget | threads | prefill s | peak RSS MiB | KV MiB | decode tok/s |")
+        print("|---|---|---|---|---|---|---|---|")
+        for line in (out / "speed.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            print(f"| {r['n']} | {r['method']} | {r['budget']:.2f} | {r['threads']} | {r['prefill_s']:.1f} | {r['peak_rss_mib']:.0f} | "
+                  f"{r['kv_bytes_end'] / 2**20:.1f} | {r['decode_tok_s']:.2f} |")
+    if rows:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from attnlab.atomic import write_atomic
+
+        lengths = sorted({r["n"] for r in rows})
+        fig, axes = plt.subplots(1, len(lengths), figsize=(5 * len(lengths), 4), squeeze=False)
+        for ax, n in zip(axes[0], lengths):
+            for method in sorted({r["method"] for r in rows if r["n"] == n and r["method"] != "full"}):
+                pts = sorted((r["fraction"], r["ppl"]) for r in rows if r["n"] == n and r["method"] == method)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=method)
+            if n in full:
+                ax.axhline(full[n], color="k", ls="--", label="full")
+            ax.set_xlabel("fraction of causal attention entries")
+            ax.set_ylabel("perplexity (test)")
+            ax.set_yscale("log")
+            ax.set_title(f"SmolLM2-135M, n = {n}")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        write_atomic(out / "ppl_vs_budget.png", lambda tmp: fig.savefig(tmp, dpi=110))
+        print(f"\nplot: {out / 'ppl_vs_budget.png'}")
+
+
+def ints(text):
+    return [int(x) for x in text.split(",")]
+
+
+def floats(text):
+    return [float(x) for x in text.split(",")]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("stage", choices=["calibrate", "ppl", "speed", "attention", "report"])
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--out", default=str(ROOT / "runs" / "llm_structured"))
+    p.add_argument("--lengths", type=ints, default=[2048])
+    p.add_argument("--budgets", type=floats, default=[0.05, 0.1, 0.25, 0.5])
+    p.add_argument("--methods", type=lambda t: t.split(","), default=list(baselines.METHODS))
+    p.add_argument("--windows", type=int, default=2)
+    p.add_argument("--force", action="store_true")
+    p.add_argument("--n", type=int, default=8192)
+    p.add_argument("--method", default="attnlab")
+    p.add_argument("--budget", type=float, default=0.1)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--new-tokens", type=int, default=16)
+    args = p.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", args.threads)))
+    {"calibrate": cmd_calibrate, "ppl": cmd_ppl, "speed": cmd_speed, "attention": cmd_attention, "report": cmd_report}[args.stage](args)
+
+
+if __name__ == "__main__":
+    main()
