@@ -105,6 +105,11 @@ RULES: dict[str, Rule] = {
     "pool": Rule(int, 1, 2**20),
     "memory_gib": Rule(float, 0.0, 2**20, lo_open=True, flag="--memory-limit"),
     "approximate.target": Rule(float, 0.0, 1.0, lo_open=True),
+    # structured LLM plans (plan, plan-run)
+    "plan.budget": Rule(float, 0.0, 1.0, lo_open=True),
+    "plan.n": Rule(int, 2, 2**20),
+    "plan-run.n": Rule(int, 2, 2**20),
+    "windows": Rule(int, 1, 10**4),
     # embeddings
     "dim": Rule(int, 1, 2**16),
     "window": Rule(int, 1, 1000),

@@ -16,6 +16,9 @@ from typing import Optional
 
 import typer
 
+from attnlab.cli.options import checked
+from attnlab.outputs import claim_file
+
 METHODS = ("attnlab", "streaming-llm", "minference-mass", "minference-error", "duo-attention", "full")
 
 
@@ -63,6 +66,7 @@ def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows:
 
 def register(app: typer.Typer) -> None:
     @app.command("plan")
+    @checked("plan")
     def plan(
         hf: str = typer.Option(..., "--hf", help="model: a HF folder, a .gguf file or a known name (smollm2-135m, gemma3-270m)"),
         calibrate: Path = typer.Option(..., "--calibrate", help="calibration text (plain or .gz)"),
@@ -71,6 +75,7 @@ def register(app: typer.Typer) -> None:
         windows: int = typer.Option(2, "--windows", help="calibration windows"),
         method: str = typer.Option("attnlab", "--method", help=f"one of {', '.join(METHODS)}"),
         out: Optional[Path] = typer.Option(None, "--out", help="plan file (.json) [default: next to the model]"),
+        force: bool = typer.Option(False, "--force", help="replace an existing plan file"),
     ) -> None:
         """Choose one structured support per (layer, head) from calibration text under a budget; write it as JSON."""
         from attnlab.llm.plan import check_budget
@@ -85,16 +90,18 @@ def register(app: typer.Typer) -> None:
             raise ValueError(f"--n must be >= 2 and --windows >= 1, got {n} and {windows}")
         if not calibrate.is_file():
             raise ValueError(f"--calibrate {calibrate}: no such file")
-        model, tokenizer = _load(hf)
-        p = make_plan(model, tokenizer, calibrate, budget, n, windows, method)
         if out is None:
             folder = Path(hf) if Path(hf).is_dir() else Path(".")
             out = folder / f"attnlab-plan-{method}-{budget:g}-{n}.json"
+        claim_file(out, inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
+        model, tokenizer = _load(hf)
+        p = make_plan(model, tokenizer, calibrate, budget, n, windows, method)
         p.save(out)
         typer.echo(f"{out}: {p.num_layers}×{p.num_heads} heads, {p.full_heads()} full, "
                    f"{100 * p.fraction(n):.1f} % of the causal entries at n = {n}")
 
     @app.command("plan-run")
+    @checked("plan-run")
     def plan_run(
         hf: str = typer.Option(..., "--hf", help="model: a HF folder, a .gguf file or a known name"),
         plan: Path = typer.Option(..., "--plan", help="plan file made by `attnlab plan`"),
