@@ -300,12 +300,7 @@ class Calibration:
         self.sink[layer] += ((band + c[..., :SINKS].sum(-1)) / n).numpy()
         for z, (w, fixed, dyn) in enumerate(self.candidates):  # μ of each candidate with its run-time columns
             x = self.w_grid.index(min(w, self.w_grid[-1]))
-            cols = torch.zeros(H, n, dtype=torch.bool)
-            cols[:, :fixed] = True
-            if dyn:
-                sc = est_scores.clone()
-                sc[:, :fixed] = -1
-                cols.scatter_(1, torch.argsort(-sc, dim=-1, stable=True)[:, :dyn], True)
+            cols = candidate_columns(est_scores, fixed, dyn)
             self.cand_mass[layer, :, z] += ((band[:, x] + (c[:, x] * cols).sum(-1)) / n).numpy()
 
     def _output_errors(self, layer, q, k, v, scaling, est_scores):
@@ -319,12 +314,7 @@ class Calibration:
         o = torch.softmax(s, -1) @ v
         for x, (w, fixed, dyn) in enumerate(self.candidates):
             keep = ((i - j) <= w).expand(H, -1, -1).clone()
-            cols = torch.zeros(H, n, dtype=torch.bool)
-            cols[:, :fixed] = True
-            if dyn:
-                sc = est_scores.clone()
-                sc[:, :fixed] = -1
-                cols.scatter_(1, torch.argsort(-sc, dim=-1, stable=True)[:, :dyn], True)
+            cols = candidate_columns(est_scores, fixed, dyn)
             keep |= cols[:, None, :]
             o_s = torch.softmax(s.masked_fill(~keep, float("-inf")), -1) @ v
             err = (o_s - o).norm(dim=(-2, -1)) / o.norm(dim=(-2, -1)).clamp_min(1e-30)
@@ -430,14 +420,27 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     return Plan(heads, cal.shape["num_kv_heads"], method, budget, n, {"captured_mass": captured, "table": table})
 
 
+def candidate_columns(est_scores: torch.Tensor, fixed: int, dyn: int) -> torch.Tensor:
+    """1[j ∈ T] of a candidate: the first ``fixed`` keys (sinks) and the ``dyn`` others with the highest
+    estimated scores (MInference's vertical lines from the last queries); est_scores: (H, n) → (H, n) bool."""
+    H, n = est_scores.shape
+    cols = torch.zeros(H, n, dtype=torch.bool)
+    cols[:, :fixed] = True
+    if dyn:
+        sc = est_scores.clone()
+        sc[:, :fixed] = -1
+        cols.scatter_(1, torch.argsort(-sc, dim=-1, stable=True)[:, :dyn], True)
+    return cols
+
+
 def token_windows(tokenizer, path, n: int, count: int, start: int = 0) -> list[torch.Tensor]:
     """``count`` consecutive windows of n tokens of a text file (plain or gzip), from token ``start``: ``[(1, n)]``.
 
     UserError if the file holds fewer than ``start + n`` tokens (one window at least is needed).
     """
-    from attnlab.data.tsv import read_lines
+    from attnlab.llm.long_capture import read_text
 
-    text = "\n".join(read_lines(path))
+    text = "\n".join(read_text(path).splitlines())  # lines joined by one newline each
     ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids[0]
     available = (len(ids) - start) // n
     if available < 1:
