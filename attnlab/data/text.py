@@ -25,7 +25,6 @@ is refused with a one-line error naming it.
 
 from __future__ import annotations
 
-import gzip
 import math
 import unicodedata
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ import torch
 from torch import Tensor
 
 from attnlab.errors import UserError
+from attnlab.textfile import read_text_file
 
 SPLITS = ("train", "dev", "test")
 TEXT_SUFFIXES = (".txt.gz", ".txt")
@@ -92,23 +92,6 @@ def text_files(spec: str, split: str = "train") -> list[Path]:
             raise UserError(f"{path}: no .txt or .txt.gz file in this folder")
         return files
     raise UserError(f"{path}: no {split}.txt[.gz] in this folder (and the folder is not named train with a {split}/ sibling)")
-
-
-def read_text_file(path: Path) -> str:
-    """The UTF-8 text of one file (gzip when ``.gz``); binary or empty files are refused."""
-    try:
-        data = gzip.open(path, "rb").read() if path.name.endswith(".gz") else path.read_bytes()
-    except (gzip.BadGzipFile, EOFError) as err:
-        raise UserError(f"{path}: not a readable gzip file ({err})") from None
-    if b"\x00" in data:
-        raise UserError(f"{path}: binary file (NUL bytes), expected UTF-8 text")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise UserError(f"{path}: not UTF-8 text (invalid byte at offset {err.start}); is it a binary file?") from None
-    if not text.strip():
-        raise UserError(f"{path}: empty text file")
-    return text
 
 
 def read_text(spec: str, split: str = "train") -> str:

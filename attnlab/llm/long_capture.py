@@ -25,7 +25,7 @@ import os
 import resource
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -39,6 +39,7 @@ from attnlab.llm.block_attention import streaming
 from attnlab.llm.head_statistics import DEFAULT_WS, HeadStatistics, TokenInfo
 from attnlab.llm.memory import check_fits, estimate_streamed, gib
 from attnlab.llm.streamed_fit import FitTable, choose, fit_table
+from attnlab.textfile import read_text_file
 
 __all__ = ["LongAttention", "capture_long", "token_info", "DEFAULT_NUM_POS", "default_block_rows", "layer_types"]
 
@@ -364,19 +365,11 @@ def capture_long(
 
 
 def read_text(path: str | os.PathLike) -> str:
-    """The text of a file (``.gz`` read through gzip), as UTF-8; ``UserError`` naming the file otherwise."""
-    import gzip
-
+    """The text of ``--file`` (``attnlab.textfile``: UTF-8, plain or gzip; binary or empty refused)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"--file: {path} does not exist")
-    try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rt", encoding="utf-8") as f:
-                return f.read()
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError, EOFError) as err:
-        raise UserError(f"--file: cannot read {path} as UTF-8 text ({err})") from None
+    return read_text_file(path)
 
 
 def parse_layers(text: str | None) -> list[int] | None:
