@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["FULL", "Support", "band_of", "check_num_pos", "check_w", "column_mask", "column_mass_off_band", "top_columns"]
+__all__ = ["FULL", "Support", "band_of", "check_num_pos", "check_w", "column_mask", "top_columns"]
 
 FULL = -1  # w = FULL: the head keeps every entry of its rows (an untouched / "full" head)
 
@@ -94,16 +94,6 @@ def column_mask(columns, m: int):
     dev = {"device": columns.device} if xp is torch else {}
     j = xp.arange(m, **dev)
     return (columns[..., :, None] == j).any(-2)  # (..., m)
-
-
-def column_mass_off_band(a, w, offset=0):
-    """c_t = Σ_{i : (i, t) ∉ B_{w,o}} a_it: the mass each key column adds beyond the band; ``(..., m)``.
-
-    ``a``: ``(..., n, m)`` non-negative (numpy or torch); padding already zeroed by the caller.
-    """
-    n, m = a.shape[-2:]
-    band = band_of(n, m, w, offset)
-    return (a * ~band).sum(-2)
 
 
 def top_columns(c, num_pos):

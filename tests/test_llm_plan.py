@@ -7,7 +7,6 @@ the tests need no weights; the real-model figures come from benchmarks/llm_struc
 from __future__ import annotations
 
 import json
-import math
 import sys
 
 import numpy as np

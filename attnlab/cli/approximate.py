@@ -86,7 +86,7 @@ def _approximate_long(hf, file, w, num_pos, tokens, block_rows, layers, target, 
                       f"{r['best_entries']:.2%}" if best else "")
     table.caption = "entries: share of the n(n+1)/2 causal entries stored"
     Console(width=max(Console().width, 110)).print(table)
-    need = s[f"share needing more than band + 4 columns"]
+    need = s["share needing more than band + 4 columns"]
     typer.echo(f"heads needing more than a band + 4 columns for {target:.0%} of the mass: "
                + ", ".join(f"{k}: {v:.1%}" for k, v in need.items()))
     typer.echo(f"{s['tokens']} tokens in {s['seconds']} s, peak memory {s['peak']} (estimated {s['estimate']})")

@@ -111,7 +111,6 @@ class HeadStatistics:
         H, r, m = p.shape
         n = self.n
         i = torch.arange(i0, i0 + r)  # query positions
-        j = torch.arange(j0, j0 + m)  # key positions
         self.rows_seen[layer] += r
 
         # band profile: d = i − j.  Row t written shifted right by r − 1 − t into G, so that every

@@ -19,7 +19,6 @@ Eager capture (``output_attentions=True``) keeps every layer's weights:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from attnlab.errors import UserError
