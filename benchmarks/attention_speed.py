@@ -2,6 +2,7 @@
 
     python benchmarks/attention_speed.py [--n N ...] [--w 64] [--g 4] [--repeat R] [--threads 2]
         [--case bidirectional causal] [--mechanisms full band structured structured(flex) ...] [--no-flex] [--json]
+        [--system-malloc]
 
 For each case and length n: forward time (no grad), forward+backward time, and
 the peak extra memory of the forward, at H = 8, d_k = 64, batch 1, float32.
@@ -40,6 +41,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from attnlab.allocator import keep_freed_memory  # noqa: E402
 from attnlab.nn.mask import Mask  # noqa: E402
 from attnlab.config import ModelConfig  # noqa: E402
 from attnlab.nn.mechanisms import MECHANISMS, build_mechanism, keys_per_query  # noqa: E402
@@ -208,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--case", nargs="+", default=["bidirectional", "causal"], choices=["bidirectional", "causal"], help="attention cases")
     ap.add_argument("--mechanisms", nargs="+", default=None, help="only these mechanisms (full is always timed)")
     ap.add_argument("--json", action="store_true", help="print one JSON object per (mechanism, n)")
+    ap.add_argument("--system-malloc", action="store_true", help="leave glibc's malloc as it is (default: attnlab.allocator.keep_freed_memory())")
     args = ap.parse_args(argv)
     for name, value, low in (("--w", args.w, 0), ("--g", args.g, 0), ("--r", args.r, 0), ("--repeat", args.repeat, 1), ("--threads", args.threads, 1), ("--proj-len", args.proj_len, 1)):
         if value < low:
@@ -215,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.n) < 1:
         ap.error(f"--n must be positive, got {min(args.n)}")
     torch.set_num_threads(args.threads)
+    kept = False if args.system_malloc else keep_freed_memory()
+    print(f"# malloc: {'freed memory kept for reuse (attnlab.allocator)' if kept else 'system default'}", file=sys.stderr)
     rows = []
     for case in args.case:
         for n in args.n:

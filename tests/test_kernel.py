@@ -58,9 +58,10 @@ def assert_close(x, ref, what):
     causal=st.booleans(),
     padded=st.booleans(),
     g=st.integers(0, 3),
+    block=st.sampled_from([None, 1, 3000]),
     seed=st.integers(0, 2**16),
 )
-def test_kernel_equals_dense_reference(n, dm, w, offset, chunk, causal, padded, g, seed):
+def test_kernel_equals_dense_reference(n, dm, w, offset, chunk, causal, padded, g, block, seed):
     m = n if causal else max(1, n + dm)  # causal self-attention; cross-attention lengths otherwise
     gen = torch.Generator().manual_seed(seed)
     B, H, d = 2, 2, 8
@@ -84,7 +85,13 @@ def test_kernel_equals_dense_reference(n, dm, w, offset, chunk, causal, padded, 
         out = sw.sliding_window_attention(q, k, v, w, **kwargs)
         return out, torch.autograd.grad(out, (q, k, v), grad)
 
-    for path, (out, grads) in zip(("flash", "plain"), run_both(one)):
+    saved = sw.BACKWARD_BLOCK
+    sw.BACKWARD_BLOCK = block or saved  # 1: every chunk its own backward block (window gradients folded across blocks)
+    try:
+        results = run_both(one)
+    finally:
+        sw.BACKWARD_BLOCK = saved
+    for path, (out, grads) in zip(("flash", "plain"), results):
         assert torch.isfinite(out).all()
         assert_close(out, ref, f"{path} output")
         for name, gx, gr in zip("qkv", grads, g_ref):

@@ -58,6 +58,9 @@ def as_flags(message: str, argv: list[str]) -> str:
 
 def main() -> None:
     """Entry point of the console script."""
+    from attnlab.allocator import keep_freed_memory
+
+    keep_freed_memory()  # large tensors reused, not page-faulted afresh (attnlab/allocator.py)
     try:
         app(standalone_mode=True)
     except (UserError, ValueError, OSError, UnicodeDecodeError) as err:  # OSError: missing, existing, unwritable paths

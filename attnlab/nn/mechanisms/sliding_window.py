@@ -50,6 +50,7 @@ from torch import Tensor
 NEG_INF = -1e30  # finite "−∞": exp underflows to 0, and 0·NEG_INF stays finite in gradients
 MIN_CHUNK = 16
 MAX_CHUNK = 32
+BACKWARD_BLOCK = 1 << 21  # window-gradient floats per block of chunks in the backward (≈ 8 MB float32)
 BLOCK_SCORES = 1 << 20  # scores per block of chunks in the plain-torch path's inference (≈ 4 MB float32)
 FLASH = True  # False: the plain-torch path on CPU too (tests compare both)
 FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
@@ -179,6 +180,16 @@ def _chunk_mm(x: Tensor, y: Tensor) -> Tensor:
     return x @ y
 
 
+def _chunk_mm_add(out: Tensor, x: Tensor, y: Tensor, alpha: float = 1.0) -> None:
+    # out += alpha · x @ y in place: out (B, H, T, c, b), x: (B, H, T, c, a), y: (B, H, T|1, a, b)
+    B, H, T, c, a = x.shape
+    b = out.shape[-1]
+    if y.shape[2] == 1 and T > 1:
+        out.view(B * H, T * c, b).baddbmm_(x.reshape(B * H, T * c, a), y.reshape(B * H, a, b), alpha=alpha)
+    else:
+        out.view(B * H * T, c, b).baddbmm_(x.reshape(B * H * T, c, a), y.expand(B, H, T, a, b).reshape(B * H * T, a, b), alpha=alpha)
+
+
 def _chunk_tmm(x: Tensor, y: Tensor, shared: bool) -> Tensor:
     # xᵀ y per chunk: x: (B, H, T, c, a), y: (B, H, T, c, b) → (B, H, T, a, b), or Σ over chunks (B, H, 1, a, b) if shared
     B, H, T, c, a = x.shape
@@ -210,14 +221,14 @@ class WindowAttention(torch.autograd.Function):
             L_parts.append(L_b)
         O = torch.cat(O_parts).view(B, H, T, c, d) if len(O_parts) > 1 else O_parts[0].view(B, H, T, c, d)
         L = torch.cat(L_parts).view(B, H, T, c, 1) if len(L_parts) > 1 else L_parts[0].view(B, H, T, c, 1)
-        if k_e is not None:
+        if k_e is not None:  # merged in place: no n×d temporaries (each costs a fresh allocation on CPU)
             s_e = _extras_scores(q4, k_e, e_bias, scale)  # (B, H, T, c, e)
-            L_e = torch.logsumexp(s_e, -1, keepdim=True)
-            L_new = torch.logaddexp(L, L_e)
-            O = torch.addcmul(_chunk_mm(torch.exp(s_e - L_new).to(v_e.dtype), v_e), O, torch.exp(L - L_new))
+            L_new = torch.logaddexp(L, torch.logsumexp(s_e, -1, keepdim=True))  # (B, H, T, c, 1)
+            O.mul_(torch.exp(L - L_new).to(O.dtype))  # e^{L_band − L} O_band
+            _chunk_mm_add(O, torch.exp(s_e - L_new).to(v_e.dtype), v_e)  # + P_E V_E
             L = L_new
         if empty is not None:
-            O = O.masked_fill(empty, 0.0)
+            O.masked_fill_(empty, 0.0)
         ctx.save_for_backward(q4, kp, vp, k_e, v_e, e_bias, bias, empty, O, L)
         ctx.geom = (T, c, start, W, scale)
         return O
@@ -231,29 +242,32 @@ class WindowAttention(torch.autograd.Function):
         P = kp.shape[2]
         if empty is not None:
             dO = dO.masked_fill(empty, 0.0)
-        D = (dO * O).sum(-1, keepdim=True)  # (B, H, T, c, 1): rowsum(dO ∘ O)
         dO = dO.contiguous()
         dq = torch.empty_like(q4)
         dkp, dvp = torch.zeros_like(kp), torch.zeros_like(vp)
         L4 = L.view(B, H, T, c)
+        tb = max(1, BACKWARD_BLOCK // (B * H * W * d))  # chunks per block: the window gradients (·, tb, W, d) stay small
         for b in range(B) if bias.shape[0] > 1 else [slice(None)]:  # as in the forward: one call per padded entry
             bb = bias[b][None] if bias.shape[0] > 1 else bias
-            k_w = _windows(kp[b].reshape(-1, P, d), T, c, start, W)
-            v_w = _windows(vp[b].reshape(-1, P, d), T, c, start, W)
-            dq_b, dk_w, dv_w = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-                dO[b].reshape(-1, T, c, d), q4[b].reshape(-1, T, c, d), k_w, v_w, O[b].reshape(-1, T, c, d),
-                L4[b].reshape(-1, T, c), 0.0, False, attn_mask=bb, scale=scale,
-            )
-            dq[b] = dq_b.view(dq[b].shape)
-            _fold_into(dkp[b].view(-1, P, d), dk_w, c, start)  # the windows overlap: Σ their gradients per key
-            _fold_into(dvp[b].view(-1, P, d), dv_w, c, start)
-        D = (dO * O).sum(-1, keepdim=True)  # (B, H, T, c, 1): rowsum(dO ∘ O)
+            for t0 in range(0, T, tb):
+                t1 = min(T, t0 + tb)
+                k_w = _windows(kp[b].reshape(-1, P, d), t1 - t0, c, start + t0 * c, W)
+                v_w = _windows(vp[b].reshape(-1, P, d), t1 - t0, c, start + t0 * c, W)
+                dq_b, dk_w, dv_w = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                    dO[b].reshape(-1, T, c, d)[:, t0:t1], q4[b].reshape(-1, T, c, d)[:, t0:t1], k_w, v_w,
+                    O[b].reshape(-1, T, c, d)[:, t0:t1], L4[b].reshape(-1, T, c)[:, t0:t1], 0.0, False,
+                    attn_mask=bb[:, t0:t1], scale=scale,
+                )
+                dq[b].reshape(-1, T, c, d)[:, t0:t1] = dq_b
+                _fold_into(dkp[b].view(-1, P, d), dk_w, c, start + t0 * c)  # the windows overlap: Σ their gradients per key
+                _fold_into(dvp[b].view(-1, P, d), dv_w, c, start + t0 * c)
         dk_e = dv_e = de_bias = None
         if k_e is not None:  # the extras' softmax slice: dS = P (dO vᵀ − rowsum(dO ∘ O))
+            D = torch.linalg.vecdot(dO, O)[..., None]  # (B, H, T, c, 1): rowsum(dO ∘ O)
             p_e = torch.exp(_extras_scores(q4, k_e, e_bias, scale) - L)  # (B, H, T, c, e)
             shared = k_e.shape[2] == 1  # the same keys for every chunk: their gradients sum over chunks
             dS = p_e * (_chunk_mm(dO, v_e.transpose(-1, -2)) - D)
-            dq = dq + _chunk_mm(dS, k_e) * scale
+            _chunk_mm_add(dq, dS, k_e, alpha=scale)
             dk_e = (_chunk_tmm(dS, q4, shared) * scale).sum_to_size(k_e.shape)
             dv_e = _chunk_tmm(p_e.to(dO.dtype), dO, shared).sum_to_size(v_e.shape)
             if ctx.needs_input_grad[5]:
