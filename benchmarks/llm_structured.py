@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from attnlab.llm import baselines  # noqa: E402
+from attnlab.allocator import keep_freed_memory  # noqa: E402
 from attnlab.llm.attention import apply_plan  # noqa: E402
 from attnlab.llm.kv_cache import PlanCache, kv_bytes  # noqa: E402
 from attnlab.llm.plan import Calibration, Plan, calibrate, choose_plan, model_shape, token_windows  # noqa: E402
@@ -276,7 +277,10 @@ def main():
     p.add_argument("--budget", type=float, default=0.1)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--new-tokens", type=int, default=16)
+    p.add_argument("--system-malloc", action="store_true", help="leave glibc's malloc as it is (default: attnlab.allocator.keep_freed_memory(), as the CLI)")
     args = p.parse_args()
+    if not args.system_malloc:
+        keep_freed_memory()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", args.threads)))
     {"calibrate": cmd_calibrate, "ppl": cmd_ppl, "speed": cmd_speed, "attention": cmd_attention, "report": cmd_report}[args.stage](args)

@@ -77,7 +77,10 @@ class LayerRunner:
 
     # ---- which keys a head reads ------------------------------------------------------------
     def choose_columns(self, q, k, scaling):
-        """T_h per batch row: fixed columns, then the ``dynamic`` best by the last-query estimate; ``(B, H, g)``."""
+        """T_h per batch row: fixed columns, then the ``dynamic`` best by the last-query estimate; ``(B, H, g)``.
+
+        q: (B, H, n, d_k), k: (B, H_kv, m, d_k) (query head h reads KV head ``kv_of[h]``).
+        """
         B, H, _, _ = q.shape
         m = k.shape[2]
         g = max((len(f) + d for f, d in zip(self.fixed, self.dynamic)), default=0)
@@ -88,7 +91,7 @@ class LayerRunner:
         scores = None
         if need:
             hs = torch.tensor(need, device=q.device)
-            scores = estimate_columns(q[:, hs], k[:, hs], scaling)                    # (B, |need|, m)
+            scores = estimate_columns(q[:, hs], k[:, self.kv_of[hs].to(k.device)], scaling)  # (B, |need|, m)
         for h in range(H):
             fixed = [t for t in self.fixed[h] if t < m]
             if fixed:
@@ -116,8 +119,8 @@ class LayerRunner:
     def prefill(self, q, k, v, scaling):
         """q: (B, H, n, d_k), k, v: (B, H_kv, n, ·) → (B, H, n, d_v), each head with its support."""
         B, H, n, d = q.shape
-        k_h, v_h = k[:, self.kv_of.to(k.device)], v[:, self.kv_of.to(k.device)]   # (B, H, n, ·) GQA
-        self.columns = self.choose_columns(q, k_h, scaling)
+        kv_of = self.kv_of.to(k.device)
+        self.columns = self.choose_columns(q, k, scaling)
         if self.sliding is not None:  # a sliding layer's columns would be masked by the model: band only
             self.columns = self.columns[..., :0]
         out = q.new_empty(B, H, n, v.shape[-1])
@@ -126,19 +129,21 @@ class LayerRunner:
             groups.setdefault(self.effective_w(h, n), []).append(h)
         for w, hs in groups.items():
             idx = torch.tensor(hs, device=q.device)
+            k_g, v_g = k[:, kv_of[idx]], v[:, kv_of[idx]]                                   # (B, |hs|, n, ·): GQA, read once
             if w == FULL or w >= n - 1:
-                out[:, idx] = F.scaled_dot_product_attention(q[:, idx], k_h[:, idx], v_h[:, idx], is_causal=True, scale=scaling)
+                out[:, idx] = F.scaled_dot_product_attention(q[:, idx], k_g, v_g, is_causal=True, scale=scaling)
                 continue
             cols = self.columns[:, idx]
             cols = cols[..., : int((cols >= 0).sum(-1).max()) if cols.numel() else 0]  # drop all-empty slots
-            qs = q[:, idx] * (scaling * math.sqrt(d))                                      # the kernel scales by 1/√d_k
             extra_idx = extra_own = None
             if cols.shape[-1]:
                 c = chunk_size(w)
                 T = -(-n // c)
                 extra_idx = cols.clamp_min(0)[:, :, None, :].expand(B, len(hs), T, cols.shape[-1])
-                extra_own = (cols >= 0)[:, :, None, None, :]
-            out[:, idx] = sliding_window_attention(qs, k_h[:, idx], v_h[:, idx], w, causal=True, extra_idx=extra_idx, extra_own=extra_own, chunk=chunk_size(w))
+                extra_own = (cols >= 0)[:, :, None, None, :]                               # empty slots (−1) read nothing
+            # a head's columns are distinct (choose_columns) and empty slots are not owned: no de-duplication
+            out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=extra_idx, extra_own=extra_own,
+                                                   unique=True, chunk=chunk_size(w), scale=scaling)
         return out
 
     # ---- decoding: masked softmax over the cached keys -----------------------------------------

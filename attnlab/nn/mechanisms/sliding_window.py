@@ -314,6 +314,7 @@ def sliding_window_attention(
     unique: bool = False,
     chunk: int | None = None,
     offset: int = 0,
+    scale: float | None = None,
 ) -> Tensor:
     """Band attention |j − i − o| ≤ w plus e extra keys per query chunk (module docstring).
 
@@ -323,7 +324,8 @@ def sliding_window_attention(
     of the chunk may use each extra key; extra_logit: (B|1, H|1, T, e) added to the
     extra keys' scores (a learned gate); ``unique``: the caller guarantees no
     query is given the same extra key twice (skips the de-duplication);
-    ``offset``: o, the band's diagonal offset (``Support.offset``).
+    ``offset``: o, the band's diagonal offset (``Support.offset``); ``scale``: the
+    factor of q·k (default 1/√d_k; an LLM's own ``scaling``).
     Returns (B, H, n, d_v).
     """
     # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
@@ -336,7 +338,7 @@ def sliding_window_attention(
         raise ValueError(f"chunk: must be >= 1, got {c}")
     offset = int(offset)
     T = -(-n // c)
-    scale = 1.0 / math.sqrt(d)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     lo, W = band_window(w, offset, c, causal)
     if W <= 0:  # the band holds no allowed key: one key, masked by the band test itself
         lo, W = 0, 1
