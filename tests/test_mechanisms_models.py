@@ -131,6 +131,7 @@ def test_registry_carries_options_cost_and_causal_support():
     assert MECHANISMS["linformer"].causal is False and MECHANISMS["band"].causal is True
     assert set(mechanisms_reading("w")) == {"band", "global", "bigbird", "structured", "structured-learned"}
     assert keys_per_query("full", 100) == 100 and keys_per_query("band", 100, w=3) == 7
+    assert keys_per_query("band", 100, w=3, g=4, r=2) == 7  # a band reads no columns or random keys, whatever the caller passes
     assert keys_per_query("bigbird", 100, w=3, g=2, r=2) == 11 and keys_per_query("band", 5, w=3) == 5
     assert keys_per_query("linformer", 100, proj_len=16) == 32
     assert keys_per_query("full", 99, causal=True) == 50 and keys_per_query("structured", 100, w=3, g=2, causal=True) == 6

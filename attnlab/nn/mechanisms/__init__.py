@@ -106,7 +106,7 @@ MECHANISMS: dict[str, MechanismSpec] = {
     "full": MechanismSpec(_full, "Full",
                           ("scoring",), lambda n, causal=False, **_: (n + 1) / 2 if causal else n, "every key"),
     "band": MechanismSpec(lambda cfg, kind, d_k: __getattr__("Band")(cfg.w, cfg.dilation), "Band", ("w", "dilation"),
-                          lambda n, w=0, **kw: _band_keys(n, w, **kw), "|i − j| ≤ w, every δ-th key with dilation δ"),
+                          lambda n, w=0, causal=False, **_: _band_keys(n, w, causal=causal), "|i − j| ≤ w, every δ-th key with dilation δ"),
     "global": MechanismSpec(lambda cfg, kind, d_k: __getattr__("Global")(cfg.w, _global_count(cfg)), "Global", ("w", "num_pos"),
                             lambda n, **kw: _band_keys(n, **kw), "band + g global tokens, columns and rows"),
     "structured": MechanismSpec(_structured("fixed"), "Structured", ("w", "num_pos", "sparse"),
