@@ -63,6 +63,8 @@ def plans_for(method: str, cal: Calibration, shape: dict, budget: float) -> Plan
         return choose_plan(cal, budget)
     if method == "attnlab-est":
         return choose_plan(cal, budget, table="est", method="attnlab-est")
+    if method == "attnlab-log":
+        return choose_plan(cal, budget, method="attnlab-log", utility="log-mass")
     if method == "streaming-llm":
         return baselines.streaming_llm(shape, budget, cal.n)
     if method == "minference-mass":
@@ -104,21 +106,21 @@ def cmd_ppl(args):
     out = Path(args.out)
     for n in args.lengths:
         cal = Calibration.load(out / f"calibration-{n}.npz")
-        windows = token_windows(tok, DATA / "test.txt.gz", n, args.windows)
+        windows = token_windows(tok, DATA / f"{args.split}.txt.gz", n, args.windows)
         done = set()
         if (out / "ppl.jsonl").exists():
             for line in (out / "ppl.jsonl").read_text().splitlines():
                 r = json.loads(line)
-                done.add((r["n"], r["method"], r["budget"], r["windows"]))
+                done.add((r["n"], r["method"], r["budget"], r["windows"], r.get("split", "test")))
         todo = [("full", 1.0)] + [(m, b) for b in args.budgets for m in args.methods if m != "full"]
         for method, budget in todo:
-            if (n, method, budget, len(windows)) in done:
+            if (n, method, budget, len(windows), args.split) in done:
                 continue
             plan = plans_for(method, cal, shape, budget)
             apply_plan(model, plan)
             t = time.time()
             ppl = perplexity(model, windows)
-            row = {"n": n, "method": method, "budget": budget, "fraction": plan.fraction(n), "full_heads": plan.full_heads(),
+            row = {"n": n, "split": args.split, "method": method, "budget": budget, "fraction": plan.fraction(n), "full_heads": plan.full_heads(),
                    "ppl": ppl, "windows": len(windows), "seconds": time.time() - t}
             log(json.dumps(row))
             with open(out / "ppl.jsonl", "a") as f:
@@ -202,6 +204,7 @@ def cmd_attention(args):
 def cmd_report(args):
     out = Path(args.out)
     rows = [json.loads(x) for x in (out / "ppl.jsonl").read_text().splitlines()] if (out / "ppl.jsonl").exists() else []
+    rows = [r for r in rows if r.get("split", "test") == "test"]  # dev rows choose settings; the table reports test
     last = {}
     for r in rows:
         last[(r["n"], r["method"], r["budget"])] = r
@@ -271,6 +274,7 @@ def main():
     p.add_argument("--budgets", type=floats, default=[0.05, 0.1, 0.25, 0.5])
     p.add_argument("--methods", type=lambda t: t.split(","), default=list(baselines.METHODS))
     p.add_argument("--windows", type=int, default=2)
+    p.add_argument("--split", default="test", choices=["dev", "test"], help="ppl: the text scored (dev: to choose settings; test: to report)")
     p.add_argument("--force", action="store_true")
     p.add_argument("--n", type=int, default=8192)
     p.add_argument("--method", default="attnlab")

@@ -147,50 +147,59 @@ class LayerRunner:
         return out
 
     # ---- decoding: masked softmax over the cached keys -----------------------------------------
-    def allowed(self, q_pos, k_pos):
-        """S_h(i) over cached keys: q_pos (n,), k_pos (B, H, L) (−1: empty slot) → (B, H, n, L) bool."""
-        B, H, L = k_pos.shape
-        i = q_pos.view(1, 1, -1, 1)
-        j = k_pos[:, :, None, :]
-        w = self.w.to(k_pos.device).view(1, H, 1, 1)
-        ok = (j >= 0) & (j <= i)
-        keep = (w == FULL) | (i - j <= w)
-        if self.columns is not None and self.columns.shape[-1]:
-            cols = self.columns.to(k_pos.device)
-            if cols.shape[0] != B:
-                cols = cols.expand(B, -1, -1)
-            keep = keep | (k_pos[..., None] == cols[:, :, None, :]).any(-1)[:, :, None, :]
-        ok = ok & keep
+    def column_flags(self, k_pos):
+        """Which cached slots are columns of each query head: k_pos (B, H_kv, L) → (B, H_kv, r, L) bool, r = H / H_kv.
+
+        Computed once per prefill (``PlanLayer.flags`` then carries them through decoding and eviction).
+        """
+        B, H_kv, L = k_pos.shape
+        flags = torch.zeros(B, self.H, L, dtype=torch.bool, device=k_pos.device)
+        if self.sliding is None and self.columns is not None and self.columns.shape[-1]:
+            cols = self.columns.to(k_pos.device).expand(B, -1, -1)                        # (B, H, g), −1: empty
+            pos = k_pos[:, self.kv_of.to(k_pos.device)]                                    # (B, H, L)
+            flags = (pos[..., None] == cols[:, :, None, :]).any(-1) & (pos >= 0)
+        return flags.view(B, H_kv, self.H // H_kv, L)
+
+    def allowed(self, q_pos, k_pos, flags=None):
+        """S_h(i) over cached keys: q_pos (n,), k_pos (B, H_kv, L) (−1: empty slot) → (B, H_kv, r, n, L) bool.
+
+        ``flags`` (B, H_kv, r, L): the column slots of each query head (``column_flags``; computed if None).
+        """
+        B, H_kv, L = k_pos.shape
+        r = self.H // H_kv
+        flags = self.column_flags(k_pos) if flags is None else flags
+        i = q_pos.view(1, 1, 1, -1, 1)
+        j = k_pos[:, :, None, None, :]                                                     # (B, H_kv, 1, 1, L)
+        w = self.w.to(k_pos.device).view(1, H_kv, r, 1, 1)
+        ok = (j >= 0) & (j <= i) & ((w == FULL) | (i - j <= w) | flags[:, :, :, None, :])
         if self.sliding is not None:
             ok = ok & (i - j < self.sliding)
         return ok
 
-    def decode(self, q, k, v, scaling, q_pos, k_pos):
-        """q: (B, H, n, d_k) at positions q_pos (n,); k, v: (B, H_kv, L, ·) at k_pos (B, H_kv, L) → (B, H, n, d_v)."""
-        kv = self.kv_of.to(k.device)
-        k_h, v_h, pos_h = k[:, kv], v[:, kv], k_pos[:, kv]                           # (B, H, L, ·)
-        s = (q @ k_h.transpose(-1, -2)) * scaling                                      # (B, H, n, L)
-        a = masked_softmax(s, self.allowed(q_pos, pos_h))
-        return a @ v_h
+    def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None):
+        """q: (B, H, n, d_k) at positions q_pos (n,); k, v: (B, H_kv, L, ·) at k_pos (B, H_kv, L) → (B, H, n, d_v).
+
+        GQA without copies: the r = H / H_kv query heads of a KV head are one batch of its keys.
+        """
+        B, H, n, d = q.shape
+        H_kv = k.shape[1]
+        qg = q.view(B, H_kv, H // H_kv, n, d)                                              # query head h = g·r + ρ
+        s = (qg @ k[:, :, None].transpose(-1, -2)) * scaling                               # (B, H_kv, r, n, L)
+        a = masked_softmax(s, self.allowed(q_pos, k_pos, flags))
+        return (a @ v[:, :, None]).view(B, H, n, v.shape[-1])
 
     # ---- what the cache must keep ---------------------------------------------------------------
-    def keep(self, k_pos, seen: int):
-        """Which cached keys (B, H_kv, L) some query at position ≥ ``seen`` of this layer can still read."""
+    def keep(self, k_pos, seen: int, flags=None):
+        """Which cached keys (B, H_kv, L) some query at position ≥ ``seen`` of this layer can still read.
+
+            keep(j) = ∃ h of the KV head: w_h = FULL ∨ j ≥ seen − w_h ∨ j ∈ T_h     (w_h capped by a sliding window)
+        """
         B, H_kv, L = k_pos.shape
-        keep = torch.zeros(B, H_kv, L, dtype=torch.bool, device=k_pos.device)
-        for h in range(self.H):
-            g = int(self.kv_of[h])
-            w = int(self.w[h])
-            if self.sliding is not None:
-                w = self.sliding - 1 if w == FULL else min(w, self.sliding - 1)
-            if w == FULL:
-                keep[:, g] = True
-                continue
-            mine = k_pos[:, g] >= seen - w
-            if self.sliding is None and self.columns is not None and self.columns.shape[-1]:
-                mine = mine | (k_pos[:, g, :, None] == self.columns[:, h, None, :].to(k_pos.device)).any(-1)
-            keep[:, g] |= mine
-        return keep & (k_pos >= 0)
+        r = self.H // H_kv
+        w = torch.tensor([self.effective_w(h, seen) for h in range(self.H)], device=k_pos.device).view(1, H_kv, r, 1)
+        flags = self.column_flags(k_pos) if flags is None else flags                      # (B, H_kv, r, L)
+        mine = (w == FULL) | (k_pos[:, :, None, :] >= seen - w) | flags
+        return mine.any(2) & (k_pos >= 0)
 
 
 def attnlab_attention(module, query, key, value, attention_mask=None, dropout: float = 0.0, scaling=None, sliding_window=None, **kwargs):
@@ -221,10 +230,11 @@ def attnlab_attention(module, query, key, value, attention_mask=None, dropout: f
             k_pos = torch.arange(m, device=key.device).expand(key.shape[0], key.shape[1], m)
         if layer is not None and m == n == seen:   # first prefill into a PlanCache: the kernel, then compress
             out = runner.prefill(query, key, value, scaling)
+            layer.flags = runner.column_flags(layer.positions)                            # the columns' slots, once
         else:
-            out = runner.decode(query, key, value, scaling, q_pos, k_pos)
+            out = runner.decode(query, key, value, scaling, q_pos, k_pos, layer.flags if layer is not None else None)
     if layer is not None:
-        layer.evict(runner.keep(layer.positions, layer.seen))
+        layer.evict(runner.keep(layer.positions, layer.seen, layer.flags))
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -28,6 +28,7 @@ class PlanLayer(DynamicLayer):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.positions = None  # (B, H_kv, L) long
+        self.flags = None      # (B, H_kv, r, L) bool: slot is a column of query head g·r + ρ (set after the prefill)
         self.seen = 0
 
     def update(self, key_states, value_states, *args, **kwargs):
@@ -36,6 +37,8 @@ class PlanLayer(DynamicLayer):
         new = torch.arange(self.seen, self.seen + n, device=key_states.device).expand(B, H_kv, n)
         self.positions = new.clone() if self.positions is None else torch.cat([self.positions, new], dim=-1)
         self.seen += n
+        if self.flags is not None:  # new tokens are no columns (columns are chosen at the prefill)
+            self.flags = torch.cat([self.flags, self.flags.new_zeros(*self.flags.shape[:3], n)], dim=-1)
         return super().update(key_states, value_states, *args, **kwargs)
 
     def evict(self, keep):
@@ -46,6 +49,8 @@ class PlanLayer(DynamicLayer):
         order = torch.sort((~keep).to(torch.int8), dim=-1, stable=True).indices[..., :L]  # kept slots first, in order
         ok = torch.gather(keep, -1, order)
         self.positions = torch.where(ok, torch.gather(self.positions, -1, order), torch.full_like(order, -1))
+        if self.flags is not None:
+            self.flags = torch.gather(self.flags, -1, order[:, :, None, :].expand(*self.flags.shape[:3], L)) & ok[:, :, None, :]
         idx = order[..., None]
         self.keys = torch.gather(self.keys, 2, idx.expand(*idx.shape[:3], self.keys.shape[-1]))
         self.values = torch.gather(self.values, 2, idx.expand(*idx.shape[:3], self.values.shape[-1]))
@@ -58,7 +63,7 @@ class PlanLayer(DynamicLayer):
 
     def reset(self) -> None:
         super().reset()
-        self.positions, self.seen = None, 0
+        self.positions, self.flags, self.seen = None, None, 0
 
     def crop(self, tokens_to_remove: int) -> None:
         raise NotImplementedError("PlanCache cannot be cropped (evicted keys are gone)")
