@@ -63,8 +63,6 @@ def plans_for(method: str, cal: Calibration, shape: dict, budget: float) -> Plan
         return choose_plan(cal, budget)
     if method == "attnlab-est":
         return choose_plan(cal, budget, table="est", method="attnlab-est")
-    if method == "attnlab-log":
-        return choose_plan(cal, budget, method="attnlab-log", utility="log-mass")
     if method == "streaming-llm":
         return baselines.streaming_llm(shape, budget, cal.n)
     if method == "minference-mass":

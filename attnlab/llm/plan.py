@@ -353,21 +353,14 @@ class Calibration:
         return [t for t in range(SINKS) if share[t] > 0.5]
 
 
-UTILITIES = ("mass", "log-mass")
+def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: str = "fit", method: str = "attnlab") -> Plan:
+    """The plan of largest captured mass Σ μ_h with Σ entries ≤ β · L·H·n(n+1)/2 (module docstring).
 
-
-def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: str = "fit", method: str = "attnlab",
-                utility: str = "mass") -> Plan:
-    """The plan of largest Σ_h u(μ_h) with Σ entries ≤ β · L·H·n(n+1)/2 (module docstring).
-
-    u(μ) = μ (``utility="mass"``: total captured mass) or log μ (``"log-mass"``: Σ log μ_h, the
-    product of the heads' captured masses — a head left with little mass costs more than the same
-    mass taken from a head that keeps most of its own).
     Options per head: full, or (w, g) on the calibration grid, of which the sink positions that are
     columns in most windows become fixed columns and the rest are chosen per input (``dynamic``).
+    (Maximising Σ log μ_h instead was tried: SmolLM2 at 8K, dev text, β = 5 % / 10 %: perplexity
+    32.94 / 28.43 vs 33.02 / 28.43 — no gain, not kept.)
     """
-    if utility not in UTILITIES:
-        raise ValueError(f"utility: one of {', '.join(UTILITIES)}, got {utility!r}")
     budget = check_budget(budget)
     n = n or cal.n
     if budget == 1.0:  # every entry is affordable: the plan is full attention (exactly)
@@ -377,8 +370,6 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     options = [(x, y) for x in range(Gw) for y in range(Gg)]
     cost = np.array([entries_of(cal.w_grid[x], 0, cal.g_grid[y], n) for x, y in options] + [n * (n + 1) // 2], dtype=np.float64)
     gain = np.concatenate([mu.reshape(L, H, -1), np.ones((L, H, 1))], -1)  # (L, H, options + full)
-    if utility == "log-mass":
-        gain = np.log(np.clip(gain, 1e-6, None))
     limit = budget * L * H * n * (n + 1) / 2
 
     def pick(lam):
@@ -427,9 +418,8 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
             fixed = cal.fixed_columns(l, h, x, y)[:g]
             row.append(HeadPlan(Support(w=int(w), columns=np.asarray(fixed, dtype=np.int64)), g - len(fixed)))
         heads.append(row)
-    mass = np.concatenate([mu.reshape(L, H, -1), np.ones((L, H, 1))], -1)
-    captured = float(np.take_along_axis(mass, choice[..., None], -1).mean())
-    return Plan(heads, cal.shape["num_kv_heads"], method, budget, n, {"captured_mass": captured, "table": table, "utility": utility})
+    captured = float(np.take_along_axis(gain, choice[..., None], -1).mean())
+    return Plan(heads, cal.shape["num_kv_heads"], method, budget, n, {"captured_mass": captured, "table": table})
 
 
 def candidate_columns(est_scores: torch.Tensor, fixed: int, dyn: int) -> torch.Tensor:

@@ -366,7 +366,7 @@ def sliding_window_attention(
     empty = None if bool(any_key.all()) else ~any_key[..., None]  # (B|1, H|1, T, c, 1): queries that see nothing
     # pad: q to T·c rows; k, v so that every window lies inside (rows front + j hold key j)
     front, back = max(0, -lo), max(0, (T - 1) * c + lo + W - m)
-    q4 = F.pad(q, (0, 0, 0, T * c - n)).view(B, H, T, c, d)
+    q4 = (q.contiguous() if T * c == n else F.pad(q, (0, 0, 0, T * c - n))).view(B, H, T, c, d)  # no copy when n = T·c
     kp = F.pad(k, (0, 0, front, back)).contiguous()
     vp = F.pad(v, (0, 0, front, back)).contiguous()
     start = front + lo
