@@ -89,7 +89,11 @@ def test_each_planned_head_equals_its_dense_masked_reference(model, n):
     assert (cols[:, 3] < 0).all()                                            # band only
 
 
-def test_generation_with_plan_cache_equals_full_cache_and_keeps_less(model):
+@pytest.mark.parametrize("every", [1, 3])
+def test_generation_with_plan_cache_equals_full_cache_and_keeps_less(model, every, monkeypatch):
+    import attnlab.llm.kv_cache as kv_cache
+
+    monkeypatch.setattr(kv_cache, "EVICT_EVERY", every)  # compaction after each token / every 3 tokens
     plan = Plan([[HeadPlan(Support(w=8, columns=np.array([0])), 2)] * 4 for _ in range(2)], 2, "t", 0.2, 200)
     apply_plan(model, plan)
     ids = torch.randint(0, 100, (1, 200), generator=torch.Generator().manual_seed(2))
@@ -101,8 +105,9 @@ def test_generation_with_plan_cache_equals_full_cache_and_keeps_less(model):
         big = model.generate(ids, past_key_values=dense, **kw)
     assert torch.equal(small.sequences, big.sequences)
     assert max((a - b).abs().max().item() for a, b in zip(small.scores, big.scores)) < 1e-4
-    # 1 sink + 2 dynamic columns + window 8 (+ the newest key) per KV head, instead of 207 keys
-    assert cache.layers[0].keys.shape[2] <= 1 + 2 * 2 + 9
+    # 1 sink + 2 dynamic columns + window 8 (+ the newest key) per KV head, instead of 207 keys,
+    # + the keys that left the window since the last compaction
+    assert cache.layers[0].keys.shape[2] <= 1 + 2 * 2 + 9 + (every - 1)
     assert kv_bytes(cache) * 10 < kv_bytes(dense)
     assert cache.get_seq_length() == 207
 
@@ -257,4 +262,6 @@ def test_gemma3_sliding_layers_full_plan_matches_sdpa():
         assert (m(ids).logits - ref).abs().max() < 1e-4
         cache = PlanCache(m)
         assert torch.equal(m.generate(ids, past_key_values=cache, max_new_tokens=6, do_sample=False), g_ref)
-    assert cache.layers[0].keys.shape[2] <= 32  # a sliding layer keeps its window only
+    from attnlab.llm.kv_cache import EVICT_EVERY
+
+    assert cache.layers[0].keys.shape[2] <= 32 + EVICT_EVERY - 1  # a sliding layer keeps its window (+ keys not yet compacted)

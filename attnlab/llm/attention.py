@@ -233,7 +233,7 @@ def attnlab_attention(module, query, key, value, attention_mask=None, dropout: f
             layer.flags = runner.column_flags(layer.positions)                            # the columns' slots, once
         else:
             out = runner.decode(query, key, value, scaling, q_pos, k_pos, layer.flags if layer is not None else None)
-    if layer is not None:
+    if layer is not None and layer.due():
         layer.evict(runner.keep(layer.positions, layer.seen, layer.flags))
     return out.transpose(1, 2).contiguous(), None
 

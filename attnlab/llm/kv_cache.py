@@ -3,8 +3,10 @@
     keep(j) = j ∈ T_h  ∨  j ≥ t − w_h     for some query head h of the KV head (t: the next position)
             = everything                  if one of them is full
 
-After every step of a planned model (``attention.apply_plan``) each layer drops the cached keys
-and values no future query can attend to; what stays is stored compacted, ``(B, H_kv, L, d)``
+After the prefill, and then every ``EVICT_EVERY`` decoding steps, each layer of a planned model
+(``attention.apply_plan``) drops the cached keys and values no future query can attend to (in
+between, keys that left a window stay cached but masked: at most ``EVICT_EVERY`` extra slots per
+KV head, and no compaction copy per token); what stays is stored compacted, ``(B, H_kv, L, d)``
 with the absolute position of every slot in ``positions`` ``(B, H_kv, L)`` (−1: an empty slot,
 when KV heads keep different numbers of keys).  ``seen`` counts the tokens processed, so the
 model's positions (RoPE) continue as with a full cache.
@@ -19,7 +21,9 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-__all__ = ["PlanCache", "PlanLayer", "kv_bytes"]
+__all__ = ["EVICT_EVERY", "PlanCache", "PlanLayer", "kv_bytes"]
+
+EVICT_EVERY = 32  # decoding steps between compactions
 
 
 class PlanLayer(DynamicLayer):
@@ -30,6 +34,7 @@ class PlanLayer(DynamicLayer):
         self.positions = None  # (B, H_kv, L) long
         self.flags = None      # (B, H_kv, r, L) bool: slot is a column of query head g·r + ρ (set after the prefill)
         self.seen = 0
+        self.evicted_at = None  # ``seen`` at the last compaction
 
     def update(self, key_states, value_states, *args, **kwargs):
         # key_states: (B, H_kv, n, d) → all cached keys (B, H_kv, L + n, d)
@@ -41,8 +46,13 @@ class PlanLayer(DynamicLayer):
             self.flags = torch.cat([self.flags, self.flags.new_zeros(*self.flags.shape[:3], n)], dim=-1)
         return super().update(key_states, value_states, *args, **kwargs)
 
+    def due(self) -> bool:
+        """Time to compact: right after the prefill, then every ``EVICT_EVERY`` tokens."""
+        return self.evicted_at is None or self.seen - self.evicted_at >= EVICT_EVERY
+
     def evict(self, keep):
         """Drop the slots with ``keep`` False (B, H_kv, L); KV heads keeping fewer keys are padded with −1 positions."""
+        self.evicted_at = self.seen
         if bool(keep.all()):
             return
         L = int(keep.sum(-1).max())
@@ -63,7 +73,7 @@ class PlanLayer(DynamicLayer):
 
     def reset(self) -> None:
         super().reset()
-        self.positions, self.flags, self.seen = None, None, 0
+        self.positions, self.flags, self.seen, self.evicted_at = None, None, 0, None
 
     def crop(self, tokens_to_remove: int) -> None:
         raise NotImplementedError("PlanCache cannot be cropped (evicted keys are gone)")
