@@ -152,6 +152,17 @@ def extra_allowed(
     return ok
 
 
+def _padded(x: Tensor, front: int, back: int) -> Tensor:
+    # x: (B, H, m, d) → (B, H, front + m + back, d) contiguous, zero rows around x; only the new rows are
+    # zeroed (F.pad fills the whole tensor first: a second pass over n × d)
+    B, H, m, d = x.shape
+    out = x.new_empty(B, H, front + m + back, d)
+    out[:, :, :front].zero_()
+    out[:, :, front + m :].zero_()
+    out[:, :, front : front + m] = x
+    return out
+
+
 def _windows(x: Tensor, T: int, c: int, start: int, W: int) -> Tensor:
     # x: (N, P, d) contiguous → (N, T, W, d) view: window t = rows start + tc … start + tc + W − 1 (overlapping)
     N, P, d = x.shape
@@ -367,8 +378,7 @@ def sliding_window_attention(
     # pad: q to T·c rows; k, v so that every window lies inside (rows front + j hold key j)
     front, back = max(0, -lo), max(0, (T - 1) * c + lo + W - m)
     q4 = (q.contiguous() if T * c == n else F.pad(q, (0, 0, 0, T * c - n))).view(B, H, T, c, d)  # no copy when n = T·c
-    kp = F.pad(k, (0, 0, front, back)).contiguous()
-    vp = F.pad(v, (0, 0, front, back)).contiguous()
+    kp, vp = _padded(k, front, back), _padded(v, front, back)
     start = front + lo
     args = (q4, kp, vp, k_e, v_e, e_bias, bias, empty, T, c, start, W, scale)
     if FLASH and q.device.type == "cpu" and q.dtype in FLASH_DTYPES and d == d_v and all(x.dtype == q.dtype for x in (k, v)):
