@@ -314,6 +314,8 @@ def test_synthetic_spec_is_honoured(work, capsys, monkeypatch):
     (["--heads", "4"], ["--resume", "--heads 4", "heads = 2"]),
     (["--data", "corpus.tsv"], ["--data corpus.tsv", "data = 'synthetic'"]),
     (["--attention", "band"], ["--attention band", "attention = 'full'"]),
+    (["--optimizer", "muon"], ["--optimizer muon", "optimizer = 'adamw'"]),
+    (["--muon-lr", "0.05"], ["--muon-lr 0.05", "muon_lr = 0.02"]),
     (["--force"], ["--force", "--resume"]),
     (["--init-embeddings", "corpus.tsv"], ["--init-embeddings", "--resume"]),
 ])

@@ -126,7 +126,7 @@ def register(app: typer.Typer) -> None:
         if label_smoothing is None:
             label_smoothing = 0.0 if text else 0.1
         given = _given(ctx)
-        if "muon_lr" in given and optimizer != "muon":
+        if "muon_lr" in given and optimizer != "muon" and not resume:  # on --resume, _check_resume compares it with the run's
             raise UserError("--muon-lr applies to --optimizer muon (it would be ignored)")
         ignored = sorted(given & IGNORED_BY.get(model, set()))
         if ignored:
