@@ -121,7 +121,9 @@ class TrainConfig:
     tokenizer: str = "bpe"  # bpe | word | char
     vocab_size: int = 8000
     max_tokens: int = 4096  # tokens per batch (source + target), summed over processes
-    lr: float = 7e-4
+    lr: float = 7e-4  # AdamW's peak rate (with --optimizer muon: for embeddings, head, biases and gains)
+    optimizer: str = "adamw"  # adamw | muon (attnlab.train.optimizers)
+    muon_lr: float = 0.02  # Muon's peak rate for the hidden matrices (--optimizer muon)
     warmup: int = 1000
     betas: tuple[float, float] = (0.9, 0.98)
     weight_decay: float = 0.01
@@ -156,6 +158,8 @@ class TrainConfig:
             (self.log_every > 0, "log_every", "> 0"), (self.checkpoint_every > 0, "checkpoint_every", "> 0"),
             (self.synthetic_pairs > 0, "synthetic_pairs", "> 0"), (self.dev_limit >= 0, "dev_limit", ">= 0"),
             (self.precision in ("fp32", "bf16"), "precision", "fp32 or bf16"),
+            (self.optimizer in ("adamw", "muon"), "optimizer", "adamw or muon"),
+            (math.isfinite(self.muon_lr) and self.muon_lr > 0, "muon_lr", "finite and > 0"),
         ]
         for ok, name, want in checks:
             if not ok:

@@ -226,6 +226,9 @@ def test_two_trains_on_one_folder(work, capsys, monkeypatch):
     (["--dropout", "1"], ["--dropout", "1.0)"]),
     (["--lr", "nan"], ["--lr", "finite"]),
     (["--minutes", "inf"], ["--minutes", "finite"]),
+    (["--optimizer", "sgd"], ["--optimizer", "adamw", "muon", "sgd"]),
+    (["--optimizer", "muon", "--muon-lr", "0"], ["--muon-lr", "got 0"]),
+    (["--muon-lr", "0.05"], ["--muon-lr", "--optimizer muon"]),  # AdamW would ignore it
     (["--value-rank", "17"], ["--value-rank", "--d-model is 16", "got 17"]),
     (["--attention-on", "encoder,decodr"], ["--attention-on", "decodr"]),
     (["--attention-on", ""], ["--attention-on"]),
@@ -311,6 +314,8 @@ def test_synthetic_spec_is_honoured(work, capsys, monkeypatch):
     (["--heads", "4"], ["--resume", "--heads 4", "heads = 2"]),
     (["--data", "corpus.tsv"], ["--data corpus.tsv", "data = 'synthetic'"]),
     (["--attention", "band"], ["--attention band", "attention = 'full'"]),
+    (["--optimizer", "muon"], ["--optimizer muon", "optimizer = 'adamw'"]),
+    (["--muon-lr", "0.05"], ["--muon-lr 0.05", "muon_lr = 0.02"]),
     (["--force"], ["--force", "--resume"]),
     (["--init-embeddings", "corpus.tsv"], ["--init-embeddings", "--resume"]),
 ])

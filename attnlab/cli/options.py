@@ -81,6 +81,8 @@ RULES: dict[str, Rule] = {
     "vocab_size": Rule(int, 5, VOCAB_MAX, note="(4 special tokens included)"),
     "max_tokens": Rule(int, 1, 2**31),
     "lr": Rule(float, 0.0, 10.0, lo_open=True),
+    "optimizer": Rule(str, choices=("adamw", "muon")),
+    "muon_lr": Rule(float, 0.0, 10.0, lo_open=True),
     "warmup": Rule(int, 0, BIG),
     "label_smoothing": Rule(float, 0.0, 1.0, hi_open=True),
     "epochs": Rule(int, 0, BIG, note="(0 = no epoch limit)"),

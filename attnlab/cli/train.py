@@ -85,7 +85,9 @@ def register(app: typer.Typer) -> None:
         tokenizer: str = typer.Option("bpe", help="bpe | word | char."),
         vocab_size: int = typer.Option(8000, help="Tokenizer vocabulary size."),
         max_tokens: int = typer.Option(4096, help="Tokens per (global) batch."),
-        lr: float = typer.Option(7e-4, help="Peak learning rate."),
+        lr: float = typer.Option(7e-4, help="Peak learning rate (AdamW; with --optimizer muon, of the embeddings, head, biases and norms)."),
+        optimizer: str = typer.Option("adamw", help="adamw | muon (Muon for the hidden weight matrices at --muon-lr, AdamW for the rest at --lr)."),
+        muon_lr: float = typer.Option(0.02, help="Peak learning rate of Muon (--optimizer muon)."),
         warmup: int = typer.Option(1000, help="Warm-up steps."),
         label_smoothing: Optional[float] = typer.Option(None, help="Label smoothing ε_ls (default 0.1; 0 for a language model on text)."),
         schedule: str = typer.Option("inverse_sqrt", help="inverse_sqrt | cosine (warm-up, then cosine decay to lr/10 over --max-steps or --minutes)."),
@@ -124,6 +126,8 @@ def register(app: typer.Typer) -> None:
         if label_smoothing is None:
             label_smoothing = 0.0 if text else 0.1
         given = _given(ctx)
+        if "muon_lr" in given and optimizer != "muon" and not resume:  # on --resume, _check_resume compares it with the run's
+            raise UserError("--muon-lr applies to --optimizer muon (it would be ignored)")
         ignored = sorted(given & IGNORED_BY.get(model, set()))
         if ignored:
             raise UserError(f"--model {model} does not use --{ignored[0].replace('_', '-')} "
@@ -147,7 +151,8 @@ def register(app: typer.Typer) -> None:
         if init_embeddings is not None and not init_embeddings.is_file():
             raise UserError(f"--init-embeddings {init_embeddings}: no such file")
         tcfg = TrainConfig(
-            data=data, tokenizer=tokenizer, vocab_size=vocab_size, max_tokens=max_tokens, lr=lr, warmup=warmup,
+            data=data, tokenizer=tokenizer, vocab_size=vocab_size, max_tokens=max_tokens, lr=lr, optimizer=optimizer,
+            muon_lr=muon_lr, warmup=warmup,
             label_smoothing=label_smoothing, epochs=epochs, max_steps=max_steps, minutes=minutes, seed=seed,
             checkpoint_every=checkpoint_every, log_every=log_every, synthetic_pairs=synthetic_pairs, precision=precision,
             dev_limit=dev_limit, schedule=schedule, context=context, batch_size=batch_size, eval_every=eval_every,

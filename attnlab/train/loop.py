@@ -6,7 +6,7 @@ label smoothing ε_ls (Szegedy et al. 2016; Vaswani et al. 2017 §5.4),
     L = −(1/T) Σ_t [ (1 − ε_ls) log p(y_t) + (ε_ls / V) Σ_v log p(v) ],
 
 T the number of real (non-padding) target tokens of the *global* batch.
-The optimiser is AdamW with the inverse-square-root warm-up of
+The optimiser is AdamW (or Muon + AdamW, ``attnlab.train.optimizers``) with the inverse-square-root warm-up of
 ``attnlab.train.schedule`` (or warm-up + cosine decay, ``schedule = "cosine"``)
 and gradient clipping ‖g‖₂ ≤ ``clip_norm``.
 
@@ -51,6 +51,7 @@ from attnlab.train import distributed
 from attnlab.data.text import is_text_spec
 from attnlab.train.checkpoint import BEST_WEIGHTS, TrainState, list_checkpoints, load_checkpoint, save_checkpoint, save_weights
 from attnlab.train.examples import Examples, prepare_examples
+from attnlab.train.optimizers import build_optimizer, peak_lrs
 from attnlab.train.schedule import inverse_sqrt, warmup_cosine
 from attnlab.train.text_examples import prepare_text_examples
 
@@ -145,12 +146,7 @@ def train(
             matched = max(_init(w.data, examples.tokenizer, init_embeddings) for w in weights.values())
             if ctx.is_main:
                 console.print(f"initialised {matched} embedding rows from {init_embeddings}")
-        decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-        no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-        optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": train_cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=train_cfg.lr, betas=tuple(train_cfg.betas),
-        )
+        optimizer = build_optimizer(model, train_cfg)
         state = load_checkpoint(out, model, model_cfg, optimizer) if resume else TrainState()
         # everything is validated: only now is the earlier run removed and the new one written
         if ctx.is_main:
@@ -216,6 +212,7 @@ def _loop(net, model, cfg: ModelConfig, tc: TrainConfig, optimizer, examples: Ex
     pad = cfg.pad_id
     start = time.perf_counter() - state.elapsed
     total_steps = tc.max_steps or (tc.epochs * len(examples.batches(0)) if tc.epochs else 0)
+    peaks = peak_lrs(optimizer, tc)
     metrics = open(out / "metrics.jsonl", "a", encoding="utf-8") if ctx.is_main else None
     progress = Progress(
         TextColumn("[bold]train"), BarColumn(), TextColumn("step {task.completed}/{task.total}"),
@@ -248,9 +245,10 @@ def _loop(net, model, cfg: ModelConfig, tc: TrainConfig, optimizer, examples: Ex
                 loss.backward()
                 if tc.clip_norm > 0:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip_norm)
-                lr = tc.lr * _lr_factor(tc, state.step + 1, total_steps, state.elapsed)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
+                factor = _lr_factor(tc, state.step + 1, total_steps, state.elapsed)
+                lr = tc.lr * factor
+                for group, peak in zip(optimizer.param_groups, peaks):
+                    group["lr"] = peak * factor
                 optimizer.step()
 
                 last_loss = float(ctx.all_sum(loss_sum.detach().float()) / T)
