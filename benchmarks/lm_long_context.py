@@ -42,6 +42,7 @@ def one(args) -> dict:
     """Train one configuration in this process; return what was measured."""
     import torch
 
+    from attnlab.allocator import keep_freed_memory
     from attnlab.config import ModelConfig, TrainConfig
     from attnlab.data.text import load_text
     from attnlab.train.checkpoint import load_run
@@ -49,6 +50,7 @@ def one(args) -> dict:
     from attnlab.train.perplexity import evaluate_lm
 
     torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as the attnlab command does (attnlab/allocator.py)
     n, mech = args.context, args.mechanism
     mcfg = ModelConfig(model="lm", d_model=args.d_model, heads=args.heads, layers=args.layers, ff=4 * args.d_model,
                        dropout=0.0, max_len=n, norm="pre", attention=mech, w=args.w,
