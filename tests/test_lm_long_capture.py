@@ -21,7 +21,7 @@ from attnlab.llm.long_capture import LongAttention, capture_long
 from attnlab.llm.mechanism_blocks import block_scores, streaming_lm
 from attnlab.nn import build_model
 from attnlab.nn.mask import Mask
-from attnlab.train.checkpoint import load_run
+from attnlab.train.checkpoint import Run, load_run
 from attnlab.train.loop import train
 
 VERSE = """ROMEO:
@@ -195,9 +195,9 @@ def test_cli_bad_inputs_are_one_line_and_write_nothing(runs, text_file, tmp_path
         lines = [l for l in err.strip().splitlines() if l.strip()]
         assert code == 2 and len(lines) == 1 and needle in lines[0], (args, err)
         assert not (tmp_path / "o").exists()
-    # a translation run
-    tr = tmp_path / "tr"
-    tc = TrainConfig(data="synthetic", max_steps=1, batch_size=4, eval_every=1, checkpoint_every=1, log_every=1)
-    train(ModelConfig(model="transformer", d_model=16, ff=32, layers=1, heads=2, max_len=32), tc, tr, quiet=True)
-    code, _, err = _cli(["roles", str(tr), "--file", str(text_file)], capsys)
-    assert code == 2 and "--model lm" in err and len(err.strip().splitlines()) == 1, err
+    # a translation run (a Run as load_run returns it; training one would cost seconds)
+    lm = load_run(run_dir)
+    cfg = ModelConfig(model="transformer", vocab_size=lm.tokenizer.vocab_size, d_model=16, ff=32, layers=1, heads=2, max_len=32)
+    translation = Run(path=tmp_path / "tr", model=build_model(cfg), tokenizer=lm.tokenizer, cfg=cfg, train_cfg=None)
+    with pytest.raises(UserError, match="transformer run .*--model lm"):
+        capture_long(translation, VERSE)
