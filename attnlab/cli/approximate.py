@@ -41,8 +41,9 @@ def _echo_warnings(caught) -> None:
         typer.echo(f"attnlab: warning: {' '.join(str(w.message).split())}", err=True)
 
 
-def _approximate_long(hf, file, w, num_pos, tokens, block_rows, layers, target, memory_gib, as_json) -> None:
-    """``attnlab approximate --hf MODEL --file TEXT``: the streamed fit table of every head."""
+def _approximate_long(hf, file, w, num_pos, tokens, block_rows, layers, target, memory_gib, as_json, run_dir=None) -> None:
+    """``attnlab approximate --hf MODEL --file TEXT`` (or ``RUN_DIR --file TEXT``): the streamed fit table of every head."""
+    from attnlab.cli.attention import long_source
     from attnlab.llm.head_statistics import DEFAULT_WS
     from attnlab.llm.long_capture import DEFAULT_NUM_POS, capture_long, parse_layers, read_text
     from attnlab.llm.report import summary
@@ -53,7 +54,9 @@ def _approximate_long(hf, file, w, num_pos, tokens, block_rows, layers, target, 
         raise ValueError(f"--w/--num-pos: expected integers >= 0, got {w}, {num_pos}")
     ws = tuple(sorted(set(DEFAULT_WS) | {w}))
     nps = tuple(sorted(set(DEFAULT_NUM_POS) | {num_pos}))
-    res = capture_long(hf, read_text(file), max_tokens=tokens, block_rows=block_rows, layers=parse_layers(layers), ws=ws, num_pos=nps,
+    layer_list = parse_layers(layers)  # options first: nothing is loaded for a typo
+    text = read_text(file)
+    res = capture_long(long_source(run_dir, hf), text, max_tokens=tokens, block_rows=block_rows, layers=layer_list, ws=ws, num_pos=nps,
                        memory_limit=None if memory_gib is None else int(memory_gib * 2**30))
     if w not in res.fit.ws:
         raise ValueError(f"--w: must be below the number of tokens {res.n}, got {w}")
@@ -96,7 +99,7 @@ def register(app: typer.Typer) -> None:
     @app.command("approximate")
     @checked("approximate")
     def approximate(
-        input: Optional[Path] = typer.Argument(None, help="attention heads: .npy/.npz (n,n) or (H,n,n), or an attnlab attention file (or --hf with --file)"),
+        input: Optional[Path] = typer.Argument(None, help="attention heads: .npy/.npz (n,n) or (H,n,n), or an attnlab attention file; with --file: a language-model RUN_DIR (or --hf)"),
         w: int = typer.Option(3, "--w", help="band half-width w (0 <= w < n)"),
         num_pos: int = typer.Option(2, "--num-pos", help="number of key columns (0 <= num_pos <= n)"),
         sparse: Optional[int] = typer.Option(None, "--sparse", help="sparse entries s of the optimal fit [default: n]"),
@@ -114,7 +117,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Thesis random search (Σ1, Σ2(w), Σ3) beside the optimal band + columns + sparse fit, per head.
 
-        With --hf MODEL --file TEXT: the exact band + num_pos columns fit (s = 0) of every head of the model over the
+        With RUN_DIR --file TEXT (an attnlab LM run) or --hf MODEL --file TEXT: the exact band + num_pos columns fit (s = 0) of every head of the model over the
         long text, streamed (no n x n matrix), at --w/--num-pos and over a grid; per head the cheapest grid point
         holding --target of the mass.
         """
@@ -122,11 +125,12 @@ def register(app: typer.Typer) -> None:
         from attnlab.analysis.comparison import compare_fits
 
         if file is not None or hf is not None:
-            if input is not None:
-                raise UserError("give INPUT or --hf MODEL --file TEXT, not both")
             if file is None:
                 raise UserError("--hf needs --file TEXT (a long text file)")
-            _approximate_long(hf, file, w, num_pos, tokens, block_rows, layers, target, memory_gib, as_json)
+            if input is not None and hf is not None:
+                raise UserError("give INPUT (a language-model RUN_DIR with --file) or --hf MODEL --file TEXT, not both")
+            _approximate_long(hf, file, w, num_pos, tokens, block_rows, layers, target, memory_gib, as_json,
+                              run_dir=None if input is None else str(input))
             return
         if input is None:
             raise UserError("give INPUT (attention heads) or --hf MODEL --file TEXT")

@@ -31,16 +31,42 @@ def _capture(run_dir: str | None, hf, sentences: list[str], targets, truncate: b
     return capture_hf(hf, sentences, targets, truncate=truncate)
 
 
-def _long(hf: str | None, file: Path, tokens, block_rows, layers, rows=None, pool=None, memory_gib=None):
-    """The streamed statistics of --hf on --file (``attnlab.llm.long_capture.capture_long``)."""
+def _check_long_source(run_dir: str | None, hf: str | None) -> None:
+    """--file streams exactly one model: an attnlab LM RUN_DIR or --hf MODEL."""
+    if run_dir is not None and hf is not None:
+        raise UserError("give RUN_DIR or --hf MODEL, not both")
+    if run_dir is None and hf is None:
+        raise UserError("--file needs a language-model RUN_DIR or --hf MODEL (a known name, a HF folder, a hub name or a .gguf file)")
+
+
+def long_source(run_dir: str | None, hf: str | None):
+    """What --file streams: the attnlab LM run of RUN_DIR (``load_run``), else the --hf spec."""
+    _check_long_source(run_dir, hf)
+    if hf is not None:
+        return hf
+    from attnlab.train.checkpoint import load_run
+
+    return load_run(run_dir)
+
+
+def _long(hf: str | None, file: Path, tokens, block_rows, layers, rows=None, pool=None, memory_gib=None, run_dir: str | None = None):
+    """The streamed statistics of RUN_DIR (an attnlab LM) or --hf on --file (``attnlab.llm.long_capture.capture_long``)."""
     from attnlab.llm.long_capture import capture_long, parse_layers, parse_rows, read_text
 
-    if hf is None:
-        raise UserError("--file needs --hf MODEL (a known name, a HF folder, a hub name or a .gguf file)")
+    _check_long_source(run_dir, hf)
     layers, rows = parse_layers(layers), parse_rows(rows)  # options first: nothing is loaded for a typo
     text = read_text(file)
     limit = None if memory_gib is None else int(memory_gib * 2**30)
-    return capture_long(hf, text, max_tokens=tokens, block_rows=block_rows, layers=layers, rows=rows, pool=pool, memory_limit=limit)
+    return capture_long(long_source(run_dir, hf), text, max_tokens=tokens, block_rows=block_rows, layers=layers, rows=rows,
+                        pool=pool, memory_limit=limit)
+
+
+def _one_run(args: list[str] | None, option: str = "--file") -> str | None:
+    """RUN_DIR of ``--file`` (at most one positional argument)."""
+    args = list(args or [])
+    if len(args) > 1:
+        raise UserError(f"{option} reads the text from the file: give one RUN_DIR and no sentence (got {args[1]!r})")
+    return args[0] if args else None
 
 
 def _long_summary(res) -> None:
@@ -52,7 +78,7 @@ def _long_summary(res) -> None:
                f"peak memory {s['peak']} (estimated {s['estimate']}, block {s['block_rows']} rows)", err=True)
 
 
-FILE_HELP = "a long text file (.txt or .txt.gz): streamed statistics of --hf in bounded memory"
+FILE_HELP = "a long text file (.txt or .txt.gz): streamed statistics of RUN_DIR (an LM run) or --hf in bounded memory"
 
 
 def register(app: typer.Typer) -> None:
@@ -85,13 +111,14 @@ def register(app: typer.Typer) -> None:
         from attnlab.viz.export import write_attention
 
         if file is not None:
-            if args:
-                raise UserError("--file reads the text from the file: give no RUN_DIR or sentence")
+            run_dir = _one_run(args)
+            _check_long_source(run_dir, hf)
             from attnlab.llm.report import write_long_attention
 
-            out = out or Path("attention-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(hf or "model").name or "model"))
-            claim = claim_folder(out, kind="attention", inputs=[("--file", file), ("--hf", hf)], force=force)
-            res = _long(hf, file, tokens, block_rows, layers, rows, "auto" if pool is None else pool, memory_gib)
+            if out is None:
+                out = Path(run_dir) / "attention-long" if run_dir else Path("attention-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(hf or "model").name or "model"))
+            claim = claim_folder(out, kind="attention", inputs=[("--file", file), ("RUN_DIR", run_dir), ("--hf", hf)], force=force)
+            res = _long(hf, file, tokens, block_rows, layers, rows, "auto" if pool is None else pool, memory_gib, run_dir=run_dir)
             _long_summary(res)
             for p in write_folder(claim, lambda: write_long_attention(res, out)):
                 typer.echo(str(p))
@@ -138,9 +165,9 @@ def register(app: typer.Typer) -> None:
         from attnlab.workflows import classify_heads
 
         if file is not None:
-            if args or data or maps or conllu:
-                raise UserError("--file reads one long text: give no RUN_DIR, --data, --maps or --conllu")
-            res = _long(hf, file, tokens, block_rows, layers, memory_gib=memory_gib)
+            if data or maps or conllu:
+                raise UserError("--file reads one long text: give no --data, --maps or --conllu")
+            res = _long(hf, file, tokens, block_rows, layers, memory_gib=memory_gib, run_dir=_one_run(args))
             _long_summary(res)
             if as_json:
                 typer.echo(json.dumps([r.to_dict() for r in res.roles], indent=1))

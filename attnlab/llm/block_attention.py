@@ -31,7 +31,7 @@ import torch
 
 from attnlab.llm.lazy_mask import LazyMask, lazy_mask
 
-__all__ = ["IMPLEMENTATION", "block_attention", "register", "streaming"]
+__all__ = ["IMPLEMENTATION", "block_attention", "key_range", "register", "softmax_rows", "streaming"]
 
 IMPLEMENTATION = "attnlab_blocks"
 
@@ -39,12 +39,39 @@ IMPLEMENTATION = "attnlab_blocks"
 _ACTIVE: dict = {"observer": None, "block_rows": 256}
 
 
-def _key_range(allowed: torch.Tensor) -> tuple[int, int]:
+def key_range(allowed: torch.Tensor) -> tuple[int, int]:
     """First and one-past-last key column any row of the block may read."""
     cols = allowed.any(dim=(0, 1, 2)).nonzero()
     if cols.numel() == 0:
         return 0, 0
     return int(cols[0]), int(cols[-1]) + 1
+
+
+_key_range = key_range  # the name block_attention calls (tests replace it)
+
+
+def softmax_rows(s: torch.Tensor, allowed: torch.Tensor, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """p = softmax_j(s) of masked scores (−∞ where not allowed; ``s`` is overwritten) and, if asked, each row's entropy.
+
+    The softmax written out, to get the entropy from the logits:
+        s' = s − max_j s,  p = exp(s') / z,  H = −Σ p ln p = ln z − Σ_j p_j s'_j
+    A row with no allowed key gives p = 0 and H = 0.
+    """
+    # s: (B, H, r, m') float, allowed: (B, 1|H, r, m') → p (B, H, r, m'), entropy (B, H, r) or None
+    entropy = None
+    if not with_entropy:
+        p = torch.softmax(s, dim=-1)  # (B, H, r, m'); a row with no allowed key is NaN
+    else:
+        s_max = s.amax(-1, keepdim=True)
+        s = s.sub_(torch.where(torch.isfinite(s_max), s_max, torch.zeros_like(s_max))).clamp_(min=-1e4)
+        p = torch.exp(s)  # not allowed: exp(−1e4) = 0
+        z = p.sum(-1, keepdim=True)
+        p = p.div_(z)
+        entropy = torch.log(z[..., 0]) - torch.einsum("bhrm,bhrm->bhr", p, s)  # (B, H, r)
+    if not bool(allowed.any(-1).all()):
+        p = torch.nan_to_num(p, nan=0.0)
+        entropy = None if entropy is None else torch.nan_to_num(entropy, nan=0.0)
+    return p, entropy
 
 
 def block_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask,
@@ -76,22 +103,8 @@ def block_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch
         if softcap is not None:
             s = torch.tanh(s / softcap) * softcap
         s = s.float().masked_fill(~allowed, float("-inf"))
-        entropy = None
-        if observer is None:
-            p = torch.softmax(s, dim=-1)  # (B, H, r, m'); a row with no allowed key is NaN
-        else:
-            # the same softmax written out, to get each row's entropy from its logits:
-            #   s' = s − max_j s,  p = exp(s') / z,  H = −Σ p ln p = ln z − Σ_j p_j s'_j
-            s_max = s.amax(-1, keepdim=True)
-            s = s.sub_(torch.where(torch.isfinite(s_max), s_max, torch.zeros_like(s_max))).clamp_(min=-1e4)
-            p = torch.exp(s)  # not allowed: exp(−1e4) = 0
-            z = p.sum(-1, keepdim=True)
-            p = p.div_(z)
-            entropy = torch.log(z[..., 0]) - torch.einsum("bhrm,bhrm->bhr", p, s)  # (B, H, r)
+        p, entropy = softmax_rows(s, allowed, observer is not None)
         del s
-        if not bool(allowed.any(-1).all()):
-            p = torch.nan_to_num(p, nan=0.0)
-            entropy = None if entropy is None else torch.nan_to_num(entropy, nan=0.0)
         o = torch.matmul(p.reshape(B, H_kv, g, i1 - i0, j1 - j0).to(value.dtype), value[:, :, None, j0:j1])  # (B, H_kv, g, r, d_v)
         out[:, i0:i1] = o.reshape(B, H, i1 - i0, -1).transpose(1, 2)
         if observer is not None:

@@ -219,6 +219,46 @@ def _tokens(tokenizer, text: str, max_tokens: int | None, max_len: int | None) -
     return ids, tokenizer.convert_ids_to_tokens(ids), [t in specials for t in ids]
 
 
+def _lm_tokens(tokenizer, text: str, max_tokens: int | None, max_len: int) -> tuple[list[int], list[str], list[bool]]:
+    """Ids, pieces and special flags of ``text`` under an attnlab run's tokenizer (the ids its training read).
+
+    ``max_tokens`` keeps the first tokens; it may not exceed ``max_len`` nor the text.  Without it the
+    text must fit in ``max_len``.  ``UserError`` (one line) otherwise.
+    """
+    from attnlab.data.text import encode_text
+
+    if not text or not text.strip():
+        raise UserError("the text is empty: give at least one word")
+    if max_tokens is not None and max_tokens > max_len:
+        raise UserError(f"--tokens {max_tokens}: more than the run's max_len of {max_len} (its positions end there); pass --tokens {max_len}")
+    ids, _unknown = encode_text(tokenizer, text)  # (N,): the char fast path or BPE, as in training
+    if max_tokens is not None:
+        if len(ids) < max_tokens:
+            raise UserError(f"--file: the text has {len(ids)} tokens, fewer than --tokens {max_tokens}")
+        ids = ids[:max_tokens]
+    elif len(ids) > max_len:
+        raise UserError(f"the text has {len(ids)} tokens, more than the run's max_len of {max_len}; pass --tokens {max_len}")
+    ids = [int(i) for i in ids]
+    specials = {tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id}
+    return ids, [tokenizer.id_to_piece(i) for i in ids], [i in specials for i in ids]
+
+
+def _as_lm(model, tokenizer, name):
+    """(DecoderLM, attnlab tokenizer, name) when ``model`` is an attnlab run (``load_run``) or ``DecoderLM``; else None."""
+    from attnlab.nn.lm import DecoderLM
+    from attnlab.train.checkpoint import Run
+
+    if isinstance(model, Run):
+        if not isinstance(model.model, DecoderLM):
+            raise UserError(f"{model.path}: a {model.cfg.model} run (translation); --file needs a language-model run (--model lm)")
+        return model.model, model.tokenizer, name or model.path.name
+    if isinstance(model, DecoderLM):
+        if tokenizer is None:
+            raise ValueError("tokenizer: needed when model is a loaded model")
+        return model, tokenizer, name or type(model).__name__
+    return None
+
+
 def _roles(stats: HeadStatistics, info: TokenInfo, tokens: list[str], layers: list[int], th: RoleThresholds) -> list[HeadRole]:
     """``HeadRole`` per head from the streamed accumulators (the formulas of ``attnlab.analysis.roles``, one sentence)."""
     n = stats.n
@@ -281,7 +321,12 @@ def capture_long(
     """Streamed statistics of every head of ``model`` on ``text`` (module docstring).
 
     ``model``: a spec for ``attnlab.llm.loading.load_causal_lm`` (known name,
-    folder, .gguf, hub name) or a loaded causal LM with ``tokenizer``.
+    folder, .gguf, hub name) or a loaded causal LM with ``tokenizer``; or an
+    attnlab language-model run (``attnlab.train.checkpoint.load_run``, or a
+    ``DecoderLM`` with its ``Tokenizer``), whose own mechanism (full, band,
+    global, bigbird, structured) is computed block by block
+    (``attnlab.llm.mechanism_blocks``) for the same statistics; its tokens are
+    limited by the run's ``max_len``.
     ``max_tokens`` keeps the first tokens; ``layers`` analyses only those
     layers (the model stops after the last); ``rows=(a, b)`` keeps the exact
     maps of rows a:b over keys a:b; ``pool`` keeps pooled maps of groups of
@@ -292,17 +337,25 @@ def capture_long(
     """
     from attnlab.llm.loading import load_causal_lm, model_max_len
 
-    if isinstance(model, (str, os.PathLike)):
-        name = name or str(model)
-        model, tokenizer = load_causal_lm(model)
-    elif tokenizer is None:
-        raise ValueError("tokenizer: needed when model is a loaded model")
-    name = name or type(model).__name__
-    model.eval()
-    ids, tokens, special = _tokens(tokenizer, text, max_tokens, model_max_len(model))
+    lm = _as_lm(model, tokenizer, name)
+    if lm is not None:  # an attnlab language model: its mechanisms, block by block (attnlab.llm.mechanism_blocks)
+        model, tokenizer, name = lm
+        cfg = model.cfg
+        L_all, H = cfg.layers, cfg.heads
+        model.eval()
+        ids, tokens, special = _lm_tokens(tokenizer, text, max_tokens, cfg.max_len)
+    else:
+        if isinstance(model, (str, os.PathLike)):
+            name = name or str(model)
+            model, tokenizer = load_causal_lm(model)
+        elif tokenizer is None:
+            raise ValueError("tokenizer: needed when model is a loaded model")
+        name = name or type(model).__name__
+        model.eval()
+        ids, tokens, special = _tokens(tokenizer, text, max_tokens, model_max_len(model))
+        cfg = getattr(model.config, "text_config", None) or model.config
+        L_all, H = cfg.num_hidden_layers, cfg.num_attention_heads
     n = len(ids)
-    cfg = getattr(model.config, "text_config", None) or model.config
-    L_all, H = cfg.num_hidden_layers, cfg.num_attention_heads
     chosen = _select(layers, L_all)
     r = default_block_rows(H, n) if block_rows is None else int(block_rows)
     if r < 1:
@@ -329,8 +382,14 @@ def capture_long(
     x = torch.tensor([ids], dtype=torch.long)
     start, cpu_start = time.perf_counter(), time.process_time()
     try:
-        with streaming(model, observe, r):
-            model.base_model(input_ids=x, use_cache=False)
+        if lm is not None:
+            from attnlab.llm.mechanism_blocks import streaming_lm
+
+            with streaming_lm(model, observe, r):
+                model(x)
+        else:
+            with streaming(model, observe, r):
+                model.base_model(input_ids=x, use_cache=False)
     except _Stop:
         pass
     except (RuntimeError, MemoryError) as err:
@@ -346,8 +405,14 @@ def capture_long(
 
     profile, column, in_band = stats.profile.numpy(), stats.column.numpy(), stats.in_band.numpy()
     fit = fit_table(profile, column, in_band, stats.ws, num_pos)
-    types = layer_types(model)
-    window = getattr(cfg, "sliding_window", None)
+    meta = {"class": type(model).__name__}
+    if lm is not None:  # per layer its mechanism ("structured_attention", ...): no sliding window in the config
+        types = [f"{block.self_attn.mechanism.name}_attention" for block in model.blocks]
+        window = None
+        meta.update(attention=cfg.attention, w=cfg.w, num_pos=cfg.num_pos, max_len=cfg.max_len, tokenizer=tokenizer.kind)
+    else:
+        types = layer_types(model)
+        window = getattr(cfg, "sliding_window", None)
     pooled = None
     if stats.pool is not None:
         g = stats.pool
@@ -360,7 +425,7 @@ def capture_long(
         seconds=seconds, peak_bytes=_peak_rss(), estimate_bytes=estimate.total,
         window=stats.window, window_maps=None if stats.window is None else stats.window_maps.numpy(),
         pool=stats.pool, pooled=pooled,
-        meta={"class": type(model).__name__, "threads": torch.get_num_threads(), "n": n, "cpu_seconds": round(cpu_seconds, 1)},
+        meta={**meta, "threads": torch.get_num_threads(), "n": n, "cpu_seconds": round(cpu_seconds, 1)},
     )
 
 

@@ -49,6 +49,9 @@ class MemoryEstimate:
 
 
 def _dims(model) -> tuple[int, int, int, int, int, int]:
+    own = getattr(model, "cfg", None)  # an attnlab model (attnlab.config.ModelConfig)
+    if own is not None and hasattr(own, "d_model"):
+        return own.layers, own.heads, own.heads, own.d_model, own.d_k, own.ff
     cfg = model.config
     cfg = getattr(cfg, "text_config", None) or cfg
     H = cfg.num_attention_heads

@@ -66,6 +66,14 @@ class MaskMod:
         kv_idx = torch.arange(m, device=device)[None, None, None, :]
         return self.fn(b, h, q_idx, kv_idx).expand(B, H, n, m)
 
+    def rows(self, B: int, H: int, i0: int, i1: int, m: int, device: torch.device | str | None = None) -> Tensor:
+        """Rows i0:i1 of ``dense(B, H, n, m)`` without the others: (B, H, i1 − i0, m) (block-wise capture)."""
+        b = torch.arange(B, device=device)[:, None, None, None]
+        h = torch.arange(H, device=device)[None, :, None, None]
+        q_idx = torch.arange(i0, i1, device=device)[None, None, :, None]
+        kv_idx = torch.arange(m, device=device)[None, None, None, :]
+        return self.fn(b, h, q_idx, kv_idx).expand(B, H, i1 - i0, m)
+
 
 def band(w: int, dilation: int = 1) -> MaskMod:
     """|i − j| ≤ w·δ and δ divides j − i (δ = dilation; δ = 1 is the plain band)."""
