@@ -225,13 +225,13 @@ def _lm_tokens(tokenizer, text: str, max_tokens: int | None, max_len: int) -> tu
     ``max_tokens`` keeps the first tokens; it may not exceed ``max_len`` nor the text.  Without it the
     text must fit in ``max_len``.  ``UserError`` (one line) otherwise.
     """
-    from attnlab.data.text import encode_text
-
     if not text or not text.strip():
         raise UserError("the text is empty: give at least one word")
     if max_tokens is not None and max_tokens > max_len:
         raise UserError(f"--tokens {max_tokens}: more than the run's max_len of {max_len} (its positions end there); pass --tokens {max_len}")
-    ids, _unknown = encode_text(tokenizer, text)  # (N,): the char fast path or BPE, as in training
+    ids = tokenizer.encode(text)  # the ids training read (attnlab.data.text.encode_text gives the same, tested there)
+    if len(ids) < 2:
+        raise UserError("--file: the text gives fewer than 2 tokens")
     if max_tokens is not None:
         if len(ids) < max_tokens:
             raise UserError(f"--file: the text has {len(ids)} tokens, fewer than --tokens {max_tokens}")
@@ -246,9 +246,8 @@ def _lm_tokens(tokenizer, text: str, max_tokens: int | None, max_len: int) -> tu
 def _as_lm(model, tokenizer, name):
     """(DecoderLM, attnlab tokenizer, name) when ``model`` is an attnlab run (``load_run``) or ``DecoderLM``; else None."""
     from attnlab.nn.lm import DecoderLM
-    from attnlab.train.checkpoint import Run
 
-    if isinstance(model, Run):
+    if all(hasattr(model, a) for a in ("path", "model", "tokenizer", "cfg")):  # an attnlab.train.checkpoint.Run (not imported: layers)
         if not isinstance(model.model, DecoderLM):
             raise UserError(f"{model.path}: a {model.cfg.model} run (translation); --file needs a language-model run (--model lm)")
         return model.model, model.tokenizer, name or model.path.name
