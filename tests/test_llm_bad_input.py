@@ -7,24 +7,9 @@ import json
 import pytest
 import torch
 
-from attnlab.cli import main
+from attnlab_cli import run_main
 
 transformers = pytest.importorskip("transformers")
-
-
-def run_cli(args, capsys):
-    import sys
-
-    capsys.readouterr()  # forget what the setup printed
-    old = sys.argv
-    sys.argv = ["attnlab", *args]
-    try:
-        with pytest.raises(SystemExit) as exc:
-            main()
-    finally:
-        sys.argv = old
-    err = capsys.readouterr().err
-    return exc.value.code, err
 
 
 def check_one_line(code, err, *needles):
@@ -59,7 +44,7 @@ def tiny_folder(tmp_path, *, tokenizer: bool, max_positions: int = 4096):
 def test_not_gguf(tmp_path, text_file, capsys):
     bad = tmp_path / "model.gguf"
     bad.write_bytes(b"hello, not a model at all")
-    code, err = run_cli(["attention", "--hf", str(bad), "--file", str(text_file), "--out", str(tmp_path / "o")], capsys)
+    code, _, err = run_main(["attention", "--hf", str(bad), "--file", str(text_file), "--out", str(tmp_path / "o")], capsys)
     check_one_line(code, err, "model.gguf", "not a GGUF file")
     assert not (tmp_path / "o").exists()
 
@@ -76,7 +61,7 @@ def test_truncated_gguf(tmp_path, text_file, capsys):
     data = path.read_bytes()
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(data[: len(data) - 1000])
-    code, err = run_cli(["roles", "--hf", str(cut), "--file", str(text_file)], capsys)
+    code, _, err = run_main(["roles", "--hf", str(cut), "--file", str(text_file)], capsys)
     check_one_line(code, err, "cut.gguf", "truncated")
 
 
@@ -84,25 +69,25 @@ def test_unknown_architecture(tmp_path, text_file, capsys):
     folder = tmp_path / "alien"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "no-such-architecture", "hidden_size": 8}))
-    code, err = run_cli(["approximate", "--hf", str(folder), "--file", str(text_file)], capsys)
+    code, _, err = run_main(["approximate", "--hf", str(folder), "--file", str(text_file)], capsys)
     check_one_line(code, err, "alien", "cannot read its configuration")
 
 
 def test_folder_without_tokenizer(tmp_path, text_file, capsys):
     folder = tiny_folder(tmp_path, tokenizer=False)
-    code, err = run_cli(["roles", "--hf", str(folder), "--file", str(text_file)], capsys)
+    code, _, err = run_main(["roles", "--hf", str(folder), "--file", str(text_file)], capsys)
     check_one_line(code, err, "no tokenizer")
 
 
 def test_input_longer_than_context(tmp_path, text_file, capsys):
     folder = tiny_folder(tmp_path, tokenizer=True, max_positions=64)
-    code, err = run_cli(["roles", "--hf", str(folder), "--file", str(text_file)], capsys)
+    code, _, err = run_main(["roles", "--hf", str(folder), "--file", str(text_file)], capsys)
     check_one_line(code, err, "221 tokens", "context of 64", "--tokens 64")
 
 
 def test_input_that_cannot_fit_is_refused_before_the_run(tmp_path, text_file, capsys):
     folder = tiny_folder(tmp_path, tokenizer=True)
-    code, err = run_cli(["attention", "--hf", str(folder), "--file", str(text_file), "--memory-limit", "0.01",
+    code, _, err = run_main(["attention", "--hf", str(folder), "--file", str(text_file), "--memory-limit", "0.01",
                          "--out", str(tmp_path / "o")], capsys)
     check_one_line(code, err, "221 tokens need about", "GiB", "0.01 GiB is allowed", "--tokens 110")
     assert not (tmp_path / "o").exists()
@@ -116,17 +101,17 @@ def test_allocator_error_is_one_line(tmp_path, text_file, capsys, monkeypatch):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: you tried to allocate 68719476736 bytes.")
 
     monkeypatch.setattr(ba, "_key_range", no_memory)
-    code, err = run_cli(["roles", "--hf", str(folder), "--file", str(text_file)], capsys)
+    code, _, err = run_main(["roles", "--hf", str(folder), "--file", str(text_file)], capsys)
     check_one_line(code, err, "out of memory on 221 tokens", "--block-rows")
 
 
 def test_unknown_known_model_and_missing_file(tmp_path, capsys):
-    code, err = run_cli(["models", "fetch", "gpt-17"], capsys)
+    code, _, err = run_main(["models", "fetch", "gpt-17"], capsys)
     check_one_line(code, err, "unknown model 'gpt-17'", "smollm2-135m")
     folder = tiny_folder(tmp_path, tokenizer=True)
-    code, err = run_cli(["roles", "--hf", str(folder), "--file", str(tmp_path / "missing.txt")], capsys)
+    code, _, err = run_main(["roles", "--hf", str(folder), "--file", str(tmp_path / "missing.txt")], capsys)
     check_one_line(code, err, "missing.txt")
-    code, err = run_cli(["attention", "--hf", str(folder), "--file", str(tmp_path / "x.txt"), "--layers", "zero"], capsys)
+    code, _, err = run_main(["attention", "--hf", str(folder), "--file", str(tmp_path / "x.txt"), "--layers", "zero"], capsys)
     check_one_line(code, err, "--layers")
 
 
@@ -136,6 +121,6 @@ def test_eager_capture_that_cannot_fit_is_refused(tmp_path, capsys, monkeypatch)
     import attnlab.llm.memory as memory
 
     monkeypatch.setattr(memory, "available_bytes", lambda: 10 * 2**20)
-    code, err = run_cli(["attention", "--hf", str(folder), "the king of a rare land", "--out", str(tmp_path / "o")], capsys)
+    code, _, err = run_main(["attention", "--hf", str(folder), "the king of a rare land", "--out", str(tmp_path / "o")], capsys)
     check_one_line(code, err, "needs about", "--file TEXT")
     assert not (tmp_path / "o").exists()

@@ -8,7 +8,6 @@ pooled map, window, entropy and fit grid must equal the ones computed from
 from __future__ import annotations
 
 import gzip
-import sys
 
 import numpy as np
 import pytest
@@ -23,6 +22,7 @@ from attnlab.nn import build_model
 from attnlab.nn.mask import Mask
 from attnlab.train.checkpoint import Run, load_run
 from attnlab.train.loop import train
+from attnlab_cli import run_main
 
 VERSE = """ROMEO:
 But, soft! what light through yonder window breaks?
@@ -147,35 +147,20 @@ def test_refused_inputs_are_one_line(runs, text_file, tmp_path):
         capture_long(build_model(cfg), VERSE, tokenizer=run.tokenizer, max_tokens=50)
 
 
-def _cli(args, capsys):
-    from attnlab.cli import main
-
-    capsys.readouterr()
-    old = sys.argv
-    sys.argv = ["attnlab", *args]
-    try:
-        with pytest.raises(SystemExit) as exc:
-            main()
-    finally:
-        sys.argv = old
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
-
-
 def test_cli_attention_roles_approximate_on_a_run(runs, text_file, tmp_path, capsys):
     run_dir = str(runs["structured"])
     out = tmp_path / "att"
-    code, stdout, err = _cli(["attention", run_dir, "--file", str(text_file), "--tokens", "200", "--rows", "10:40", "--pool", "8",
+    code, stdout, err = run_main(["attention", run_dir, "--file", str(text_file), "--tokens", "200", "--rows", "10:40", "--pool", "8",
                               "--out", str(out)], capsys)
     assert code in (0, None), err
     files = list(out.rglob("*.safetensors"))
     assert len(files) == 1 and any(out.rglob("*.html")) and any(out.rglob("*.png"))
     res = LongAttention.load(files[0])
     assert res.n == 200 and res.pooled.shape == (2, 2, 25, 25) and res.meta["attention"] == "structured"
-    code, stdout, err = _cli(["roles", run_dir, "--file", str(text_file), "--tokens", "200", "--json"], capsys)
+    code, stdout, err = run_main(["roles", run_dir, "--file", str(text_file), "--tokens", "200", "--json"], capsys)
     assert code in (0, None), err
     assert '"role"' in stdout
-    code, stdout, err = _cli(["approximate", run_dir, "--file", str(text_file), "--tokens", "200", "--w", "8", "--num-pos", "4", "--json"], capsys)
+    code, stdout, err = run_main(["approximate", run_dir, "--file", str(text_file), "--tokens", "200", "--w", "8", "--num-pos", "4", "--json"], capsys)
     assert code in (0, None), err
     import json
 
@@ -191,7 +176,7 @@ def test_cli_bad_inputs_are_one_line_and_write_nothing(runs, text_file, tmp_path
         (["attention", run_dir, "--file", str(text_file), "--hf", "x"], "not both"),
         (["approximate", run_dir, "--file", str(text_file), "--tokens", "500"], "max_len of 320"),
     ]:
-        code, _, err = _cli(args + ["--out", str(tmp_path / "o")] if args[0] == "attention" else args, capsys)
+        code, _, err = run_main(args + ["--out", str(tmp_path / "o")] if args[0] == "attention" else args, capsys)
         lines = [l for l in err.strip().splitlines() if l.strip()]
         assert code == 2 and len(lines) == 1 and needle in lines[0], (args, err)
         assert not (tmp_path / "o").exists()
