@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from tests.test_llm_bad_input import run_cli, tiny_folder
+from attnlab_cli import run_main
+from tests.test_llm_bad_input import tiny_folder
 
 pytest.importorskip("transformers")
 
@@ -23,7 +24,7 @@ def text_file(tmp_path):
 def test_attention_long_writes_statistics_overview_and_window(tmp_path, text_file, capsys):
     folder = tiny_folder(tmp_path, tokenizer=True)
     out = tmp_path / "out"
-    code, err = run_cli(["attention", "--hf", str(folder), "--file", str(text_file), "--rows", "100:140", "--out", str(out)], capsys)
+    code, _, err = run_main(["attention", "--hf", str(folder), "--file", str(text_file), "--rows", "100:140", "--out", str(out)], capsys)
     assert code in (0, None), err
     for name in ("long-attention.safetensors", "summary.md", "heads.json", "band-profiles.png", "pooled/grid.png",
                  "pooled/explorer.html", "window/grid.png", "window/explorer.html"):
