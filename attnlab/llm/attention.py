@@ -24,7 +24,6 @@ batches are not supported (batch rows must be full-length).
 
 from __future__ import annotations
 
-import math
 import weakref
 
 import torch
