@@ -1,7 +1,8 @@
 """The sliding-window kernel runs Support(w, offset, columns) exactly: output and gradients equal the dense reference.
 
-Property tests (hypothesis) over n, m, w, offset, chunk, causal, padding and key columns, for both
-execution paths (the CPU flash kernel with its flash-style backward, and the plain torch path).
+Property tests (hypothesis) over n, m, w, offset, chunk, causal, padding, key columns and d_k, for
+the three execution paths: the native fused band kernel (band_kernel.c, d_k a multiple of 16), the
+CPU flash kernel over strided windows, both with the flash-style backward, and the plain torch path.
 """
 
 from __future__ import annotations
@@ -32,14 +33,17 @@ def dense_reference(q, k, v, S: Support, causal: bool, keep, extra_logit_dense=N
     return masked_softmax(s, allowed) @ v
 
 
-def run_both(fn):
+PATHS = {"native": (True, True), "flash": (True, False), "plain": (False, False)}  # path: (FLASH, NATIVE)
+
+
+def run_paths(fn):
     outs = []
-    for flash in (True, False):
-        sw.FLASH = flash
+    for flash, native in PATHS.values():
+        sw.FLASH, sw.NATIVE = flash, native
         try:
             outs.append(fn())
         finally:
-            sw.FLASH = True
+            sw.FLASH = sw.NATIVE = True
     return outs
 
 
@@ -59,12 +63,13 @@ def assert_close(x, ref, what):
     padded=st.booleans(),
     g=st.integers(0, 3),
     block=st.sampled_from([None, 1, 3000]),
+    d=st.sampled_from([8, 16, 48]),
     seed=st.integers(0, 2**16),
 )
-def test_kernel_equals_dense_reference(n, dm, w, offset, chunk, causal, padded, g, block, seed):
+def test_kernel_equals_dense_reference(n, dm, w, offset, chunk, causal, padded, g, block, d, seed):
     m = n if causal else max(1, n + dm)  # causal self-attention; cross-attention lengths otherwise
     gen = torch.Generator().manual_seed(seed)
-    B, H, d = 2, 2, 8
+    B, H = 2, 2
     q = torch.randn(B, H, n, d, generator=gen, requires_grad=True)
     k = torch.randn(B, H, m, d, generator=gen, requires_grad=True)
     v = torch.randn(B, H, m, d, generator=gen, requires_grad=True)
@@ -88,10 +93,10 @@ def test_kernel_equals_dense_reference(n, dm, w, offset, chunk, causal, padded, 
     saved = sw.BACKWARD_BLOCK
     sw.BACKWARD_BLOCK = block or saved  # 1: every chunk its own backward block (window gradients folded across blocks)
     try:
-        results = run_both(one)
+        results = run_paths(one)
     finally:
         sw.BACKWARD_BLOCK = saved
-    for path, (out, grads) in zip(("flash", "plain"), results):
+    for path, (out, grads) in zip(PATHS, results):
         assert torch.isfinite(out).all()
         assert_close(out, ref, f"{path} output")
         for name, gx, gr in zip("qkv", grads, g_ref):
@@ -103,7 +108,7 @@ def test_kernel_equals_dense_reference(n, dm, w, offset, chunk, causal, padded, 
 def test_gate_on_extra_keys_gets_its_gradient(n, w, causal, seed):
     # extra_logit (the learned column gate) is added to the extras' scores off the band: its gradient too
     gen = torch.Generator().manual_seed(seed)
-    B, H, d, g, c = 1, 2, 4, 2, 16
+    B, H, d, g, c = 1, 2, 16, 2, 16
     q, k, v = (torch.randn(B, H, n, d, generator=gen, requires_grad=True) for _ in range(3))
     cols = torch.stack([torch.randperm(n, generator=gen)[:g] for _ in range(H)])[None]  # distinct columns per head
     gate = torch.randn(B, H, g, generator=gen, requires_grad=True)
@@ -123,7 +128,7 @@ def test_gate_on_extra_keys_gets_its_gradient(n, w, causal, seed):
         )
         return out, torch.autograd.grad(out, (q, k, v, gate), grad)
 
-    for path, (out, grads) in zip(("flash", "plain"), run_both(one)):
+    for path, (out, grads) in zip(PATHS, run_paths(one)):
         assert_close(out, ref, f"{path} output")
         for name, gx, gr in zip(("q", "k", "v", "gate"), grads, g_ref):
             assert_close(gx, gr, f"{path} d{name}")
@@ -220,3 +225,36 @@ def test_support_mask_mod_builds_flex_attentions_block_mask():
     dense[:n, :n] = S.dense(n, n)
     want = dense.view(nb, blk, nb, blk).any(3).any(1)
     assert torch.equal(bm.to_dense()[0, 0].bool(), want)
+
+
+def test_native_kernel_builds_where_a_compiler_exists():
+    # the fused kernel is what the benchmarks measure: a broken build must fail here, not fall back silently
+    from attnlab.nn.mechanisms import native
+
+    if native._compiler() is None or native.os.environ.get("ATTNLAB_NATIVE") == "0":
+        pytest.skip(f"native kernel off: {native.unavailable_reason() or 'no C compiler'}")
+    assert native.available(), native.unavailable_reason()
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_native_band_forward_equals_dense_weights_and_log_normaliser(causal):
+    # O_i = Σ_{j ∈ B(i)} exp(s_ij − L_i) v_j and L_i = log Σ exp(s_ij), rows with no key: O = 0, L = NEG_INF
+    from attnlab.nn.mechanisms import native
+
+    if not native.available():
+        pytest.skip(f"native kernel unavailable: {native.unavailable_reason()}")
+    gen = torch.Generator().manual_seed(3)
+    N, n, m, d, w, offset = 4, 70, 50, 32, 6, -9  # m < n and a negative offset: the first rows see no key
+    q, k, v = (torch.randn(N, x, d, generator=gen) for x in (n, m, m))
+    keep = torch.rand(2, m, generator=gen) > 0.4
+    O, L = native.band_forward(q, k, v, w, offset=offset, causal=causal, keep=keep, heads_per_keep=2, scale=0.3)
+    i, j = torch.arange(n)[:, None], torch.arange(m)[None]
+    allowed = ((j - i - offset).abs() <= w) & (j <= i if causal else True) & keep.repeat_interleave(2, 0)[:, None, :]
+    s = (q @ k.transpose(1, 2) * 0.3).masked_fill(~allowed, float("-inf"))
+    seen = allowed.any(-1)
+    assert (~seen).any() and seen.any()
+    L_ref = torch.logsumexp(s, -1)
+    O_ref = masked_softmax(q @ k.transpose(1, 2) * 0.3, allowed) @ v
+    assert_close(O, O_ref, "O")
+    assert_close(L[seen], L_ref[seen], "L")
+    assert (L[~seen] == sw.NEG_INF).all() and (O[~seen] == 0).all()

@@ -47,12 +47,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnlab.nn.mechanisms import native
+
 NEG_INF = -1e30  # finite "−∞": exp underflows to 0, and 0·NEG_INF stays finite in gradients
 MIN_CHUNK = 16
 MAX_CHUNK = 32
 BACKWARD_BLOCK = 1 << 21  # window-gradient floats per block of chunks in the backward (≈ 8 MB float32)
 BLOCK_SCORES = 1 << 20  # scores per block of chunks in the plain-torch path's inference (≈ 4 MB float32)
 FLASH = True  # False: the plain-torch path on CPU too (tests compare both)
+NATIVE = True  # False: PyTorch's flash kernel for the band's forward even where the native kernel builds
 FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
 
 
@@ -218,11 +221,31 @@ class WindowAttention(torch.autograd.Function):
     """Band (flash kernel over strided windows) ∪ extras (small softmax), merged by log-sum-exp (module docstring)."""
 
     @staticmethod
-    def forward(ctx, q4, kp, vp, k_e, v_e, e_bias, bias, empty, T, c, start, W, scale):
-        # q4: (B, H, T, c, d); kp, vp: (B, H, P, d) padded keys/values; k_e, v_e: (B, H, T|1, e, d) or None;
-        # e_bias: (B|1, H|1, T, c, e) or None; bias: (B|1, T, c, W); empty: (B|1, 1, T, c, 1) bool or None
+    def forward(ctx, q4, k, v, k_e, v_e, e_bias, bias, empty, T, c, front, back, lo, W, scale, band=None):
+        # q4: (B, H, T, c, d); k, v: (B, H, m, d) (padded by front/back rows for the windows: _padded);
+        # k_e, v_e: (B, H, T|1, e, d) or None; e_bias: (B|1, H|1, T, c, e) or None; bias: (B|1, T, c, W);
+        # empty: (B|1, 1, T, c, 1) bool or None;
+        # band: (w, offset, causal, key_keep) for the native kernel, or None (PyTorch's flash kernel)
         B, H, _, _, d = q4.shape
-        P = kp.shape[2]
+        m = k.shape[2]
+        ctx.geom = (T, c, front, back, lo, W, scale)
+        if band is not None:  # the fused C kernel (native.py): tiles of rows × their own band, extras in the same softmax
+            w, offset, causal, key_keep = band
+            extras = None
+            if k_e is not None:
+                e, Te = k_e.shape[-2], k_e.shape[2]
+                extras = (k_e.reshape(B * H, Te, e, d), v_e.reshape(B * H, Te, e, d), e_bias.expand(B, H, T, c, e).reshape(B * H, T * c, e), c)
+            O, L = native.band_forward(
+                q4.view(B * H, T * c, d), k.reshape(B * H, m, d), v.reshape(B * H, m, d),
+                w, offset=offset, causal=causal, keep=key_keep, heads_per_keep=H, scale=scale, extras=extras,
+            )
+            O, L = O.view(B, H, T, c, d), L.view(B, H, T, c, 1)
+            if empty is not None:
+                O.masked_fill_(empty, 0.0)
+            ctx.save_for_backward(q4, k, v, k_e, v_e, e_bias, bias, empty, O, L)
+            return O
+        kp, vp = _padded(k, front, back), _padded(v, front, back)
+        P, start = kp.shape[2], front + lo
         O_parts, L_parts = [], []
         for b in range(B) if bias.shape[0] > 1 else [slice(None)]:  # one flash call per batch entry with padding
             bb = bias[b][None] if bias.shape[0] > 1 else bias
@@ -240,17 +263,17 @@ class WindowAttention(torch.autograd.Function):
             L = L_new
         if empty is not None:
             O.masked_fill_(empty, 0.0)
-        ctx.save_for_backward(q4, kp, vp, k_e, v_e, e_bias, bias, empty, O, L)
-        ctx.geom = (T, c, start, W, scale)
+        ctx.save_for_backward(q4, k, v, k_e, v_e, e_bias, bias, empty, O, L)
         return O
 
     @staticmethod
     def backward(ctx, dO):
         # Flash style: the kernel recomputes P_band = exp(S − L) from the merged L; P is never stored.
-        q4, kp, vp, k_e, v_e, e_bias, bias, empty, O, L = ctx.saved_tensors
-        T, c, start, W, scale = ctx.geom
+        q4, k, v, k_e, v_e, e_bias, bias, empty, O, L = ctx.saved_tensors
+        T, c, front, back, lo, W, scale = ctx.geom
+        kp, vp = _padded(k, front, back), _padded(v, front, back)  # the windows' rows: padded here, not kept since the forward
         B, H, _, _, d = q4.shape
-        P = kp.shape[2]
+        P, m, start = kp.shape[2], k.shape[2], front + lo
         if empty is not None:
             dO = dO.masked_fill(empty, 0.0)
         dO = dO.contiguous()
@@ -283,7 +306,8 @@ class WindowAttention(torch.autograd.Function):
             dv_e = _chunk_tmm(p_e.to(dO.dtype), dO, shared).sum_to_size(v_e.shape)
             if ctx.needs_input_grad[5]:
                 de_bias = dS.sum_to_size(e_bias.shape)
-        return dq, dkp, dvp, dk_e, dv_e, de_bias, None, None, None, None, None, None, None
+        dk, dv = dkp[:, :, front : front + m], dvp[:, :, front : front + m]
+        return dq, dk, dv, dk_e, dv_e, de_bias, None, None, None, None, None, None, None, None, None, None
 
 
 def _plain(q4, kp, vp, k_e, v_e, e_bias, bias, empty, T, c, start, W, scale):
@@ -378,13 +402,13 @@ def sliding_window_attention(
     # pad: q to T·c rows; k, v so that every window lies inside (rows front + j hold key j)
     front, back = max(0, -lo), max(0, (T - 1) * c + lo + W - m)
     q4 = (q.contiguous() if T * c == n else F.pad(q, (0, 0, 0, T * c - n))).view(B, H, T, c, d)  # no copy when n = T·c
-    kp, vp = _padded(k, front, back), _padded(v, front, back)
-    start = front + lo
-    args = (q4, kp, vp, k_e, v_e, e_bias, bias, empty, T, c, start, W, scale)
     if FLASH and q.device.type == "cpu" and q.dtype in FLASH_DTYPES and d == d_v and all(x.dtype == q.dtype for x in (k, v)):
-        out = WindowAttention.apply(*args)
+        use_native = NATIVE and q.dtype == torch.float32 and d % native.VEC == 0 and native.available()
+        band = (w, offset, causal, key_keep) if use_native else None
+        out = WindowAttention.apply(q4, k, v, k_e, v_e, e_bias, bias, empty, T, c, front, back, lo, W, scale, band)
     else:
-        out = _plain(*args)
+        kp, vp = _padded(k, front, back), _padded(v, front, back)
+        out = _plain(q4, kp, vp, k_e, v_e, e_bias, bias, empty, T, c, front + lo, W, scale)
     return out.reshape(B, H, T * c, d_v)[:, :, :n]
 
 

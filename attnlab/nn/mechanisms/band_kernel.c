@@ -1,0 +1,245 @@
+/* band_kernel.c — the band of attention, fused on the CPU: O(n·(2w+R)·d) work, O(R·(2w+R)) scratch per thread.
+ *
+ *   o_i = Σ_{j ∈ B(i)} exp(s_ij − L_i) v_j,     s_ij = τ q_i·k_j,     L_i = log Σ_{j ∈ B(i)} exp(s_ij)
+ *   B(i) = { j : |j − i − o| ≤ w,  0 ≤ j < m,  j ≤ i if causal,  keep_j }
+ *
+ * τ is the scale (1/√d_k), o the band's offset, keep an optional key mask (padding).  Optionally e extra
+ * keys per row (key columns, random keys, a residual: sliding_window's E(t)) join the same softmax,
+ *
+ *   s_ix = τ q_i·k^E_x + b_ix     (b: 0, a learned gate, or NEG where the extra key is not allowed),
+ *
+ * so that o_i and L_i are those of the softmax over B(i) ∪ E(i).  A row that sees no key gets o_i = 0
+ * and L_i = NEG (a finite −∞, as sliding_window.NEG_INF).
+ *
+ * Rows go R at a time (a tile).  The tile's keys are the union of its rows' bands — at most 2w + R
+ * consecutive keys — so the work spent outside the band is (R − 1)/(2w + R) of the total (5 % for
+ * w = 64, R = 8), where blocks of c queries × (c + 2w) keys spend (c − 1)/(c + 2w) (19 % for c = 32).
+ * Per tile, all in cache:
+ *
+ *   S = Q_tile K_tileᵀ      register-blocked: R rows × 2 vectors of keys, an FMA per (row, vector, k)
+ *   P = exp(τS − max)       per row, on its own band only (0 elsewhere in the tile)
+ *   O = P V_tile / Σ P      register-blocked: R rows × 2 vectors of value columns
+ *
+ * S's inner loop reads consecutive keys of kᵀ: each thread keeps the keys of its current head
+ * transposed in a rolling buffer (d × CAP), appending the R keys a new tile needs and shifting the
+ * buffer when it is full — every key is transposed once, in cache.  Vectors are GCC/Clang vector extensions: AVX-512, AVX2 or NEON, whatever
+ * -march=native gives.  exp is vectorised by the compiler (glibc's libmvec, -ffast-math); so is max.
+ * Heads × tiles are shared among threads by OpenMP.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define R 8          /* query rows per tile */
+#define VEC 16       /* floats per vector */
+#define NEG (-1e30f) /* finite −∞ */
+
+typedef float vf __attribute__((vector_size(VEC * sizeof(float))));
+
+static inline vf load(const float *p) { vf x; memcpy(&x, p, sizeof x); return x; }
+static inline void store(float *p, vf x) { memcpy(p, &x, sizeof x); }
+
+/* The keys [base, base + len) of one head, transposed: kt[kk·cap + (j − base)] = k_j[kk]. */
+typedef struct {
+    float *kt;
+    long cap, base, len, head;
+} Keys;
+
+/* Make [jlo, jlo + need) resident (keys ≥ m read as 0) and return the column of key jlo. */
+static const float *keys_for(Keys *K, const float *k, long h, long m, long d, long jlo, long need)
+{
+    if (K->head != h || jlo < K->base || jlo + need > K->base + K->cap) {
+        long keep = 0; /* keys already transposed that the tile still needs: shift them to the front */
+        if (K->head == h && jlo >= K->base && jlo < K->base + K->len) {
+            keep = K->base + K->len - jlo;
+            for (long kk = 0; kk < d; kk++) memmove(K->kt + kk * K->cap, K->kt + kk * K->cap + (jlo - K->base), keep * sizeof(float));
+        }
+        K->head = h, K->base = jlo, K->len = keep;
+    }
+    for (long j = K->base + K->len; j < jlo + need; j++) { /* append: one key's d floats into d rows */
+        long x = j - K->base;
+        if (j < m)
+            for (long kk = 0; kk < d; kk++) K->kt[kk * K->cap + x] = k[j * d + kk];
+        else
+            for (long kk = 0; kk < d; kk++) K->kt[kk * K->cap + x] = 0.0f;
+    }
+    if (jlo + need > K->base + K->len) K->len = jlo + need - K->base;
+    return K->kt + (jlo - K->base);
+}
+
+/* S[r][x] = q_{i0+r} · k_{jlo+x} for x < L (rounded up to 2·VEC), r < R.  q rows past n repeat row n−1. */
+static void tile_scores(const float *q, long n, long i0, const float *kt, long ldk, long d, long L, float *S, long lds)
+{
+    const float *qr[R];
+    for (int r = 0; r < R; r++) qr[r] = q + (i0 + r < n ? i0 + r : n - 1) * d;
+    for (long x0 = 0; x0 < L; x0 += 2 * VEC) {
+        vf acc[R][2];
+        memset(acc, 0, sizeof acc);
+        const float *kc = kt + x0;
+        for (long kk = 0; kk < d; kk++) {
+            vf k0 = load(kc + kk * ldk), k1 = load(kc + kk * ldk + VEC);
+#pragma GCC unroll 16
+            for (int r = 0; r < R; r++) {
+                float qs = qr[r][kk];
+                acc[r][0] += qs * k0;
+                acc[r][1] += qs * k1;
+            }
+        }
+        for (int r = 0; r < R; r++) {
+            store(S + r * lds + x0, acc[r][0]);
+            store(S + r * lds + x0 + VEC, acc[r][1]);
+        }
+    }
+}
+
+/* o_{i0+r} = Σ_x P[r][x] v_{jlo+x} · inv[r] for r < rows (value columns 2·VEC at a time, then VEC). */
+static void tile_values(const float *S, long lds, long L, const float *v, long d, long jlo, const float *inv, int rows, float *o)
+{
+    long dd = 0;
+    for (; dd + 2 * VEC <= d; dd += 2 * VEC) {
+        vf acc[R][2];
+        memset(acc, 0, sizeof acc);
+        const float *vc = v + jlo * d + dd;
+        for (long x = 0; x < L; x++) {
+            vf v0 = load(vc + x * d), v1 = load(vc + x * d + VEC);
+#pragma GCC unroll 16
+            for (int r = 0; r < R; r++) {
+                float p = S[r * lds + x];
+                acc[r][0] += p * v0;
+                acc[r][1] += p * v1;
+            }
+        }
+        for (int r = 0; r < rows; r++) {
+            store(o + r * d + dd, acc[r][0] * inv[r]);
+            store(o + r * d + dd + VEC, acc[r][1] * inv[r]);
+        }
+    }
+    for (; dd < d; dd += VEC) {
+        vf acc[R];
+        memset(acc, 0, sizeof acc);
+        const float *vc = v + jlo * d + dd;
+        for (long x = 0; x < L; x++) {
+            vf v0 = load(vc + x * d);
+            for (int r = 0; r < R; r++) acc[r] += S[r * lds + x] * v0;
+        }
+        for (int r = 0; r < rows; r++) store(o + r * d + dd, acc[r] * inv[r]);
+    }
+}
+
+static float dot(const float *x, const float *y, long d)
+{
+    float s = 0.0f;
+    for (long kk = 0; kk < d; kk++) s += x[kk] * y[kk];
+    return s;
+}
+
+/* Row softmax over the band [a, b] of the tile row s (scaled by tau, keys masked by keep) and e extra
+ * scores se (already scaled, NEG = not allowed).  s becomes P (0 outside [a, b]), se becomes P_E;
+ * returns Σ P + Σ P_E and sets *lse; 0 (P = 0, *lse = NEG) if the row sees no key. */
+static float row_softmax(float *s, long Lpad, long a, long b, const unsigned char *keep, float tau, float *se, long e, float *lse)
+{
+    float mx = NEG;
+    for (long x = a; x <= b; x++) {
+        float t = keep && !keep[x] ? NEG : tau * s[x];
+        s[x] = t;
+        mx = t > mx ? t : mx;
+    }
+    for (long x = 0; x < e; x++) mx = se[x] > mx ? se[x] : mx;
+    if (mx <= 0.5f * NEG) { /* no key */
+        memset(s, 0, Lpad * sizeof(float));
+        for (long x = 0; x < e; x++) se[x] = 0.0f;
+        *lse = NEG;
+        return 0.0f;
+    }
+    float sum = 0.0f;
+    for (long x = a; x <= b; x++) {
+        float p = expf(s[x] - mx);
+        s[x] = p;
+        sum += p;
+    }
+    for (long x = 0; x < e; x++) {
+        se[x] = expf(se[x] - mx);
+        sum += se[x];
+    }
+    if (a > b) a = b = Lpad; /* no band key: the whole row is 0 */
+    memset(s, 0, (a < Lpad ? a : Lpad) * sizeof(float));
+    if (b + 1 < Lpad) memset(s + b + 1, 0, (Lpad - b - 1) * sizeof(float));
+    *lse = mx + logf(sum);
+    return sum;
+}
+
+/* q: (N, n, d); k, v: rows of d floats, head h's key j at k + h·sk + j·d (v likewise with sv);
+ * keep: (N / hpk, m) bytes or NULL (head h reads row h / hpk);
+ * extras (e > 0): ke, ve: (N, Te, e, d) — row i uses chunk i / c if Te > 1, else chunk 0 — and
+ * eb: (N, n, e) their additive biases (NEG: not allowed);  o: (N, n, d); lse: (N, n). */
+void attnlab_band_forward(const float *q, const float *k, const float *v, const unsigned char *keep,
+                          const float *ke, const float *ve, const float *eb, long e, long Te, long c,
+                          float *o, float *lse, long N, long n, long m, long d, long sk, long sv, long hpk,
+                          long w, long off, int causal, float tau, int threads)
+{
+    long tiles = (n + R - 1) / R;
+    long span = 2 * w + R < m ? 2 * w + R : m;               /* keys of a tile, at most */
+    long lds = (span + 2 * VEC - 1) / (2 * VEC) * (2 * VEC); /* a row of S, whole pairs of vectors */
+#pragma omp parallel num_threads(threads)
+    {
+        float *S = aligned_alloc(64, (size_t)R * lds * sizeof(float));
+        float *SE = e ? malloc((size_t)R * e * sizeof(float)) : NULL;
+        Keys K = {NULL, 4 * lds, 0, 0, -1};
+        K.kt = aligned_alloc(64, (size_t)d * K.cap * sizeof(float));
+#pragma omp for schedule(static)
+        for (long job = 0; job < N * tiles; job++) {
+            long h = job / tiles, i0 = (job % tiles) * R;
+            int rows = n - i0 < R ? (int)(n - i0) : R;
+            long a[R], b[R], jlo = m, jhi = -1;
+            for (int r = 0; r < rows; r++) { /* row i's band, clipped to the keys and the causal triangle */
+                long i = i0 + r, lo = i + off - w, hi = i + off + w;
+                if (causal && hi > i) hi = i;
+                a[r] = lo < 0 ? 0 : lo;
+                b[r] = hi > m - 1 ? m - 1 : hi;
+                if (a[r] <= b[r]) {
+                    jlo = a[r] < jlo ? a[r] : jlo;
+                    jhi = b[r] > jhi ? b[r] : jhi;
+                }
+            }
+            float *o_t = o + (h * n + i0) * d, *lse_t = lse + h * n + i0;
+            const float *q_h = q + h * n * d;
+            long L = 0, Lpad = 0;
+            if (jhi >= jlo) {
+                L = jhi - jlo + 1, Lpad = (L + 2 * VEC - 1) / (2 * VEC) * (2 * VEC);
+                const float *kt = keys_for(&K, k + h * sk, h, m, d, jlo, Lpad);
+                tile_scores(q_h, n, i0, kt, K.cap, d, L, S, lds);
+            }
+            for (int r = 0; r < rows; r++) /* the extras' scores */
+                for (long x = 0; x < e; x++) {
+                    long i = i0 + r, t = Te > 1 ? i / c : 0;
+                    float bias = eb[(h * n + i) * e + x];
+                    SE[r * e + x] = bias <= 0.5f * NEG ? NEG : tau * dot(q_h + i * d, ke + ((h * Te + t) * e + x) * d, d) + bias;
+                }
+            float inv[R];
+            const unsigned char *kp = keep ? keep + (h / hpk) * m + jlo : NULL;
+            for (int r = 0; r < R; r++) {
+                float sum = 0.0f;
+                if (r < rows)
+                    sum = row_softmax(S + r * lds, Lpad, jhi >= jlo ? a[r] - jlo : 0, jhi >= jlo ? b[r] - jlo : -1, kp, tau, SE + r * e, e, lse_t + r);
+                else if (Lpad)
+                    memset(S + r * lds, 0, Lpad * sizeof(float));
+                inv[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
+            }
+            if (L)
+                tile_values(S, lds, L, v + h * sv, d, jlo, inv, rows, o_t);
+            else
+                memset(o_t, 0, rows * d * sizeof(float));
+            for (int r = 0; r < rows; r++) /* + P_E V_E */
+                for (long x = 0; x < e; x++) {
+                    float p = SE[r * e + x] * inv[r];
+                    if (p == 0.0f) continue;
+                    long t = Te > 1 ? (i0 + r) / c : 0;
+                    const float *vx = ve + ((h * Te + t) * e + x) * d;
+                    for (long kk = 0; kk < d; kk++) o_t[r * d + kk] += p * vx[kk];
+                }
+        }
+        free(S);
+        free(SE);
+        free(K.kt);
+    }
+}

@@ -1,0 +1,149 @@
+"""The fused band kernel (``band_kernel.c``), compiled on first use for this CPU and called through ctypes.
+
+    O, L = band_forward(q, k, v, w, offset=o, causal=…, keep=…, scale=τ, extras=(K_E, V_E, b_E, c))
+    o_i = Σ_{j ∈ N(i)} exp(s_ij − L_i) v_j,   L_i = log Σ_{j ∈ N(i)} exp(s_ij),   N(i) = B(i) ∪ E(i)
+    B(i) = {j : |j − i − o| ≤ w, 0 ≤ j < m, j ≤ i if causal, keep_j},   s_ij = τ q_i·k_j
+    E(i): e extra keys (K_E, V_E of query i's chunk ⌊i/c⌋), s_ix = τ q_i·K_E[x] + b_E[i, x]
+
+The C source is compiled once per machine (``cc -O3 -march=native -ffast-math -fopenmp``) into
+``$XDG_CACHE_HOME/attnlab/native/`` (default ``~/.cache``), named by a hash of the source, the flags,
+the compiler and the CPU's feature flags; the build writes a temporary file and renames it, so
+concurrent first uses are safe.  With no C compiler, or ``ATTNLAB_NATIVE=0``, ``available()`` is
+False and callers use PyTorch's flash kernel instead (``sliding_window.WindowAttention``); the
+reason is kept in ``unavailable_reason()``.
+
+Forward only: the backward of ``sliding_window.WindowAttention`` recomputes P from (O, L), which
+this kernel returns as the flash kernel and the extras' merge do.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+SOURCE = Path(__file__).with_name("band_kernel.c")
+FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
+VEC = 16  # floats per vector in band_kernel.c: keys are padded by 2·VEC columns
+_reason: list[str] = []
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attnlab" / "native"
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return ""
+
+
+@lru_cache(maxsize=1)
+def library() -> ctypes.CDLL | None:
+    """The compiled kernel, built on first call; None (reason in ``unavailable_reason()``) if it cannot be."""
+    if os.environ.get("ATTNLAB_NATIVE", "1") == "0":
+        _reason.append("ATTNLAB_NATIVE=0")
+        return None
+    cc = _compiler()
+    if cc is None:
+        _reason.append("no C compiler (cc, gcc or clang) on PATH")
+        return None
+    source = SOURCE.read_bytes()
+    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as err:
+        _reason.append(f"{cc} --version failed: {err}")
+        return None
+    key = hashlib.sha256(b"\0".join([source, " ".join(FLAGS).encode(), version.encode(), _cpu_flags().encode()])).hexdigest()[:16]
+    path = cache_dir() / f"band_kernel-{key}.so"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+        os.close(fd)
+        try:
+            done = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)
+        except (OSError, subprocess.SubprocessError) as err:
+            os.unlink(tmp)
+            _reason.append(f"compiling {SOURCE.name} failed: {err}")
+            return None
+        if done.returncode != 0:
+            os.unlink(tmp)
+            _reason.append(f"compiling {SOURCE.name} failed: {done.stderr.strip().splitlines()[-1:]}")
+            return None
+        os.replace(tmp, path)
+    lib = ctypes.CDLL(str(path))
+    f = lib.attnlab_band_forward
+    p, i64 = ctypes.c_void_p, ctypes.c_long
+    f.argtypes = [p, p, p, p, p, p, p, i64, i64, i64, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
+    f.restype = None
+    return lib
+
+
+def available() -> bool:
+    return library() is not None
+
+
+def unavailable_reason() -> str:
+    library()
+    return _reason[-1] if _reason else ""
+
+
+def band_forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    w: int,
+    *,
+    offset: int = 0,
+    causal: bool = False,
+    keep: Tensor | None = None,
+    heads_per_keep: int = 1,
+    scale: float,
+    extras: tuple[Tensor, Tensor, Tensor, int] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """(O, L) over N heads: q (N, n, d), k, v (N, m, d) float32 CPU (k, v may be views with contiguous
+    rows); keep (N / heads_per_keep, m) bool or None; extras (K_E, V_E, b_E, c): K_E, V_E (N, T|1, e, d),
+    b_E (N, n, e) (NEG_INF where not allowed), c the rows per chunk.  Returns O (N, n, d), L (N, n)."""
+    lib = library()
+    if lib is None:
+        raise RuntimeError(f"the native band kernel is unavailable: {unavailable_reason()}")
+    N, n, d = q.shape
+    m = k.shape[1]
+    if d % VEC:
+        raise ValueError(f"band_forward: d must be a multiple of {VEC}, got {d}")
+    q = q.contiguous()
+    k, v = (x if x.stride(2) == 1 and x.stride(1) == d else x.contiguous() for x in (k, v))
+    keep_u8 = None if keep is None else keep.to(torch.uint8).contiguous()
+    e = Te = c = 0
+    k_e = v_e = b_e = None
+    if extras is not None:
+        k_e, v_e, b_e, c = (x.contiguous() if isinstance(x, Tensor) else x for x in extras)
+        Te, e = k_e.shape[1], k_e.shape[2]
+    O = q.new_empty(N, n, d)
+    L = q.new_empty(N, n)
+    ptr = lambda x: None if x is None else x.data_ptr()  # noqa: E731
+    lib.attnlab_band_forward(
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), ptr(keep_u8), ptr(k_e), ptr(v_e), ptr(b_e), e, Te, c,
+        O.data_ptr(), L.data_ptr(), N, n, m, d, k.stride(0), v.stride(0), heads_per_keep,
+        int(w), int(offset), int(bool(causal)), float(scale), torch.get_num_threads(),
+    )
+    return O, L
