@@ -12,8 +12,8 @@ concurrent first uses are safe.  With no C compiler, or ``ATTNLAB_NATIVE=0``, ``
 False and callers use PyTorch's flash kernel instead (``sliding_window.WindowAttention``); the
 reason is kept in ``unavailable_reason()``.
 
-Forward only: the backward of ``sliding_window.WindowAttention`` recomputes P from (O, L), which
-this kernel returns as the flash kernel and the extras' merge do.
+``band_backward`` is the band's share of the gradients, flash style (P recomputed from the saved
+L of the whole softmax); the extras' share stays in ``sliding_window.WindowAttention.backward``.
 """
 
 from __future__ import annotations
@@ -95,6 +95,9 @@ def library() -> ctypes.CDLL | None:
     p, i64 = ctypes.c_void_p, ctypes.c_long
     f.argtypes = [p, p, p, p, p, p, p, i64, i64, i64, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
     f.restype = None
+    f = lib.attnlab_band_backward
+    f.argtypes = [p, p, p, p, p, p, p, p, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
+    f.restype = None
     return lib
 
 
@@ -147,3 +150,27 @@ def band_forward(
         int(w), int(offset), int(bool(causal)), float(scale), torch.get_num_threads(),
     )
     return O, L
+
+
+def band_backward(
+    q: Tensor, k: Tensor, v: Tensor, dO: Tensor, L: Tensor, D: Tensor, w: int, *,
+    offset: int = 0, causal: bool = False, keep: Tensor | None = None, heads_per_keep: int = 1, scale: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The band's (dq, dk, dv), P_ij = exp(τ q_i·k_j − L_i), dS = P ∘ (dO vᵀ − D): q, dO (N, n, d), k, v (N, m, d),
+    L (N, n) the saved log-normaliser, D (N, n) = rowsum(dO ∘ O).  Threads take whole heads."""
+    lib = library()
+    if lib is None:
+        raise RuntimeError(f"the native band kernel is unavailable: {unavailable_reason()}")
+    N, n, d = q.shape
+    m = k.shape[1]
+    q, dO, L, D = (x.contiguous() for x in (q, dO, L, D))
+    k, v = (x if x.stride(2) == 1 and x.stride(1) == d else x.contiguous() for x in (k, v))
+    keep_u8 = None if keep is None else keep.to(torch.uint8).contiguous()
+    dq, dk, dv = torch.zeros_like(q), q.new_zeros(N, m, d), q.new_zeros(N, m, d)
+    lib.attnlab_band_backward(
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), None if keep_u8 is None else keep_u8.data_ptr(),
+        dO.data_ptr(), L.data_ptr(), D.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+        N, n, m, d, k.stride(0), v.stride(0), heads_per_keep, int(w), int(offset), int(bool(causal)), float(scale),
+        torch.get_num_threads(),
+    )
+    return dq, dk, dv

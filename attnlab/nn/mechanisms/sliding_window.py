@@ -7,7 +7,15 @@ where o is the band's offset (``attnlab.support.Support``) and E(t) are e extra
 keys of query chunk t (key columns, BigBird's random keys, the structured
 residual), each counted once.
 
-How:
+How (float32, d_k a multiple of 16, a C compiler at hand — the default on CPU):
+
+* ``native.band_forward`` (``band_kernel.c``, compiled on first use): query rows go 8 at a time,
+  each tile against the union of its rows' bands (≤ 2w + 8 keys, 5 % of the work wasted at
+  w = 64), Q Kᵀ, the softmax over band ∪ extras and P V fused in cache; returns O and the row
+  log-sum-exp L.  ``native.band_backward``: the band's dq, dk, dv, flash style (P = exp(S − L)
+  recomputed, never stored), threads taking whole heads; the extras' share is added here.
+
+Otherwise (float64, bfloat16, other head sizes, ``NATIVE = False``), PyTorch's kernel on blocks:
 
 * Queries are cut into T = ⌈n/c⌉ chunks of c rows (``kernel_chunk``).  The band keys of chunk t
   are the W consecutive keys starting at tc + o − w, W = c + 2w (causal:
@@ -217,6 +225,33 @@ def _extras_scores(q4, k_e, e_bias, scale):
     return _chunk_mm(q4, k_e.transpose(-1, -2)).mul_(scale).add_(e_bias)
 
 
+def _flash_backward(q4, k, v, dO, O, L, bias, T, c, front, back, lo, W, scale):
+    # PyTorch's flash backward over the strided windows, in blocks of chunks; the window gradients are
+    # folded back onto the keys (the windows overlap).  Returns dq (B, H, T, c, d), dk, dv (B, H, m, d).
+    kp, vp = _padded(k, front, back), _padded(v, front, back)  # the windows' rows: padded here, not kept since the forward
+    B, H, _, _, d = q4.shape
+    P, m, start = kp.shape[2], k.shape[2], front + lo
+    dq = torch.empty_like(q4)
+    dkp, dvp = torch.zeros_like(kp), torch.zeros_like(vp)
+    L4 = L.view(B, H, T, c)
+    tb = max(1, BACKWARD_BLOCK // (B * H * W * d))  # chunks per block: the window gradients (·, tb, W, d) stay small
+    for b in range(B) if bias.shape[0] > 1 else [slice(None)]:  # as in the forward: one call per padded entry
+        bb = bias[b][None] if bias.shape[0] > 1 else bias
+        for t0 in range(0, T, tb):
+            t1 = min(T, t0 + tb)
+            k_w = _windows(kp[b].reshape(-1, P, d), t1 - t0, c, start + t0 * c, W)
+            v_w = _windows(vp[b].reshape(-1, P, d), t1 - t0, c, start + t0 * c, W)
+            dq_b, dk_w, dv_w = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                dO[b].reshape(-1, T, c, d)[:, t0:t1], q4[b].reshape(-1, T, c, d)[:, t0:t1], k_w, v_w,
+                O[b].reshape(-1, T, c, d)[:, t0:t1], L4[b].reshape(-1, T, c)[:, t0:t1], 0.0, False,
+                attn_mask=bb[:, t0:t1], scale=scale,
+            )
+            dq[b].reshape(-1, T, c, d)[:, t0:t1] = dq_b
+            _fold_into(dkp[b].view(-1, P, d), dk_w, c, start + t0 * c)  # Σ the overlapping windows' gradients per key
+            _fold_into(dvp[b].view(-1, P, d), dv_w, c, start + t0 * c)
+    return dq, dkp[:, :, front : front + m], dvp[:, :, front : front + m]
+
+
 class WindowAttention(torch.autograd.Function):
     """Band (flash kernel over strided windows) ∪ extras (small softmax), merged by log-sum-exp (module docstring)."""
 
@@ -229,6 +264,7 @@ class WindowAttention(torch.autograd.Function):
         B, H, _, _, d = q4.shape
         m = k.shape[2]
         ctx.geom = (T, c, front, back, lo, W, scale)
+        ctx.band = band
         if band is not None:  # the fused C kernel (native.py): tiles of rows × their own band, extras in the same softmax
             w, offset, causal, key_keep = band
             extras = None
@@ -271,33 +307,24 @@ class WindowAttention(torch.autograd.Function):
         # Flash style: the kernel recomputes P_band = exp(S − L) from the merged L; P is never stored.
         q4, k, v, k_e, v_e, e_bias, bias, empty, O, L = ctx.saved_tensors
         T, c, front, back, lo, W, scale = ctx.geom
-        kp, vp = _padded(k, front, back), _padded(v, front, back)  # the windows' rows: padded here, not kept since the forward
         B, H, _, _, d = q4.shape
-        P, m, start = kp.shape[2], k.shape[2], front + lo
+        m = k.shape[2]
         if empty is not None:
             dO = dO.masked_fill(empty, 0.0)
         dO = dO.contiguous()
-        dq = torch.empty_like(q4)
-        dkp, dvp = torch.zeros_like(kp), torch.zeros_like(vp)
-        L4 = L.view(B, H, T, c)
-        tb = max(1, BACKWARD_BLOCK // (B * H * W * d))  # chunks per block: the window gradients (·, tb, W, d) stay small
-        for b in range(B) if bias.shape[0] > 1 else [slice(None)]:  # as in the forward: one call per padded entry
-            bb = bias[b][None] if bias.shape[0] > 1 else bias
-            for t0 in range(0, T, tb):
-                t1 = min(T, t0 + tb)
-                k_w = _windows(kp[b].reshape(-1, P, d), t1 - t0, c, start + t0 * c, W)
-                v_w = _windows(vp[b].reshape(-1, P, d), t1 - t0, c, start + t0 * c, W)
-                dq_b, dk_w, dv_w = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-                    dO[b].reshape(-1, T, c, d)[:, t0:t1], q4[b].reshape(-1, T, c, d)[:, t0:t1], k_w, v_w,
-                    O[b].reshape(-1, T, c, d)[:, t0:t1], L4[b].reshape(-1, T, c)[:, t0:t1], 0.0, False,
-                    attn_mask=bb[:, t0:t1], scale=scale,
-                )
-                dq[b].reshape(-1, T, c, d)[:, t0:t1] = dq_b
-                _fold_into(dkp[b].view(-1, P, d), dk_w, c, start + t0 * c)  # the windows overlap: Σ their gradients per key
-                _fold_into(dvp[b].view(-1, P, d), dv_w, c, start + t0 * c)
+        D = torch.linalg.vecdot(dO, O)[..., None]  # (B, H, T, c, 1): rowsum(dO ∘ O)
+        if ctx.band is not None:  # the native kernel: tiles of rows × their own band, P recomputed from L
+            w, offset, causal, key_keep = ctx.band
+            N = B * H
+            dq, dk, dv = native.band_backward(
+                q4.view(N, T * c, d), k.reshape(N, m, d), v.reshape(N, m, d), dO.view(N, T * c, d), L.view(N, T * c),
+                D.view(N, T * c), w, offset=offset, causal=causal, keep=key_keep, heads_per_keep=H, scale=scale,
+            )
+            dq, dk, dv = dq.view(B, H, T, c, d), dk.view(B, H, m, d), dv.view(B, H, m, d)
+        else:
+            dq, dk, dv = _flash_backward(q4, k, v, dO, O, L, bias, T, c, front, back, lo, W, scale)
         dk_e = dv_e = de_bias = None
         if k_e is not None:  # the extras' softmax slice: dS = P (dO vᵀ − rowsum(dO ∘ O))
-            D = torch.linalg.vecdot(dO, O)[..., None]  # (B, H, T, c, 1): rowsum(dO ∘ O)
             p_e = torch.exp(_extras_scores(q4, k_e, e_bias, scale) - L)  # (B, H, T, c, e)
             shared = k_e.shape[2] == 1  # the same keys for every chunk: their gradients sum over chunks
             dS = p_e * (_chunk_mm(dO, v_e.transpose(-1, -2)) - D)
@@ -306,7 +333,6 @@ class WindowAttention(torch.autograd.Function):
             dv_e = _chunk_tmm(p_e.to(dO.dtype), dO, shared).sum_to_size(v_e.shape)
             if ctx.needs_input_grad[5]:
                 de_bias = dS.sum_to_size(e_bias.shape)
-        dk, dv = dkp[:, :, front : front + m], dvp[:, :, front : front + m]
         return dq, dk, dv, dk_e, dv_e, de_bias, None, None, None, None, None, None, None, None, None, None
 
 
