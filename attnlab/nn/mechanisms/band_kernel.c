@@ -92,8 +92,9 @@ static void tile_scores(const float *q, long n, long i0, const float *kt, long l
     }
 }
 
-/* o_{i0+r} = Σ_x P[r][x] v_{jlo+x} · inv[r] for r < rows (value columns 2·VEC at a time, then VEC). */
-static void tile_values(const float *S, long lds, long L, const float *v, long d, long jlo, const float *inv, int rows, float *o)
+/* o_{i0+r} (+)= Σ_x P[r][x] v_{jlo+x} · inv[r] for r < rows (value columns 2·VEC at a time, then VEC);
+ * add: accumulate into o instead of storing. */
+static void tile_values(const float *S, long lds, long L, const float *v, long d, long jlo, const float *inv, int rows, float *o, int add)
 {
     long dd = 0;
     for (; dd + 2 * VEC <= d; dd += 2 * VEC) {
@@ -110,8 +111,10 @@ static void tile_values(const float *S, long lds, long L, const float *v, long d
             }
         }
         for (int r = 0; r < rows; r++) {
-            store(o + r * d + dd, acc[r][0] * inv[r]);
-            store(o + r * d + dd + VEC, acc[r][1] * inv[r]);
+            vf y0 = acc[r][0] * inv[r], y1 = acc[r][1] * inv[r];
+            if (add) y0 += load(o + r * d + dd), y1 += load(o + r * d + dd + VEC);
+            store(o + r * d + dd, y0);
+            store(o + r * d + dd + VEC, y1);
         }
     }
     for (; dd < d; dd += VEC) {
@@ -122,7 +125,7 @@ static void tile_values(const float *S, long lds, long L, const float *v, long d
             vf v0 = load(vc + x * d);
             for (int r = 0; r < R; r++) acc[r] += S[r * lds + x] * v0;
         }
-        for (int r = 0; r < rows; r++) store(o + r * d + dd, acc[r] * inv[r]);
+        for (int r = 0; r < rows; r++) store(o + r * d + dd, acc[r] * inv[r] + (add ? load(o + r * d + dd) : (vf){0}));
     }
 }
 
@@ -171,9 +174,12 @@ static float row_softmax(float *s, long Lpad, long a, long b, const unsigned cha
 /* q: (N, n, d); k, v: rows of d floats, head h's key j at k + h·sk + j·d (v likewise with sv);
  * keep: (N / hpk, m) bytes or NULL (head h reads row h / hpk);
  * extras (e > 0): ke, ve: (N, Te, e, d) — row i uses chunk i / c if Te > 1, else chunk 0 — and
- * eb: (N, n, e) their additive biases (NEG: not allowed);  o: (N, n, d); lse: (N, n). */
+ * eb: (N, n, e) their additive biases (NEG: not allowed); with Te = 1 (the same keys for every row:
+ * key columns) ket: (N, d, lde) the extra keys transposed (lde = e rounded up to 2·VEC, zero-padded),
+ * so that their scores and values go through the same register-blocked products as the band's;
+ * o: (N, n, d); lse: (N, n). */
 void attnlab_band_forward(const float *q, const float *k, const float *v, const unsigned char *keep,
-                          const float *ke, const float *ve, const float *eb, long e, long Te, long c,
+                          const float *ke, const float *ket, const float *ve, const float *eb, long e, long Te, long c,
                           float *o, float *lse, long N, long n, long m, long d, long sk, long sv, long hpk,
                           long w, long off, int causal, float tau, int threads)
 {
@@ -183,7 +189,8 @@ void attnlab_band_forward(const float *q, const float *k, const float *v, const 
 #pragma omp parallel num_threads(threads)
     {
         float *S = aligned_alloc(64, (size_t)R * lds * sizeof(float));
-        float *SE = e ? malloc((size_t)R * e * sizeof(float)) : NULL;
+        long lde = (e + 2 * VEC - 1) / (2 * VEC) * (2 * VEC);
+        float *SE = e ? aligned_alloc(64, (size_t)R * lde * sizeof(float)) : NULL;
         Keys K = {NULL, 4 * lds, 0, 0, -1};
         K.kt = aligned_alloc(64, (size_t)d * K.cap * sizeof(float));
 #pragma omp for schedule(static)
@@ -209,34 +216,41 @@ void attnlab_band_forward(const float *q, const float *k, const float *v, const 
                 const float *kt = keys_for(&K, k + h * sk, h, m, d, jlo, Lpad);
                 tile_scores(q_h, n, i0, kt, K.cap, d, L, S, lds);
             }
-            for (int r = 0; r < rows; r++) /* the extras' scores */
+            if (e && Te == 1) /* shared extras (key columns): S_E = Q_tile K_Eᵀ, register-blocked */
+                tile_scores(q_h, n, i0, ket + h * d * lde, lde, d, e, SE, lde);
+            for (int r = 0; r < rows; r++) /* the extras' scores: τ q·k_E + bias, NEG where not allowed */
                 for (long x = 0; x < e; x++) {
                     long i = i0 + r, t = Te > 1 ? i / c : 0;
                     float bias = eb[(h * n + i) * e + x];
-                    SE[r * e + x] = bias <= 0.5f * NEG ? NEG : tau * dot(q_h + i * d, ke + ((h * Te + t) * e + x) * d, d) + bias;
+                    float qk = Te == 1 ? SE[r * lde + x] : dot(q_h + i * d, ke + ((h * Te + t) * e + x) * d, d);
+                    SE[r * lde + x] = bias <= 0.5f * NEG ? NEG : tau * qk + bias;
                 }
             float inv[R];
             const unsigned char *kp = keep ? keep + (h / hpk) * m + jlo : NULL;
             for (int r = 0; r < R; r++) {
                 float sum = 0.0f;
                 if (r < rows)
-                    sum = row_softmax(S + r * lds, Lpad, jhi >= jlo ? a[r] - jlo : 0, jhi >= jlo ? b[r] - jlo : -1, kp, tau, SE + r * e, e, lse_t + r);
-                else if (Lpad)
-                    memset(S + r * lds, 0, Lpad * sizeof(float));
+                    sum = row_softmax(S + r * lds, Lpad, jhi >= jlo ? a[r] - jlo : 0, jhi >= jlo ? b[r] - jlo : -1, kp, tau, SE + r * lde, e, lse_t + r);
+                else {
+                    if (Lpad) memset(S + r * lds, 0, Lpad * sizeof(float));
+                    if (e) memset(SE + r * lde, 0, e * sizeof(float));
+                }
                 inv[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
             }
             if (L)
-                tile_values(S, lds, L, v + h * sv, d, jlo, inv, rows, o_t);
+                tile_values(S, lds, L, v + h * sv, d, jlo, inv, rows, o_t, 0);
             else
                 memset(o_t, 0, rows * d * sizeof(float));
-            for (int r = 0; r < rows; r++) /* + P_E V_E */
-                for (long x = 0; x < e; x++) {
-                    float p = SE[r * e + x] * inv[r];
-                    if (p == 0.0f) continue;
-                    long t = Te > 1 ? (i0 + r) / c : 0;
-                    const float *vx = ve + ((h * Te + t) * e + x) * d;
-                    for (long kk = 0; kk < d; kk++) o_t[r * d + kk] += p * vx[kk];
-                }
+            if (e && Te == 1) /* + P_E V_E */
+                tile_values(SE, lde, e, ve + h * e * d, d, 0, inv, rows, o_t, 1);
+            else
+                for (int r = 0; r < rows; r++)
+                    for (long x = 0; x < e; x++) {
+                        float p = SE[r * lde + x] * inv[r];
+                        if (p == 0.0f) continue;
+                        const float *vx = ve + ((h * Te + (i0 + r) / c) * e + x) * d;
+                        for (long kk = 0; kk < d; kk++) o_t[r * d + kk] += p * vx[kk];
+                    }
         }
         free(S);
         free(SE);
@@ -335,7 +349,7 @@ void attnlab_band_backward(const float *q, const float *k, const float *v, const
                 }
                 float taus[R];
                 for (int r = 0; r < R; r++) taus[r] = tau;
-                tile_values(dS, lds, L, k + h * sk, d, jlo, taus, rows, dq + (h * n + i0) * d);
+                tile_values(dS, lds, L, k + h * sk, d, jlo, taus, rows, dq + (h * n + i0) * d, 0);
                 tile_rank_update(dS, lds, L, q_t, rows, d, dk + (h * m + jlo) * d); /* τ applied once at the end */
                 tile_rank_update(P, lds, L, dO_t, rows, d, dv + (h * m + jlo) * d);
             }

@@ -93,7 +93,7 @@ def library() -> ctypes.CDLL | None:
     lib = ctypes.CDLL(str(path))
     f = lib.attnlab_band_forward
     p, i64 = ctypes.c_void_p, ctypes.c_long
-    f.argtypes = [p, p, p, p, p, p, p, i64, i64, i64, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
+    f.argtypes = [p, p, p, p, p, p, p, p, i64, i64, i64, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
     f.restype = None
     f = lib.attnlab_band_backward
     f.argtypes = [p, p, p, p, p, p, p, p, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
@@ -137,15 +137,18 @@ def band_forward(
     k, v = (x if x.stride(2) == 1 and x.stride(1) == d else x.contiguous() for x in (k, v))
     keep_u8 = None if keep is None else keep.to(torch.uint8).contiguous()
     e = Te = c = 0
-    k_e = v_e = b_e = None
+    k_e = v_e = b_e = k_et = None
     if extras is not None:
         k_e, v_e, b_e, c = (x.contiguous() if isinstance(x, Tensor) else x for x in extras)
         Te, e = k_e.shape[1], k_e.shape[2]
+        if Te == 1:  # key columns: transposed once, zero-padded to whole pairs of vectors
+            k_et = k_e.new_zeros(N, d, -(-e // (2 * VEC)) * 2 * VEC)
+            k_et[:, :, :e] = k_e[:, 0].transpose(1, 2)
     O = q.new_empty(N, n, d)
     L = q.new_empty(N, n)
     ptr = lambda x: None if x is None else x.data_ptr()  # noqa: E731
     lib.attnlab_band_forward(
-        q.data_ptr(), k.data_ptr(), v.data_ptr(), ptr(keep_u8), ptr(k_e), ptr(v_e), ptr(b_e), e, Te, c,
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), ptr(keep_u8), ptr(k_e), ptr(k_et), ptr(v_e), ptr(b_e), e, Te, c,
         O.data_ptr(), L.data_ptr(), N, n, m, d, k.stride(0), v.stride(0), heads_per_keep,
         int(w), int(offset), int(bool(causal)), float(scale), torch.get_num_threads(),
     )
