@@ -22,10 +22,20 @@ from attnlab.nn.mask import Mask
 from attnlab.nn.mechanisms.mask_mods import MaskMod, causal, padding
 
 
+RECOMPILE_LIMIT = 64  # one compilation per (shape, mask kind): dynamo's default 8 is too few for a sweep over n
+
+
 @lru_cache(maxsize=1)
 def _compiled():
+    import torch._dynamo
     from torch.nn.attention.flex_attention import flex_attention
 
+    # past dynamo's limit flex_attention runs *unfused*, materialising the n × m scores (at n = 16K,
+    # 8 heads: 8.6 GB — the benchmark was killed for memory): raise it rather than fall back silently
+    cfg = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(cfg, name):
+            setattr(cfg, name, max(getattr(cfg, name), RECOMPILE_LIMIT))
     return torch.compile(flex_attention, dynamic=False)
 
 
