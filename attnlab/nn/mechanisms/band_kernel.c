@@ -35,9 +35,10 @@
 #define NEG (-1e30f) /* finite −∞ */
 
 typedef float vf __attribute__((vector_size(VEC * sizeof(float))));
+typedef float vf_unaligned __attribute__((vector_size(VEC * sizeof(float)), aligned(sizeof(float)), may_alias));
 
-static inline vf load(const float *p) { vf x; memcpy(&x, p, sizeof x); return x; }
-static inline void store(float *p, vf x) { memcpy(p, &x, sizeof x); }
+static inline vf load(const float *p) { return *(const vf_unaligned *)p; }
+static inline void store(float *p, vf x) { *(vf_unaligned *)p = x; }
 
 /* The keys [base, base + len) of one head, transposed: kt[kk·cap + (j − base)] = k_j[kk]. */
 typedef struct {
@@ -67,12 +68,28 @@ static const float *keys_for(Keys *K, const float *k, long h, long m, long d, lo
     return K->kt + (jlo - K->base);
 }
 
-/* S[r][x] = q_{i0+r} · k_{jlo+x} for x < L (rounded up to 2·VEC), r < R.  q rows past n repeat row n−1. */
+/* The last ≤ VEC keys of a tile's scores, one vector at a time (its own function: sharing one with
+ * the main loop spills the main loop's key vectors to the stack). */
+__attribute__((noinline)) static void tile_scores_last(const float *const *qr, const float *kc, long ldk, long d, float *S, long lds)
+{
+    vf acc[R];
+    memset(acc, 0, sizeof acc);
+    for (long kk = 0; kk < d; kk++) {
+        vf k0 = load(kc + kk * ldk);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) acc[r] += qr[r][kk] * k0;
+    }
+    for (int r = 0; r < R; r++) store(S + r * lds, acc[r]);
+}
+
+/* S[r][x] = q_{i0+r} · k_{jlo+x} for x < L (rounded up to VEC), r < R.  q rows past n repeat row n−1.
+ * Keys go 2 vectors at a time (16 accumulators), the last ≤ VEC keys one vector at a time. */
 static void tile_scores(const float *q, long n, long i0, const float *kt, long ldk, long d, long L, float *S, long lds)
 {
     const float *qr[R];
     for (int r = 0; r < R; r++) qr[r] = q + (i0 + r < n ? i0 + r : n - 1) * d;
-    for (long x0 = 0; x0 < L; x0 += 2 * VEC) {
+    long x0 = 0;
+    for (; x0 + VEC < L; x0 += 2 * VEC) {
         vf acc[R][2];
         memset(acc, 0, sizeof acc);
         const float *kc = kt + x0;
@@ -90,6 +107,7 @@ static void tile_scores(const float *q, long n, long i0, const float *kt, long l
             store(S + r * lds + x0 + VEC, acc[r][1]);
         }
     }
+    if (x0 < L) tile_scores_last(qr, kt + x0, ldk, d, S + x0, lds);
 }
 
 /* o_{i0+r} (+)= Σ_x P[r][x] v_{jlo+x} · inv[r] for r < rows (value columns 2·VEC at a time, then VEC);
@@ -212,7 +230,7 @@ void attnlab_band_forward(const float *q, const float *k, const float *v, const 
             const float *q_h = q + h * n * d;
             long L = 0, Lpad = 0;
             if (jhi >= jlo) {
-                L = jhi - jlo + 1, Lpad = (L + 2 * VEC - 1) / (2 * VEC) * (2 * VEC);
+                L = jhi - jlo + 1, Lpad = (L + VEC - 1) / VEC * VEC;
                 const float *kt = keys_for(&K, k + h * sk, h, m, d, jlo, Lpad);
                 tile_scores(q_h, n, i0, kt, K.cap, d, L, S, lds);
             }
@@ -328,7 +346,7 @@ void attnlab_band_backward(const float *q, const float *k, const float *v, const
                     }
                 }
                 if (jhi < jlo) continue; /* no band key: dq stays 0 */
-                long L = jhi - jlo + 1, Lpad = (L + 2 * VEC - 1) / (2 * VEC) * (2 * VEC);
+                long L = jhi - jlo + 1, Lpad = (L + VEC - 1) / VEC * VEC;
                 const float *q_t = q + (h * n + i0) * d, *dO_t = dO + (h * n + i0) * d;
                 tile_scores(q + h * n * d, n, i0, keys_for(&K, k + h * sk, h, m, d, jlo, Lpad), K.cap, d, L, P, lds);
                 tile_scores(dO + h * n * d, n, i0, keys_for(&V, v + h * sv, h, m, d, jlo, Lpad), V.cap, d, L, dS, lds);
