@@ -258,3 +258,24 @@ def test_native_band_forward_equals_dense_weights_and_log_normaliser(causal):
     assert_close(O, O_ref, "O")
     assert_close(L[seen], L_ref[seen], "L")
     assert (L[~seen] == sw.NEG_INF).all() and (O[~seen] == 0).all()
+
+
+def test_native_kernel_unavailable_falls_back_with_a_reason(tmp_path, monkeypatch):
+    # an unwritable cache (or no compiler) costs speed, not correctness: available() is False with the reason
+    from attnlab.nn.mechanisms import native
+
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))  # a file where the cache folder should be
+    native.library.cache_clear()
+    try:
+        assert not native.available()
+        assert "cannot write the compiled kernel" in native.unavailable_reason()
+        gen = torch.Generator().manual_seed(0)
+        q, k, v = (torch.randn(1, 2, 40, 16, generator=gen) for _ in range(3))
+        ref = dense_reference(q, k, v, Support(w=3), False, None)
+        assert_close(sw.sliding_window_attention(q, k, v, 3), ref, "fallback output")
+    finally:
+        monkeypatch.undo()
+        native.library.cache_clear()
+    assert native.available() or native._compiler() is None

@@ -76,9 +76,13 @@ def library() -> ctypes.CDLL | None:
     key = hashlib.sha256(b"\0".join([source, " ".join(FLAGS).encode(), version.encode(), _cpu_flags().encode()])).hexdigest()[:16]
     path = cache_dir() / f"band_kernel-{key}.so"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
-        os.close(fd)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
+            os.close(fd)
+        except OSError as err:
+            _reason.append(f"cannot write the compiled kernel to {path.parent}: {err}")
+            return None
         try:
             done = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)
         except (OSError, subprocess.SubprocessError) as err:
@@ -90,7 +94,11 @@ def library() -> ctypes.CDLL | None:
             _reason.append(f"compiling {SOURCE.name} failed: {done.stderr.strip().splitlines()[-1:]}")
             return None
         os.replace(tmp, path)
-    lib = ctypes.CDLL(str(path))
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as err:
+        _reason.append(f"cannot load {path}: {err}")
+        return None
     f = lib.attnlab_band_forward
     p, i64 = ctypes.c_void_p, ctypes.c_long
     f.argtypes = [p, p, p, p, p, p, p, p, i64, i64, i64, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
