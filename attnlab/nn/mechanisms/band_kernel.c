@@ -4,11 +4,13 @@
  *   B(i) = { j : |j − i − o| ≤ w,  0 ≤ j < m,  j ≤ i if causal,  keep_j }
  *
  * τ is the scale (1/√d_k), o the band's offset, keep an optional key mask (padding).  Optionally e extra
- * keys per row (key columns, random keys, a residual: sliding_window's E(t)) join the same softmax,
+ * keys per row (key columns, random keys, a residual: sliding_window's E(t)) join the same softmax with
+ * their scores given,
  *
  *   s_ix = τ q_i·k^E_x + b_ix     (b: 0, a learned gate, or NEG where the extra key is not allowed),
  *
- * so that o_i and L_i are those of the softmax over B(i) ∪ E(i).  A row that sees no key gets o_i = 0
+ * (the caller computes them with one matrix product: e is small), so that o_i and L_i are those of the
+ * softmax over B(i) ∪ E(i).  A row that sees no key gets o_i = 0
  * and L_i = NEG (a finite −∞, as sliding_window.NEG_INF).
  *
  * Rows go R at a time (a tile).  The tile's keys are the union of its rows' bands — at most 2w + R
@@ -147,13 +149,6 @@ static void tile_values(const float *S, long lds, long L, const float *v, long d
     }
 }
 
-static float dot(const float *x, const float *y, long d)
-{
-    float s = 0.0f;
-    for (long kk = 0; kk < d; kk++) s += x[kk] * y[kk];
-    return s;
-}
-
 /* Row softmax over the band [a, b] of the tile row s (scaled by tau, keys masked by keep) and e extra
  * scores se (already scaled, NEG = not allowed).  s becomes P (0 outside [a, b]), se becomes P_E;
  * returns Σ P + Σ P_E and sets *lse; 0 (P = 0, *lse = NEG) if the row sees no key. */
@@ -191,13 +186,11 @@ static float row_softmax(float *s, long Lpad, long a, long b, const unsigned cha
 
 /* q: (N, n, d); k, v: rows of d floats, head h's key j at k + h·sk + j·d (v likewise with sv);
  * keep: (N / hpk, m) bytes or NULL (head h reads row h / hpk);
- * extras (e > 0): ke, ve: (N, Te, e, d) — row i uses chunk i / c if Te > 1, else chunk 0 — and
- * eb: (N, n, e) their additive biases (NEG: not allowed); with Te = 1 (the same keys for every row:
- * key columns) ket: (N, d, lde) the extra keys transposed (lde = e rounded up to 2·VEC, zero-padded),
- * so that their scores and values go through the same register-blocked products as the band's;
+ * extras (e > 0): se: (N, n, e) their scores s_ix (NEG: not allowed), ve: (N, Te, e, d) their values —
+ * row i uses chunk i / c if Te > 1, else chunk 0 (key columns: the same keys for every row);
  * o: (N, n, d); lse: (N, n). */
 void attnlab_band_forward(const float *q, const float *k, const float *v, const unsigned char *keep,
-                          const float *ke, const float *ket, const float *ve, const float *eb, long e, long Te, long c,
+                          const float *se, const float *ve, long e, long Te, long c,
                           float *o, float *lse, long N, long n, long m, long d, long sk, long sv, long hpk,
                           long w, long off, int causal, float tau, int threads)
 {
@@ -234,15 +227,8 @@ void attnlab_band_forward(const float *q, const float *k, const float *v, const 
                 const float *kt = keys_for(&K, k + h * sk, h, m, d, jlo, Lpad);
                 tile_scores(q_h, n, i0, kt, K.cap, d, L, S, lds);
             }
-            if (e && Te == 1) /* shared extras (key columns): S_E = Q_tile K_Eᵀ, register-blocked */
-                tile_scores(q_h, n, i0, ket + h * d * lde, lde, d, e, SE, lde);
-            for (int r = 0; r < rows; r++) /* the extras' scores: τ q·k_E + bias, NEG where not allowed */
-                for (long x = 0; x < e; x++) {
-                    long i = i0 + r, t = Te > 1 ? i / c : 0;
-                    float bias = eb[(h * n + i) * e + x];
-                    float qk = Te == 1 ? SE[r * lde + x] : dot(q_h + i * d, ke + ((h * Te + t) * e + x) * d, d);
-                    SE[r * lde + x] = bias <= 0.5f * NEG ? NEG : tau * qk + bias;
-                }
+            for (int r = 0; r < rows; r++) /* the extras' scores, given */
+                memcpy(SE + r * lde, se + (h * n + i0 + r) * e, e * sizeof(float));
             float inv[R];
             const unsigned char *kp = keep ? keep + (h / hpk) * m + jlo : NULL;
             for (int r = 0; r < R; r++) {

@@ -1,9 +1,9 @@
 """The fused band kernel (``band_kernel.c``), compiled on first use for this CPU and called through ctypes.
 
-    O, L = band_forward(q, k, v, w, offset=o, causal=…, keep=…, scale=τ, extras=(K_E, V_E, b_E, c))
+    O, L = band_forward(q, k, v, w, offset=o, causal=…, keep=…, scale=τ, extras=(S_E, V_E, c))
     o_i = Σ_{j ∈ N(i)} exp(s_ij − L_i) v_j,   L_i = log Σ_{j ∈ N(i)} exp(s_ij),   N(i) = B(i) ∪ E(i)
     B(i) = {j : |j − i − o| ≤ w, 0 ≤ j < m, j ≤ i if causal, keep_j},   s_ij = τ q_i·k_j
-    E(i): e extra keys (K_E, V_E of query i's chunk ⌊i/c⌋), s_ix = τ q_i·K_E[x] + b_E[i, x]
+    E(i): e extra keys (V_E of query i's chunk ⌊i/c⌋) with their scores given, S_E[i, x] = τ q_i·K_E[x] + b_E[i, x]
 
 The C source is compiled once per machine (``cc -O3 -march=native -ffast-math -fopenmp``) into
 ``$XDG_CACHE_HOME/attnlab/native/`` (default ``~/.cache``), named by a hash of the source, the flags,
@@ -101,7 +101,7 @@ def library() -> ctypes.CDLL | None:
         return None
     f = lib.attnlab_band_forward
     p, i64 = ctypes.c_void_p, ctypes.c_long
-    f.argtypes = [p, p, p, p, p, p, p, p, i64, i64, i64, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
+    f.argtypes = [p, p, p, p, p, p, i64, i64, i64, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
     f.restype = None
     f = lib.attnlab_band_backward
     f.argtypes = [p, p, p, p, p, p, p, p, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
@@ -129,11 +129,12 @@ def band_forward(
     keep: Tensor | None = None,
     heads_per_keep: int = 1,
     scale: float,
-    extras: tuple[Tensor, Tensor, Tensor, int] | None = None,
+    extras: tuple[Tensor, Tensor, int] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """(O, L) over N heads: q (N, n, d), k, v (N, m, d) float32 CPU (k, v may be views with contiguous
-    rows); keep (N / heads_per_keep, m) bool or None; extras (K_E, V_E, b_E, c): K_E, V_E (N, T|1, e, d),
-    b_E (N, n, e) (NEG_INF where not allowed), c the rows per chunk.  Returns O (N, n, d), L (N, n)."""
+    rows); keep (N / heads_per_keep, m) bool or None; extras (S_E, V_E, c): S_E (N, n, e) the extra keys'
+    scores (NEG_INF where not allowed), V_E (N, T|1, e, d) their values, c the rows per chunk.
+    Returns O (N, n, d), L (N, n)."""
     lib = library()
     if lib is None:
         raise RuntimeError(f"the native band kernel is unavailable: {unavailable_reason()}")
@@ -145,18 +146,16 @@ def band_forward(
     k, v = (x if x.stride(2) == 1 and x.stride(1) == d else x.contiguous() for x in (k, v))
     keep_u8 = None if keep is None else keep.to(torch.uint8).contiguous()
     e = Te = c = 0
-    k_e = v_e = b_e = k_et = None
+    s_e = v_e = None
     if extras is not None:
-        k_e, v_e, b_e, c = (x.contiguous() if isinstance(x, Tensor) else x for x in extras)
-        Te, e = k_e.shape[1], k_e.shape[2]
-        if Te == 1:  # key columns: transposed once, zero-padded to whole pairs of vectors
-            k_et = k_e.new_zeros(N, d, -(-e // (2 * VEC)) * 2 * VEC)
-            k_et[:, :, :e] = k_e[:, 0].transpose(1, 2)
+        s_e, v_e, c = extras
+        s_e, v_e = s_e.contiguous(), v_e.contiguous()
+        Te, e = v_e.shape[1], v_e.shape[2]
     O = q.new_empty(N, n, d)
     L = q.new_empty(N, n)
     ptr = lambda x: None if x is None else x.data_ptr()  # noqa: E731
     lib.attnlab_band_forward(
-        q.data_ptr(), k.data_ptr(), v.data_ptr(), ptr(keep_u8), ptr(k_e), ptr(k_et), ptr(v_e), ptr(b_e), e, Te, c,
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), ptr(keep_u8), ptr(s_e), ptr(v_e), e, Te, c,
         O.data_ptr(), L.data_ptr(), N, n, m, d, k.stride(0), v.stride(0), heads_per_keep,
         int(w), int(offset), int(bool(causal)), float(scale), torch.get_num_threads(),
     )

@@ -268,9 +268,10 @@ class WindowAttention(torch.autograd.Function):
         if band is not None:  # the fused C kernel (native.py): tiles of rows × their own band, extras in the same softmax
             w, offset, causal, key_keep = band
             extras = None
-            if k_e is not None:
+            if k_e is not None:  # the extras' scores τ q·k_E + b_E: one small product here, the softmax there
                 e, Te = k_e.shape[-2], k_e.shape[2]
-                extras = (k_e.reshape(B * H, Te, e, d), v_e.reshape(B * H, Te, e, d), e_bias.expand(B, H, T, c, e).reshape(B * H, T * c, e), c)
+                s_e = _extras_scores(q4, k_e, e_bias, scale)  # (B, H, T, c, e)
+                extras = (s_e.view(B * H, T * c, e), v_e.reshape(B * H, Te, e, d), c)
             O, L = native.band_forward(
                 q4.view(B * H, T * c, d), k.reshape(B * H, m, d), v.reshape(B * H, m, d),
                 w, offset=offset, causal=causal, keep=key_keep, heads_per_keep=H, scale=scale, extras=extras,
