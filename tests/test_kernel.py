@@ -279,3 +279,21 @@ def test_native_kernel_unavailable_falls_back_with_a_reason(tmp_path, monkeypatc
         monkeypatch.undo()
         native.library.cache_clear()
     assert native.available() or native._compiler() is None
+
+
+@pytest.mark.parametrize("e", [3, 40])  # key columns to an LLM plan's dynamic columns
+@pytest.mark.parametrize("causal", [False, True])
+def test_native_path_with_few_and_many_extra_keys_equals_the_plain_path(e, causal):
+    gen = torch.Generator().manual_seed(e)
+    B, H, n, d, w, c = 2, 2, 150, 16, 4, 16
+    q, k, v = (torch.randn(B, H, n, d, generator=gen, requires_grad=True) for _ in range(3))
+    T = -(-n // c)
+    idx = torch.randint(0, n, (B, H, T, e), generator=gen)  # per-chunk keys, duplicates included
+
+    def one():
+        out = sw.sliding_window_attention(q, k, v, w, causal=causal, extra_idx=idx, chunk=c)
+        return (out, *torch.autograd.grad(out, (q, k, v), torch.ones_like(out)))
+
+    results = run_paths(one)
+    for x, ref, what in zip(results[0], results[2], ("out", "dq", "dk", "dv")):
+        assert_close(x, ref, f"native {what} (e = {e})")
