@@ -3,8 +3,8 @@
 The same character-level DecoderLM (``--layers`` 4, ``--d-model`` 128, 4 heads,
 pre-LN, dropout 0) is trained on the Shakespeare text for the same wall-clock
 budget at each context n, once per mechanism, with attnlab's own training loop
-(``attnlab.train.loop.train``: random windows of n + 1 characters, AdamW,
-warm-up + cosine over the budget).  Each configuration runs in its own
+(``attnlab.train.loop.train``: random windows of n + 1 characters, AdamW or
+``--optimizer muon``, warm-up + cosine over the budget).  Each configuration runs in its own
 subprocess, one after another, so that
 
 * training tokens/s = tokens trained / seconds of training (the loop's clock);
@@ -16,7 +16,7 @@ subprocess, one after another, so that
   final weights.
 
     python benchmarks/lm_long_context.py [--contexts 1024,4096,8192] [--mechanisms full,structured,band]
-        [--seconds 120] [--batch-size 2] [--threads 1] [--json results.json]
+        [--seconds 120] [--batch-size 2] [--threads 1] [--optimizer adamw|muon] [--json results.json]
 
 Prints one row per (context, mechanism) and, per context, the ratios of each
 mechanism to full: tokens/s, peak-memory growth, dev bpc.  Structured is
@@ -57,7 +57,8 @@ def one(args) -> dict:
                        num_pos=args.num_pos if mech in ("structured", "global") else 0)
     with tempfile.TemporaryDirectory() as tmp:
         tcfg = TrainConfig(data=str(args.data), tokenizer="char", context=n, batch_size=args.batch_size, lr=args.lr,
-                           warmup=args.warmup, label_smoothing=0.0, minutes=args.seconds / 60, schedule="cosine",
+                           optimizer=args.optimizer, muon_lr=args.muon_lr, warmup=args.warmup, label_smoothing=0.0,
+                           minutes=args.seconds / 60, schedule="cosine",
                            checkpoint_every=10**9, eval_every=10**9, eval_tokens=args.dev_tokens, log_every=10)
         # the text read, a tokenizer trained and the stream encoded once before measuring the base, so that
         # the growth over it is the model's training (train() repeats these steps in memory already paged in)
@@ -89,6 +90,8 @@ def main() -> None:
     p.add_argument("--w", type=int, default=64)
     p.add_argument("--num-pos", type=int, default=4)
     p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--optimizer", choices=["adamw", "muon"], default="adamw", help="as `attnlab train --optimizer`")
+    p.add_argument("--muon-lr", type=float, default=0.02, help="Muon's rate for the hidden matrices (--optimizer muon)")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--dev-tokens", type=int, default=32768)
     p.add_argument("--threads", type=int, default=1, help="torch threads (2 OpenMP threads on a loaded 2-core machine measure contention)")
@@ -106,7 +109,8 @@ def main() -> None:
     rows = []
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     passthrough = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in
-                   ("seconds", "batch_size", "layers", "heads", "d_model", "w", "num_pos", "lr", "warmup", "dev_tokens", "threads", "data")]
+                   ("seconds", "batch_size", "layers", "heads", "d_model", "w", "num_pos", "lr", "optimizer", "muon_lr", "warmup",
+                    "dev_tokens", "threads", "data")]
     print(f"char LM: {args.layers} layers, d {args.d_model}, {args.heads} heads, batch {args.batch_size} windows, "
           f"{args.seconds:.0f} s of training per configuration, {args.threads} threads; structured/band w = {args.w}, "
           f"structured columns g = {args.num_pos}", flush=True)
