@@ -189,7 +189,7 @@ static float row_softmax(float *s, long Lpad, long a, long b, const unsigned cha
  * extras (e > 0): se: (N, n, e) their scores s_ix (NEG: not allowed), ve: (N, Te, e, d) their values —
  * row i uses chunk i / c if Te > 1, else chunk 0 (key columns: the same keys for every row);
  * o: (N, n, d); lse: (N, n). */
-void attnlab_band_forward(const float *q, const float *k, const float *v, const unsigned char *keep,
+int attnlab_band_forward(const float *q, const float *k, const float *v, const unsigned char *keep,
                           const float *se, const float *ve, long e, long Te, long c,
                           float *o, float *lse, long N, long n, long m, long d, long sk, long sv, long hpk,
                           long w, long off, int causal, float tau, int threads)
@@ -197,6 +197,7 @@ void attnlab_band_forward(const float *q, const float *k, const float *v, const 
     long tiles = (n + R - 1) / R;
     long span = 2 * w + R < m ? 2 * w + R : m;               /* keys of a tile, at most */
     long lds = (span + 2 * VEC - 1) / (2 * VEC) * (2 * VEC); /* a row of S, whole pairs of vectors */
+    int failed = 0;
 #pragma omp parallel num_threads(threads)
     {
         float *S = aligned_alloc(64, (size_t)R * lds * sizeof(float));
@@ -204,8 +205,14 @@ void attnlab_band_forward(const float *q, const float *k, const float *v, const 
         float *SE = e ? aligned_alloc(64, (size_t)R * lde * sizeof(float)) : NULL;
         Keys K = {NULL, 4 * lds, 0, 0, -1};
         K.kt = aligned_alloc(64, (size_t)d * K.cap * sizeof(float));
+        int ok = S && K.kt && (SE || !e);
+        if (!ok) {
+#pragma omp atomic write
+            failed = 1;
+        }
 #pragma omp for schedule(static)
         for (long job = 0; job < N * tiles; job++) {
+            if (!ok) continue;
             long h = job / tiles, i0 = (job % tiles) * R;
             int rows = n - i0 < R ? (int)(n - i0) : R;
             long a[R], b[R], jlo = m, jhi = -1;
@@ -260,6 +267,7 @@ void attnlab_band_forward(const float *q, const float *k, const float *v, const 
         free(SE);
         free(K.kt);
     }
+    return failed; /* 1: a thread could not allocate its scratch (nothing it should have written is valid) */
 }
 
 /* M[jlo + x] += Σ_r A[r][x] · X_{i0+r}, x < L, r < rows: a rank-R update of L rows of M (value columns
@@ -301,7 +309,7 @@ static void tile_rank_update(const float *A, long lds, long L, const float *X, i
  * L and D are those of the whole softmax (band ∪ extras): restricted to the band keys, this is the
  * band's share of the gradient; the extras' share is added by the caller.  Threads take whole heads
  * (a head's dk, dv are written by one thread only).  dq, dk, dv: (N, n|m, d), zero on entry. */
-void attnlab_band_backward(const float *q, const float *k, const float *v, const unsigned char *keep,
+int attnlab_band_backward(const float *q, const float *k, const float *v, const unsigned char *keep,
                            const float *dO, const float *Lse, const float *D, float *dq, float *dk, float *dv,
                            long N, long n, long m, long d, long sk, long sv, long hpk,
                            long w, long off, int causal, float tau, int threads)
@@ -309,6 +317,7 @@ void attnlab_band_backward(const float *q, const float *k, const float *v, const
     long tiles = (n + R - 1) / R;
     long span = 2 * w + R < m ? 2 * w + R : m;
     long lds = (span + 2 * VEC - 1) / (2 * VEC) * (2 * VEC);
+    int failed = 0;
 #pragma omp parallel num_threads(threads)
     {
         float *P = aligned_alloc(64, (size_t)R * lds * sizeof(float));
@@ -316,9 +325,14 @@ void attnlab_band_backward(const float *q, const float *k, const float *v, const
         Keys K = {NULL, 4 * lds, 0, 0, -1}, V = {NULL, 4 * lds, 0, 0, -1};
         K.kt = aligned_alloc(64, (size_t)d * K.cap * sizeof(float));
         V.kt = aligned_alloc(64, (size_t)d * V.cap * sizeof(float));
+        int ok = P && dS && K.kt && V.kt;
+        if (!ok) {
+#pragma omp atomic write
+            failed = 1;
+        }
 #pragma omp for schedule(static)
         for (long h = 0; h < N; h++)
-            for (long i0 = 0; i0 < n; i0 += R) {
+            for (long i0 = 0; i0 < n && ok; i0 += R) {
                 int rows = n - i0 < R ? (int)(n - i0) : R;
                 long a[R], b[R], jlo = m, jhi = -1;
                 for (int r = 0; r < rows; r++) {
@@ -365,4 +379,5 @@ void attnlab_band_backward(const float *q, const float *k, const float *v, const
     long total = N * m * d;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (long x = 0; x < total; x++) dk[x] *= tau;
+    return failed;
 }

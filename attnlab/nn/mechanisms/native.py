@@ -102,10 +102,10 @@ def library() -> ctypes.CDLL | None:
     f = lib.attnlab_band_forward
     p, i64 = ctypes.c_void_p, ctypes.c_long
     f.argtypes = [p, p, p, p, p, p, i64, i64, i64, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
-    f.restype = None
+    f.restype = ctypes.c_int
     f = lib.attnlab_band_backward
     f.argtypes = [p, p, p, p, p, p, p, p, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
-    f.restype = None
+    f.restype = ctypes.c_int
     return lib
 
 
@@ -154,11 +154,13 @@ def band_forward(
     O = q.new_empty(N, n, d)
     L = q.new_empty(N, n)
     ptr = lambda x: None if x is None else x.data_ptr()  # noqa: E731
-    lib.attnlab_band_forward(
+    failed = lib.attnlab_band_forward(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), ptr(keep_u8), ptr(s_e), ptr(v_e), e, Te, c,
         O.data_ptr(), L.data_ptr(), N, n, m, d, k.stride(0), v.stride(0), heads_per_keep,
         int(w), int(offset), int(bool(causal)), float(scale), torch.get_num_threads(),
     )
+    if failed:
+        raise MemoryError(f"band kernel: no memory for its per-thread scratch (w = {w}, d = {d})")
     return O, L
 
 
@@ -177,10 +179,12 @@ def band_backward(
     k, v = (x if x.stride(2) == 1 and x.stride(1) == d else x.contiguous() for x in (k, v))
     keep_u8 = None if keep is None else keep.to(torch.uint8).contiguous()
     dq, dk, dv = torch.zeros_like(q), q.new_zeros(N, m, d), q.new_zeros(N, m, d)
-    lib.attnlab_band_backward(
+    failed = lib.attnlab_band_backward(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), None if keep_u8 is None else keep_u8.data_ptr(),
         dO.data_ptr(), L.data_ptr(), D.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
         N, n, m, d, k.stride(0), v.stride(0), heads_per_keep, int(w), int(offset), int(bool(causal)), float(scale),
         torch.get_num_threads(),
     )
+    if failed:
+        raise MemoryError(f"band kernel: no memory for its per-thread scratch (w = {w}, d = {d})")
     return dq, dk, dv
