@@ -58,7 +58,7 @@ def log(*a):
     print(time.strftime("%H:%M:%S"), *a, flush=True)
 
 
-PLAN_METHODS = ("attnlab-est", "attnlab-err", "attnlab-err-rel", "attnlab-mass-exec")  # beyond baselines.METHODS
+PLAN_METHODS = ("attnlab-est", "attnlab-err", "attnlab-err-rel", "attnlab-err-grad", "attnlab-delta")  # beyond baselines.METHODS
 
 
 def plans_for(method: str, cal: Calibration, shape: dict, budget: float) -> Plan:
@@ -66,7 +66,7 @@ def plans_for(method: str, cal: Calibration, shape: dict, budget: float) -> Plan
         return choose_plan(cal, budget)
     if method == "attnlab-est":
         return choose_plan(cal, budget, table="est", method="attnlab-est")
-    if method in ("attnlab-err", "attnlab-err-rel", "attnlab-mass-exec"):
+    if method in ("attnlab-err", "attnlab-err-rel", "attnlab-err-grad", "attnlab-delta"):
         return choose_plan(cal, budget, table=method.removeprefix("attnlab-"), method=method)
     if method == "streaming-llm":
         return baselines.streaming_llm(shape, budget, cal.n)
@@ -92,7 +92,7 @@ def cmd_calibrate(args):
         windows = token_windows(tok, DATA / "train.txt.gz", n, args.windows)
         cands = sorted({c for b in args.budgets for c in baselines.minference_candidates(b, n)})
         t = time.time()
-        cal = calibrate(model, windows, cands, progress=lambda x, m: log(f"calibration n={n}: window {x}/{m}"), err_rows=args.err_rows)
+        cal = calibrate(model, windows, cands, progress=lambda x, m: log(f"calibration n={n}: window {x}/{m}"), err_rows=args.err_rows, grads=args.grads)
         cal.save(path)
         log(f"calibrated n={n} windows={len(windows)} in {time.time() - t:.0f} s -> {path}")
 
@@ -279,6 +279,7 @@ def main():
     p.add_argument("--windows", type=int, default=2)
     p.add_argument("--split", default="test", choices=["dev", "test"], help="ppl: the text scored (dev: to choose settings; test: to report)")
     p.add_argument("--force", action="store_true")
+    p.add_argument("--grads", action="store_true", help="calibrate: also the loss gradients (tables err-grad, delta; one backward pass per window)")
     p.add_argument("--err-rows", type=int, default=64, help="calibrate: rows on which every executed option's output error is measured (0: none)")
     p.add_argument("--n", type=int, default=8192)
     p.add_argument("--method", default="attnlab")

@@ -39,7 +39,7 @@ def test_option_errors_equal_the_executed_plans_errors(n):
     w_grid, g_grid = [0, 3, 10, 40, n], [0, 1, 2, 4, 8]
     est = estimate_columns(q[None], k[None], scaling)[0]
     U = projection_factor(W, H, d)
-    err, mass = option_errors(q, k, v, scaling, est, rows, w_grid, g_grid, SINKS, U)
+    err, mass, _ = option_errors(q, k, v, scaling, est, rows, w_grid, g_grid, SINKS, U)
     full = torch.softmax((q @ k.transpose(-1, -2) * scaling).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf")), -1)
     o = full @ v                                                         # (H, n, d)
     for z, s in enumerate((0, SINKS)):
@@ -161,6 +161,59 @@ def test_option_errors_stay_finite_when_a_sink_dwarfs_the_band():
     v = torch.randn(H, n, d, generator=g)
     rows = sample_rows(n, 5)
     est = estimate_columns(q[None], k[None], 0.5)[0]
-    err, _ = option_errors(q, k, v, 0.5, est, rows, [0], [0], SINKS)
+    err, _, _ = option_errors(q, k, v, 0.5, est, rows, [0], [0], SINKS)
     ref = ((v[0, rows] - v[0, 0]) ** 2).sum(-1).mean().double()   # diagonal alone vs (almost) the sink's value
     assert torch.isfinite(err).all() and torch.allclose(err[0, 0, 0, 0], ref, rtol=1e-4)
+
+
+def tiny_llama():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def test_row_gradients_match_finite_differences():
+    from attnlab.llm.attention import apply_plan, attention_modules
+    from attnlab.llm.plan import Plan, model_shape, row_gradients
+
+    model = tiny_llama().double()
+    ids = torch.randint(0, 100, (1, 40), generator=torch.Generator().manual_seed(2))
+    apply_plan(model, Plan.full(model_shape(model)))
+    mods = attention_modules(model)
+    rows = sample_rows(40, 4)
+    grads = row_gradients(model, ids, rows, mods)
+    direction = torch.randn(32, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    layer, r, eps = 1, 2, 1e-5
+
+    def loss_with(shift):
+        def hook(mod, args, out):
+            o = out[0].clone()
+            o[0, rows[r]] += shift * direction
+            return (o,) + tuple(out[1:])
+        hd = mods[layer].register_forward_hook(hook)
+        with torch.no_grad():  # summed NLL in float64 (transformers' loss casts the logits to float32)
+            logits = model(ids).logits[0, :-1].double()
+            value = torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum").item()
+        hd.remove()
+        return value
+
+    fd = (loss_with(eps) - loss_with(-eps)) / (2 * eps)
+    assert abs(fd - float(grads[layer][r] @ direction)) < 1e-3 * max(1.0, abs(fd))   # the loss itself is float32 inside
+
+
+def test_calibrate_records_errors_and_their_loss_change():
+    from attnlab.llm.plan import calibrate
+
+    model = tiny_llama()
+    windows = [torch.randint(0, 100, (1, 64), generator=torch.Generator().manual_seed(s)) for s in (4, 5)]
+    assert not calibrate(model, windows[:1], err_rows=8).gsq.any()   # gradients only when asked
+    cal = calibrate(model, windows, err_rows=8, grads=True)
+    assert cal.windows.tolist() == [2, 2] and (cal.gsq > 0).all() and (cal.resid > 0).all()
+    for t in ("err", "delta"):
+        x = getattr(cal, t)
+        assert np.isfinite(x).all() and (x >= 0).all() and x.max() > 0
+        assert np.allclose(x[:, :, :, -1, -1], 0, atol=1e-12)       # widest band + every other key as a column: exact
+    plan = choose_plan(cal, 0.3, table="delta")
+    assert plan.fraction() <= 0.3 and plan.meta["table"] == "delta"
