@@ -32,7 +32,7 @@ from attnlab.llm import baselines  # noqa: E402
 from attnlab.allocator import keep_freed_memory  # noqa: E402
 from attnlab.llm.attention import apply_plan  # noqa: E402
 from attnlab.llm.kv_cache import PlanCache, kv_bytes  # noqa: E402
-from attnlab.llm.plan import Calibration, Plan, calibrate, choose_plan, model_shape, token_windows  # noqa: E402
+from attnlab.llm.plan import ERR_ROWS, Calibration, Plan, calibrate, choose_plan, model_shape, token_windows  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "shakespeare"
 if not DATA.exists():
@@ -58,12 +58,14 @@ def log(*a):
     print(time.strftime("%H:%M:%S"), *a, flush=True)
 
 
-PLAN_METHODS = ("attnlab-est", "attnlab-err", "attnlab-err-rel", "attnlab-err-grad", "attnlab-delta")  # beyond baselines.METHODS
+PLAN_METHODS = ("attnlab-mass", "attnlab-est", "attnlab-err", "attnlab-err-rel", "attnlab-err-grad", "attnlab-delta")  # beyond baselines.METHODS
 
 
 def plans_for(method: str, cal: Calibration, shape: dict, budget: float) -> Plan:
-    if method == "attnlab":
+    if method == "attnlab":   # err-rel when the calibration has option errors (choose_plan's default)
         return choose_plan(cal, budget)
+    if method == "attnlab-mass":   # the captured-mass rule (before the option errors)
+        return choose_plan(cal, budget, table="fit", method="attnlab-mass")
     if method == "attnlab-est":
         return choose_plan(cal, budget, table="est", method="attnlab-est")
     if method in ("attnlab-err", "attnlab-err-rel", "attnlab-err-grad", "attnlab-delta"):
@@ -280,7 +282,7 @@ def main():
     p.add_argument("--split", default="test", choices=["dev", "test"], help="ppl: the text scored (dev: to choose settings; test: to report)")
     p.add_argument("--force", action="store_true")
     p.add_argument("--grads", action="store_true", help="calibrate: also the loss gradients (tables err-grad, delta; one backward pass per window)")
-    p.add_argument("--err-rows", type=int, default=64, help="calibrate: rows on which every executed option's output error is measured (0: none)")
+    p.add_argument("--err-rows", type=int, default=ERR_ROWS, help="calibrate: rows on which every executed option's output error is measured (0: none)")
     p.add_argument("--n", type=int, default=8192)
     p.add_argument("--method", default="attnlab")
     p.add_argument("--budget", type=float, default=0.1)

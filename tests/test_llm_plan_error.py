@@ -127,11 +127,14 @@ def test_old_calibration_has_no_error_table(tmp_path):
     torch.manual_seed(0)
     cal.observe(0, torch.randn(1, 2, 64, 8), torch.randn(1, 2, 64, 8), torch.randn(1, 2, 64, 8), 0.3)
     cal.save(tmp_path / "c.npz")
+    with np.load(tmp_path / "c.npz") as z:   # a calibration written before the option errors: no such arrays
+        np.savez(tmp_path / "c.npz", **{k: z[k] for k in z.files if k not in Calibration.OPTIONAL + ("err_rows",)})
     back = Calibration.load(tmp_path / "c.npz")
     from attnlab.errors import UserError
 
     with pytest.raises(UserError, match="no option errors"):
         choose_plan(back, 0.5, table="err")
+    assert choose_plan(back, 0.5).meta["table"] == "fit"            # the default falls back to the captured mass
     with pytest.raises(ValueError, match="table"):
         choose_plan(back, 0.5, table="nope")
 
@@ -217,3 +220,23 @@ def test_calibrate_records_errors_and_their_loss_change():
         assert np.allclose(x[:, :, :, -1, -1], 0, atol=1e-12)       # widest band + every other key as a column: exact
     plan = choose_plan(cal, 0.3, table="delta")
     assert plan.fraction() <= 0.3 and plan.meta["table"] == "delta"
+
+
+def test_default_rule_is_err_rel_and_beats_sinks_plus_window_on_its_objective():
+    from attnlab.llm import baselines
+    from attnlab.llm.plan import calibrate
+
+    model = tiny_llama()
+    n = 128
+    windows = [torch.randint(0, 100, (1, n), generator=torch.Generator().manual_seed(s)) for s in (6, 7)]
+    cal = calibrate(model, windows, err_rows=32)
+    plan = choose_plan(cal, 0.2)
+    assert plan.meta["table"] == "err-rel" and plan.fraction() <= 0.2
+    # StreamingLLM's support on the grid (the widest grid w within its window): a feasible choice of the
+    # same knapsack, so the chosen plan's objective Σ ε_h / resid_l cannot be worse
+    w_s = baselines.streaming_window(0.2, n)
+    x = max(i for i, w in enumerate(cal.w_grid) if w <= w_s)
+    rel = cal.mean("err") / cal.mean("resid")[:, None, None, None, None]
+    streaming = rel[:, :, 1, x, 0].sum()
+    assert plan.meta["mean_error"] * rel.shape[0] * rel.shape[1] <= streaming * (1 + 1e-9)
+    assert plan.meta["mean_error"] > 0

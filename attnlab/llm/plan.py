@@ -50,13 +50,14 @@ from attnlab.errors import UserError
 from attnlab.support import FULL, Support, top_columns
 
 __all__ = [
-    "FULL", "G_GRID", "LAST_Q", "SINKS", "W_GRID", "HeadPlan", "Plan", "Calibration", "choose_plan",
+    "ERR_ROWS", "FULL", "G_GRID", "LAST_Q", "SINKS", "W_GRID", "HeadPlan", "Plan", "Calibration", "choose_plan",
     "model_shape", "check_budget", "entries_of", "knapsack",
 ]
 
 SINKS = 4          # key positions 0..SINKS−1 may be fixed columns (attention sinks)
 LAST_Q = 64        # queries that estimate an input's columns (MInference's last_q)
 ROW_BLOCK = 256    # rows of exact attention held at once during calibration
+ERR_ROWS = 128     # rows per window on which the options' output errors are measured (dev-chosen, see choose_plan)
 W_GRID = (0, 8, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024,
           1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 G_GRID = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -461,8 +462,9 @@ def knapsack(gain: np.ndarray, cost: np.ndarray, limit: float) -> np.ndarray:
     return choice
 
 
-def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: str = "fit", method: str = "attnlab") -> Plan:
-    """The plan of best total objective with Σ entries ≤ β · L·H·n(n+1)/2 (module docstring), by ``table``:
+def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: str | None = None, method: str = "attnlab") -> Plan:
+    """The plan of best total objective with Σ entries ≤ β · L·H·n(n+1)/2 (module docstring), by ``table``
+    (default: ``err-rel`` when the calibration holds option errors, else ``fit``):
 
     * ``fit`` / ``est``: maximise the captured mass Σ μ_h over (w, g) on the calibration grid, with the
       exact fit's or the run-time estimate's columns; the sink positions that are columns in most
@@ -479,6 +481,8 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     32.94 / 28.43 vs 33.02 / 28.43 — no gain, not kept.)
     """
     budget = check_budget(budget)
+    if table is None:
+        table = "err-rel" if cal.err_rows and cal.err.any() else "fit"
     if table not in TABLES:
         raise ValueError(f"table: expected one of {', '.join(TABLES)}, got {table!r}")
     n = n or cal.n
@@ -594,7 +598,7 @@ def row_gradients(model, ids, rows, mods) -> list[torch.Tensor]:
 
 
 @torch.no_grad()
-def calibrate(model, windows, candidates=None, progress=None, err_rows: int = 0, grads: bool = False) -> Calibration:
+def calibrate(model, windows, candidates=None, progress=None, err_rows: int = ERR_ROWS, grads: bool = False) -> Calibration:
     """Run ``model`` on each window ``(1, n)`` with exact attention and stream the per-head statistics.
 
     ``err_rows`` > 0: also the executed options' output errors on that many rows (``Calibration``),
