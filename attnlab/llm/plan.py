@@ -478,7 +478,10 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
 
     Full heads are an option of every head (gain: mass 1, error 0).
     (Maximising Σ log μ_h instead was tried: SmolLM2 at 8K, dev text, β = 5 % / 10 %: perplexity
-    32.94 / 28.43 vs 33.02 / 28.43 — no gain, not kept.)
+    32.94 / 28.43 vs 33.02 / 28.43 — no gain, not kept.  Same setting, one 8K calibration window:
+    fit 33.03 / 28.43, err-rel 30.39 / 27.98 (128 rows; 31.43 / 28.49 with 64, 30.81 / 27.77 with 256),
+    err 33.44 / 29.24, err-grad 31.30 / 28.54 and delta 32.01 / 28.88 (64 rows), the executed mass
+    35.11 / 28.41 (dropped); StreamingLLM 32.50 / 29.28, full 26.55.)
     """
     budget = check_budget(budget)
     if table is None:
