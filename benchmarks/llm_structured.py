@@ -32,7 +32,7 @@ from attnlab.llm import baselines  # noqa: E402
 from attnlab.allocator import keep_freed_memory  # noqa: E402
 from attnlab.llm.attention import apply_plan  # noqa: E402
 from attnlab.llm.kv_cache import PlanCache, kv_bytes  # noqa: E402
-from attnlab.llm.plan import Calibration, Plan, calibrate, choose_plan, model_shape, token_windows  # noqa: E402
+from attnlab.llm.plan import ERR_ROWS, Calibration, Plan, calibrate, choose_plan, model_shape, token_windows  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "shakespeare"
 if not DATA.exists():
@@ -58,11 +58,18 @@ def log(*a):
     print(time.strftime("%H:%M:%S"), *a, flush=True)
 
 
+PLAN_METHODS = ("attnlab-mass", "attnlab-est", "attnlab-err", "attnlab-err-rel", "attnlab-err-grad", "attnlab-delta")  # beyond baselines.METHODS
+
+
 def plans_for(method: str, cal: Calibration, shape: dict, budget: float) -> Plan:
-    if method == "attnlab":
+    if method == "attnlab":   # err-rel when the calibration has option errors (choose_plan's default)
         return choose_plan(cal, budget)
+    if method == "attnlab-mass":   # the captured-mass rule (before the option errors)
+        return choose_plan(cal, budget, table="fit", method="attnlab-mass")
     if method == "attnlab-est":
         return choose_plan(cal, budget, table="est", method="attnlab-est")
+    if method in ("attnlab-err", "attnlab-err-rel", "attnlab-err-grad", "attnlab-delta"):
+        return choose_plan(cal, budget, table=method.removeprefix("attnlab-"), method=method)
     if method == "streaming-llm":
         return baselines.streaming_llm(shape, budget, cal.n)
     if method == "minference-mass":
@@ -87,7 +94,7 @@ def cmd_calibrate(args):
         windows = token_windows(tok, DATA / "train.txt.gz", n, args.windows)
         cands = sorted({c for b in args.budgets for c in baselines.minference_candidates(b, n)})
         t = time.time()
-        cal = calibrate(model, windows, cands, progress=lambda x, m: log(f"calibration n={n}: window {x}/{m}"))
+        cal = calibrate(model, windows, cands, progress=lambda x, m: log(f"calibration n={n}: window {x}/{m}"), err_rows=args.err_rows, grads=args.grads)
         cal.save(path)
         log(f"calibrated n={n} windows={len(windows)} in {time.time() - t:.0f} s -> {path}")
 
@@ -274,6 +281,8 @@ def main():
     p.add_argument("--windows", type=int, default=2)
     p.add_argument("--split", default="test", choices=["dev", "test"], help="ppl: the text scored (dev: to choose settings; test: to report)")
     p.add_argument("--force", action="store_true")
+    p.add_argument("--grads", action="store_true", help="calibrate: also the loss gradients (tables err-grad, delta; one backward pass per window)")
+    p.add_argument("--err-rows", type=int, default=ERR_ROWS, help="calibrate: rows on which every executed option's output error is measured (0: none)")
     p.add_argument("--n", type=int, default=8192)
     p.add_argument("--method", default="attnlab")
     p.add_argument("--budget", type=float, default=0.1)
@@ -281,6 +290,12 @@ def main():
     p.add_argument("--new-tokens", type=int, default=16)
     p.add_argument("--system-malloc", action="store_true", help="leave glibc's malloc as it is (default: attnlab.allocator.keep_freed_memory(), as the CLI)")
     args = p.parse_args()
+    known = set(baselines.METHODS) | set(PLAN_METHODS)
+    bad = [m for m in args.methods if m not in known]
+    if bad:
+        p.exit(2, f"llm_structured: error: --methods: unknown {', '.join(bad)} (known: {', '.join(sorted(known))})\n")
+    if args.err_rows < 0:
+        p.exit(2, f"llm_structured: error: --err-rows: must be >= 0, got {args.err_rows}\n")
     if not args.system_malloc:
         keep_freed_memory()
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -137,7 +137,7 @@ def test_plans_respect_the_budget_and_the_fit_captures_most(model):
     cands = sorted(set(baselines.minference_candidates(0.2, 256)))
     cal = calibrate(model, ids, cands)
     shape = model_shape(model)
-    plans = {"attnlab": choose_plan(cal, 0.2), "streaming": baselines.streaming_llm(shape, 0.2, 256),
+    plans = {"attnlab": choose_plan(cal, 0.2, table="fit"), "streaming": baselines.streaming_llm(shape, 0.2, 256),
              "mi-mass": baselines.minference(cal, 0.2, "mass"), "mi-err": baselines.minference(cal, 0.2, "error"),
              "duo": baselines.duo_attention(cal, 0.2)}
     for name, p in plans.items():
