@@ -63,6 +63,9 @@ PLAN_METHODS = ("attnlab-mass", "attnlab-est", "attnlab-err", "attnlab-err-rel",
 
 def plans_for(method: str, cal: Calibration, shape: dict, budget: float) -> Plan:
     if method == "attnlab":   # err-rel when the calibration has option errors (choose_plan's default)
+        if not (cal.err_rows and cal.err.any()):
+            log(f"note: calibration n={cal.n} holds no option errors (made before them): attnlab uses the mass rule; "
+                "`calibrate --force` for the output-error rule")
         return choose_plan(cal, budget)
     if method == "attnlab-mass":   # the captured-mass rule (before the option errors)
         return choose_plan(cal, budget, table="fit", method="attnlab-mass")
