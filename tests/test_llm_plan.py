@@ -265,3 +265,13 @@ def test_gemma3_sliding_layers_full_plan_matches_sdpa():
     from attnlab.llm.kv_cache import EVICT_EVERY
 
     assert cache.layers[0].keys.shape[2] <= 32 + EVICT_EVERY - 1  # a sliding layer keeps its window (+ keys not yet compacted)
+
+
+def test_calibration_makes_no_logits_of_the_whole_window(monkeypatch):
+    """Calibration needs the attention statistics only: the LM head sees one row, not n (n × V floats:
+    17 GB for Gemma-3's 262K vocabulary at 16K tokens)."""
+    m = tiny_model(layers=1)
+    rows = []
+    monkeypatch.setattr(m.lm_head, "forward", lambda x: (rows.append(x.shape[1]), torch.zeros(*x.shape[:2], 100))[1])
+    calibrate(m, [torch.randint(0, 100, (1, 64), generator=torch.Generator().manual_seed(0))])
+    assert rows == [1]

@@ -627,7 +627,7 @@ def calibrate(model, windows, candidates=None, progress=None, err_rows: int = ER
                 for l, g in enumerate(row_gradients(model, ids.to(model.device), cal.rows(), mods)):
                     cal.row_grads[l] = g
                     cal.gsq[l] += float((g ** 2).sum(-1).mean())
-            o = model(ids.to(model.device), use_cache=False, output_hidden_states=bool(err_rows))
+            o = model(ids.to(model.device), use_cache=False, output_hidden_states=bool(err_rows), logits_to_keep=1)  # not n × vocabulary logits
             if err_rows:  # hidden_states[l]: the residual stream entering layer l, (1, n, hidden)
                 rows = cal.rows()
                 for l in range(shape["num_layers"]):
