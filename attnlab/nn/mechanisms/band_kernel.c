@@ -70,6 +70,23 @@ static const float *keys_for(Keys *K, const float *k, long h, long m, long d, lo
     return K->kt + (jlo - K->base);
 }
 
+/* B(i) of the tile's rows i = i0 … i0 + rows − 1 as key ranges [a_r, b_r] (clipped to the keys and the
+ * causal triangle; a_r > b_r: none), and their union [jlo, jhi] (jhi < jlo: no row sees a band key). */
+static void tile_band(long i0, int rows, long m, long w, long off, int causal, long *a, long *b, long *jlo, long *jhi)
+{
+    *jlo = m, *jhi = -1;
+    for (int r = 0; r < rows; r++) {
+        long i = i0 + r, lo = i + off - w, hi = i + off + w;
+        if (causal && hi > i) hi = i;
+        a[r] = lo < 0 ? 0 : lo;
+        b[r] = hi > m - 1 ? m - 1 : hi;
+        if (a[r] <= b[r]) {
+            *jlo = a[r] < *jlo ? a[r] : *jlo;
+            *jhi = b[r] > *jhi ? b[r] : *jhi;
+        }
+    }
+}
+
 /* The last ≤ VEC keys of a tile's scores, one vector at a time (its own function: sharing one with
  * the main loop spills the main loop's key vectors to the stack). */
 __attribute__((noinline)) static void tile_scores_last(const float *const *qr, const float *kc, long ldk, long d, float *S, long lds)
@@ -215,17 +232,8 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
             if (!ok) continue;
             long h = job / tiles, i0 = (job % tiles) * R;
             int rows = n - i0 < R ? (int)(n - i0) : R;
-            long a[R], b[R], jlo = m, jhi = -1;
-            for (int r = 0; r < rows; r++) { /* row i's band, clipped to the keys and the causal triangle */
-                long i = i0 + r, lo = i + off - w, hi = i + off + w;
-                if (causal && hi > i) hi = i;
-                a[r] = lo < 0 ? 0 : lo;
-                b[r] = hi > m - 1 ? m - 1 : hi;
-                if (a[r] <= b[r]) {
-                    jlo = a[r] < jlo ? a[r] : jlo;
-                    jhi = b[r] > jhi ? b[r] : jhi;
-                }
-            }
+            long a[R], b[R], jlo, jhi;
+            tile_band(i0, rows, m, w, off, causal, a, b, &jlo, &jhi);
             float *o_t = o + (h * n + i0) * d, *lse_t = lse + h * n + i0;
             const float *q_h = q + h * n * d;
             long L = 0, Lpad = 0;
@@ -334,17 +342,8 @@ int attnlab_band_backward(const float *q, const float *k, const float *v, const 
         for (long h = 0; h < N; h++)
             for (long i0 = 0; i0 < n && ok; i0 += R) {
                 int rows = n - i0 < R ? (int)(n - i0) : R;
-                long a[R], b[R], jlo = m, jhi = -1;
-                for (int r = 0; r < rows; r++) {
-                    long i = i0 + r, lo = i + off - w, hi = i + off + w;
-                    if (causal && hi > i) hi = i;
-                    a[r] = lo < 0 ? 0 : lo;
-                    b[r] = hi > m - 1 ? m - 1 : hi;
-                    if (a[r] <= b[r]) {
-                        jlo = a[r] < jlo ? a[r] : jlo;
-                        jhi = b[r] > jhi ? b[r] : jhi;
-                    }
-                }
+                long a[R], b[R], jlo, jhi;
+                tile_band(i0, rows, m, w, off, causal, a, b, &jlo, &jhi);
                 if (jhi < jlo) continue; /* no band key: dq stays 0 */
                 long L = jhi - jlo + 1, Lpad = (L + VEC - 1) / VEC * VEC;
                 const float *q_t = q + (h * n + i0) * d, *dO_t = dO + (h * n + i0) * d;

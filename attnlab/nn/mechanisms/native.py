@@ -118,6 +118,26 @@ def unavailable_reason() -> str:
     return _reason[-1] if _reason else ""
 
 
+def _library_or_raise() -> ctypes.CDLL:
+    lib = library()
+    if lib is None:
+        raise RuntimeError(f"the native band kernel is unavailable: {unavailable_reason()}")
+    return lib
+
+
+def _rows(x: Tensor) -> Tensor:
+    # (N, m, d) with contiguous rows of d floats (any head stride: the kernel takes it); a copy only if not
+    return x if x.stride(2) == 1 and x.stride(1) == x.shape[2] else x.contiguous()
+
+
+def _ptr(x: Tensor | None) -> int | None:
+    return None if x is None else x.data_ptr()
+
+
+def _keep_bytes(keep: Tensor | None) -> Tensor | None:
+    return None if keep is None else keep.to(torch.uint8).contiguous()
+
+
 def band_forward(
     q: Tensor,
     k: Tensor,
@@ -135,16 +155,13 @@ def band_forward(
     rows); keep (N / heads_per_keep, m) bool or None; extras (S_E, V_E, c): S_E (N, n, e) the extra keys'
     scores (NEG_INF where not allowed), V_E (N, T|1, e, d) their values, c the rows per chunk.
     Returns O (N, n, d), L (N, n)."""
-    lib = library()
-    if lib is None:
-        raise RuntimeError(f"the native band kernel is unavailable: {unavailable_reason()}")
+    lib = _library_or_raise()
     N, n, d = q.shape
     m = k.shape[1]
     if d % VEC:
         raise ValueError(f"band_forward: d must be a multiple of {VEC}, got {d}")
     q = q.contiguous()
-    k, v = (x if x.stride(2) == 1 and x.stride(1) == d else x.contiguous() for x in (k, v))
-    keep_u8 = None if keep is None else keep.to(torch.uint8).contiguous()
+    k, v, keep_u8 = _rows(k), _rows(v), _keep_bytes(keep)
     e = Te = c = 0
     s_e = v_e = None
     if extras is not None:
@@ -153,9 +170,8 @@ def band_forward(
         Te, e = v_e.shape[1], v_e.shape[2]
     O = q.new_empty(N, n, d)
     L = q.new_empty(N, n)
-    ptr = lambda x: None if x is None else x.data_ptr()  # noqa: E731
     failed = lib.attnlab_band_forward(
-        q.data_ptr(), k.data_ptr(), v.data_ptr(), ptr(keep_u8), ptr(s_e), ptr(v_e), e, Te, c,
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(keep_u8), _ptr(s_e), _ptr(v_e), e, Te, c,
         O.data_ptr(), L.data_ptr(), N, n, m, d, k.stride(0), v.stride(0), heads_per_keep,
         int(w), int(offset), int(bool(causal)), float(scale), torch.get_num_threads(),
     )
@@ -170,17 +186,14 @@ def band_backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The band's (dq, dk, dv), P_ij = exp(τ q_i·k_j − L_i), dS = P ∘ (dO vᵀ − D): q, dO (N, n, d), k, v (N, m, d),
     L (N, n) the saved log-normaliser, D (N, n) = rowsum(dO ∘ O).  Threads take whole heads."""
-    lib = library()
-    if lib is None:
-        raise RuntimeError(f"the native band kernel is unavailable: {unavailable_reason()}")
+    lib = _library_or_raise()
     N, n, d = q.shape
     m = k.shape[1]
     q, dO, L, D = (x.contiguous() for x in (q, dO, L, D))
-    k, v = (x if x.stride(2) == 1 and x.stride(1) == d else x.contiguous() for x in (k, v))
-    keep_u8 = None if keep is None else keep.to(torch.uint8).contiguous()
+    k, v, keep_u8 = _rows(k), _rows(v), _keep_bytes(keep)
     dq, dk, dv = torch.zeros_like(q), q.new_zeros(N, m, d), q.new_zeros(N, m, d)
     failed = lib.attnlab_band_backward(
-        q.data_ptr(), k.data_ptr(), v.data_ptr(), None if keep_u8 is None else keep_u8.data_ptr(),
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(keep_u8),
         dO.data_ptr(), L.data_ptr(), D.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
         N, n, m, d, k.stride(0), v.stride(0), heads_per_keep, int(w), int(offset), int(bool(causal)), float(scale),
         torch.get_num_threads(),

@@ -225,6 +225,24 @@ def _extras_scores(q4, k_e, e_bias, scale):
     return _chunk_mm(q4, k_e.transpose(-1, -2)).mul_(scale).add_(e_bias)
 
 
+def _flash_forward(q4, k, v, bias, T, c, front, back, lo, W, scale):
+    # PyTorch's flash kernel over the strided windows of the padded keys, one call per padded batch entry.
+    # Returns O_band (B, H, T, c, d), L_band (B, H, T, c, 1).
+    B, H, _, _, d = q4.shape
+    kp, vp = _padded(k, front, back), _padded(v, front, back)
+    P, start = kp.shape[2], front + lo
+    O_parts, L_parts = [], []
+    for b in range(B) if bias.shape[0] > 1 else [slice(None)]:
+        bb = bias[b][None] if bias.shape[0] > 1 else bias
+        qb = q4[b].reshape(-1, T, c, d)
+        O_b, L_b = _flash(qb, _windows(kp[b].reshape(-1, P, d), T, c, start, W), _windows(vp[b].reshape(-1, P, d), T, c, start, W), bb, scale)
+        O_parts.append(O_b)
+        L_parts.append(L_b)
+    O = torch.cat(O_parts).view(B, H, T, c, d) if len(O_parts) > 1 else O_parts[0].view(B, H, T, c, d)
+    L = torch.cat(L_parts).view(B, H, T, c, 1) if len(L_parts) > 1 else L_parts[0].view(B, H, T, c, 1)
+    return O, L
+
+
 def _flash_backward(q4, k, v, dO, O, L, bias, T, c, front, back, lo, W, scale):
     # PyTorch's flash backward over the strided windows, in blocks of chunks; the window gradients are
     # folded back onto the keys (the windows overlap).  Returns dq (B, H, T, c, d), dk, dv (B, H, m, d).
@@ -265,39 +283,23 @@ class WindowAttention(torch.autograd.Function):
         m = k.shape[2]
         ctx.geom = (T, c, front, back, lo, W, scale)
         ctx.band = band
+        s_e = None if k_e is None else _extras_scores(q4, k_e, e_bias, scale)  # (B, H, T, c, e): τ q·k_E + b_E
         if band is not None:  # the fused C kernel (native.py): tiles of rows × their own band, extras in the same softmax
             w, offset, causal, key_keep = band
-            extras = None
-            if k_e is not None:  # the extras' scores τ q·k_E + b_E: one small product here, the softmax there
-                e, Te = k_e.shape[-2], k_e.shape[2]
-                s_e = _extras_scores(q4, k_e, e_bias, scale)  # (B, H, T, c, e)
-                extras = (s_e.view(B * H, T * c, e), v_e.reshape(B * H, Te, e, d), c)
+            e = None if k_e is None else k_e.shape[-2]
+            extras = None if k_e is None else (s_e.view(B * H, T * c, e), v_e.reshape(B * H, k_e.shape[2], e, d), c)
             O, L = native.band_forward(
                 q4.view(B * H, T * c, d), k.reshape(B * H, m, d), v.reshape(B * H, m, d),
                 w, offset=offset, causal=causal, keep=key_keep, heads_per_keep=H, scale=scale, extras=extras,
             )
             O, L = O.view(B, H, T, c, d), L.view(B, H, T, c, 1)
-            if empty is not None:
-                O.masked_fill_(empty, 0.0)
-            ctx.save_for_backward(q4, k, v, k_e, v_e, e_bias, bias, empty, O, L)
-            return O
-        kp, vp = _padded(k, front, back), _padded(v, front, back)
-        P, start = kp.shape[2], front + lo
-        O_parts, L_parts = [], []
-        for b in range(B) if bias.shape[0] > 1 else [slice(None)]:  # one flash call per batch entry with padding
-            bb = bias[b][None] if bias.shape[0] > 1 else bias
-            qb = q4[b].reshape(-1, T, c, d)
-            O_b, L_b = _flash(qb, _windows(kp[b].reshape(-1, P, d), T, c, start, W), _windows(vp[b].reshape(-1, P, d), T, c, start, W), bb, scale)
-            O_parts.append(O_b)
-            L_parts.append(L_b)
-        O = torch.cat(O_parts).view(B, H, T, c, d) if len(O_parts) > 1 else O_parts[0].view(B, H, T, c, d)
-        L = torch.cat(L_parts).view(B, H, T, c, 1) if len(L_parts) > 1 else L_parts[0].view(B, H, T, c, 1)
-        if k_e is not None:  # merged in place: no n×d temporaries (each costs a fresh allocation on CPU)
-            s_e = _extras_scores(q4, k_e, e_bias, scale)  # (B, H, T, c, e)
-            L_new = torch.logaddexp(L, torch.logsumexp(s_e, -1, keepdim=True))  # (B, H, T, c, 1)
-            O.mul_(torch.exp(L - L_new).to(O.dtype))  # e^{L_band − L} O_band
-            _chunk_mm_add(O, torch.exp(s_e - L_new).to(v_e.dtype), v_e)  # + P_E V_E
-            L = L_new
+        else:
+            O, L = _flash_forward(q4, k, v, bias, T, c, front, back, lo, W, scale)
+            if s_e is not None:  # merged in place: no n×d temporaries (each costs a fresh allocation on CPU)
+                L_new = torch.logaddexp(L, torch.logsumexp(s_e, -1, keepdim=True))  # (B, H, T, c, 1)
+                O.mul_(torch.exp(L - L_new).to(O.dtype))  # e^{L_band − L} O_band
+                _chunk_mm_add(O, torch.exp(s_e - L_new).to(v_e.dtype), v_e)  # + P_E V_E
+                L = L_new
         if empty is not None:
             O.masked_fill_(empty, 0.0)
         ctx.save_for_backward(q4, k, v, k_e, v_e, e_bias, bias, empty, O, L)
