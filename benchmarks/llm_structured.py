@@ -88,6 +88,7 @@ def plans_for(method: str, cal: Calibration, shape: dict, budget: float) -> Plan
 
 def cmd_calibrate(args):
     model, tok = load(args.model)
+    shape = model_shape(model)
     out = Path(args.out)
     for n in args.lengths:
         path = out / f"calibration-{n}.npz"
@@ -95,16 +96,35 @@ def cmd_calibrate(args):
             log("have", path)
             continue
         windows = token_windows(tok, DATA / "train.txt.gz", n, args.windows)
-        cands = sorted({c for b in args.budgets for c in baselines.minference_candidates(b, n)})
+        cands = sorted({c for b in args.budgets for c in baselines.minference_candidates(b, n, shape)})
         t = time.time()
         cal = calibrate(model, windows, cands, progress=lambda x, m: log(f"calibration n={n}: window {x}/{m}"), err_rows=args.err_rows, grads=args.grads)
         cal.save(path)
         log(f"calibrated n={n} windows={len(windows)} in {time.time() - t:.0f} s -> {path}")
 
 
+LOGIT_ROWS = 1024  # rows of logits held at once (Gemma-3's 262,144-word vocabulary: 16K × V floats would be 17 GB)
+
+
 @torch.no_grad()
+def window_nll(model, ids) -> float:
+    """Mean next-token NLL of one window, −(1/(n−1)) Σ_i log p(x_{i+1} | x_≤i), as ``model(ids, labels=ids).loss``,
+    with the logits made ``LOGIT_ROWS`` rows at a time from the last hidden states (never n × V at once)."""
+    h = model.model(input_ids=ids, use_cache=False).last_hidden_state                  # (1, n, d)
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    total, count = 0.0, 0
+    for a in range(0, ids.shape[1] - 1, LOGIT_ROWS):
+        b = min(ids.shape[1] - 1, a + LOGIT_ROWS)
+        logits = model.lm_head(h[:, a:b]).float()                                      # (1, b − a, V)
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        total += torch.nn.functional.cross_entropy(logits[0], ids[0, a + 1 : b + 1], reduction="sum").item()
+        count += b - a
+    return total / count
+
+
 def perplexity(model, windows) -> float:
-    nll = [model(ids, labels=ids, use_cache=False).loss.item() for ids in windows]
+    nll = [window_nll(model, ids) for ids in windows]
     return math.exp(sum(nll) / len(nll))
 
 
@@ -258,7 +278,7 @@ def cmd_report(args):
             ax.set_xlabel("fraction of causal attention entries")
             ax.set_ylabel("perplexity (test)")
             ax.set_yscale("log")
-            ax.set_title(f"SmolLM2-135M, n = {n}")
+            ax.set_title(f"{args.model}, n = {n}")
             ax.legend(fontsize=7)
         fig.tight_layout()
         write_atomic(out / "ppl_vs_budget.png", lambda tmp: fig.savefig(tmp, dpi=110))

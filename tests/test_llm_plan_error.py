@@ -63,6 +63,33 @@ def test_option_errors_equal_the_executed_plans_errors(n):
     assert (err[:, :, -1] < 1e-10).all() and torch.allclose(mass[:, :, -1], torch.ones(()).double())  # w ≥ n − 1: full
 
 
+def test_option_errors_of_a_sliding_layer_use_its_mask():
+    """Window W: the exact output reads i − j < W; band w ≥ W − 1 is exact, a narrower band's error is its dense one's."""
+    g = torch.Generator().manual_seed(3)
+    H, d, n, W = 2, 8, 80, 12
+    q, k, v = (torch.randn(H, n, d, generator=g) for _ in range(3))
+    rows = sample_rows(n, 10)
+    w_grid = [0, 4, W - 1, 40]
+    est = estimate_columns(q[None], k[None], d ** -0.5)[0]
+    err, mass, _ = option_errors(q, k, v, d ** -0.5, est, rows, w_grid, [0], SINKS, sliding=W)
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None]
+    s = (q @ k.transpose(-1, -2)) * d ** -0.5
+    o = torch.softmax(s.masked_fill((j > i) | (i - j >= W), float("-inf")), -1) @ v
+    for x, w in enumerate(w_grid):
+        o_w = torch.softmax(s.masked_fill((j > i) | (i - j > min(w, W - 1)), float("-inf")), -1) @ v
+        ref = ((o_w - o)[:, rows] ** 2).sum(-1).mean(-1).double()
+        assert torch.allclose(err[:, 0, x, 0], ref, rtol=1e-4, atol=1e-10), w
+    assert (err[:, 0, 2:, 0] < 1e-10).all() and torch.allclose(mass[:, 0, 2:, 0], torch.ones(()).double())
+
+
+def test_knapsack_takes_per_head_costs_and_never_an_infinite_loss():
+    gain = np.array([[[0.0, 1.0, -np.inf, 3.0], [0.0, 2.0, 2.5, 3.0]]])     # (1, 2, 4)
+    cost = np.array([[[1.0, 2.0, 3.0, 10.0], [1.0, 2.0, 3.0, 4.0]]])
+    choice = knapsack(gain, cost, 6.0)
+    assert choice[0, 0] != 2 and np.take_along_axis(cost, choice[..., None], -1).sum() <= 6.0
+    assert choice.tolist() == [[1, 3]]                                          # 1 + 3 = 4 is the best within 6
+
+
 def toy_cal(err):
     """A calibration holding only an error table: err (L, H, 2, Gw, Gg)."""
     L, H = err.shape[:2]

@@ -55,7 +55,7 @@ def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows:
         return Plan.full(shape, n)
     if method == "streaming-llm":
         return baselines.streaming_llm(shape, budget, n)
-    cands = baselines.minference_candidates(budget, n) if method.startswith("minference") else None
+    cands = baselines.minference_candidates(budget, n, shape) if method.startswith("minference") else None
     cal = run_calibration(model, ids, cands)
     if method == "attnlab":
         return choose_plan(cal, budget)

@@ -51,7 +51,7 @@ from attnlab.support import FULL, Support, top_columns
 
 __all__ = [
     "ERR_ROWS", "FULL", "G_GRID", "LAST_Q", "SINKS", "W_GRID", "HeadPlan", "Plan", "Calibration", "choose_plan",
-    "model_shape", "check_budget", "entries_of", "knapsack",
+    "model_shape", "check_budget", "entries_of", "head_entries", "knapsack", "layer_windows",
 ]
 
 SINKS = 4          # key positions 0..SINKS−1 may be fixed columns (attention sinks)
@@ -71,7 +71,7 @@ def check_budget(budget: float) -> float:
 
 
 def model_shape(model) -> dict:
-    """(layers, query heads, KV heads, d_k) of a transformers causal LM, from its config."""
+    """(layers, query heads, KV heads, d_k, per-layer sliding windows) of a transformers causal LM, from its config."""
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     H = int(cfg.num_attention_heads)
     return {
@@ -79,7 +79,20 @@ def model_shape(model) -> dict:
         "num_heads": H,
         "num_kv_heads": int(getattr(cfg, "num_key_value_heads", None) or H),
         "head_dim": int(getattr(cfg, "head_dim", None) or cfg.hidden_size // H),
+        "windows": layer_windows(cfg),
     }
+
+
+def layer_windows(cfg) -> list[int | None] | None:
+    """Each layer's sliding window (keys j with i − j < window; None: a full layer), or None if no layer slides.
+
+    From ``config.layer_types`` ("sliding_attention") and ``config.sliding_window`` (Gemma-3: 512 on 5 of 6 layers).
+    """
+    types = getattr(cfg, "layer_types", None)
+    window = getattr(cfg, "sliding_window", None)
+    if not types or not window or "sliding_attention" not in types:
+        return None
+    return [int(window) if t == "sliding_attention" else None for t in types]
 
 
 def entries_of(w: int, columns: int, dynamic: int, n: int) -> int:
@@ -91,6 +104,24 @@ def entries_of(w: int, columns: int, dynamic: int, n: int) -> int:
         return n * (n + 1) // 2
     band = n * (w + 1) - w * (w + 1) // 2
     return band + (columns + dynamic) * max(0, n - w - 1)
+
+
+def head_entries(w: int, columns: int, dynamic: int, n: int, window: int | None = None) -> int:
+    """Entries a head runs at length n: ``entries_of``, or in a sliding layer (window W) the band
+    B_{min(w, W−1)} alone (FULL → W − 1; the model masks every key with i − j ≥ W, columns included)."""
+    if window is None:
+        return entries_of(w, columns, dynamic, n)
+    return entries_of(window - 1 if w == FULL else min(w, window - 1), 0, 0, n)
+
+
+def cap_to_window(head: "HeadPlan", window: int | None) -> "HeadPlan":
+    """A sliding layer's head: its band capped at the window, no columns (they would fall outside it)."""
+    if window is None:
+        return head
+    w = window - 1 if head.is_full else min(head.w, window - 1)
+    if w == head.w and not head.columns and not head.dynamic:
+        return head
+    return HeadPlan(Support(w=int(w), columns=np.zeros(0, dtype=np.int64)), 0)
 
 
 @dataclass(frozen=True)
@@ -144,6 +175,18 @@ class Plan:
     budget: float = 1.0
     n: int = 0                       # the length the budget refers to
     meta: dict = field(default_factory=dict)
+    windows: list | None = None      # per layer: the model's sliding window (None: full layer); None: no layer slides
+
+    def __post_init__(self):
+        # a sliding layer never gets more than its window: its heads are capped here, for every way of making a plan
+        if self.windows is not None:
+            if len(self.windows) != len(self.heads):
+                raise ValueError(f"windows: {len(self.windows)} entries for {len(self.heads)} layers")
+            self.windows = [None if w is None else int(w) for w in self.windows]
+            self.heads = [[cap_to_window(h, win) for h in row] for row, win in zip(self.heads, self.windows)]
+
+    def window(self, layer: int) -> int | None:
+        return None if self.windows is None else self.windows[layer]
 
     @property
     def num_layers(self) -> int:
@@ -156,19 +199,23 @@ class Plan:
     @classmethod
     def full(cls, shape: dict, n: int = 0) -> "Plan":
         heads = [[HeadPlan.full() for _ in range(shape["num_heads"])] for _ in range(shape["num_layers"])]
-        return cls(heads, shape["num_kv_heads"], "full", 1.0, n)
+        return cls(heads, shape["num_kv_heads"], "full", 1.0, n, windows=shape.get("windows"))
 
     @classmethod
     def uniform(cls, shape: dict, head: HeadPlan, method: str, budget: float = 1.0, n: int = 0) -> "Plan":
         """Every head the same plan (StreamingLLM's sinks + window)."""
         heads = [[head for _ in range(shape["num_heads"])] for _ in range(shape["num_layers"])]
-        return cls(heads, shape["num_kv_heads"], method, budget, n)
+        return cls(heads, shape["num_kv_heads"], method, budget, n, windows=shape.get("windows"))
 
     def fraction(self, n: int | None = None) -> float:
-        """Entries kept / causal entries of all heads at length n (an upper bound for dynamic columns)."""
+        """Entries kept / causal entries of all heads at length n (an upper bound for dynamic columns).
+
+        A sliding layer's head counts the band it runs (≤ its window, ``head_entries``); the denominator
+        is every head's n(n+1)/2, so the model's own attention (``Plan.full``) is below 1 when layers slide.
+        """
         n = n or self.n
         total = self.num_layers * self.num_heads * n * (n + 1) // 2
-        return sum(h.entries(n) for row in self.heads for h in row) / total
+        return sum(head_entries(h.w, len(h.columns), h.dynamic, n, self.window(l)) for l, row in enumerate(self.heads) for h in row) / total
 
     def full_heads(self) -> int:
         return sum(h.is_full for row in self.heads for h in row)
@@ -183,13 +230,15 @@ class Plan:
         diff = [f"{k} {mine[k]} vs {got[k]}" for k in mine if mine[k] != got[k]]
         if diff:
             raise UserError(f"{name}: made for another model ({', '.join(diff)} in the model)")
+        if self.windows is not None and self.windows != got["windows"]:
+            raise UserError(f"{name}: made for another model (sliding windows {self.windows} vs {got['windows']} in the model)")
         return self
 
     def to_dict(self) -> dict:
         return {
             "format": "attnlab-plan/1", **self.shape(), "method": self.method, "budget": self.budget, "n": self.n,
             "fraction": self.fraction() if self.n else None, "full_heads": self.full_heads(), "meta": self.meta,
-            "heads": [[h.to_dict() for h in row] for row in self.heads],
+            "windows": self.windows, "heads": [[h.to_dict() for h in row] for row in self.heads],
         }
 
     def save(self, path) -> Path:
@@ -206,7 +255,8 @@ class Plan:
             raise UserError(f"{path}: not an attnlab plan file (no format 'attnlab-plan/1')")
         try:
             heads = [[HeadPlan.from_dict(h) for h in row] for row in d["heads"]]
-            plan = cls(heads, int(d["num_kv_heads"]), d.get("method", "attnlab"), float(d.get("budget", 1.0)), int(d.get("n", 0)), d.get("meta", {}))
+            plan = cls(heads, int(d["num_kv_heads"]), d.get("method", "attnlab"), float(d.get("budget", 1.0)), int(d.get("n", 0)), d.get("meta", {}),
+                       d.get("windows"))
         except (KeyError, TypeError, ValueError) as err:
             raise UserError(f"{path}: malformed plan ({err})") from None
         if plan.num_layers != int(d.get("num_layers", -1)) or any(len(r) != plan.num_heads for r in heads) or plan.num_heads != int(d.get("num_heads", -1)):
@@ -242,9 +292,8 @@ class Calibration:
         delta[l, h, s, w, g]     = mean_i (g_i · W_h (o_S,i − o_i))²   (g_i = ∂L/∂x_i where layer l adds its output)
         gsq[l]                   = mean_i ‖g_i‖²
 
-    (the last two need the gradients ``row_grads``, set per window by ``calibrate``)
-
-    (sliding-window layers are left at 0: their plan is capped by the model's window anyway).
+    (the last two need the gradients ``row_grads``, set per window by ``calibrate``).
+    A sliding-window layer (window W) is measured under its own mask, i − j < W, exact output included.
     """
 
     def __init__(self, shape: dict, n: int, candidates: list[tuple[int, int, int]] | None = None, err_rows: int = 0):
@@ -285,27 +334,30 @@ class Calibration:
             c = torch.zeros(H, Gw, n, dtype=torch.float64)          # c_t(w) = Σ_{i − t > w} a_it: off-band column mass
             for i0 in range(0, n, ROW_BLOCK):
                 i1 = min(n, i0 + ROW_BLOCK)
+                k0 = 0 if sliding is None else max(0, i0 - sliding + 1)               # a sliding layer's rows read keys ≥ k0 only
                 i = torch.arange(i0, i1)[:, None]
-                s = (q[b, :, i0:i1] @ k[b, :, :i1].transpose(-1, -2)) * scaling  # (H, r, i1)
-                far = (j[None, :i1] > i) if sliding is None else (j[None, :i1] > i) | (i - j[None, :i1] >= sliding)
-                a = torch.softmax(s.masked_fill(far, float("-inf")), dim=-1)  # (H, r, i1), the model's own mask
-                out[b, :, i0:i1] = a @ v[b, :, :i1]
-                colsum = a.sum(-2, dtype=torch.float64)                            # (H, i1)
+                jj = j[None, k0:i1]
+                s = (q[b, :, i0:i1] @ k[b, :, k0:i1].transpose(-1, -2)) * scaling  # (H, r, i1 − k0)
+                far = (jj > i) if sliding is None else (jj > i) | (i - jj >= sliding)
+                a = torch.softmax(s.masked_fill(far, float("-inf")), dim=-1)  # (H, r, i1 − k0), the model's own mask
+                out[b, :, i0:i1] = a @ v[b, :, k0:i1]
+                colsum = a.sum(-2, dtype=torch.float64)                            # (H, i1 − k0): key t at colsum[:, t − k0]
                 for x, w in enumerate(w_grid):
                     # rows i0..i1−1 are all off-band for t ≤ i0 − w − 1, some for i0 − w − 1 < t < i1 − w − 1
                     full_to = max(0, min(i1, i0 - w))
-                    c[:, x, :full_to] += colsum[:, :full_to]
-                    t0, t1 = full_to, max(full_to, min(i1, i1 - w - 1))
+                    if full_to > k0:
+                        c[:, x, k0:full_to] += colsum[:, : full_to - k0]
+                    t0, t1 = max(full_to, k0), max(full_to, min(i1, i1 - w - 1))
                     if t1 > t0:
                         off = (i - j[None, t0:t1]) > w                                # (r, t1 − t0)
-                        c[:, x, t0:t1] += (a[:, :, t0:t1] * off).sum(-2, dtype=torch.float64)
+                        c[:, x, t0:t1] += (a[:, :, t0 - k0 : t1 - k0] * off).sum(-2, dtype=torch.float64)
             band = n - c.sum(-1)                                                   # rows sum to 1: band = n − off-band
             est_scores = self._estimate(q[b], k[b], scaling)                       # (H, n)
             self._reduce(layer, band, c, est_scores, n)
-            if self.err_rows and sliding is None:
-                self._option_errors(layer, q[b], k[b], v[b], scaling, est_scores)
+            if self.err_rows:
+                self._option_errors(layer, q[b], k[b], v[b], scaling, est_scores, sliding)
             if self.candidates:
-                self._output_errors(layer, q[b], k[b], v[b], scaling, est_scores)
+                self._output_errors(layer, q[b], k[b], v[b], scaling, est_scores, sliding)
         self.windows[layer] += B
         return out
 
@@ -344,25 +396,25 @@ class Calibration:
 
         return sample_rows(self.n, self.err_rows)
 
-    def _option_errors(self, layer, q, k, v, scaling, est_scores):
+    def _option_errors(self, layer, q, k, v, scaling, est_scores, sliding=None):
         from attnlab.llm.plan_error import head_gradients, option_errors, projection_factor
 
         H, _, d = v.shape
         U = projection_factor(self.out_proj[layer], H, d)
         u = head_gradients(self.out_proj[layer], self.row_grads[layer], H, d)
-        err, mass, delta = option_errors(q, k, v, scaling, est_scores, self.rows(), self.w_grid, self.g_grid, SINKS, U, u)
+        err, mass, delta = option_errors(q, k, v, scaling, est_scores, self.rows(), self.w_grid, self.g_grid, SINKS, U, u, sliding)
         self.err[layer] += err.numpy()
         self.mass_exec[layer] += mass.numpy()
         self.delta[layer] += delta.numpy()
 
-    def _output_errors(self, layer, q, k, v, scaling, est_scores):
-        # the last LAST_Q queries: exact output vs each candidate support's output
+    def _output_errors(self, layer, q, k, v, scaling, est_scores, sliding=None):
+        # the last LAST_Q queries: exact output (the model's own mask, sliding window included) vs each candidate's output
         H, n, _ = q.shape
         i0 = max(0, n - LAST_Q)
         i = torch.arange(i0, n)[:, None]
         j = torch.arange(n)[None, :]
         s = (q[:, i0:] @ k.transpose(-1, -2)) * scaling
-        s = s.masked_fill(j > i, float("-inf"))
+        s = s.masked_fill((j > i) if sliding is None else (j > i) | (i - j >= sliding), float("-inf"))
         o = torch.softmax(s, -1) @ v
         for x, (w, fixed, dyn) in enumerate(self.candidates):
             keep = ((i - j) <= w).expand(H, -1, -1).clone()
@@ -380,6 +432,7 @@ class Calibration:
         def write(tmp):
             with open(tmp, "wb") as f:
                 np.savez(f, **{t: getattr(self, t) for t in self.TABLES}, w_grid=np.asarray(self.w_grid), n=self.n, err_rows=self.err_rows,
+                         sliding=np.asarray([w or 0 for w in (self.shape.get("windows") or [])], dtype=np.int64),
                          candidates=np.asarray(self.candidates, dtype=np.int64).reshape(-1, 3),
                          shape=np.asarray([self.shape["num_layers"], self.shape["num_heads"], self.shape["num_kv_heads"]]))
         from attnlab.atomic import write_atomic
@@ -390,7 +443,9 @@ class Calibration:
     def load(cls, path) -> "Calibration":
         z = np.load(path, allow_pickle=False)
         L, H, H_kv = (int(x) for x in z["shape"])
-        cal = cls({"num_layers": L, "num_heads": H, "num_kv_heads": H_kv}, int(z["n"]), [tuple(int(v) for v in c) for c in z["candidates"]],
+        sliding = [int(w) or None for w in z["sliding"]] if "sliding" in z.files and len(z["sliding"]) else None
+        shape = {"num_layers": L, "num_heads": H, "num_kv_heads": H_kv, "windows": sliding}
+        cal = cls(shape, int(z["n"]), [tuple(int(v) for v in c) for c in z["candidates"]],
                   int(z["err_rows"]) if "err_rows" in z.files else 0)
         cal.w_grid = [int(w) for w in z["w_grid"]]
         for t in cls.TABLES:
@@ -419,18 +474,21 @@ TABLES = ("fit", "est", "err", "err-rel", "err-grad", "delta")
 def knapsack(gain: np.ndarray, cost: np.ndarray, limit: float) -> np.ndarray:
     """One option per head maximising Σ gain under Σ cost ≤ limit: choice (L, H) into the last axis of gain (L, H, O).
 
-    The Lagrangian relaxation max Σ_h (gain_h − λ·cost), λ by bisection, then a greedy fill of what the
-    discrete options leave (best gain per extra entry, one head at a time).  ``None`` if even the
-    cheapest option of every head exceeds the limit.
+    cost: (O,) or per head (L, H, O) (a sliding layer's options cost their capped band); an option of
+    gain −∞ is never taken.  The Lagrangian relaxation max Σ_h (gain_h − λ·cost), λ by bisection, then a
+    greedy fill of what the discrete options leave (best gain per extra entry, one head at a time).
+    ``None`` if even the cheapest option of every head exceeds the limit.
     """
     L, H, _ = gain.shape
+    cost = np.broadcast_to(np.asarray(cost, dtype=np.float64), gain.shape)
 
     def pick(lam):
         choice = np.argmax(gain - lam * cost, axis=-1)        # ties: the first (options come cheapest first)
-        return choice, cost[choice].sum()
+        return choice, np.take_along_axis(cost, choice[..., None], -1).sum()
 
     gaps = np.diff(np.unique(cost))
-    span = float(gain.max() - gain.min()) or 1.0
+    finite = gain[np.isfinite(gain)]
+    span = float(finite.max() - finite.min()) or 1.0
     lo, hi = 0.0, span / (gaps.min() if len(gaps) else cost.min()) * 2   # λ = hi: every head takes a cheapest option
     choice, spent = pick(hi)
     if spent > limit:
@@ -447,17 +505,17 @@ def knapsack(gain: np.ndarray, cost: np.ndarray, limit: float) -> np.ndarray:
         for l in range(L):
             for h in range(H):
                 cur = choice[l, h]
-                extra = cost - cost[cur]
+                extra = cost[l, h] - cost[l, h, cur]
                 ok = (extra > 0) & (spent + extra <= limit) & (gain[l, h] > gain[l, h, cur])
                 if ok.any():
-                    ratio = np.where(ok, (gain[l, h] - gain[l, h, cur]) / np.where(extra > 0, extra, 1), -1)
+                    ratio = np.where(ok, (np.where(ok, gain[l, h], 0) - gain[l, h, cur]) / np.where(extra > 0, extra, 1), -1)
                     o = int(np.argmax(ratio))
                     if best is None or ratio[o] > best[0]:
                         best = (ratio[o], l, h, o)
         if best is None:
             break
         _, l, h, o = best
-        spent += cost[o] - cost[choice[l, h]]
+        spent += cost[l, h, o] - cost[l, h, choice[l, h]]
         choice[l, h] = o
     return choice
 
@@ -512,14 +570,22 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
         raise UserError(f"table {table}: the calibration holds non-finite values ({int((~np.isfinite(gain)).sum())}); recalibrate")
     full_gain = 1.0 if table in ("fit", "est") else 0.0
     sinks = (0, SINKS)
-    cost = np.array([entries_of(cal.w_grid[x], sinks[z], cal.g_grid[y], n) for z, x, y in options] + [n * (n + 1) // 2], dtype=np.float64)
+    windows = cal.shape.get("windows") or [None] * L
+    # cost[l, o]: entries a head of layer l runs with option o (a sliding layer's band capped at its window)
+    cost = np.array([[head_entries(cal.w_grid[x], sinks[z], cal.g_grid[y], n, win) for z, x, y in options]
+                     + [head_entries(FULL, 0, 0, n, win)] for win in windows], dtype=np.float64)    # (L, options + full)
     gain = np.concatenate([gain, np.full((L, H, 1), full_gain)], -1)   # (L, H, options + full)
-    order = np.argsort(cost, kind="stable")                            # cheapest first: ties go to the cheaper option
-    choice = knapsack(gain[..., order], cost[order], budget * L * H * n * (n + 1) / 2)
+    columned = np.array([z > 0 or y > 0 for z, _, y in options] + [False])
+    for l, win in enumerate(windows):
+        if win is not None:  # a sliding layer runs its band alone: options with columns are not offered
+            gain[l][:, columned] = -np.inf
+    order = np.argsort(cost, axis=-1, kind="stable")[:, None, :].repeat(H, 1)   # (L, H, O) cheapest first: ties go to the cheaper
+    cost = np.take_along_axis(cost[:, None, :].repeat(H, 1), order, -1)
+    choice = knapsack(np.take_along_axis(gain, order, -1), cost, budget * L * H * n * (n + 1) / 2)
     if choice is None:
-        cheapest = np.sort(cost)[0] * L * H / (L * H * n * (n + 1) / 2)
+        cheapest = cost[..., 0].sum() / (L * H * n * (n + 1) / 2)
         raise UserError(f"budget {budget}: below the cheapest plan ({cheapest:.4f} of the entries at n = {n})")
-    choice = order[choice]
+    choice = np.take_along_axis(order, choice[..., None], -1)[..., 0]
     heads = []
     for l in range(L):
         row = []
@@ -538,7 +604,8 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
         heads.append(row)
     value = float(np.take_along_axis(gain, choice[..., None], -1).mean())
     key = "captured_mass" if full_gain == 1.0 else "mean_error"
-    return Plan(heads, cal.shape["num_kv_heads"], method, budget, n, {key: value if full_gain else -value, "table": table})
+    return Plan(heads, cal.shape["num_kv_heads"], method, budget, n, {key: value if full_gain else -value, "table": table},
+                cal.shape.get("windows"))
 
 
 def candidate_columns(est_scores: torch.Tensor, fixed: int, dyn: int) -> torch.Tensor:

@@ -73,13 +73,14 @@ def _columns(est_scores: torch.Tensor, n: int, w: int, s: int, gmax: int) -> tor
 
 
 @torch.no_grad()
-def option_errors(q, k, v, scaling: float, est_scores, rows, w_grid, g_grid, sinks: int, U=None, u=None):
+def option_errors(q, k, v, scaling: float, est_scores, rows, w_grid, g_grid, sinks: int, U=None, u=None, sliding=None):
     """Mean ε(s, w, g), mean executed mass and mean δ(s, w, g) over ``rows`` for s ∈ (0, sinks): three (H, 2, Gw, Gg) tables.
 
     q, k: (H, n, d_k), v: (H, n, d) of one window (GQA expanded); est_scores: (H, n); rows: (R,) long;
     U: (H, d, d) from ``projection_factor`` (identity if None); u: (H, R, d) the loss gradient seen by
     each head's output at each row, u_hi = W_hᵀ ∂L/∂x_i, giving δ_i = (u_hi · (o_S,i − o_i))², the
-    squared first-order change of the loss (zeros if None).
+    squared first-order change of the loss (zeros if None); sliding: the layer's window W (row i reads
+    keys i − j < W: the exact output and every option are measured under that mask), None for a full layer.
     """
     H, n, d = v.shape
     R = len(rows)
@@ -88,7 +89,10 @@ def option_errors(q, k, v, scaling: float, est_scores, rows, w_grid, g_grid, sin
     vp = torch.einsum("hnd,hed->hne", v.double(), U.double())                     # (H, n, d) v'_j = U_h v_j
     j = torch.arange(n)
     s = (q[:, rows].double() @ k.double().transpose(-1, -2)) * scaling             # (H, R, n)
-    s = s.masked_fill(j[None, None, :] > rows[None, :, None], float("-inf"))
+    far = j[None, :] > rows[:, None]                                                  # (R, n) the model's own mask
+    if sliding is not None:
+        far |= rows[:, None] - j[None, :] >= sliding
+    s = s.masked_fill(far[None], float("-inf"))
     e = torch.exp(s - s.amax(-1, keepdim=True))                                     # (H, R, n), 0 beyond the diagonal
     p = torch.zeros(H, R, n, dtype=torch.float64) if u is None else u.double() @ v.double().transpose(-1, -2)  # (H, R, n) u_hi · v_j
     w_t = torch.tensor([int(w) for w in w_grid])

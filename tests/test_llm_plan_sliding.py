@@ -1,0 +1,135 @@
+"""Plans for a model with sliding-window layers (Gemma-3): each sliding head keeps at most its window,
+is counted by the band it runs, and the calibration of a sliding layer (keys of the window only) is exact.
+
+A tiny random Gemma3ForCausalLM (6 layers, window 32, layers 5 full) stands in for Gemma-3-270M.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from attnlab.llm import baselines  # noqa: E402
+from attnlab.llm.attention import apply_plan  # noqa: E402
+from attnlab.llm.plan import FULL, Calibration, HeadPlan, Plan, calibrate, choose_plan, entries_of, model_shape  # noqa: E402
+from attnlab.support import Support  # noqa: E402
+
+W = 32  # the tiny model's sliding window
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    cfg = Gemma3TextConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
+                           num_key_value_heads=1, head_dim=16, sliding_window=W, max_position_embeddings=1024, query_pre_attn_scalar=16)
+    return Gemma3ForCausalLM(cfg).eval()
+
+
+def test_model_shape_names_the_sliding_layers(gemma):
+    assert model_shape(gemma)["windows"] == [W] * 5 + [None]
+
+
+def test_a_sliding_head_is_capped_at_its_window_and_counted_so(gemma):
+    shape, n = model_shape(gemma), 256
+    plan = Plan.full(shape, n)
+    for l in range(5):
+        assert all(h.w == W - 1 and h.columns == [] and h.dynamic == 0 for h in plan.heads[l])
+    assert all(h.is_full for h in plan.heads[5])
+    want = (5 * entries_of(W - 1, 0, 0, n) + n * (n + 1) // 2) / (6 * n * (n + 1) // 2)
+    assert plan.fraction(n) == pytest.approx(want)
+    # a wider band or columns asked for in a sliding layer are cut to the window
+    wide = HeadPlan(Support(w=100, columns=np.array([0, 1])), 5)
+    p = Plan.uniform(shape, wide, "t", 0.5, n)
+    assert p.heads[0][0].w == W - 1 and p.heads[0][0].columns == [] and p.heads[0][0].dynamic == 0
+    assert p.heads[5][0].w == 100 and p.heads[5][0].columns == [0, 1] and p.heads[5][0].dynamic == 5
+
+
+def test_plan_json_keeps_windows_and_refuses_other_windows(gemma, tmp_path):
+    from attnlab.errors import UserError
+
+    shape = model_shape(gemma)
+    p = Plan.full(shape, 128).save(tmp_path / "p.json")
+    q = Plan.load(p)
+    assert q.windows == shape["windows"] and q.heads[0][0].w == W - 1
+    q.check(gemma)
+    other = Plan.full({**shape, "windows": [64] * 5 + [None]}, 128)
+    with pytest.raises(UserError, match="sliding windows"):
+        other.check(gemma)
+
+
+def test_sliding_calibration_reads_the_window_only_and_is_exact():
+    """observe(sliding=W) equals the dense reference with the model's mask (i − j < W), for every grid table."""
+    H, n = 2, 300
+    torch.manual_seed(1)
+    q, k, v = torch.randn(1, H, n, 16), torch.randn(1, H, n, 16), torch.randn(1, H, n, 16)
+    cal = Calibration({"num_layers": 1, "num_heads": H, "num_kv_heads": H}, n)
+    out = cal.observe(0, q, k, v, 0.25, sliding=W)
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None]
+    a = torch.softmax(((q[0] @ k[0].transpose(-1, -2)) * 0.25).masked_fill((j > i) | (i - j >= W), float("-inf")), -1).double()
+    assert (out[0] - a.float() @ v[0]).abs().max() < 1e-5
+    fit = cal.mean("fit")[0]
+    for x, w in enumerate(cal.w_grid[:8]):
+        off = (i - j) > w
+        band = (a * ((i >= j) & ~off)).sum((-2, -1))
+        np.testing.assert_allclose(fit[:, x, 0], band.numpy() / n, atol=1e-6)
+    assert np.allclose(fit[:, cal.w_grid.index(W), :], 1.0)  # no mass beyond the window
+
+
+@pytest.mark.parametrize("budget", [0.15, 0.1])
+def test_every_method_keeps_the_windows_and_the_budget(gemma, budget):
+    n = 1024  # β(n+1)/2 keys per row > W: the window binds
+    shape = model_shape(gemma)
+    ids = [torch.randint(0, 100, (1, n), generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    cal = calibrate(gemma, ids, sorted(set(baselines.minference_candidates(budget, n, shape))))
+    assert cal.shape["windows"] == shape["windows"]
+    plans = {"attnlab": choose_plan(cal, budget), "streaming": baselines.streaming_llm(shape, budget, n),
+             "mi-mass": baselines.minference(cal, budget, "mass"), "duo": baselines.duo_attention(cal, budget)}
+    for name, p in plans.items():
+        assert p.fraction(n) <= budget + 1e-9, name
+        for l in range(5):
+            assert all(h.w != FULL and h.w <= W - 1 and not h.columns and not h.dynamic for h in p.heads[l]), (name, l)
+    # the entries the sliding layers do not use go to the full layer: its heads read more than W keys
+    assert plans["streaming"].heads[5][0].w > W
+    assert plans["streaming"].fraction(n) > budget - 0.02
+    assert plans["mi-mass"].fraction(n) > budget - 0.03
+    # the knapsack spends what is left on the full layer, not on sliding bands past the window
+    assert plans["attnlab"].fraction(n) > budget - 0.02
+    apply_plan(gemma, plans["attnlab"])
+    with torch.no_grad():
+        assert torch.isfinite(gemma(ids[0]).logits).all()
+
+
+def test_minference_budget_of_the_full_layers():
+    shape = {"num_layers": 6, "num_heads": 4, "num_kv_heads": 1, "windows": [W] * 5 + [None]}
+    n = 1024
+    beta, band = baselines.minference_budget(0.2, n, shape)
+    assert band == W - 1
+    total = n * (n + 1) / 2
+    assert beta * 4 * total + 5 * 4 * entries_of(W - 1, 0, 0, n) == pytest.approx(0.2 * 24 * total)
+    assert baselines.minference_budget(0.2, n, {**shape, "windows": None}) == (0.2, None)
+
+
+def _benchmark():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "llm_structured.py"
+    spec = importlib.util.spec_from_file_location("llm_structured_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_chunked_window_nll_equals_the_models_loss(gemma, monkeypatch):
+    bench = _benchmark()
+    monkeypatch.setattr(bench, "LOGIT_ROWS", 7)  # several chunks, the last one short
+    gemma.set_attn_implementation("sdpa")
+    ids = torch.randint(0, 100, (1, 50), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        ref = gemma(ids, labels=ids, use_cache=False).loss.item()
+    assert bench.window_nll(gemma, ids) == pytest.approx(ref, rel=1e-5)
