@@ -59,9 +59,15 @@ def log(*a):
 
 
 PLAN_METHODS = ("attnlab-mass", "attnlab-est", "attnlab-err", "attnlab-err-rel", "attnlab-err-grad", "attnlab-delta")  # beyond baselines.METHODS
+CALIBRATION_FREE = ("full", "streaming-llm")  # plans made from the model's shape alone
 
 
-def plans_for(method: str, cal: Calibration, shape: dict, budget: float) -> Plan:
+def plans_for(method: str, cal: Calibration | None, shape: dict, budget: float, n: int | None = None) -> Plan:
+    n = n or cal.n
+    if method == "streaming-llm":
+        return baselines.streaming_llm(shape, budget, n)
+    if method == "full":
+        return Plan.full(shape, n)
     if method == "attnlab":   # err-rel when the calibration has option errors (choose_plan's default)
         if not (cal.err_rows and cal.err.any()):
             log(f"note: calibration n={cal.n} holds no option errors (made before them): attnlab uses the mass rule; "
@@ -73,16 +79,12 @@ def plans_for(method: str, cal: Calibration, shape: dict, budget: float) -> Plan
         return choose_plan(cal, budget, table="est", method="attnlab-est")
     if method in ("attnlab-err", "attnlab-err-rel", "attnlab-err-grad", "attnlab-delta"):
         return choose_plan(cal, budget, table=method.removeprefix("attnlab-"), method=method)
-    if method == "streaming-llm":
-        return baselines.streaming_llm(shape, budget, cal.n)
     if method == "minference-mass":
         return baselines.minference(cal, budget, by="mass")
     if method == "minference-error":
         return baselines.minference(cal, budget, by="error")
     if method == "duo-attention":
         return baselines.duo_attention(cal, budget)
-    if method == "full":
-        return Plan.full(shape, cal.n)
     raise ValueError(f"method: unknown {method!r}")
 
 
@@ -133,7 +135,12 @@ def cmd_ppl(args):
     shape = model_shape(model)
     out = Path(args.out)
     for n in args.lengths:
-        cal = Calibration.load(out / f"calibration-{n}.npz")
+        path = out / f"calibration-{n}.npz"
+        need = [m for m in args.methods if m not in CALIBRATION_FREE]
+        if need and not path.exists():
+            print(f"{path}: no calibration at n = {n} (run calibrate first; {', '.join(need)} need it)", file=sys.stderr)
+            sys.exit(2)
+        cal = Calibration.load(path) if path.exists() else None
         windows = token_windows(tok, DATA / f"{args.split}.txt.gz", n, args.windows)
         done = set()
         if (out / "ppl.jsonl").exists():
@@ -144,7 +151,7 @@ def cmd_ppl(args):
         for method, budget in todo:
             if (n, method, budget, len(windows), args.split) in done:
                 continue
-            plan = plans_for(method, cal, shape, budget)
+            plan = plans_for(method, cal, shape, budget, n)
             apply_plan(model, plan)
             t = time.time()
             ppl = perplexity(model, windows)

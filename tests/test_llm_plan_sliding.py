@@ -7,6 +7,7 @@ A tiny random Gemma3ForCausalLM (6 layers, window 32, layers 5 full) stands in f
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -133,3 +134,36 @@ def test_chunked_window_nll_equals_the_models_loss(gemma, monkeypatch):
     with torch.no_grad():
         ref = gemma(ids, labels=ids, use_cache=False).loss.item()
     assert bench.window_nll(gemma, ids) == pytest.approx(ref, rel=1e-5)
+
+
+@pytest.fixture(scope="module")
+def gemma_dir(gemma, tmp_path_factory):
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp("tiny-gemma")
+    vocab = {chr(c): c - 32 for c in range(32, 127)}
+    vocab["[UNK]"] = 95
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]").save_pretrained(folder)
+    gemma.save_pretrained(folder)
+    return folder
+
+
+def test_ppl_of_full_and_streaming_needs_no_calibration(gemma_dir, tmp_path, monkeypatch, capsys):
+    bench = _benchmark()
+    if not (bench.DATA / "test.txt.gz").exists():
+        pytest.skip("no shakespeare data")
+    run = ["llm_structured.py", "ppl", "--model", str(gemma_dir), "--out", str(tmp_path), "--lengths", "96", "--windows", "1", "--budgets", "0.5"]
+    monkeypatch.setattr("sys.argv", run + ["--methods", "full,streaming-llm"])
+    bench.main()
+    rows = [json.loads(x) for x in (tmp_path / "ppl.jsonl").read_text().splitlines()]
+    assert [r["method"] for r in rows] == ["full", "streaming-llm"] and all(np.isfinite(r["ppl"]) for r in rows)
+    assert rows[1]["fraction"] <= 0.5
+    monkeypatch.setattr("sys.argv", run + ["--methods", "attnlab"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        bench.main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "calibration-96.npz: no calibration" in err and err.count("\n") == 1
