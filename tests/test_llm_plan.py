@@ -182,16 +182,9 @@ def test_budget_outside_unit_interval(budget):
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from char_model_folder import save_with_char_tokenizer
 
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    vocab = {chr(c): c - 32 for c in range(32, 127)}
-    vocab["[UNK]"] = 95
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]").save_pretrained(folder)
-    tiny_model().save_pretrained(folder)
+    folder = save_with_char_tokenizer(tiny_model(), tmp_path_factory.mktemp("tiny-llama"))
     text = folder / "text.txt"
     text.write_text(("To be, or not to be, that is the question. " * 30).strip())
     return folder

@@ -138,17 +138,9 @@ def test_chunked_window_nll_equals_the_models_loss(gemma, monkeypatch):
 
 @pytest.fixture(scope="module")
 def gemma_dir(gemma, tmp_path_factory):
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    from char_model_folder import save_with_char_tokenizer
 
-    folder = tmp_path_factory.mktemp("tiny-gemma")
-    vocab = {chr(c): c - 32 for c in range(32, 127)}
-    vocab["[UNK]"] = 95
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]").save_pretrained(folder)
-    gemma.save_pretrained(folder)
-    return folder
+    return save_with_char_tokenizer(gemma, tmp_path_factory.mktemp("tiny-gemma"))
 
 
 def test_ppl_of_full_and_streaming_needs_no_calibration(gemma_dir, tmp_path, monkeypatch, capsys):
