@@ -297,3 +297,16 @@ def test_native_path_with_few_and_many_extra_keys_equals_the_plain_path(e, causa
     results = run_paths(one)
     for x, ref, what in zip(results[0], results[2], ("out", "dq", "dk", "dv")):
         assert_close(x, ref, f"native {what} (e = {e})")
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 70), m=st.integers(1, 70), w=st.integers(0, 24), offset=st.integers(-30, 30),
+       c=st.sampled_from([1, 5, 16, 32]), causal=st.booleans())
+def test_band_reach_is_the_band_masks_any(n, m, w, offset, c, causal):
+    """The native path skips the band mask: which queries reach a band key is computed from the bounds alone."""
+    T = -(-n // c)
+    lo, W = sw.band_window(w, offset, c, causal)
+    if W <= 0:
+        lo, W = 0, 1
+    _, any_ref = sw.band_bias(w, offset, lo, W, c, causal, n, torch.ones(1, m, dtype=torch.bool), torch.float32)
+    assert torch.equal(sw.band_reach(w, offset, c, causal, T, m, "cpu"), any_ref)

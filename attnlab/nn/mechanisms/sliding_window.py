@@ -117,6 +117,19 @@ def band_bias(w: int, offset: int, lo: int, W: int, c: int, causal: bool, n: int
     return bias, ok.any(-1)
 
 
+def band_reach(w: int, offset: int, c: int, causal: bool, T: int, m: int, device) -> Tensor:
+    """Which queries have a band key, without the mask: any (1, T, c) bool, query i = tc + a.
+
+        any_i = max(0, i + o − w) ≤ min(m − 1, i + o + w, i if causal)
+    """
+    i = torch.arange(T * c, device=device)
+    first = (i + offset - w).clamp_min(0)
+    last = (i + offset + w).clamp_max(m - 1)
+    if causal:
+        last = torch.minimum(last, i)
+    return (first <= last).view(1, T, c)
+
+
 @lru_cache(maxsize=16)
 def _band_bias_cached(w, offset, lo, W, c, causal, n, m, dtype, device):
     return band_bias(w, offset, lo, W, c, causal, n, torch.ones(1, m, dtype=torch.bool, device=device), dtype)
@@ -143,9 +156,15 @@ def extra_allowed(
     T, e = extra_idx.shape[-2:]
     i = (torch.arange(T, device=extra_idx.device)[:, None] * c + torch.arange(c, device=extra_idx.device))[..., None]  # (T, c, 1)
     j = extra_idx[..., None, :]  # (·, ·, T, 1, e)
-    ok = (j - i - offset).abs() > w
+    # |j − i − o| > w ⇔ j < i + o − w ∨ j > i + o + w: comparisons against (T, c, 1) bounds, no (·, T, c, e) differences
+    ok = j < i + (offset - w)
     if causal:
-        ok = ok & (j <= i)
+        if offset + w < 0:  # keys right of the band can still be causal
+            ok = ok | ((j > i + (offset + w)) & (j <= i))
+        else:
+            ok = ok & (j <= i)
+    else:
+        ok = ok | (j > i + (offset + w))
     if e > 1 and not unique:  # keep only the first occurrence of a key among the slots the query owns
         same = extra_idx[..., :, None] == extra_idx[..., None, :]  # (·, ·, T, e, e)
         earlier = same & torch.ones(e, e, dtype=torch.bool, device=extra_idx.device).tril(-1)
@@ -406,7 +425,11 @@ def sliding_window_attention(
     lo, W = band_window(w, offset, c, causal)
     if W <= 0:  # the band holds no allowed key: one key, masked by the band test itself
         lo, W = 0, 1
-    if key_keep is None:  # the same for every call of this geometry: built once
+    flash = FLASH and q.device.type == "cpu" and q.dtype in FLASH_DTYPES and d == d_v and all(x.dtype == q.dtype for x in (k, v))
+    use_native = flash and NATIVE and q.dtype == torch.float32 and d % native.VEC == 0 and native.available()
+    if use_native and key_keep is None:  # the kernel tests the band itself: only which queries reach a key is needed
+        bias, band_any = None, band_reach(w, offset, c, causal, T, m, q.device)
+    elif key_keep is None:  # the same for every call of this geometry: built once
         bias, band_any = _band_bias_cached(w, offset, lo, W, c, causal, n, m, q.dtype, q.device)
     else:
         bias, band_any = band_bias(w, offset, lo, W, c, causal, n, key_keep, q.dtype)  # (B, T, c, W), (B, T, c)
@@ -423,7 +446,7 @@ def sliding_window_attention(
         k_e = torch.gather(k, 2, idx.expand(B, H, Te * e, d)).view(B, H, Te, e, d)  # (B, H, T|1, e, d)
         v_e = torch.gather(v, 2, idx.expand(B, H, Te * e, d_v)).view(B, H, Te, e, d_v)
         ok = extra_allowed(extra_idx, n, w, c, causal=causal, key_keep=key_keep, own=extra_own, unique=unique, offset=offset)
-        e_bias = torch.zeros(ok.shape, dtype=q.dtype, device=q.device).masked_fill(~ok, NEG_INF)
+        e_bias = torch.where(ok, torch.zeros((), dtype=q.dtype, device=q.device), torch.full((), NEG_INF, dtype=q.dtype, device=q.device))
         if extra_logit is not None:
             e_bias = e_bias + extra_logit[..., None, :]
         any_key = any_key | ok.any(-1)
@@ -431,8 +454,7 @@ def sliding_window_attention(
     # pad: q to T·c rows; k, v so that every window lies inside (rows front + j hold key j)
     front, back = max(0, -lo), max(0, (T - 1) * c + lo + W - m)
     q4 = (q.contiguous() if T * c == n else F.pad(q, (0, 0, 0, T * c - n))).view(B, H, T, c, d)  # no copy when n = T·c
-    if FLASH and q.device.type == "cpu" and q.dtype in FLASH_DTYPES and d == d_v and all(x.dtype == q.dtype for x in (k, v)):
-        use_native = NATIVE and q.dtype == torch.float32 and d % native.VEC == 0 and native.available()
+    if flash:
         band = (w, offset, causal, key_keep) if use_native else None
         out = WindowAttention.apply(q4, k, v, k_e, v_e, e_bias, bias, empty, T, c, front, back, lo, W, scale, band)
     else:
