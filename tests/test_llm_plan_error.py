@@ -267,3 +267,15 @@ def test_default_rule_is_err_rel_and_beats_sinks_plus_window_on_its_objective():
     streaming = rel[:, :, 1, x, 0].sum()
     assert plan.meta["mean_error"] * rel.shape[0] * rel.shape[1] <= streaming * (1 + 1e-9)
     assert plan.meta["mean_error"] > 0
+
+
+@pytest.mark.parametrize("n, m, H, H_kv", [(100, 100, 6, 2), (10, 100, 4, 1), (40, 40, 3, 3)])
+def test_estimate_columns_groups_kv_heads_without_copies(n, m, H, H_kv):
+    """Σ of the last queries' causal attention per key, GQA by grouping = the same with the keys copied per head."""
+    g = torch.Generator().manual_seed(n + m)
+    q, k = torch.randn(1, H, n, 8, generator=g), torch.randn(1, H_kv, m, 8, generator=g)
+    kx = k[:, torch.arange(H) // (H // H_kv)]
+    nq = min(16, n)
+    i, j = torch.arange(m - nq, m)[:, None], torch.arange(m)[None]
+    ref = torch.softmax((q[:, :, n - nq :] @ kx.transpose(-1, -2) * 0.3).masked_fill(j > i, float("-inf")), -1).sum(-2)
+    assert torch.allclose(estimate_columns(q, k, 0.3, last_q=16), ref, atol=1e-5)

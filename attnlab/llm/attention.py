@@ -46,16 +46,17 @@ NAME = "attnlab"
 def estimate_columns(q, k, scaling: float, last_q: int = LAST_Q):
     """Column scores Σ_{i among the last ``last_q`` queries} a_it (causal): ``(B, H, m)``.
 
-    q: (B, H, n, d_k), k: (B, H, m, d_k) (GQA expanded); the queries sit at positions m − n … m − 1.
+    q: (B, H, n, d_k), k: (B, H_kv, m, d_k) with H a multiple of H_kv (GQA: query head h reads KV head
+    h // (H / H_kv); the keys are not copied); the queries sit at positions m − n … m − 1.
     """
-    B, H, n, _ = q.shape
-    m = k.shape[2]
+    B, H, n, d = q.shape
+    H_kv, m = k.shape[1], k.shape[2]
     nq = min(last_q, n)
-    i = torch.arange(m - nq, m, device=q.device)[:, None]
-    j = torch.arange(m, device=q.device)[None, :]
-    s = (q[:, :, n - nq :] @ k.transpose(-1, -2)) * scaling  # (B, H, nq, m)
-    a = torch.softmax(s.masked_fill(j > i, float("-inf")), dim=-1)
-    return a.sum(-2)
+    qg = q[:, :, n - nq :].reshape(B, H_kv, (H // H_kv) * nq, d)                # the query heads of a KV head, stacked
+    s = ((qg @ k.transpose(-1, -2)) * scaling).view(B, H, nq, m)               # (B, H, nq, m)
+    future = torch.ones(nq, nq, dtype=torch.bool, device=q.device).triu(1)       # key m − nq + b after query m − nq + a
+    s[..., m - nq :].masked_fill_(future, float("-inf"))
+    return torch.softmax(s, dim=-1).sum(-2)
 
 
 class LayerRunner:
@@ -89,14 +90,17 @@ class LayerRunner:
         need = [h for h in range(H) if self.dynamic[h] > 0]
         scores = None
         if need:
-            hs = torch.tensor(need, device=q.device)
-            scores = estimate_columns(q[:, hs], k[:, self.kv_of[hs].to(k.device)], scaling)  # (B, |need|, m)
+            if len(need) == H:   # every head: grouped by KV head, no copied keys
+                scores = estimate_columns(q, k, scaling)                                     # (B, H, m)
+            else:
+                hs = torch.tensor(need, device=q.device)
+                scores = estimate_columns(q[:, hs], k[:, self.kv_of[hs].to(k.device)], scaling)  # (B, |need|, m)
         for h in range(H):
             fixed = [t for t in self.fixed[h] if t < m]
             if fixed:
                 cols[:, h, : len(fixed)] = torch.tensor(fixed, device=q.device)
             if self.dynamic[h] > 0:
-                sc = scores[:, need.index(h)].clone()                                  # (B, m)
+                sc = scores[:, h if len(need) == H else need.index(h)].clone()         # (B, m)
                 w = int(self.w[h])
                 sc[:, max(0, m - w - 1) :] = -1.0                                      # the last rows' band holds these anyway
                 if fixed:
