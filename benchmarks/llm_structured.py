@@ -207,29 +207,33 @@ def cmd_speed(args):
 
 @torch.no_grad()
 def cmd_attention(args):
-    """Attention alone at length n, every layer: SDPA causal (GQA) vs the plan's LayerRunner.prefill (random q, k, v)."""
+    """Attention alone at length n, every layer: SDPA (causal, GQA; a sliding layer with its window as a mask, as the
+    model runs it) vs the plan's LayerRunner.prefill, on random q, k, v of the model's head size."""
     import torch.nn.functional as F
 
     from attnlab.llm.attention import LayerRunner
 
     torch.set_num_threads(args.threads)
     cal = Calibration.load(Path(args.out) / f"calibration-{args.n}.npz")
-    shape = {**cal.shape, "head_dim": 64}
+    shape = model_shape(load(args.model)[0])                                      # head size and windows
     plan = plans_for(args.method, cal, shape, args.budget)
-    H, H_kv, n, d = plan.num_heads, plan.num_kv_heads, args.n, 64
+    H, H_kv, n, d = plan.num_heads, plan.num_kv_heads, args.n, shape["head_dim"]
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, H, n, d, generator=g)
     k, v = torch.randn(1, H_kv, n, d, generator=g), torch.randn(1, H_kv, n, d, generator=g)
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None]
     t_sdpa = t_plan = 0.0
     for l in range(plan.num_layers):
+        window = plan.window(l)
+        mask = None if window is None else (j <= i) & (i - j < window)            # (n, n) the model's sliding mask
         t = time.time()
-        F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True)
         t_sdpa += time.time() - t
-        runner = LayerRunner(plan.heads[l], l, H_kv)
+        runner = LayerRunner(plan.heads[l], l, H_kv, window)
         t = time.time()
         runner.prefill(q, k, v, d ** -0.5)
         t_plan += time.time() - t
-    row = {"n": n, "method": args.method, "budget": args.budget, "threads": args.threads, "layers": plan.num_layers,
+    row = {"n": n, "model": args.model, "method": args.method, "budget": args.budget, "threads": args.threads, "layers": plan.num_layers,
            "attention_sdpa_s": t_sdpa, "attention_plan_s": t_plan, "speedup": t_sdpa / t_plan, "fraction": plan.fraction(n)}
     log(json.dumps(row))
     with open(Path(args.out) / "attention.jsonl", "a") as f:

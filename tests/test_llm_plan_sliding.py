@@ -159,3 +159,16 @@ def test_ppl_of_full_and_streaming_needs_no_calibration(gemma_dir, tmp_path, mon
         bench.main()
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "calibration-96.npz: no calibration" in err and err.count("\n") == 1
+
+
+def test_attention_stage_uses_the_models_head_size_and_windows(gemma_dir, tmp_path, monkeypatch):
+    bench = _benchmark()
+    if not (bench.DATA / "train.txt.gz").exists():
+        pytest.skip("no shakespeare data")
+    common = ["--model", str(gemma_dir), "--out", str(tmp_path)]
+    monkeypatch.setattr("sys.argv", ["llm_structured.py", "calibrate", *common, "--lengths", "96", "--windows", "1", "--budgets", "0.5"])
+    bench.main()
+    monkeypatch.setattr("sys.argv", ["llm_structured.py", "attention", *common, "--n", "96", "--budget", "0.5", "--threads", "1"])
+    bench.main()
+    row = json.loads((tmp_path / "attention.jsonl").read_text().splitlines()[-1])
+    assert row["layers"] == 6 and row["fraction"] <= 0.5 and np.isfinite(row["speedup"]) and row["speedup"] > 0
