@@ -32,6 +32,8 @@ from attnlab.llm import baselines  # noqa: E402
 from attnlab.allocator import keep_freed_memory  # noqa: E402
 from attnlab.llm.attention import apply_plan  # noqa: E402
 from attnlab.llm.kv_cache import PlanCache, kv_bytes  # noqa: E402
+from attnlab.llm.oracle import apply_oracle  # noqa: E402
+from attnlab.llm.oracle import entries_kept as oracle_entries  # noqa: E402
 from attnlab.llm.plan import ERR_ROWS, Calibration, Plan, calibrate, choose_plan, model_shape, token_windows  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "shakespeare"
@@ -59,7 +61,8 @@ def log(*a):
 
 
 PLAN_METHODS = ("attnlab-mass", "attnlab-est", "attnlab-err", "attnlab-err-rel", "attnlab-err-grad", "attnlab-delta")  # beyond baselines.METHODS
-CALIBRATION_FREE = ("full", "streaming-llm")  # plans made from the model's shape alone
+CALIBRATION_FREE = ("full", "streaming-llm", "oracle-topk")  # made from the model's shape alone
+ORACLE = "oracle-topk"  # not a plan: every row's top-k_i keys by their scores (attnlab.llm.oracle), a bound
 
 
 def plans_for(method: str, cal: Calibration | None, shape: dict, budget: float, n: int | None = None) -> Plan:
@@ -151,11 +154,17 @@ def cmd_ppl(args):
         for method, budget in todo:
             if (n, method, budget, len(windows), args.split) in done:
                 continue
-            plan = plans_for(method, cal, shape, budget, n)
-            apply_plan(model, plan)
+            if method == ORACLE:
+                apply_oracle(model, budget)
+                wins = shape["windows"] or [None] * shape["num_layers"]
+                fraction, full_heads = sum(oracle_entries(budget, n, w) for w in wins) / len(wins), 0
+            else:
+                plan = plans_for(method, cal, shape, budget, n)
+                apply_plan(model, plan)
+                fraction, full_heads = plan.fraction(n), plan.full_heads()
             t = time.time()
             ppl = perplexity(model, windows)
-            row = {"n": n, "split": args.split, "method": method, "budget": budget, "fraction": plan.fraction(n), "full_heads": plan.full_heads(),
+            row = {"n": n, "split": args.split, "method": method, "budget": budget, "fraction": fraction, "full_heads": full_heads,
                    "ppl": ppl, "windows": len(windows), "seconds": time.time() - t}
             log(json.dumps(row))
             with open(out / "ppl.jsonl", "a") as f:
@@ -324,7 +333,7 @@ def main():
     p.add_argument("--new-tokens", type=int, default=16)
     p.add_argument("--system-malloc", action="store_true", help="leave glibc's malloc as it is (default: attnlab.allocator.keep_freed_memory(), as the CLI)")
     args = p.parse_args()
-    known = set(baselines.METHODS) | set(PLAN_METHODS)
+    known = set(baselines.METHODS) | set(PLAN_METHODS) | {ORACLE}
     bad = [m for m in args.methods if m not in known]
     if bad:
         p.exit(2, f"llm_structured: error: --methods: unknown {', '.join(bad)} (known: {', '.join(sorted(known))})\n")

@@ -148,11 +148,11 @@ def test_ppl_of_full_and_streaming_needs_no_calibration(gemma_dir, tmp_path, mon
     if not (bench.DATA / "test.txt.gz").exists():
         pytest.skip("no shakespeare data")
     run = ["llm_structured.py", "ppl", "--model", str(gemma_dir), "--out", str(tmp_path), "--lengths", "96", "--windows", "1", "--budgets", "0.5"]
-    monkeypatch.setattr("sys.argv", run + ["--methods", "full,streaming-llm"])
+    monkeypatch.setattr("sys.argv", run + ["--methods", "full,streaming-llm,oracle-topk"])
     bench.main()
     rows = [json.loads(x) for x in (tmp_path / "ppl.jsonl").read_text().splitlines()]
-    assert [r["method"] for r in rows] == ["full", "streaming-llm"] and all(np.isfinite(r["ppl"]) for r in rows)
-    assert rows[1]["fraction"] <= 0.5
+    assert [r["method"] for r in rows] == ["full", "streaming-llm", "oracle-topk"] and all(np.isfinite(r["ppl"]) for r in rows)
+    assert rows[1]["fraction"] <= 0.5 and rows[2]["fraction"] <= 0.5 + 1 / 96
     monkeypatch.setattr("sys.argv", run + ["--methods", "attnlab"])
     capsys.readouterr()
     with pytest.raises(SystemExit) as exc:
