@@ -172,3 +172,34 @@ def test_attention_stage_uses_the_models_head_size_and_windows(gemma_dir, tmp_pa
     bench.main()
     row = json.loads((tmp_path / "attention.jsonl").read_text().splitlines()[-1])
     assert row["layers"] == 6 and row["fraction"] <= 0.5 and np.isfinite(row["speedup"]) and row["speedup"] > 0
+
+
+def test_gemmas_normalised_attention_output_is_measured_as_the_stream_sees_it(gemma):
+    """Gemma adds γ ⊙ y / rms(y) to the stream (y = o_proj's output): the option errors use diag(γ) W_h and 1 / rms(y)²."""
+    from attnlab.llm.plan import output_gain, output_norms
+
+    norms = output_norms(gemma)
+    assert len(norms) == 6 and all(nm is gemma.model.layers[l].post_attention_layernorm for l, nm in enumerate(norms))
+    nm = norms[0]
+    saved = nm.weight.detach().clone()
+    try:
+        with torch.no_grad():
+            nm.weight.normal_()
+        assert torch.allclose(output_gain(nm), (1 + nm.weight).double(), atol=1e-5)   # Gemma's RMSNorm scales by 1 + weight
+        ids = [torch.randint(0, 100, (1, 128), generator=torch.Generator().manual_seed(3))]
+        cal = calibrate(gemma, ids, err_rows=16)
+        assert (cal.out_scale > 0).all()
+        W = gemma.model.layers[0].self_attn.o_proj.weight.detach()
+        assert torch.allclose(cal.out_proj[0].double(), ((1 + nm.weight)[:, None] * W).double(), atol=1e-5)
+    finally:
+        with torch.no_grad():
+            nm.weight.copy_(saved)
+
+
+def test_llama_has_no_output_norm():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from attnlab.llm.plan import output_norms
+
+    cfg = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+    assert output_norms(LlamaForCausalLM(cfg)) == [None, None]

@@ -289,6 +289,9 @@ class Calibration:
         err[l, h, s, w, g]       = mean_i ‖W_h (o_S,i − o_i)‖²   (the head's change of the residual stream)
         mass_exec[l, h, s, w, g] = mean_i Σ_{j ∈ S(i)} a_ij
         resid[l]                 = mean_i ‖x_i‖², x the residual stream entering layer l (set by ``calibrate``)
+        out_scale[l]             = mean_i 1 / rms(y_i)², y = o_proj's output, when the layer normalises it before
+                                   adding it to the stream (Gemma-2/3: x + γ ⊙ y / rms(y), so a change δ of y
+                                   reaches the stream as ≈ γ ⊙ δ / rms(y); W_h is then diag(γ) W_h); 0: no such norm
         delta[l, h, s, w, g]     = mean_i (g_i · W_h (o_S,i − o_i))²   (g_i = ∂L/∂x_i where layer l adds its output)
         gsq[l]                   = mean_i ‖g_i‖²
 
@@ -314,6 +317,7 @@ class Calibration:
         self.err = np.zeros((L, H, 2, Gw, Gg))
         self.mass_exec = np.zeros((L, H, 2, Gw, Gg))
         self.resid = np.zeros(L)
+        self.out_scale = np.zeros(L)
         self.delta = np.zeros((L, H, 2, Gw, Gg))
         self.gsq = np.zeros(L)
         self.row_grads = [None] * L     # (R, hidden) ∂L/∂x at the sampled rows of the current window, per layer
@@ -424,8 +428,8 @@ class Calibration:
             err = (o_s - o).norm(dim=(-2, -1)) / o.norm(dim=(-2, -1)).clamp_min(1e-30)
             self.cand_err[layer, :, x] += err.numpy()
 
-    TABLES = ("fit", "est", "sink", "fixed", "cand_err", "cand_mass", "windows", "err", "mass_exec", "resid", "delta", "gsq")
-    OPTIONAL = ("err", "mass_exec", "resid", "delta", "gsq")   # absent from calibrations made before the option errors
+    TABLES = ("fit", "est", "sink", "fixed", "cand_err", "cand_mass", "windows", "err", "mass_exec", "resid", "out_scale", "delta", "gsq")
+    OPTIONAL = ("err", "mass_exec", "resid", "out_scale", "delta", "gsq")   # absent from calibrations made before them
 
     def save(self, path) -> Path:
         """The statistics as ``.npz`` (arrays only), with the grid, shape and candidates."""
@@ -453,7 +457,7 @@ class Calibration:
                 setattr(cal, t, z[t])
             elif t in cls.OPTIONAL:
                 Gw = len(cal.w_grid)
-                setattr(cal, t, np.zeros((L,) if t in ("resid", "gsq") else (L, H, 2, Gw, len(cal.g_grid))))
+                setattr(cal, t, np.zeros((L,) if t in ("resid", "out_scale", "gsq") else (L, H, 2, Gw, len(cal.g_grid))))
             else:
                 raise KeyError(t)
         return cal
@@ -561,6 +565,8 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
         if table in ("err-grad", "delta") and not cal.gsq.any():
             raise UserError(f"table {table}: the calibration has no loss gradients (calibrate with grads=True)")
         err = cal.mean("delta" if table == "delta" else "err").reshape(L, H, -1)   # (L, H, 2·Gw·Gg)
+        post = cal.mean("out_scale")  # a layer that normalises its attention output: the change as it reaches the stream
+        err = err * np.where(post > 0, post, 1.0)[:, None, None]
         if table == "err-rel":
             err = err / np.maximum(cal.mean("resid"), 1e-30)[:, None, None]
         if table == "err-grad":
@@ -667,6 +673,37 @@ def row_gradients(model, ids, rows, mods) -> list[torch.Tensor]:
     return [g[0, rows].detach().double().cpu() for g in grads]
 
 
+def output_norms(model) -> list:
+    """Per layer, the norm a decoder layer applies to its attention output before adding it to the stream, or None.
+
+    Gemma-2/3 layers hold ``post_attention_layernorm`` (on the attention output) and ``pre_feedforward_layernorm``
+    (before the MLP); in Llama-like layers ``post_attention_layernorm`` is the pre-MLP norm and nothing follows o_proj.
+    """
+    layers = {}
+    for mod in model.modules():
+        attn = getattr(mod, "self_attn", None)
+        if attn is not None and hasattr(attn, "layer_idx"):
+            post = getattr(mod, "post_attention_layernorm", None)
+            layers[int(attn.layer_idx)] = post if hasattr(mod, "pre_feedforward_layernorm") else None
+    return [layers[i] for i in sorted(layers)]
+
+
+@torch.no_grad()
+def output_gain(norm) -> torch.Tensor:
+    """γ (hidden,): an RMS norm applied to a row of ones (rms 1), i.e. its per-channel gain (weight or 1 + weight)."""
+    w = next(norm.parameters())
+    return norm(torch.ones(1, w.shape[-1], dtype=w.dtype, device=w.device))[0].detach().double().cpu()
+
+
+def _record_out_scale(cal: "Calibration", layer: int):
+    def hook(mod, args, out):
+        if torch.is_grad_enabled():  # the gradient pass (``row_gradients``) runs the window a second time
+            return
+        y = out[0, cal.rows()].detach().double()                                    # (R, hidden) o_proj's output
+        cal.out_scale[layer] += float((1.0 / (y ** 2).mean(-1).clamp_min(1e-30)).mean())
+    return hook
+
+
 @torch.no_grad()
 def calibrate(model, windows, candidates=None, progress=None, err_rows: int = ERR_ROWS, grads: bool = False) -> Calibration:
     """Run ``model`` on each window ``(1, n)`` with exact attention and stream the per-head statistics.
@@ -684,8 +721,15 @@ def calibrate(model, windows, candidates=None, progress=None, err_rows: int = ER
     implementation = model.config._attn_implementation
     apply_plan(model, Plan.full(shape))
     mods = attention_modules(model)
+    norms = output_norms(model) if err_rows else [None] * len(mods)
+    hooks = []
     if err_rows:
-        cal.out_proj = [mod.o_proj.weight.detach().cpu() for mod in mods]
+        # W_h as the stream sees it: diag(γ) W_h behind an output norm (γ = the norm applied to a row of ones)
+        cal.out_proj = [mod.o_proj.weight.detach().cpu() * (1.0 if nm is None else output_gain(nm)[:, None])
+                        for mod, nm in zip(mods, norms)]
+        for l, (mod, nm) in enumerate(zip(mods, norms)):
+            if nm is not None:
+                hooks.append(mod.o_proj.register_forward_hook(_record_out_scale(cal, l)))
     try:
         for mod in mods:
             mod.attnlab_layer.recorder = cal
@@ -702,6 +746,8 @@ def calibrate(model, windows, candidates=None, progress=None, err_rows: int = ER
             if progress:
                 progress(x + 1, len(windows))
     finally:
+        for hk in hooks:
+            hk.remove()
         for mod in mods:
             mod.attnlab_layer.recorder = None
         if previous is not None:
