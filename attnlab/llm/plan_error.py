@@ -105,14 +105,15 @@ def option_errors(q, k, v, scaling: float, est_scores, rows, w_grid, g_grid, sin
     P_band = torch.empty(H, R, Gw, dtype=torch.float64)
     P_full = torch.empty(H, R, dtype=torch.float64)
     for r, i in enumerate(rows.tolist()):
-        at = w_t.clamp_max(i)                                                       # (Gw,) w ≥ i: the whole row
-        rev = e[:, r, : i + 1].flip(-1)                                             # (H, i + 1) key i − u at u
-        num = (rev[..., None] * vp[:, : i + 1].flip(1)).cumsum(1)                  # (H, i + 1, d)
+        j0 = 0 if sliding is None else max(0, i - sliding + 1)                      # keys a row can read (e = 0 before j0)
+        at = w_t.clamp_max(i - j0)                                                  # (Gw,) w ≥ i − j0: the whole row
+        rev = e[:, r, j0 : i + 1].flip(-1)                                          # (H, i + 1 − j0) key i − u at u
+        num = (rev[..., None] * vp[:, j0 : i + 1].flip(1)).cumsum(1)               # (H, i + 1 − j0, d)
         den = rev.cumsum(-1)
         N_band[:, r], D_band[:, r] = num[:, at], den[:, at]
-        N_full[:, r], D_full[:, r] = num[:, i], den[:, i]
-        pro = (rev * p[:, r, : i + 1].flip(-1)).cumsum(-1)
-        P_band[:, r], P_full[:, r] = pro[:, at], pro[:, i]
+        N_full[:, r], D_full[:, r] = num[:, -1], den[:, -1]
+        pro = (rev * p[:, r, j0 : i + 1].flip(-1)).cumsum(-1)
+        P_band[:, r], P_full[:, r] = pro[:, at], pro[:, -1]
     o = N_full / D_full[..., None]
     # sink columns left of the band: j < sinks, j ≤ t
     js = torch.arange(min(sinks, n))
