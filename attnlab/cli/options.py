@@ -112,6 +112,13 @@ RULES: dict[str, Rule] = {
     "plan.n": Rule(int, 2, 2**20),
     "plan-run.n": Rule(int, 2, 2**20),
     "windows": Rule(int, 1, 10**4),
+    # attnlab eval (comma lists --task, --lengths, --method, --budget are checked by attnlab.llm.eval_grid)
+    "eval.depths": Rule(int, 1, 1000),
+    "eval.samples": Rule(int, 1, 10**6),
+    "eval.calibrate_windows": Rule(int, 1, 10**4),
+    "eval.ppl_windows": Rule(int, 1, 10**4),
+    "eval.seed": Rule(int, 0, SEED_MAX),
+    "eval.max_new": Rule(int, 1, 4096),
     # embeddings
     "dim": Rule(int, 1, 2**16),
     "window": Rule(int, 1, 1000),
