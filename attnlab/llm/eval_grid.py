@@ -113,14 +113,39 @@ def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, me
     if not need:
         return None
     path = out / f"calibration-{n}.npz"
-    if path.exists():
-        return Calibration.load(path)
-    shape = model_shape(model)
-    cands = sorted({c for m in need for c in (getattr(m, "calibration_candidates", lambda s, n: None)(shape, n) or [])})
-    windows = token_windows(tokenizer, settings.calibrate, n, settings.calibrate_windows)
-    cal = calibrate(model, windows, cands or None)
-    cal.save(path)
+    cal = Calibration.load(path) if path.exists() else None
+    if cal is None:
+        shape = model_shape(model)
+        cands = sorted({c for m in need for c in (getattr(m, "calibration_candidates", lambda s, n: None)(shape, n) or [])})
+        windows = token_windows(tokenizer, settings.calibrate, n, settings.calibrate_windows)
+        cal = calibrate(model, windows, cands or None)
+        cal.save(path)
+    if any(m.needs_retrieval for m in need) and not cal.retrieval.any():
+        cal.retrieval = retrieval_calibration(model, tokenizer, n)
+        cal.save(path)
     return cal
+
+
+RETRIEVAL_N, RETRIEVAL_PROMPTS, RETRIEVAL_SEED = 512, 6, 7  # needle prompts of the retrieval scores (never the eval's)
+
+
+def retrieval_calibration(model, tokenizer, n: int):
+    """Retrieval score per head (L, H) on ``RETRIEVAL_PROMPTS`` synthetic copy prompts of min(n, RETRIEVAL_N) tokens."""
+    from attnlab.llm.head_scan import retrieval_scores
+
+    return retrieval_scores(model, tokenizer, n=min(n, RETRIEVAL_N), count=RETRIEVAL_PROMPTS, seed=RETRIEVAL_SEED)
+
+
+def parse_method(spec: str) -> tuple[str, dict]:
+    """``name`` or ``name:key=value:key=value`` → (name, options)."""
+    name, *rest = spec.split(":")
+    opts = {}
+    for item in rest:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--method {spec}: options are written name:key=value, got {item!r}")
+        opts[key.replace("-", "_")] = value
+    return name, opts
 
 
 def _method(settings: EvalSettings, name: str, budget: float):
@@ -128,7 +153,8 @@ def _method(settings: EvalSettings, name: str, budget: float):
         from attnlab.llm.methods.attnlab_plan import PlanFile
 
         return PlanFile(settings.plan)
-    return registry.get(name, budget)
+    base, opts = parse_method(name)
+    return registry.get(base, budget, **opts)
 
 
 def check_settings(settings: EvalSettings, max_len: int | None) -> None:
@@ -137,7 +163,8 @@ def check_settings(settings: EvalSettings, max_len: int | None) -> None:
     if unknown:
         raise UserError(f"--task: unknown task {unknown[0]!r} (known: {', '.join(TASKS)})")
     for name in settings.methods:
-        registry.get(name, 1.0)                                           # unknown names: one line
+        base, opts = parse_method(name)
+        registry.get(base, 1.0, **opts)                                   # unknown names and options: one line
     for b in settings.budgets:
         if not 0 < b <= 1:
             raise UserError(f"--budget: must be a fraction in (0, 1], got {b}")
@@ -151,8 +178,8 @@ def check_settings(settings: EvalSettings, max_len: int | None) -> None:
         raise UserError(f"--lengths: {max(settings.lengths)} is beyond the model's context of {max_len} tokens")
     if settings.haystack != "noise" and not Path(settings.haystack).is_file():
         raise UserError(f"--haystack {settings.haystack}: no such file (or 'noise')")
-    if any(registry.get(m, 1.0).calibrated for m in settings.methods) and not settings.calibrate:
-        need = [m for m in settings.methods if registry.get(m, 1.0).calibrated]
+    if any(_method(settings, m, 1.0).calibrated for m in settings.methods) and not settings.calibrate:
+        need = [m for m in settings.methods if _method(settings, m, 1.0).calibrated]
         raise UserError(f"--calibrate: needed by --method {', '.join(need)} (a text file the evaluation never reads)")
     for option in ("calibrate", "ppl"):
         path = getattr(settings, option)

@@ -320,6 +320,7 @@ class Calibration:
         self.out_scale = np.zeros(L)
         self.delta = np.zeros((L, H, 2, Gw, Gg))
         self.gsq = np.zeros(L)
+        self.retrieval = np.zeros((L, H))  # retrieval score per head (head_scan.retrieval_scores), set by the caller; 0: not measured
         self.row_grads = [None] * L     # (R, hidden) ∂L/∂x at the sampled rows of the current window, per layer
         self.out_proj = [None] * L      # o_proj weights (hidden, H·d) per layer, set by ``calibrate``
 
@@ -428,8 +429,9 @@ class Calibration:
             err = (o_s - o).norm(dim=(-2, -1)) / o.norm(dim=(-2, -1)).clamp_min(1e-30)
             self.cand_err[layer, :, x] += err.numpy()
 
-    TABLES = ("fit", "est", "sink", "fixed", "cand_err", "cand_mass", "windows", "err", "mass_exec", "resid", "out_scale", "delta", "gsq")
-    OPTIONAL = ("err", "mass_exec", "resid", "out_scale", "delta", "gsq")   # absent from calibrations made before them
+    TABLES = ("fit", "est", "sink", "fixed", "cand_err", "cand_mass", "windows", "err", "mass_exec", "resid", "out_scale", "delta", "gsq",
+              "retrieval")
+    OPTIONAL = ("err", "mass_exec", "resid", "out_scale", "delta", "gsq", "retrieval")   # absent from calibrations made before them
 
     def save(self, path) -> Path:
         """The statistics as ``.npz`` (arrays only), with the grid, shape and candidates."""
@@ -457,7 +459,7 @@ class Calibration:
                 setattr(cal, t, z[t])
             elif t in cls.OPTIONAL:
                 Gw = len(cal.w_grid)
-                setattr(cal, t, np.zeros((L,) if t in ("resid", "out_scale", "gsq") else (L, H, 2, Gw, len(cal.g_grid))))
+                setattr(cal, t, np.zeros((L,) if t in ("resid", "out_scale", "gsq") else (L, H) if t == "retrieval" else (L, H, 2, Gw, len(cal.g_grid))))
             else:
                 raise KeyError(t)
         return cal
@@ -524,7 +526,8 @@ def knapsack(gain: np.ndarray, cost: np.ndarray, limit: float) -> np.ndarray:
     return choice
 
 
-def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: str | None = None, method: str = "attnlab") -> Plan:
+def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: str | None = None, method: str = "attnlab",
+                keep_full: np.ndarray | None = None) -> Plan:
     """The plan of best total objective with Σ entries ≤ β · L·H·n(n+1)/2 (module docstring), by ``table``
     (default: ``err-rel`` when the calibration holds option errors, else ``fit``):
 
@@ -538,7 +541,8 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     * ``err-grad``: the same with layer l's errors times mean ‖∂L/∂x‖² (the loss's sensitivity there);
     * ``delta``: minimise Σ_h δ_h, the squared first-order change of the loss (``Calibration.delta``);
 
-    Full heads are an option of every head (gain: mass 1, error 0).
+    Full heads are an option of every head (gain: mass 1, error 0); ``keep_full`` (L, H) bool: heads that
+    must stay full (retrieval heads) — their other options are not offered, the knapsack spends the rest.
     (Maximising Σ log μ_h instead was tried: SmolLM2 at 8K, dev text, β = 5 % / 10 %: perplexity
     32.94 / 28.43 vs 33.02 / 28.43 — no gain, not kept.  Same setting, one 8K calibration window:
     fit 33.03 / 28.43, err-rel 30.39 / 27.98 (128 rows; 31.43 / 28.49 with 64, 30.81 / 27.77 with 256),
@@ -585,12 +589,15 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     for l, win in enumerate(windows):
         if win is not None:  # a sliding layer runs its band alone: options with columns are not offered
             gain[l][:, columned] = -np.inf
+    if keep_full is not None:
+        gain[np.asarray(keep_full, dtype=bool), :-1] = -np.inf
     order = np.argsort(cost, axis=-1, kind="stable")[:, None, :].repeat(H, 1)   # (L, H, O) cheapest first: ties go to the cheaper
     cost = np.take_along_axis(cost[:, None, :].repeat(H, 1), order, -1)
     choice = knapsack(np.take_along_axis(gain, order, -1), cost, budget * L * H * n * (n + 1) / 2)
     if choice is None:
-        cheapest = cost[..., 0].sum() / (L * H * n * (n + 1) / 2)
-        raise UserError(f"budget {budget}: below the cheapest plan ({cheapest:.4f} of the entries at n = {n})")
+        cheapest = np.where(np.isfinite(np.take_along_axis(gain, order, -1)), cost, np.inf).min(-1).sum() / (L * H * n * (n + 1) / 2)
+        kept = f" with {int(np.sum(keep_full))} heads kept full" if keep_full is not None and np.any(keep_full) else ""
+        raise UserError(f"budget {budget}: below the cheapest plan{kept} ({cheapest:.4f} of the entries at n = {n})")
     choice = np.take_along_axis(order, choice[..., None], -1)[..., 0]
     heads = []
     for l in range(L):
