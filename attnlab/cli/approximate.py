@@ -21,8 +21,14 @@ from attnlab.cli.options import checked
 from attnlab.errors import UserError
 
 
+def int_list(text: str) -> list[int]:
+    """'0..10' (inclusive), '0,2,4' or '3' -> list of ints (the format of sweep's --w and --num-pos; options.RULES)."""
+    return _int_list(text, "")
+
+
 def _int_list(text: str, name: str) -> list[int]:
     """'0..10' (inclusive), '0,2,4' or '3' -> list of ints; ValueError naming the option."""
+    name = f"{name}: " if name else ""
     try:
         if ".." in text:
             lo, hi = text.split("..", 1)
@@ -30,9 +36,9 @@ def _int_list(text: str, name: str) -> list[int]:
         else:
             values = [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
-        raise ValueError(f"{name}: expected a range like 0..10 or a list like 0,2,4, got {text!r}") from None
+        raise ValueError(f"{name}expected a range like 0..10 or a list like 0,2,4, got {text!r}") from None
     if not values:
-        raise ValueError(f"{name}: empty range {text!r}")
+        raise ValueError(f"{name}empty range {text!r}")
     return values
 
 

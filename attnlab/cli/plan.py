@@ -84,10 +84,6 @@ def register(app: typer.Typer) -> None:
             check_budget(budget)
         except ValueError:
             raise ValueError(f"--budget: must be a fraction in (0, 1], got {budget}") from None
-        if method not in METHODS:
-            raise ValueError(f"--method: expected one of {', '.join(METHODS)}, got {method!r}")
-        if n < 2 or windows < 1:
-            raise ValueError(f"--n must be >= 2 and --windows >= 1, got {n} and {windows}")
         if not calibrate.is_file():
             raise ValueError(f"--calibrate {calibrate}: no such file")
         if out is None:
