@@ -123,7 +123,6 @@ RULES: dict[str, Rule] = {
     "plan.n": Rule(int, 2, 2**20),
     "plan-run.n": Rule(int, 2, 2**20),
     "plan.method": Rule(str, registry="attnlab.cli.plan:METHODS"),
-    "models fetch.name": Rule(str, registry="attnlab.llm.loading:MODELS"),
     "windows": Rule(int, 1, 10**4),
     # embeddings
     "dim": Rule(int, 1, 2**16),
@@ -162,6 +161,7 @@ FREE: dict[str, str] = {
     "prompt": "the text to continue",
     "text": "the corpus as one string",
     "word": "the word to look up",
+    "models fetch.name": "a known model: fetch_model refuses another, naming the known ones",
 }
 
 

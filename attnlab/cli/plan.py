@@ -78,6 +78,7 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="replace an existing plan file"),
     ) -> None:
         """Choose one structured support per (layer, head) from calibration text under a budget; write it as JSON."""
+        from attnlab.llm.loading import check_length
         from attnlab.llm.plan import check_budget
 
         try:
@@ -89,7 +90,8 @@ def register(app: typer.Typer) -> None:
         if out is None:
             folder = Path(hf) if Path(hf).is_dir() else Path(".")
             out = folder / f"attnlab-plan-{method}-{budget:g}-{n}.json"
-        claim_file(out, inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
+        claim_file(out, kind="plan", inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
+        check_length(hf, n, "--n")  # from the model's configuration: no weights loaded, no text read
         model, tokenizer = _load(hf)
         p = make_plan(model, tokenizer, calibrate, budget, n, windows, method)
         p.save(out)
@@ -110,12 +112,17 @@ def register(app: typer.Typer) -> None:
 
         import torch
 
+        from attnlab.errors import UserError
         from attnlab.llm.attention import apply_plan
+        from attnlab.llm.loading import check_length
         from attnlab.llm.plan import Plan, token_windows
 
-        p = Plan.load(plan)
+        p = Plan.load(plan).check(name=f"--plan {plan}", n=n)  # its length and columns against --n
+        check_length(hf, n, "--n")  # the model's context, from its configuration
+        if not file.is_file():
+            raise UserError(f"--file {file}: no such file")
         model, tokenizer = _load(hf)
-        p.check(model, name=str(plan))
+        p.check(model, name=f"--plan {plan}")
         ids = token_windows(tokenizer, file, n, windows)
         with torch.no_grad():
             full = math.exp(sum(model(x, labels=x).loss.item() for x in ids) / len(ids))
