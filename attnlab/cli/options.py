@@ -149,7 +149,7 @@ RULES: dict[str, Rule] = {
 # fails tests/test_cli_walk.py.
 FREE: dict[str, str] = {
     **{name: "a path: an output is claimed (attnlab.outputs), an input read with a one-line error"
-       for name in ("out", "file", "maps", "conllu", "calibrate", "plan", "cache", "plot", "init_embeddings", "input",
+       for name in ("out", "file", "maps", "maps_file", "conllu", "calibrate", "plan", "cache", "plot", "init_embeddings", "input",
                     "run_dir", "embeddings.tokenizer", "neighbours.file")},
     **{name: "a flag: given or not" for name in ("force", "resume", "quiet", "as_json", "truncate", "renormalize", "tie",
                                                  "quick", "deep", "words")},
