@@ -271,7 +271,7 @@ class Plan:
     def load(cls, path) -> "Plan":
         path = Path(path)
         if not path.is_file():
-            raise UserError(f"{path}: no such plan file")
+            raise UserError(f"{path}: {'a folder, not a plan file' if path.is_dir() else 'no such plan file'}")
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
