@@ -16,9 +16,9 @@ by the other's rule).  The message names the flag, its range and the value
 given: ``attnlab: error: --heads must be an integer in [1, 4096], got 0``.
 
 To add an option: add a line to ``RULES`` (the table is the documentation
-of every range), or, for a free value (a path, a model or corpus spec, a
-sentence, a flag), a line to ``FREE`` saying why; tests/test_cli_walk.py
-fails for an option in neither.  Checks that need loaded data (``--beam`` ≤
+of every range), or, for a free value (a model or corpus spec, a sentence),
+a line to ``FREE`` saying why (flags and paths are free by type,
+``FREE_KINDS``); tests/test_cli_walk.py fails for an option with neither.  Checks that need loaded data (``--beam`` ≤
 the vocabulary of the run, ``--n`` ≤ the model's context) call
 ``check_value`` with the bound once it is known.
 """
@@ -30,6 +30,7 @@ import math
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Union
 
 from attnlab.errors import UserError
@@ -143,16 +144,15 @@ RULES: dict[str, Rule] = {
 }
 
 
-# Parameters whose value no table can range: paths (outputs are claimed by attnlab.outputs, inputs read with
-# one-line errors), model and corpus specs (resolved by their loaders), sentences, and on/off flags.
-# "name" for every command, "command.name" for one; each with why.  A parameter in neither RULES nor FREE
-# fails tests/test_cli_walk.py.
+# Parameters whose value no table can range: by type, flags and paths (an output is claimed by
+# attnlab.outputs, an input read with a one-line error); by name ("name" for every command, "command.name"
+# for one), model and corpus specs (resolved by their loaders) and free text.  Each says why.  A parameter
+# with neither a rule nor an exemption fails tests/test_cli_walk.py.
+FREE_KINDS: dict[type, str] = {
+    bool: "a flag: given or not, no value to range",
+    Path: "a path: an output is claimed (attnlab.outputs), an input read with a one-line error",
+}
 FREE: dict[str, str] = {
-    **{name: "a path: an output is claimed (attnlab.outputs), an input read with a one-line error"
-       for name in ("out", "file", "maps", "maps_file", "conllu", "calibrate", "plan", "cache", "plot", "init_embeddings", "input",
-                    "run_dir", "embeddings.tokenizer", "neighbours.file")},
-    **{name: "a flag: given or not" for name in ("force", "resume", "quiet", "as_json", "truncate", "renormalize", "tie",
-                                                 "quick", "deep", "words")},
     "hf": "a model spec: attnlab.llm.loading.resolve_spec (known name, folder, .gguf, hub name)",
     "data": "a corpus spec: attnlab.data.spec / attnlab.data.text, parsed fully with one-line errors",
     "device": "a torch device: checked against the devices present (attnlab.train.loop)",
@@ -163,6 +163,11 @@ FREE: dict[str, str] = {
     "word": "the word to look up",
     "models fetch.name": "a known model: fetch_model refuses another, naming the known ones",
 }
+
+
+def exemption(command: str, name: str, kind: type | None = None) -> str | None:
+    """Why the parameter ``name`` of ``command`` (of type ``kind``) has no rule, or None (it needs one)."""
+    return FREE.get(f"{command}.{name}", FREE.get(name)) or FREE_KINDS.get(kind)
 
 
 def _flag(name: str, rule: Rule) -> str:
