@@ -113,7 +113,7 @@ def shown_values(param, rule: Rule, kind) -> set[str]:
     for example in re.findall(r"(?:e\.g\.|such as|like)\s+([^;()\[\]]+)", help_text):
         values |= {t.strip(" .,") for t in re.split(r"\s+or\s+|\s+", example) if re.fullmatch(r"[\d][\d,.:\-]*", t.strip(" .,"))}
     if rule.parse:  # a text format: every token of the help written in it ("0..10, 0,2,4 or 3")
-        values |= set(re.findall(r"(?<![\w.])\d+(?:(?:\.\.|[-:,])\d+)*(?![\w])", help_text))
+        values |= set(re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?:(?:\.\.|[-:,])\d+(?:\.\d+)?)*(?![\w.])", help_text))
     if rule.choices or rule.registry:
         values |= set(choices(rule))
     if kind in (int, float):

@@ -125,7 +125,11 @@ RULES: dict[str, Rule] = {
     "plan-run.n": Rule(int, 2, 2**20),
     "plan.method": Rule(str, registry="attnlab.cli.plan:METHODS"),
     "windows": Rule(int, 1, 10**4),
-    # attnlab eval (comma lists --task, --lengths, --method, --budget are checked by attnlab.llm.eval_grid)
+    # attnlab eval (the lengths against the model's context once it is known: attnlab.llm.eval_grid)
+    "eval.task": Rule(str, registry="attnlab.llm.tasks:TASKS", many=True),
+    "eval.lengths": Rule(str, parse="attnlab.llm.eval_grid:parse_lengths"),
+    "eval.method": Rule(str, parse="attnlab.llm.eval_grid:parse_methods"),
+    "eval.budget": Rule(str, parse="attnlab.llm.eval_grid:parse_budgets"),
     "eval.depths": Rule(int, 1, 1000),
     "eval.samples": Rule(int, 1, 10**6),
     "eval.calibrate_windows": Rule(int, 1, 10**4),
@@ -176,6 +180,7 @@ FREE: dict[str, str] = {
     "text": "the corpus as one string",
     "word": "the word to look up",
     "models fetch.name": "a known model: fetch_model refuses another, naming the known ones",
+    "eval.haystack": "'noise' or a text file: checked by attnlab eval before the model loads (one line)",
 }
 
 

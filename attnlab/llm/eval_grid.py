@@ -136,6 +136,45 @@ def retrieval_calibration(model, tokenizer, n: int):
     return retrieval_scores(model, tokenizer, n=min(n, RETRIEVAL_N), count=RETRIEVAL_PROMPTS, seed=RETRIEVAL_SEED)
 
 
+def _items(text: str, option: str) -> list[str]:
+    items = [x.strip() for x in str(text).split(",") if x.strip()]
+    if not items:
+        raise UserError(f"{option}: expected at least one value, got {text!r}")
+    return items
+
+
+def parse_lengths(text: str) -> list[int]:
+    """``--lengths 2048,4096``: positive token counts (the model's context is checked once it is known)."""
+    try:
+        out = [int(x) for x in _items(text, "--lengths")]
+    except ValueError:
+        raise UserError(f"--lengths: expected a comma list of integers, got {text!r}") from None
+    if min(out) < 64:
+        raise UserError(f"--lengths: every length must be >= 64 tokens, got {min(out)}")
+    return out
+
+
+def parse_budgets(text: str) -> list[float]:
+    """``--budget 0.1,0.25``: fractions in (0, 1]."""
+    try:
+        out = [float(x) for x in _items(text, "--budget")]
+    except ValueError:
+        raise UserError(f"--budget: expected a comma list of fractions, got {text!r}") from None
+    bad = [b for b in out if not 0 < b <= 1]
+    if bad:
+        raise UserError(f"--budget: must be a fraction in (0, 1], got {bad[0]}")
+    return out
+
+
+def parse_methods(text: str) -> list[str]:
+    """``--method streaming-llm,snapkv:window=32``: registered names with their options (empty: full alone)."""
+    specs = [x.strip() for x in str(text).split(",") if x.strip()]
+    for spec in specs:
+        base, opts = parse_method(spec)
+        registry.get(base, 1.0, **opts)
+    return specs
+
+
 def parse_method(spec: str) -> tuple[str, dict]:
     """``name`` or ``name:key=value:key=value`` → (name, options)."""
     name, *rest = spec.split(":")
