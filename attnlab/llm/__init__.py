@@ -9,6 +9,8 @@ per-head structured plans.
 from attnlab.llm.attention import apply_plan
 from attnlab.llm.kv_cache import PlanCache
 from attnlab.llm.loading import MODELS, fetch_model, load_causal_lm
-from attnlab.llm.plan import Calibration, HeadPlan, Plan, choose_plan
+from attnlab.llm.calibration import Calibration
+from attnlab.llm.plan import HeadPlan, Plan
+from attnlab.llm.selection import choose_plan
 
 __all__ = ["MODELS", "Calibration", "HeadPlan", "Plan", "PlanCache", "apply_plan", "choose_plan", "fetch_model", "load_causal_lm"]
