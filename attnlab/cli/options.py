@@ -39,7 +39,7 @@ class Rule:
     hi_open: bool = False
     choices: tuple[str, ...] = ()
     many: bool = False  # a comma list of choices
-    registry: str = ""  # "module:NAME": the choices are the keys of that dict, imported when checked
+    registry: str = ""  # "module:NAME": the choices are the keys of that dict (or what that function returns), imported when checked
     flag: str = ""  # default: --name-with-dashes
     note: str = ""  # appended to the message, e.g. "(0 = full rank)"
 
@@ -110,6 +110,7 @@ RULES: dict[str, Rule] = {
     # structured LLM plans (plan, plan-run)
     "plan.budget": Rule(float, 0.0, 1.0, lo_open=True),
     "plan.n": Rule(int, 2, 2**20),
+    "plan.method": Rule(str, registry="attnlab.llm.methods:plan_names"),
     "plan-run.n": Rule(int, 2, 2**20),
     "windows": Rule(int, 1, 10**4),
     # embeddings
@@ -156,7 +157,8 @@ def check_value(command: str, name: str, value: Any, values: dict[str, Any] | No
         import importlib
 
         module, _, table = rule.registry.partition(":")
-        rule = Rule(str, choices=tuple(sorted(getattr(importlib.import_module(module), table))), flag=rule.flag)
+        names = getattr(importlib.import_module(module), table)
+        rule = Rule(str, choices=tuple(sorted(names() if callable(names) else names)), flag=rule.flag)
     if rule.choices:
         items = [v.strip() for v in str(value).split(",")] if rule.many else [value]
         bad = [v for v in items if v not in rule.choices]
