@@ -141,6 +141,19 @@ def test_plan_cli_takes_its_choices_from_the_registry(folder, tmp_path, capsys, 
     assert not (tmp_path / "p.json").exists()
 
 
+def test_plan_file_refuses_another_length(tmp_path):
+    from attnlab.llm.methods.attnlab_plan import PlanFile
+
+    path = Plan.full({"num_layers": 1, "num_heads": 2, "num_kv_heads": 1}, 300).save(tmp_path / "p.json")
+
+    class Tiny:  # model_shape reads the config only
+        class config:
+            num_hidden_layers, num_attention_heads, num_key_value_heads, hidden_size = 1, 2, 1, 8
+
+    with pytest.raises(UserError, match="made for n = 300, run at n = 200"):
+        PlanFile(path).prepare(Tiny(), 200)
+
+
 # ---- no branch on a method's name outside its own file ----------------------------------------------------
 
 METHODS_DIR = ROOT / "attnlab" / "llm" / "methods"

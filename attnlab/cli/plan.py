@@ -112,11 +112,10 @@ def register(app: typer.Typer) -> None:
         method = PlanFile(plan)
         p = method.file_plan
         model, tokenizer = _load(hf)
-        p.check(model, name=str(plan))
+        method.prepare(model, n)   # refuses a plan made for another model or another length
         ids = token_windows(tokenizer, file, n, windows)
         with torch.no_grad():
             full = math.exp(sum(model(x, labels=x).loss.item() for x in ids) / len(ids))
-            method.prepare(model, n)
             with method.applied(model):
                 planned = math.exp(sum(model(x, labels=x).loss.item() for x in ids) / len(ids))
         typer.echo(f"perplexity at n = {n} ({len(ids)} windows): full {full:.3f}, plan {planned:.3f} "
