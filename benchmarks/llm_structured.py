@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import resource
 import sys
@@ -34,6 +33,7 @@ from attnlab.allocator import keep_freed_memory  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.calibration import ERR_ROWS, Calibration, calibrate  # noqa: E402
 from attnlab.llm.kv_cache import kv_bytes  # noqa: E402
+from attnlab.llm.perplexity import perplexity  # noqa: E402
 from attnlab.llm.plan import model_shape  # noqa: E402
 from attnlab.llm.text_windows import token_windows  # noqa: E402
 from attnlab.masks import visible  # noqa: E402
@@ -88,31 +88,6 @@ def cmd_calibrate(args):
         cal = calibrate(model, windows, cands, progress=lambda x, m: log(f"calibration n={n}: window {x}/{m}"), err_rows=args.err_rows, grads=args.grads)
         cal.save(path)
         log(f"calibrated n={n} windows={len(windows)} in {time.time() - t:.0f} s -> {path}")
-
-
-LOGIT_ROWS = 1024  # rows of logits held at once (Gemma-3's 262,144-word vocabulary: 16K × V floats would be 17 GB)
-
-
-@torch.no_grad()
-def window_nll(model, ids) -> float:
-    """Mean next-token NLL of one window, −(1/(n−1)) Σ_i log p(x_{i+1} | x_≤i), as ``model(ids, labels=ids).loss``,
-    with the logits made ``LOGIT_ROWS`` rows at a time from the last hidden states (never n × V at once)."""
-    h = model.model(input_ids=ids, use_cache=False).last_hidden_state                  # (1, n, d)
-    cap = getattr(model.config, "final_logit_softcapping", None)
-    total, count = 0.0, 0
-    for a in range(0, ids.shape[1] - 1, LOGIT_ROWS):
-        b = min(ids.shape[1] - 1, a + LOGIT_ROWS)
-        logits = model.lm_head(h[:, a:b]).float()                                      # (1, b − a, V)
-        if cap is not None:
-            logits = torch.tanh(logits / cap) * cap
-        total += torch.nn.functional.cross_entropy(logits[0], ids[0, a + 1 : b + 1], reduction="sum").item()
-        count += b - a
-    return total / count
-
-
-def perplexity(model, windows) -> float:
-    nll = [window_nll(model, ids) for ids in windows]
-    return math.exp(sum(nll) / len(nll))
 
 
 def cmd_ppl(args):

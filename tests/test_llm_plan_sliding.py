@@ -129,13 +129,14 @@ def _benchmark():
 
 
 def test_chunked_window_nll_equals_the_models_loss(gemma, monkeypatch):
-    bench = _benchmark()
-    monkeypatch.setattr(bench, "LOGIT_ROWS", 7)  # several chunks, the last one short
+    from attnlab.llm import perplexity   # the benchmark's perplexity
+
+    monkeypatch.setattr(perplexity, "LOGIT_ROWS", 7)  # several chunks, the last one short
     gemma.set_attn_implementation("sdpa")
     ids = torch.randint(0, 100, (1, 50), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         ref = gemma(ids, labels=ids, use_cache=False).loss.item()
-    assert bench.window_nll(gemma, ids) == pytest.approx(ref, rel=1e-5)
+    assert perplexity.window_nll(gemma, ids) == pytest.approx(ref, rel=1e-5)
 
 
 @pytest.fixture(scope="module")
