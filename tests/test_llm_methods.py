@@ -7,6 +7,7 @@ import ast
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -47,7 +48,9 @@ def loaded(folder):
     ids = token_windows(AutoTokenizer.from_pretrained(folder), folder / "text.txt", N, 2)
     shape = model_shape(model)
     cands = sorted({c for name in methods.names() for c in methods.get(name, 0.5).calibration_candidates(shape, N) or ()})
-    return model, ids, calibrate(model, ids, cands, err_rows=16, grads=True)
+    cal = calibrate(model, ids, cands, err_rows=16, grads=True)
+    cal.retrieval = np.random.default_rng(0).random((shape["num_layers"], shape["num_heads"]))  # given scores (attnlab-retrieval)
+    return model, ids, cal
 
 
 def test_every_method_states_both_policies():
@@ -74,6 +77,9 @@ def test_plan_names_are_the_methods_with_a_plan_file():
     assert methods.get("full", 0.1).budget == 1.0      # full attention keeps every entry, whatever it is asked
 
 
+SMALL = {"attnlab-retrieval": {"retrieval_heads": 2}}   # options that fit the tiny model (8 heads) at β = 0.5
+
+
 @pytest.mark.parametrize("name", methods.names())
 def test_applied_restores_the_model(loaded, name):
     model, ids, cal = loaded
@@ -81,7 +87,7 @@ def test_applied_restores_the_model(loaded, name):
     with torch.no_grad():
         ref = model(x).logits
     before = model.config._attn_implementation
-    m = methods.get(name, 0.5)
+    m = methods.get(name, 0.5, **SMALL.get(name, {}))
     m.prepare(model, N, cal if m.calibrated else None)
     with torch.no_grad(), m.applied(model):
         inside = model(x).logits
@@ -150,7 +156,7 @@ def test_plan_file_refuses_another_length(tmp_path):
         class config:
             num_hidden_layers, num_attention_heads, num_key_value_heads, hidden_size = 1, 2, 1, 8
 
-    with pytest.raises(UserError, match="made for n = 300, run at n = 200"):
+    with pytest.raises(UserError, match="made for n = 300 tokens, run at --n 200"):
         PlanFile(path).prepare(Tiny(), 200)
 
 

@@ -55,6 +55,10 @@ def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows:
     cal = None
     if m.calibrated:
         cal = run_calibration(model, ids, m.calibration_candidates(model_shape(model), n), grads=m.calibration_grads)
+    if m.needs_retrieval:   # retrieval scores per head on synthetic copy prompts, as eval measures them
+        from attnlab.llm.eval_grid import retrieval_calibration
+
+        cal.retrieval = retrieval_calibration(model, tokenizer, n)
     return m.make_plan(model, n, cal)
 
 
@@ -72,20 +76,20 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="replace an existing plan file"),
     ) -> None:
         """Choose one structured support per (layer, head) from calibration text under a budget; write it as JSON."""
+        from attnlab.llm.loading import check_length
         from attnlab.llm.plan import check_budget
 
         try:
             check_budget(budget)
         except ValueError:
             raise ValueError(f"--budget: must be a fraction in (0, 1], got {budget}") from None
-        if n < 2 or windows < 1:
-            raise ValueError(f"--n must be >= 2 and --windows >= 1, got {n} and {windows}")
         if not calibrate.is_file():
             raise ValueError(f"--calibrate {calibrate}: no such file")
         if out is None:
             folder = Path(hf) if Path(hf).is_dir() else Path(".")
             out = folder / f"attnlab-plan-{method}-{budget:g}-{n}.json"
-        claim_file(out, inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
+        claim_file(out, kind="plan", inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
+        check_length(hf, n, "--n")  # from the model's configuration: no weights loaded, no text read
         model, tokenizer = _load(hf)
         p = make_plan(model, tokenizer, calibrate, budget, n, windows, method)
         p.save(out)
@@ -106,13 +110,18 @@ def register(app: typer.Typer) -> None:
 
         import torch
 
+        from attnlab.errors import UserError
+        from attnlab.llm.loading import check_length
         from attnlab.llm.methods.attnlab_plan import PlanFile
         from attnlab.llm.text_windows import token_windows
 
         method = PlanFile(plan)
-        p = method.file_plan
+        p = method.file_plan.check(name=f"--plan {plan}", n=n)  # its length and columns against --n
+        check_length(hf, n, "--n")  # the model's context, from its configuration
+        if not file.is_file():
+            raise UserError(f"--file {file}: no such file")
         model, tokenizer = _load(hf)
-        method.prepare(model, n)   # refuses a plan made for another model or another length
+        method.prepare(model, n)   # refuses a plan made for another model
         ids = token_windows(tokenizer, file, n, windows)
         with torch.no_grad():
             full = math.exp(sum(model(x, labels=x).loss.item() for x in ids) / len(ids))

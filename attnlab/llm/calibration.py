@@ -84,6 +84,7 @@ class Calibration:
         self.out_scale = np.zeros(L)
         self.delta = np.zeros((L, H, 2, Gw, Gg))
         self.gsq = np.zeros(L)
+        self.retrieval = np.zeros((L, H))  # retrieval score per head (head_scan.retrieval_scores), set by the caller; 0: not measured
         self.row_grads = [None] * L     # (R, hidden) ∂L/∂x at the sampled rows of the current window, per layer
         self.out_proj = [None] * L      # o_proj weights (hidden, H·d) per layer, set by ``calibrate``
 
@@ -186,8 +187,9 @@ class Calibration:
             err = (o_s - o).norm(dim=(-2, -1)) / o.norm(dim=(-2, -1)).clamp_min(1e-30)
             self.cand_err[layer, :, x] += err.numpy()
 
-    TABLES = ("fit", "est", "sink", "fixed", "cand_err", "cand_mass", "windows", "err", "mass_exec", "resid", "out_scale", "delta", "gsq")
-    OPTIONAL = ("err", "mass_exec", "resid", "out_scale", "delta", "gsq")   # absent from calibrations made before them
+    TABLES = ("fit", "est", "sink", "fixed", "cand_err", "cand_mass", "windows", "err", "mass_exec", "resid", "out_scale", "delta", "gsq",
+              "retrieval")
+    OPTIONAL = ("err", "mass_exec", "resid", "out_scale", "delta", "gsq", "retrieval")   # absent from calibrations made before them
 
     def save(self, path) -> Path:
         """The statistics as ``.npz`` (arrays only), with the grid, shape and candidates."""
@@ -213,7 +215,7 @@ class Calibration:
                 setattr(cal, t, z[t])
             elif t in cls.OPTIONAL:
                 Gw = len(cal.w_grid)
-                setattr(cal, t, np.zeros((L,) if t in ("resid", "out_scale", "gsq") else (L, H, 2, Gw, len(cal.g_grid))))
+                setattr(cal, t, np.zeros((L,) if t in ("resid", "out_scale", "gsq") else (L, H) if t == "retrieval" else (L, H, 2, Gw, len(cal.g_grid))))
             else:
                 raise KeyError(t)
         return cal

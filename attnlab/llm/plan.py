@@ -136,6 +136,9 @@ class HeadPlan:
         support = Support.from_dict(d)
         if not isinstance(support.w, int) or not isinstance(dynamic, int) or dynamic < 0 or support.w < FULL:
             raise ValueError(f"head plan: w must be an integer >= -1 and dynamic >= 0, got {d}")
+        cols = np.asarray(support.columns).reshape(-1)
+        if (cols < 0).any() or len(set(cols.tolist())) != cols.size:
+            raise ValueError(f"head plan: columns must be distinct key positions >= 0, got {cols.tolist()}")
         if int(support.offset) != 0 or support.residual:
             raise ValueError("head plan: only offset 0 and residual 0 are executed (causal band ending on the diagonal)")
         return cls(support, dynamic)
@@ -199,8 +202,13 @@ class Plan:
     def shape(self) -> dict:
         return {"num_layers": self.num_layers, "num_heads": self.num_heads, "num_kv_heads": self.num_kv_heads}
 
-    def check(self, model, name: str = "plan") -> "Plan":
-        """UserError unless the plan has the model's layer, head and KV-head counts."""
+    def check(self, model=None, name: str = "plan", n: int | None = None) -> "Plan":
+        """UserError unless the plan has the model's layer, head and KV-head counts and sliding windows, and
+        (``n``: the length it is run at, ``check_length``) was made for that length."""
+        if n is not None:
+            self.check_length(n, name)
+        if model is None:
+            return self
         got = model_shape(model)
         mine = self.shape()
         diff = [f"{k} {mine[k]} vs {got[k]}" for k in mine if mine[k] != got[k]]
@@ -208,6 +216,21 @@ class Plan:
             raise UserError(f"{name}: made for another model ({', '.join(diff)} in the model)")
         if self.windows is not None and self.windows != got["windows"]:
             raise UserError(f"{name}: made for another model (sliding windows {self.windows} vs {got['windows']} in the model)")
+        return self
+
+    def check_length(self, n: int, name: str = "plan") -> "Plan":
+        """UserError unless the plan runs at its own length n (its budget and columns refer to it) and every
+        head's columns (fixed + dynamic) fit in n keys."""
+        if self.n and self.n != n:
+            raise UserError(f"{name}: made for n = {self.n} tokens, run at --n {n} ({100 * self.fraction(self.n):.1f} % of "
+                            f"the entries at n = {self.n}, {100 * self.fraction(n):.1f} % at n = {n}); "
+                            f"make a plan with --n {n} or run at --n {self.n}")
+        for l, row in enumerate(self.heads):
+            for h, head in enumerate(row):
+                beyond = [c for c in head.columns if c >= n]
+                if beyond or len(head.columns) + head.dynamic > n:
+                    what = f"column {beyond[0]}" if beyond else f"{len(head.columns)} + {head.dynamic} dynamic columns"
+                    raise UserError(f"{name}: layer {l} head {h}: {what} beyond the {n} keys of a window of n = {n}")
         return self
 
     def to_dict(self) -> dict:
@@ -223,18 +246,28 @@ class Plan:
     @classmethod
     def load(cls, path) -> "Plan":
         path = Path(path)
+        if not path.is_file():
+            raise UserError(f"{path}: {'a folder, not a plan file' if path.is_dir() else 'no such plan file'}")
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise UserError(f"{path}: not a plan file (JSON error at line {err.lineno}: {err.msg})") from None
+        except UnicodeDecodeError:
+            raise UserError(f"{path}: not a plan file (not UTF-8 text)") from None
         if not isinstance(d, dict) or d.get("format") != "attnlab-plan/1":
             raise UserError(f"{path}: not an attnlab plan file (no format 'attnlab-plan/1')")
         try:
             heads = [[HeadPlan.from_dict(h) for h in row] for row in d["heads"]]
             plan = cls(heads, int(d["num_kv_heads"]), d.get("method", "attnlab"), float(d.get("budget", 1.0)), int(d.get("n", 0)), d.get("meta", {}),
                        d.get("windows"))
-        except (KeyError, TypeError, ValueError) as err:
+            n = d.get("n", 0)
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ValueError(f"n must be an integer >= 0, got {n!r}")
+            check_budget(d.get("budget", 1.0))
+        except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise UserError(f"{path}: malformed plan ({err})") from None
+        if plan.n:
+            plan.check_length(plan.n, str(path))  # columns beyond the length it was made for
         if plan.num_layers != int(d.get("num_layers", -1)) or any(len(r) != plan.num_heads for r in heads) or plan.num_heads != int(d.get("num_heads", -1)):
             raise UserError(f"{path}: malformed plan (its head table does not match num_layers/num_heads)")
         return plan

@@ -85,7 +85,8 @@ def knapsack(gain: np.ndarray, cost: np.ndarray, limit: float) -> np.ndarray:
     return choice
 
 
-def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: str | None = None, method: str = "attnlab") -> Plan:
+def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: str | None = None, method: str = "attnlab",
+                keep_full: np.ndarray | None = None) -> Plan:
     """The plan of best total objective with Σ entries ≤ β · L·H·n(n+1)/2 (module docstring), by ``table``
     (default: ``err-rel`` when the calibration holds option errors, else ``fit``):
 
@@ -99,7 +100,8 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     * ``err-grad``: the same with layer l's errors times mean ‖∂L/∂x‖² (the loss's sensitivity there);
     * ``delta``: minimise Σ_h δ_h, the squared first-order change of the loss (``Calibration.delta``);
 
-    Full heads are an option of every head (gain: mass 1, error 0).
+    Full heads are an option of every head (gain: mass 1, error 0); ``keep_full`` (L, H) bool: heads that
+    must stay full (retrieval heads) — their other options are not offered, the knapsack spends the rest.
     (Maximising Σ log μ_h instead was tried: SmolLM2 at 8K, dev text, β = 5 % / 10 %: perplexity
     32.94 / 28.43 vs 33.02 / 28.43 — no gain, not kept.  Same setting, one 8K calibration window:
     fit 33.03 / 28.43, err-rel 30.39 / 27.98 (128 rows; 31.43 / 28.49 with 64, 30.81 / 27.77 with 256),
@@ -146,12 +148,15 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     for l, win in enumerate(windows):
         if win is not None:  # a sliding layer runs its band alone: options with columns are not offered
             gain[l][:, columned] = -np.inf
+    if keep_full is not None:
+        gain[np.asarray(keep_full, dtype=bool), :-1] = -np.inf
     order = np.argsort(cost, axis=-1, kind="stable")[:, None, :].repeat(H, 1)   # (L, H, O) cheapest first: ties go to the cheaper
     cost = np.take_along_axis(cost[:, None, :].repeat(H, 1), order, -1)
     choice = knapsack(np.take_along_axis(gain, order, -1), cost, budget * L * H * n * (n + 1) / 2)
     if choice is None:
-        cheapest = cost[..., 0].sum() / (L * H * n * (n + 1) / 2)
-        raise UserError(f"budget {budget}: below the cheapest plan ({cheapest:.4f} of the entries at n = {n})")
+        cheapest = np.where(np.isfinite(np.take_along_axis(gain, order, -1)), cost, np.inf).min(-1).sum() / (L * H * n * (n + 1) / 2)
+        kept = f" with {int(np.sum(keep_full))} heads kept full" if keep_full is not None and np.any(keep_full) else ""
+        raise UserError(f"budget {budget}: below the cheapest plan{kept} ({cheapest:.4f} of the entries at n = {n})")
     choice = np.take_along_axis(order, choice[..., None], -1)[..., 0]
     heads = []
     for l in range(L):

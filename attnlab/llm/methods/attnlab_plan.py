@@ -17,7 +17,6 @@ chosen by ``attnlab.llm.selection.choose_plan`` from a table of the calibration:
 
 import warnings
 
-from attnlab.errors import UserError
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import PlanMethod
 
@@ -69,10 +68,7 @@ class PlanFile(PlanMethod):
         super().__init__(self.file_plan.budget if 0 < self.file_plan.budget <= 1 else 1.0)
 
     def make_plan(self, model, n, calibration):
-        self.file_plan.check(model, name=f"--plan {self.path}")
-        if self.file_plan.n and self.file_plan.n != n:
-            raise UserError(f"--plan {self.path}: made for n = {self.file_plan.n}, run at n = {n}")
-        return self.file_plan
+        return self.file_plan.check(model, name=f"--plan {self.path}", n=n)   # another model or another length: refused
 
     def describe(self) -> dict:
         return {**super().describe(), "method": f"plan:{self.file_plan.method}", "file": self.path}

@@ -38,6 +38,7 @@ class Method:
     prefill: ClassVar[str] = ""        # one sentence: which entries each prompt query reads
     decoding: ClassVar[str] = ""       # one sentence: what the cache keeps, what a new token reads
     calibrated: ClassVar[bool] = False  # needs calibration text (``prepare(..., calibration=...)``)
+    needs_retrieval: ClassVar[bool] = False  # needs the calibration's retrieval scores (``Calibration.retrieval``)
     options: ClassVar[dict[str, tuple[type, float, float]]] = {}  # option → (type, lo, hi), checked by __init__
     default_run: ClassVar[bool] = True  # run when a benchmark is not told which methods (variants and bounds: False)
 

@@ -15,7 +15,7 @@ from attnlab.llm.methods.base import Method, PlanMethod
 class Full(PlanMethod):
     name = REFERENCE
     prefill = "every causal entry j ≤ i (the model's own attention, SDPA)"
-    decoding = "the whole KV cache is kept and read"
+    decoding = "the whole KV cache is kept and read (a sliding layer: its window, as the model's own cache)"
 
     def __init__(self, budget: float = 1.0, **options):
         super().__init__(budget, **options)
@@ -32,4 +32,8 @@ class Full(PlanMethod):
     def _uninstall(self, model) -> None:
         pass
 
-    new_cache = Method.new_cache          # transformers' DynamicCache: every key kept
+    new_cache = Method.new_cache          # transformers' DynamicCache (a sliding layer keeps its window)
+
+    def prefill_fraction(self, n: int) -> float:
+        """The model's own attention: 1, or less where layers slide (a sliding head reads ≤ W keys a row)."""
+        return self.plan.fraction(n) if getattr(self, "plan", None) is not None else 1.0
