@@ -123,10 +123,9 @@ def shown_values(param, rule: Rule, kind) -> set[str]:
 
 def choices(rule: Rule) -> tuple[str, ...]:
     if rule.registry:
-        import importlib
+        from attnlab.cli.options import registry_choices
 
-        module, _, table = rule.registry.partition(":")
-        return tuple(getattr(importlib.import_module(module), table))
+        return registry_choices(rule.registry)
     return rule.choices
 
 

@@ -20,7 +20,9 @@ from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import baselines  # noqa: E402
 from attnlab.llm.attention import apply_plan, attention_modules, plan_reference  # noqa: E402
 from attnlab.llm.kv_cache import PlanCache, kv_bytes  # noqa: E402
-from attnlab.llm.plan import Calibration, HeadPlan, Plan, calibrate, choose_plan, model_shape  # noqa: E402
+from attnlab.llm.calibration import Calibration, calibrate  # noqa: E402
+from attnlab.llm.plan import HeadPlan, Plan, model_shape  # noqa: E402
+from attnlab.llm.selection import choose_plan  # noqa: E402
 from attnlab.support import Support, top_columns  # noqa: E402
 
 

@@ -8,7 +8,8 @@ import torch
 
 from attnlab.errors import UserError
 from attnlab.llm import methods
-from attnlab.llm.plan import Calibration, choose_plan
+from attnlab.llm.calibration import Calibration
+from attnlab.llm.selection import choose_plan
 
 
 def _calibration(L=2, H=4, n=128, seed=0):

@@ -53,6 +53,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from attnlab.masks import causal
+
 __all__ = ["DETECTORS", "REPEAT_DETECTORS", "THRESHOLDS", "DetectorSums", "pattern_rows", "detect_heads",
            "repeated_random_tokens", "named_heads", "parse_detectors"]
 
@@ -107,7 +109,7 @@ def pattern_rows(name: str, ids: torch.Tensor, i0: int, i1: int, j0: int, j1: in
         return (ids[:, i0:i1, None] == ids[:, None, j0:j1]) & (j < i)[None]
     if name == "induction":  # t_{j−1} = t_i with 1 ≤ j ≤ i (TransformerLens: duplicate shifted right, tril)
         prev = torch.cat([torch.full_like(ids[:, :1], -1), ids[:, :-1]], 1)  # t_{j−1}; no token before j = 0
-        return (ids[:, i0:i1, None] == prev[:, None, j0:j1]) & ((j >= 1) & (j <= i))[None]
+        return (ids[:, i0:i1, None] == prev[:, None, j0:j1]) & ((j >= 1) & causal(i, j))[None]
     if name == "retrieval":
         if needle is None or queries is None:
             raise ValueError("retrieval: needs the needle and query masks")

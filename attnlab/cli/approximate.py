@@ -51,7 +51,8 @@ def _approximate_long(hf, file, w, num_pos, tokens, block_rows, layers, target, 
     """``attnlab approximate --hf MODEL --file TEXT`` (or ``RUN_DIR --file TEXT``): the streamed fit table of every head."""
     from attnlab.cli.attention import check_tokens, long_source
     from attnlab.llm.head_statistics import DEFAULT_WS
-    from attnlab.llm.long_capture import DEFAULT_NUM_POS, capture_long, parse_layers, read_text
+    from attnlab.llm.long_capture import DEFAULT_NUM_POS, capture_long, parse_layers
+    from attnlab.llm.text_windows import read_text
     from attnlab.llm.report import summary
 
     if not 0 < target <= 1:

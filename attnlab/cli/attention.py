@@ -51,7 +51,8 @@ def long_source(run_dir: str | None, hf: str | None):
 
 def _long(hf: str | None, file: Path, tokens, block_rows, layers, rows=None, pool=None, memory_gib=None, run_dir: str | None = None):
     """The streamed statistics of RUN_DIR (an attnlab LM) or --hf on --file (``attnlab.llm.long_capture.capture_long``)."""
-    from attnlab.llm.long_capture import capture_long, parse_layers, parse_rows, read_text
+    from attnlab.llm.long_capture import capture_long, parse_layers, parse_rows
+    from attnlab.llm.text_windows import read_text
 
     _check_long_source(run_dir, hf)
     layers, rows = parse_layers(layers), parse_rows(rows)  # options first: nothing is loaded for a typo

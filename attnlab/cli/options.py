@@ -47,7 +47,7 @@ class Rule:
     hi_open: bool = False
     choices: tuple[str, ...] = ()
     many: bool = False  # a comma list of choices
-    registry: str = ""  # "module:NAME": the choices are the keys of that dict, imported when checked
+    registry: str = ""  # "module:NAME": the choices are the keys of that dict (or what that function returns), imported when checked
     flag: str = ""  # default: --name-with-dashes
     note: str = ""  # appended to the message, e.g. "(0 = full rank)"
     parse: str = ""  # "module:function": a text format; the function raises ValueError (or UserError) on a bad text
@@ -122,8 +122,8 @@ RULES: dict[str, Rule] = {
     # structured LLM plans (plan, plan-run)
     "plan.budget": Rule(float, 0.0, 1.0, lo_open=True),
     "plan.n": Rule(int, 2, 2**20),
+    "plan.method": Rule(str, registry="attnlab.llm.methods:plan_names"),
     "plan-run.n": Rule(int, 2, 2**20),
-    "plan.method": Rule(str, registry="attnlab.cli.plan:METHODS"),
     "windows": Rule(int, 1, 10**4),
     # attnlab eval (the lengths against the model's context once it is known: attnlab.llm.eval_grid)
     "eval.task": Rule(str, registry="attnlab.llm.tasks:TASKS", many=True),
@@ -232,6 +232,15 @@ def _bound(bound: Bound, values: dict[str, Any]) -> float | None:
     return values.get(bound) if isinstance(bound, str) else bound
 
 
+def registry_choices(spec: str) -> tuple[str, ...]:
+    """The names a ``registry="module:NAME"`` rule allows: the keys of that dict, or what that function returns."""
+    import importlib
+
+    module, _, table = spec.partition(":")
+    names = getattr(importlib.import_module(module), table)
+    return tuple(sorted(names() if callable(names) else names))
+
+
 def check_value(command: str, name: str, value: Any, values: dict[str, Any] | None = None,
                 hi: Bound = None, why: str = "", kind: type | None = None) -> None:
     """Check one option against its rule (``hi`` tightens the upper bound, ``why`` says what it is;
@@ -250,10 +259,7 @@ def check_value(command: str, name: str, value: Any, values: dict[str, Any] | No
         _parse(rule, flag, value)
         return
     if rule.registry:
-        import importlib
-
-        module, _, table = rule.registry.partition(":")
-        rule = Rule(str, choices=tuple(sorted(getattr(importlib.import_module(module), table))), flag=rule.flag, many=rule.many)
+        rule = Rule(str, choices=registry_choices(rule.registry), flag=rule.flag, many=rule.many)
     if rule.choices:
         items = [v.strip() for v in str(value).split(",")] if rule.many else [value]
         bad = [v for v in items if v not in rule.choices]

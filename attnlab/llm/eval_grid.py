@@ -54,10 +54,10 @@ class EvalSettings:
 
     def runs(self) -> list[tuple[str, float]]:
         """(method, β) pairs: full first, then every method at every budget."""
-        out = [("full", 1.0)]
+        out = [(registry.REFERENCE, 1.0)]
         if self.plan:
             out.append(("plan", 0.0))
-        out += [(m, b) for m in self.methods if m != "full" for b in self.budgets]
+        out += [(m, b) for m in self.methods if m != registry.REFERENCE for b in self.budgets]
         return out
 
 
@@ -107,7 +107,9 @@ def _claim(out: Path, settings: EvalSettings) -> None:
 
 def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, methods: list):
     """The calibration at length n (``out/calibration-n.npz``, made once), for the calibrated methods."""
-    from attnlab.llm.plan import Calibration, calibrate, model_shape, token_windows
+    from attnlab.llm.calibration import Calibration, calibrate
+    from attnlab.llm.plan import model_shape
+    from attnlab.llm.text_windows import token_windows
 
     need = [m for m in methods if m.calibrated]
     if not need:
@@ -116,9 +118,9 @@ def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, me
     cal = Calibration.load(path) if path.exists() else None
     if cal is None:
         shape = model_shape(model)
-        cands = sorted({c for m in need for c in (getattr(m, "calibration_candidates", lambda s, n: None)(shape, n) or [])})
+        cands = sorted({c for m in need for c in (m.calibration_candidates(shape, n) or [])})
         windows = token_windows(tokenizer, settings.calibrate, n, settings.calibrate_windows)
-        cal = calibrate(model, windows, cands or None)
+        cal = calibrate(model, windows, cands or None, grads=any(m.calibration_grads for m in need))
         cal.save(path)
     if any(m.needs_retrieval for m in need) and not cal.retrieval.any():
         cal.retrieval = retrieval_calibration(model, tokenizer, n)
@@ -311,7 +313,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
 
 def _perplexity_row(model, tokenizer, settings, method, name, budget, n, beta, key) -> dict:
     from attnlab.llm.perplexity import perplexity
-    from attnlab.llm.plan import token_windows
+    from attnlab.llm.text_windows import token_windows
 
     windows = token_windows(tokenizer, settings.ppl, n, settings.ppl_windows)
     t0 = time.perf_counter()

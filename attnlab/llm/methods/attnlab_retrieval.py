@@ -27,7 +27,7 @@ class AttnlabRetrieval(PlanMethod):
     decoding = "retrieval heads' KV heads keep the whole cache; the others keep what their support can still read"
 
     def make_plan(self, model, n, calibration):
-        from attnlab.llm.plan import choose_plan
+        from attnlab.llm.selection import choose_plan
 
         k = int(self.opts.get("retrieval_heads", 8))
         r = np.asarray(calibration.retrieval, dtype=np.float64)                     # (L, H)
