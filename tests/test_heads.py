@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
-import sys
 
 import numpy as np
 import pytest
 import torch
+
+from attnlab_cli import run_main
 
 from attnlab.analysis.attention_maps import AttentionMaps, SentenceAttention
 from attnlab.analysis.head_detectors import (DETECTORS, REPEAT_DETECTORS, DetectorSums, detect_heads, named_heads,
@@ -237,17 +236,7 @@ def test_attnlab_language_model_is_scored(tmp_path):
 
 # ------------------------------------------------------------------------------------------ the command
 def _main(capsys, monkeypatch, *args):
-    from attnlab.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["attnlab", *map(str, args)])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 0
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_main([str(a) for a in args], capsys)
 
 
 def test_heads_command_writes_the_schema(tiny_folder, tmp_path, capsys, monkeypatch):
@@ -283,3 +272,27 @@ def test_heads_bad_out_is_refused(tiny_folder, tmp_path, capsys, monkeypatch):
     code, _, err = _main(capsys, monkeypatch, "heads", "--hf", tiny_folder, "--out", f)
     assert code == 2 and err.startswith("attnlab: error: --out") and len(err.strip().splitlines()) == 1
     assert f.read_text() == "x"
+
+
+@pytest.fixture(scope="module")
+def translation_run(tmp_path_factory):
+    from attnlab.config import ModelConfig, TrainConfig
+    from attnlab.train.loop import train
+
+    out = tmp_path_factory.mktemp("heads-run") / "run"
+    train(ModelConfig(d_model=16, heads=2, layers=1, ff=32, max_len=32),
+          TrainConfig(tokenizer="word", vocab_size=60, synthetic_pairs=120, max_tokens=400, max_steps=2, dev_limit=0), out, quiet=True)
+    return out
+
+
+def test_heads_of_an_attnlab_run_folder(translation_run, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "h"
+    code, _, err = _main(capsys, monkeypatch, "heads", translation_run, "--length", 21, "--samples", 2,
+                         "--detectors", "previous-token,induction,sink", "--out", out)
+    assert code == 0, err
+    doc = json.loads((out / "heads.json").read_text())
+    assert list(doc["detectors"]) == ["previous-token", "induction", "sink"] and np.array(doc["detectors"]["sink"]).shape == (1, 2)
+    code, _, err = _main(capsys, monkeypatch, "heads", translation_run, "--length", 40, "--out", tmp_path / "x")
+    assert code == 2 and "--length" in err and "32" in err and not (tmp_path / "x").exists()
+    code, _, err = _main(capsys, monkeypatch, "heads", translation_run, "--detectors", "retrieval", "--length", 21, "--out", tmp_path / "y")
+    assert code == 2 and "retrieval needs a language model" in err and not (tmp_path / "y").exists()
