@@ -117,7 +117,7 @@ def _table(doc: dict, top: int) -> None:
     th = ", ".join(f"{d} {doc['thresholds'][d]}" for d in names)
     t = Table(title=f"{doc['model']}: {len(doc['named'])} named heads at n = {doc['n']} (thresholds {th})")
     for c in ["layer", "head", *names, "named"]:
-        t.add_column(c, justify="left" if c == "named" else "right")
+        t.add_column(c.replace("-", "-\n"), justify="left" if c == "named" else "right")
     for l, h in sorted(rows):
         t.add_row(str(l), str(h), *(f"{s[d][l, h]:.3f}" for d in names), ", ".join(named.get((l, h), [])))
     Console().print(t)
