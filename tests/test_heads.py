@@ -296,3 +296,14 @@ def test_heads_of_an_attnlab_run_folder(translation_run, tmp_path, capsys, monke
     assert code == 2 and "--length" in err and "32" in err and not (tmp_path / "x").exists()
     code, _, err = _main(capsys, monkeypatch, "heads", translation_run, "--detectors", "retrieval", "--length", 21, "--out", tmp_path / "y")
     assert code == 2 and "retrieval needs a language model" in err and not (tmp_path / "y").exists()
+
+
+def test_thresholds_are_a_share_of_the_rows_that_can_hold_the_pattern():
+    from attnlab.analysis.head_detectors import THRESHOLDS, thresholds
+
+    assert thresholds(2)["induction"] == pytest.approx(0.2) and thresholds(3)["duplicate-token"] == pytest.approx(0.4 * 2 / 3, abs=1e-6)
+    assert thresholds(2)["previous-token"] == THRESHOLDS["previous-token"] and thresholds(2)["sink"] == THRESHOLDS["sink"]
+    ids = _ids()
+    s = _scores(np.stack([_induction(ids), _causal_uniform(N)])[None], ids)  # a perfect induction head and a uniform one
+    named = named_heads({"induction": s["induction"]}, thresholds(R))
+    assert [(h["layer"], h["head"]) for h in named] == [(0, 0)]

@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="replace an earlier heads folder in --out"),
     ) -> None:
         """Score every head as a previous-token, duplicate-token, induction, sink and retrieval head; print the table, write heads.json."""
-        from attnlab.analysis.head_detectors import THRESHOLDS, parse_detectors
+        from attnlab.analysis.head_detectors import parse_detectors
         from attnlab.outputs import claim_folder, write_folder
 
         names = parse_detectors(detectors)
@@ -86,7 +86,7 @@ def register(app: typer.Typer) -> None:
             meta.update(prompts=prompts, copy_accuracy=round(float(copied.mean()), 4), copy_accuracy_per_prompt=copied.round(4).tolist())
         scores = {d: scores[d] for d in names}
         meta.update(seconds=round(time.perf_counter() - start, 1), command="attnlab " + shlex.join(sys.argv[1:]))
-        doc = heads_document(name, length, scores, THRESHOLDS, meta)
+        doc = heads_document(name, length, scores, res.thresholds, meta)
         _table(doc, top)
         for p in write_folder(claim, lambda: write_heads(doc, out)):
             typer.echo(str(p))

@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from attnlab.analysis.head_detectors import REPEAT_DETECTORS, THRESHOLDS, DetectorSums, named_heads, repeated_random_tokens
+from attnlab.analysis.head_detectors import REPEAT_DETECTORS, DetectorSums, named_heads, repeated_random_tokens, thresholds
 from attnlab.errors import UserError
 from attnlab.llm.needle_prompts import CopyPrompt, needle_prompts, start_ids
 
@@ -110,7 +110,7 @@ class HeadScores:
     scores: dict[str, np.ndarray]               # name → (L, H)
     n: int                                      # tokens per input
     meta: dict = field(default_factory=dict)
-    thresholds: dict[str, float] = field(default_factory=lambda: dict(THRESHOLDS))
+    thresholds: dict[str, float] = field(default_factory=thresholds)  # attnlab.analysis.head_detectors.thresholds(R)
 
     def named(self) -> list[dict]:
         return named_heads(self.scores, self.thresholds)
@@ -140,7 +140,7 @@ def detector_scores(model, tokenizer, n: int = 512, *, detectors: Sequence[str] 
     scores = {d: np.concatenate([p[d] for p in per_seq], 0).mean(0) for d in names}
     meta = {"input": "repeated random tokens", "segment": T, "repeats": repeats, "samples": samples, "seed": seed,
             "start_tokens": len(start), "exclude_bos": exclude_bos, "exclude_current": exclude_current}
-    return HeadScores(scores, n, meta)
+    return HeadScores(scores, n, meta, thresholds(repeats))
 
 
 def retrieval_scan(model, tokenizer, prompts: Sequence[CopyPrompt], *, block_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
