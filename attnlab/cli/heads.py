@@ -16,9 +16,7 @@ from attnlab.errors import UserError
 
 
 def _load(run_dir: str | None, hf: str | None):
-    """(model, tokenizer, name) of RUN_DIR or --hf."""
-    if (run_dir is None) == (hf is None):
-        raise UserError("give RUN_DIR or --hf MODEL (one of them)")
+    """(model, tokenizer, name) of RUN_DIR or --hf (exactly one of them is given)."""
     if hf is not None:
         from attnlab.llm.loading import load_causal_lm
 
