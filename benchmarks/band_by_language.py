@@ -19,7 +19,8 @@ the same author:
 Each input is cut to ``--tokens`` n tokens and streamed through the model
 (``attnlab.llm.long_capture.capture_long``: the exact structured fit of band w +
 num_pos key columns, ``attnlab.llm.streamed_fit``); per head the fit with the
-fewest entries holding ≥ ``--target`` of the mass gives (ŵ, num_pos).  Per head
+fewest entries holding ≥ ``--target`` of the mass gives (ŵ, num_pos); a head that
+no grid point (w < n, num_pos ≤ 64) fits gets ŵ = n − 1 (the whole band).  Per head
 and condition: the mean and the range [min, max] of ŵ over the inputs.  A head
 *differs* between two conditions when the two ranges do not overlap (every
 input of one condition above every input of the other).  Chance level: the mean
@@ -135,7 +136,8 @@ def fit_heads(model, tokenizer, texts: list[str], n: int, target: float) -> tupl
         if res.n < n:
             raise SystemExit(f"an input has {res.n} tokens, fewer than --tokens {n}: lower --tokens")
         w, num_pos, _ = res.choose(target)
-        ws.append(w), nps.append(num_pos)
+        full = w < 0  # no grid point holds the target: the head needs the whole causal band (ŵ = n − 1, no column)
+        ws.append(np.where(full, n - 1, w)), nps.append(np.where(full, 0, num_pos))
     return np.stack(ws), np.stack(nps)
 
 
@@ -172,6 +174,25 @@ def compare(w: dict, nps: dict) -> list[dict]:
     return rows
 
 
+def _print(spec: str, w: dict, nps: dict, rows: list[dict], inputs: int, target: float, tokens: int, seconds: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{spec}: heads whose ŵ (band half-width at {target:.0%} of the mass) ranges over {inputs} inputs "
+            f"do not overlap between conditions, n = {tokens} ({seconds:.0f} s)")
+    for c in ("comparison", "heads", "ŵ differs", "chance", "num_pos differs", "chance ", "median ŵ spread",
+          "mean ŵ a / b", "largest gaps (layer.head: ŵ a | ŵ b)"):
+        t.add_column(c, justify="left" if c in ("comparison", "largest gaps (layer.head: ŵ a | ŵ b)") else "right")
+    for r in rows:
+        x, y = r["a"], r["b"]
+        gaps = "; ".join(f"{h['layer']}.{h['head']}: {','.join(map(str, h[x]))} | {','.join(map(str, h[y]))}"
+                 for h in r["heads_w_differs"][:4])
+        t.add_row(f"{r['comparison']} ({x} vs {y})", str(r["heads"]), str(r["w_differs"]), f"{r['w_chance']:.1f}",
+              str(r["num_pos_differs"]), f"{r['num_pos_chance']:.1f}", f"{r['w_spread_median']:.0f}",
+              f"{w[x].mean():.1f} / {w[y].mean():.1f}", gaps)
+    Console(width=240).print(t)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="smollm2-135m,gemma3-270m")
@@ -182,7 +203,16 @@ def main(argv=None) -> None:
     ap.add_argument("--shakespeare", type=Path, default=DATA / "shakespeare" / "train.txt.gz")
     ap.add_argument("--conditions", default="language,form,period")
     ap.add_argument("--out", type=Path, default=None, help="write the per-head ŵ and num_pos of every input as JSON")
+    ap.add_argument("--from-json", type=Path, default=None, help="print the tables of a JSON written by --out (no model run)")
     a = ap.parse_args(argv)
+    if a.from_json is not None:
+        report = json.loads(a.from_json.read_text(encoding="utf-8"))
+        for spec, r in report["models"].items():
+            n = report["tokens"]
+            w = {c: np.where(np.array(v) < 0, n - 1, np.array(v)) for c, v in r["w"].items()}
+            nps = {c: np.where(np.array(r["w"][c]) < 0, 0, np.array(v)) for c, v in r["num_pos"].items()}
+            _print(spec, w, nps, compare(w, nps), report["inputs"], report["target"], n, r["seconds"])
+        return
     for p, flag in ((a.data, "--data"), (a.shakespeare, "--shakespeare")):
         if not p.is_file():
             raise SystemExit(f"band_by_language: error: {flag} {p}: no such file")
@@ -197,14 +227,10 @@ def main(argv=None) -> None:
         sh = shakespeare_inputs(a.shakespeare, a.inputs, chars)
         texts.update({c: sh[c] for c in (["verse", "prose"] if "form" in wanted else []) + (["early", "late"] if "period" in wanted else [])})
 
-    from rich.console import Console
-    from rich.table import Table
-
     from attnlab.llm.loading import load_causal_lm
 
     report = {"command": "python benchmarks/band_by_language.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "tokens": a.tokens, "inputs": a.inputs, "target": a.target, "models": {}}
-    console = Console()
     for spec in a.models.split(","):
         start = time.perf_counter()
         model, tok = load_causal_lm(spec)
@@ -213,19 +239,7 @@ def main(argv=None) -> None:
             w[cond], nps[cond] = fit_heads(model, tok, ts, a.tokens, a.target)
         rows = compare(w, nps)
         seconds = time.perf_counter() - start
-        t = Table(title=f"{spec}: heads whose ŵ (band half-width at {a.target:.0%} of the mass) ranges over {a.inputs} inputs "
-                        f"do not overlap between conditions, n = {a.tokens} ({seconds:.0f} s)")
-        for c in ("comparison", "heads", "ŵ differs", "chance", "num_pos differs", "chance ", "median ŵ spread",
-                  "mean ŵ a / b", "largest gaps (layer.head: ŵ a | ŵ b)"):
-            t.add_column(c, justify="left" if c in ("comparison", "largest gaps (layer.head: ŵ a | ŵ b)") else "right")
-        for r in rows:
-            x, y = r["a"], r["b"]
-            gaps = "; ".join(f"{h['layer']}.{h['head']}: {','.join(map(str, h[x]))} | {','.join(map(str, h[y]))}"
-                             for h in r["heads_w_differs"][:4])
-            t.add_row(f"{r['comparison']} ({x} vs {y})", str(r["heads"]), str(r["w_differs"]), f"{r['w_chance']:.1f}",
-                      str(r["num_pos_differs"]), f"{r['num_pos_chance']:.1f}", f"{r['w_spread_median']:.0f}",
-                      f"{w[x].mean():.1f} / {w[y].mean():.1f}", gaps)
-        console.print(t)
+        _print(spec, w, nps, rows, a.inputs, a.target, a.tokens, seconds)
         report["models"][spec] = {"seconds": round(seconds, 1), "comparisons": rows,
                                   "w": {c: v.tolist() for c, v in w.items()}, "num_pos": {c: v.tolist() for c, v in nps.items()}}
         del model
