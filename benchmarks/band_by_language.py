@@ -167,6 +167,7 @@ def compare(w: dict, nps: dict) -> list[dict]:
         rows.append({
             "comparison": name, "a": x, "b": y, "heads": int(d_w.size),
             "w_differs": int(d_w.sum()), "w_chance": round(chance(w[x], w[y]), 2),
+            "wider_in_a": int((w[x].min(0) > w[y].max(0)).sum()), "wider_in_b": int((w[y].min(0) > w[x].max(0)).sum()),
             "num_pos_differs": int(d_np.sum()), "num_pos_chance": round(chance(nps[x], nps[y]), 2),
             "w_spread_median": float(np.median(np.maximum(np.ptp(w[x], 0), np.ptp(w[y], 0)))),
             "heads_w_differs": [{"layer": l, "head": h, x: w[x][:, l, h].tolist(), y: w[y][:, l, h].tolist()} for l, h in listed],
@@ -180,14 +181,15 @@ def _print(spec: str, w: dict, nps: dict, rows: list[dict], inputs: int, target:
 
     t = Table(title=f"{spec}: heads whose ŵ (band half-width at {target:.0%} of the mass) ranges over {inputs} inputs "
             f"do not overlap between conditions, n = {tokens} ({seconds:.0f} s)")
-    for c in ("comparison", "heads", "ŵ differs", "chance", "num_pos differs", "chance ", "median ŵ spread",
+    for c in ("comparison", "heads", "ŵ differs", "wider in a / b", "chance", "num_pos differs", "chance ", "median ŵ spread",
           "mean ŵ a / b", "largest gaps (layer.head: ŵ a | ŵ b)"):
         t.add_column(c, justify="left" if c in ("comparison", "largest gaps (layer.head: ŵ a | ŵ b)") else "right")
     for r in rows:
         x, y = r["a"], r["b"]
         gaps = "; ".join(f"{h['layer']}.{h['head']}: {','.join(map(str, h[x]))} | {','.join(map(str, h[y]))}"
                  for h in r["heads_w_differs"][:4])
-        t.add_row(f"{r['comparison']} ({x} vs {y})", str(r["heads"]), str(r["w_differs"]), f"{r['w_chance']:.1f}",
+        t.add_row(f"{r['comparison']} ({x} vs {y})", str(r["heads"]), str(r["w_differs"]),
+              f"{r['wider_in_a']} / {r['wider_in_b']}", f"{r['w_chance']:.1f}",
               str(r["num_pos_differs"]), f"{r['num_pos_chance']:.1f}", f"{r['w_spread_median']:.0f}",
               f"{w[x].mean():.1f} / {w[y].mean():.1f}", gaps)
     Console(width=240).print(t)
