@@ -78,22 +78,20 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="replace an existing plan file"),
     ) -> None:
         """Choose one structured support per (layer, head) from calibration text under a budget; write it as JSON."""
+        from attnlab.llm.loading import check_length
         from attnlab.llm.plan import check_budget
 
         try:
             check_budget(budget)
         except ValueError:
             raise ValueError(f"--budget: must be a fraction in (0, 1], got {budget}") from None
-        if method not in METHODS:
-            raise ValueError(f"--method: expected one of {', '.join(METHODS)}, got {method!r}")
-        if n < 2 or windows < 1:
-            raise ValueError(f"--n must be >= 2 and --windows >= 1, got {n} and {windows}")
         if not calibrate.is_file():
             raise ValueError(f"--calibrate {calibrate}: no such file")
         if out is None:
             folder = Path(hf) if Path(hf).is_dir() else Path(".")
             out = folder / f"attnlab-plan-{method}-{budget:g}-{n}.json"
-        claim_file(out, inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
+        claim_file(out, kind="plan", inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
+        check_length(hf, n, "--n")  # from the model's configuration: no weights loaded, no text read
         model, tokenizer = _load(hf)
         p = make_plan(model, tokenizer, calibrate, budget, n, windows, method)
         p.save(out)
@@ -114,12 +112,17 @@ def register(app: typer.Typer) -> None:
 
         import torch
 
+        from attnlab.errors import UserError
         from attnlab.llm.attention import apply_plan
+        from attnlab.llm.loading import check_length
         from attnlab.llm.plan import Plan, token_windows
 
-        p = Plan.load(plan)
+        p = Plan.load(plan).check(name=f"--plan {plan}", n=n)  # its length and columns against --n
+        check_length(hf, n, "--n")  # the model's context, from its configuration
+        if not file.is_file():
+            raise UserError(f"--file {file}: no such file")
         model, tokenizer = _load(hf)
-        p.check(model, name=str(plan))
+        p.check(model, name=f"--plan {plan}")
         ids = token_windows(tokenizer, file, n, windows)
         with torch.no_grad():
             full = math.exp(sum(model(x, labels=x).loss.item() for x in ids) / len(ids))

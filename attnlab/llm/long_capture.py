@@ -215,7 +215,11 @@ def _tokens(tokenizer, text: str, max_tokens: int | None, max_len: int | None,
         raise UserError("the text is empty: give at least one word")
     ids = list(tokenizer(text, add_special_tokens=True, verbose=False)["input_ids"])
     total = len(ids)
+    if max_tokens is not None and max_len is not None and max_tokens > max_len:
+        raise UserError(f"--tokens {max_tokens}: longer than the model's context of {max_len}; pass --tokens {max_len} or less")
     if max_tokens is not None:
+        if len(ids) < max_tokens:
+            raise UserError(f"--file: the text has {len(ids)} tokens, fewer than --tokens {max_tokens}")
         ids = ids[:max_tokens]
     elif truncate and max_len is not None:
         ids = ids[:max_len]

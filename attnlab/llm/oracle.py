@@ -56,19 +56,20 @@ def topk_attention(q, k, v, scaling: float, beta: float, window: int | None = No
 def apply_oracle(model, beta: float):
     """Run every attention layer of ``model`` with the per-row top-k oracle at budget β; returns the model."""
     from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     from attnlab.llm.plan import check_budget
 
     beta = check_budget(beta)
 
     def oracle_attention(module, query, key, value, attention_mask=None, dropout: float = 0.0, scaling=None, sliding_window=None, **kwargs):
-        # query: (B, H, n, d), key/value: (B, H_kv, n, d) → ((B, n, H, d), None); prefill only
-        if key.shape[2] != query.shape[2]:
-            raise RuntimeError("the top-k oracle scores whole windows (no cache)")
+        # query: (B, H, n, d), key/value: (B, H_kv, m, d) → ((B, n, H, d), None)
         r = query.shape[1] // key.shape[1]
         kv = torch.arange(query.shape[1], device=key.device) // r
         scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
         window = int(sliding_window) if sliding_window else None
+        if key.shape[2] != query.shape[2]:  # decoding: the oracle bounds the prefill; a new token reads the whole cache
+            return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, sliding_window=sliding_window, **kwargs)
         out = topk_attention(query, key[:, kv], value[:, kv], scaling, beta, window)
         return out.transpose(1, 2).contiguous(), None
 

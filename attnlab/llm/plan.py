@@ -160,6 +160,9 @@ class HeadPlan:
         support = Support.from_dict(d)
         if not isinstance(support.w, int) or not isinstance(dynamic, int) or dynamic < 0 or support.w < FULL:
             raise ValueError(f"head plan: w must be an integer >= -1 and dynamic >= 0, got {d}")
+        cols = np.asarray(support.columns).reshape(-1)
+        if (cols < 0).any() or len(set(cols.tolist())) != cols.size:
+            raise ValueError(f"head plan: columns must be distinct key positions >= 0, got {cols.tolist()}")
         if int(support.offset) != 0 or support.residual:
             raise ValueError("head plan: only offset 0 and residual 0 are executed (causal band ending on the diagonal)")
         return cls(support, dynamic)
@@ -223,8 +226,13 @@ class Plan:
     def shape(self) -> dict:
         return {"num_layers": self.num_layers, "num_heads": self.num_heads, "num_kv_heads": self.num_kv_heads}
 
-    def check(self, model, name: str = "plan") -> "Plan":
-        """UserError unless the plan has the model's layer, head and KV-head counts."""
+    def check(self, model=None, name: str = "plan", n: int | None = None) -> "Plan":
+        """UserError unless the plan has the model's layer, head and KV-head counts and sliding windows, and
+        (``n``: the length it is run at, ``check_length``) was made for that length."""
+        if n is not None:
+            self.check_length(n, name)
+        if model is None:
+            return self
         got = model_shape(model)
         mine = self.shape()
         diff = [f"{k} {mine[k]} vs {got[k]}" for k in mine if mine[k] != got[k]]
@@ -232,6 +240,21 @@ class Plan:
             raise UserError(f"{name}: made for another model ({', '.join(diff)} in the model)")
         if self.windows is not None and self.windows != got["windows"]:
             raise UserError(f"{name}: made for another model (sliding windows {self.windows} vs {got['windows']} in the model)")
+        return self
+
+    def check_length(self, n: int, name: str = "plan") -> "Plan":
+        """UserError unless the plan runs at its own length n (its budget and columns refer to it) and every
+        head's columns (fixed + dynamic) fit in n keys."""
+        if self.n and self.n != n:
+            raise UserError(f"{name}: made for n = {self.n} tokens, run at --n {n} ({100 * self.fraction(self.n):.1f} % of "
+                            f"the entries at n = {self.n}, {100 * self.fraction(n):.1f} % at n = {n}); "
+                            f"make a plan with --n {n} or run at --n {self.n}")
+        for l, row in enumerate(self.heads):
+            for h, head in enumerate(row):
+                beyond = [c for c in head.columns if c >= n]
+                if beyond or len(head.columns) + head.dynamic > n:
+                    what = f"column {beyond[0]}" if beyond else f"{len(head.columns)} + {head.dynamic} dynamic columns"
+                    raise UserError(f"{name}: layer {l} head {h}: {what} beyond the {n} keys of a window of n = {n}")
         return self
 
     def to_dict(self) -> dict:
@@ -247,18 +270,28 @@ class Plan:
     @classmethod
     def load(cls, path) -> "Plan":
         path = Path(path)
+        if not path.is_file():
+            raise UserError(f"{path}: {'a folder, not a plan file' if path.is_dir() else 'no such plan file'}")
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise UserError(f"{path}: not a plan file (JSON error at line {err.lineno}: {err.msg})") from None
+        except UnicodeDecodeError:
+            raise UserError(f"{path}: not a plan file (not UTF-8 text)") from None
         if not isinstance(d, dict) or d.get("format") != "attnlab-plan/1":
             raise UserError(f"{path}: not an attnlab plan file (no format 'attnlab-plan/1')")
         try:
             heads = [[HeadPlan.from_dict(h) for h in row] for row in d["heads"]]
             plan = cls(heads, int(d["num_kv_heads"]), d.get("method", "attnlab"), float(d.get("budget", 1.0)), int(d.get("n", 0)), d.get("meta", {}),
                        d.get("windows"))
-        except (KeyError, TypeError, ValueError) as err:
+            n = d.get("n", 0)
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ValueError(f"n must be an integer >= 0, got {n!r}")
+            check_budget(d.get("budget", 1.0))
+        except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise UserError(f"{path}: malformed plan ({err})") from None
+        if plan.n:
+            plan.check_length(plan.n, str(path))  # columns beyond the length it was made for
         if plan.num_layers != int(d.get("num_layers", -1)) or any(len(r) != plan.num_heads for r in heads) or plan.num_heads != int(d.get("num_heads", -1)):
             raise UserError(f"{path}: malformed plan (its head table does not match num_layers/num_heads)")
         return plan
@@ -320,6 +353,7 @@ class Calibration:
         self.out_scale = np.zeros(L)
         self.delta = np.zeros((L, H, 2, Gw, Gg))
         self.gsq = np.zeros(L)
+        self.retrieval = np.zeros((L, H))  # retrieval score per head (head_scan.retrieval_scores), set by the caller; 0: not measured
         self.row_grads = [None] * L     # (R, hidden) ∂L/∂x at the sampled rows of the current window, per layer
         self.out_proj = [None] * L      # o_proj weights (hidden, H·d) per layer, set by ``calibrate``
 
@@ -428,8 +462,9 @@ class Calibration:
             err = (o_s - o).norm(dim=(-2, -1)) / o.norm(dim=(-2, -1)).clamp_min(1e-30)
             self.cand_err[layer, :, x] += err.numpy()
 
-    TABLES = ("fit", "est", "sink", "fixed", "cand_err", "cand_mass", "windows", "err", "mass_exec", "resid", "out_scale", "delta", "gsq")
-    OPTIONAL = ("err", "mass_exec", "resid", "out_scale", "delta", "gsq")   # absent from calibrations made before them
+    TABLES = ("fit", "est", "sink", "fixed", "cand_err", "cand_mass", "windows", "err", "mass_exec", "resid", "out_scale", "delta", "gsq",
+              "retrieval")
+    OPTIONAL = ("err", "mass_exec", "resid", "out_scale", "delta", "gsq", "retrieval")   # absent from calibrations made before them
 
     def save(self, path) -> Path:
         """The statistics as ``.npz`` (arrays only), with the grid, shape and candidates."""
@@ -457,7 +492,7 @@ class Calibration:
                 setattr(cal, t, z[t])
             elif t in cls.OPTIONAL:
                 Gw = len(cal.w_grid)
-                setattr(cal, t, np.zeros((L,) if t in ("resid", "out_scale", "gsq") else (L, H, 2, Gw, len(cal.g_grid))))
+                setattr(cal, t, np.zeros((L,) if t in ("resid", "out_scale", "gsq") else (L, H) if t == "retrieval" else (L, H, 2, Gw, len(cal.g_grid))))
             else:
                 raise KeyError(t)
         return cal
@@ -524,7 +559,8 @@ def knapsack(gain: np.ndarray, cost: np.ndarray, limit: float) -> np.ndarray:
     return choice
 
 
-def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: str | None = None, method: str = "attnlab") -> Plan:
+def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: str | None = None, method: str = "attnlab",
+                keep_full: np.ndarray | None = None) -> Plan:
     """The plan of best total objective with Σ entries ≤ β · L·H·n(n+1)/2 (module docstring), by ``table``
     (default: ``err-rel`` when the calibration holds option errors, else ``fit``):
 
@@ -538,7 +574,8 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     * ``err-grad``: the same with layer l's errors times mean ‖∂L/∂x‖² (the loss's sensitivity there);
     * ``delta``: minimise Σ_h δ_h, the squared first-order change of the loss (``Calibration.delta``);
 
-    Full heads are an option of every head (gain: mass 1, error 0).
+    Full heads are an option of every head (gain: mass 1, error 0); ``keep_full`` (L, H) bool: heads that
+    must stay full (retrieval heads) — their other options are not offered, the knapsack spends the rest.
     (Maximising Σ log μ_h instead was tried: SmolLM2 at 8K, dev text, β = 5 % / 10 %: perplexity
     32.94 / 28.43 vs 33.02 / 28.43 — no gain, not kept.  Same setting, one 8K calibration window:
     fit 33.03 / 28.43, err-rel 30.39 / 27.98 (128 rows; 31.43 / 28.49 with 64, 30.81 / 27.77 with 256),
@@ -585,12 +622,15 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     for l, win in enumerate(windows):
         if win is not None:  # a sliding layer runs its band alone: options with columns are not offered
             gain[l][:, columned] = -np.inf
+    if keep_full is not None:
+        gain[np.asarray(keep_full, dtype=bool), :-1] = -np.inf
     order = np.argsort(cost, axis=-1, kind="stable")[:, None, :].repeat(H, 1)   # (L, H, O) cheapest first: ties go to the cheaper
     cost = np.take_along_axis(cost[:, None, :].repeat(H, 1), order, -1)
     choice = knapsack(np.take_along_axis(gain, order, -1), cost, budget * L * H * n * (n + 1) / 2)
     if choice is None:
-        cheapest = cost[..., 0].sum() / (L * H * n * (n + 1) / 2)
-        raise UserError(f"budget {budget}: below the cheapest plan ({cheapest:.4f} of the entries at n = {n})")
+        cheapest = np.where(np.isfinite(np.take_along_axis(gain, order, -1)), cost, np.inf).min(-1).sum() / (L * H * n * (n + 1) / 2)
+        kept = f" with {int(np.sum(keep_full))} heads kept full" if keep_full is not None and np.any(keep_full) else ""
+        raise UserError(f"budget {budget}: below the cheapest plan{kept} ({cheapest:.4f} of the entries at n = {n})")
     choice = np.take_along_axis(order, choice[..., None], -1)[..., 0]
     heads = []
     for l in range(L):

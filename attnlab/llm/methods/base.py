@@ -1,0 +1,151 @@
+"""A method: how a causal LM's attention runs, stated as two policies (DESIGN.md, point 10).
+
+    prefill policy   S_h(i) ⊆ {j ≤ i}: which keys query i of the prompt reads in head h;
+    decoding policy  K_h(t) ⊆ {j < t}: which keys the KV cache keeps after step t, and which of
+                     them a generated token reads.
+
+The budgets are stated as the field states them (MInference, DuoAttention, SnapKV, Quest):
+
+    β   = Σ_h |S_h| / (L·H·n(n+1)/2)      the fraction of the causal entries read in the prefill,
+    KV  = mean over KV heads of |K_h(t)|   the tokens kept per KV head at decoding.
+
+A method is one small file under ``attnlab/llm/methods/`` that defines a subclass and decorates it
+with ``@register``; ``attnlab eval``, ``plan``, ``plan-run`` and the benchmarks look methods up by
+name (``attnlab.llm.methods.get``) and never branch on a name.  Applying a method is a context
+manager that restores the model as it was::
+
+    m = methods.get("streaming-llm", budget=0.1)
+    m.prepare(model, n=4096)                     # calibration-free: the model's shape is enough
+    with m.applied(model):
+        cache = m.new_cache(model)
+        model.generate(ids, past_key_values=cache, max_new_tokens=32, do_sample=False)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, ClassVar
+
+from attnlab.errors import UserError
+
+__all__ = ["Method", "PlanMethod"]
+
+
+class Method:
+    """A prefill policy and a decoding policy, at a budget.  Subclasses set the class fields and ``_install``."""
+
+    name: ClassVar[str] = ""
+    prefill: ClassVar[str] = ""        # one sentence: which entries each prompt query reads
+    decoding: ClassVar[str] = ""       # one sentence: what the cache keeps, what a new token reads
+    calibrated: ClassVar[bool] = False  # needs calibration text (``prepare(..., calibration=...)``)
+    needs_retrieval: ClassVar[bool] = False  # needs the calibration's retrieval scores (``Calibration.retrieval``)
+    options: ClassVar[dict[str, tuple[type, float, float]]] = {}  # option → (type, lo, hi), checked by __init__
+
+    def __init__(self, budget: float = 1.0, **options: Any):
+        if not (isinstance(budget, (int, float)) and 0 < budget <= 1):
+            raise UserError(f"--budget: must be a fraction in (0, 1], got {budget}")
+        self.budget = float(budget)
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            raise UserError(f"--option: method {self.name} has no option {', '.join(unknown)}"
+                            f" (it takes: {', '.join(self.options) or 'none'})")
+        self.opts = {}
+        for key, (kind, lo, hi) in self.options.items():
+            if key in options:
+                value = options[key]
+                try:
+                    value = kind(value)
+                except (TypeError, ValueError):
+                    raise UserError(f"--option {key}: expected {kind.__name__}, got {value!r}") from None
+                if not lo <= value <= hi:
+                    raise UserError(f"--option {key}: must be in [{lo:g}, {hi:g}], got {value}")
+                self.opts[key] = value
+        self.n = 0
+
+    # ---- per length ---------------------------------------------------------------------------
+    def prepare(self, model, n: int, calibration=None) -> None:
+        """Make what the method needs at prompt length n (a plan, gates, …).  ``calibration``: a
+        ``plan.Calibration`` at length n, required when ``calibrated``."""
+        if self.calibrated and calibration is None:
+            raise UserError(f"--method {self.name}: needs calibration text (--calibrate FILE)")
+        self.n = n
+
+    # ---- running ----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def applied(self, model):
+        """Run ``model`` with this method inside the block; the model's attention is restored after."""
+        before = model.config._attn_implementation
+        self._install(model)
+        try:
+            yield self
+        finally:
+            self._uninstall(model)
+            model.set_attn_implementation(before)
+
+    def _install(self, model) -> None:  # full attention: nothing to change
+        pass
+
+    def _uninstall(self, model) -> None:
+        pass
+
+    def new_cache(self, model):
+        """The KV cache of the decoding policy (default: transformers' DynamicCache, every key kept; a sliding
+        layer keeps its window, as the model's own ``generate`` does)."""
+        from transformers import DynamicCache
+
+        return DynamicCache(config=model.config)
+
+    # ---- budgets as stated ------------------------------------------------------------------
+    def prefill_fraction(self, n: int) -> float:
+        """β: entries read in the prefill / causal entries of all heads at length n."""
+        return 1.0
+
+    def describe(self) -> dict:
+        return {"method": self.name, "budget": self.budget, "prefill": self.prefill, "decoding": self.decoding, **self.opts}
+
+
+class PlanMethod(Method):
+    """A method whose prefill and decoding follow one static ``Plan`` per length (band + columns per head).
+
+    Prefill: each head reads its support S_h (``attention.LayerRunner.prefill``); decoding: the cache
+    (``kv_cache.PlanCache``) keeps, per KV head, the keys its query heads can still read.
+    """
+
+    def make_plan(self, model, n: int, calibration):
+        raise NotImplementedError
+
+    def calibration_candidates(self, shape: dict, n: int) -> list[tuple[int, int, int]] | None:
+        """Extra (w, fixed columns, dynamic columns) options the calibration must measure (MInference's)."""
+        return None
+
+    def prepare(self, model, n: int, calibration=None) -> None:
+        super().prepare(model, n, calibration)
+        self.plan = self.make_plan(model, n, calibration)
+
+    def _install(self, model) -> None:
+        from attnlab.llm.attention import apply_plan
+
+        apply_plan(model, self.plan)
+
+    def _uninstall(self, model) -> None:
+        from attnlab.llm.attention import attention_modules
+
+        for mod in attention_modules(model):
+            if hasattr(mod, "attnlab_layer"):
+                del mod.attnlab_layer
+        if hasattr(model, "attnlab_plan"):
+            del model.attnlab_plan
+
+    def new_cache(self, model):
+        from attnlab.llm.kv_cache import PlanCache
+
+        return PlanCache(model)
+
+    def prefill_fraction(self, n: int) -> float:
+        return self.plan.fraction(n)
+
+    def describe(self) -> dict:
+        d = super().describe()
+        if getattr(self, "plan", None) is not None:
+            d.update(full_heads=self.plan.full_heads(), fraction=self.plan.fraction(self.n))
+        return d
