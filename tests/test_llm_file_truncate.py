@@ -45,4 +45,4 @@ def test_a_file_that_fits_gets_no_notice_and_tokens_past_the_context_is_refused(
     text.write_text("to be or not to be, that is the question. " * 5)
     code, _, err = run_main(["attention", "--hf", str(folder), "--file", str(text), "--tokens", "60",
                              "--out", str(tmp_path / "b")], capsys)
-    assert code == 2 and "context of 48" in err and not (tmp_path / "b").exists()
+    assert code == 2 and "--tokens 60" in err and "48" in err and not (tmp_path / "b").exists(), err
