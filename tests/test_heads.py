@@ -307,3 +307,25 @@ def test_thresholds_are_a_share_of_the_rows_that_can_hold_the_pattern():
     s = _scores(np.stack([_induction(ids), _causal_uniform(N)])[None], ids)  # a perfect induction head and a uniform one
     named = named_heads({"induction": s["induction"]}, thresholds(R))
     assert [(h["layer"], h["head"]) for h in named] == [(0, 0)]
+
+
+def test_retrieval_on_samples_of_the_task_generators(tmp_path):
+    """A niah Sample of attnlab.llm.tasks becomes a CopyPrompt: V = the value's tokens inside the asked needle."""
+    import transformers
+    from char_model_folder import save_with_char_tokenizer
+
+    tiny_folder = save_with_char_tokenizer(_tiny_llama(max_positions=1024), tmp_path / "ctx1024")
+
+    from attnlab.llm.head_scan import retrieval_scores
+    from attnlab.llm.needle_prompts import from_sample
+    from attnlab.llm.tasks import TASKS, Haystack
+
+    tok = transformers.AutoTokenizer.from_pretrained(tiny_folder)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_folder).eval()
+    samples = [TASKS["niah"].make(tok, Haystack.noise(tok), 480, d, 0, 0) for d in (0.2, 0.7)]
+    for s in samples:
+        p = from_sample(s, tok)
+        value = "".join(tok.convert_ids_to_tokens(p.ids[p.needle[0]:p.needle[1]])).strip()  # one character a token
+        assert value == s.answers[0] and s.spans[0][0] <= p.needle[0] < p.needle[1] <= s.spans[0][1]
+        assert p.ids[:len(s.ids)] == s.ids and len(p.ids) == len(s.ids) + len(p.answer) - 1
+    assert retrieval_scores(model, tok, samples).shape == (2, 4)
