@@ -94,7 +94,7 @@ def heatmaps(rows: list[dict], out: Path) -> list[Path]:
                 v = [r["score"] for r in rs if r["n"] == n and r["depth"] == d]
                 if v:
                     acc[i, j] = np.mean(v)
-        fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(ns), 1.0 + 0.32 * len(ds)))
+        fig, ax = plt.subplots(figsize=(max(3.4, 1.8 + 0.9 * len(ns)), max(2.6, 1.2 + 0.32 * len(ds))))
         im = ax.imshow(acc, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
         for i in range(len(ds)):
             for j in range(len(ns)):
@@ -106,7 +106,8 @@ def heatmaps(rows: list[dict], out: Path) -> list[Path]:
         ax.set_ylabel("needle depth")
         label = method if method in ("full", "plan") else f"{method} β={budget:g}"
         ax.set_title(f"{task}: {label}", fontsize=9)
-        fig.colorbar(im, ax=ax, fraction=0.05)
+        fig.colorbar(im, ax=ax, fraction=0.05, label="accuracy")
+        fig.tight_layout()
         name = f"heatmap-{task}-{method}" + ("" if method in ("full", "plan") else f"-{budget:g}") + ".png"
         written.append(save_figure(fig, out / name))
         plt.close(fig)
