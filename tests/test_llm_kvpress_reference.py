@@ -1,0 +1,80 @@
+"""attnlab's SnapKV and StreamingLLM keep the same key positions as NVIDIA kvpress's presses (SmolLM2-135M).
+
+Two checks of one claim:
+
+* live: ``benchmarks/kvpress_reference.py`` runs kvpress 0.5.5 in its own environment (``.venv-kvpress``,
+  made by ``make reference-env``) on a Shakespeare prompt and writes the positions its ``SnapKVPress``
+  and ``StreamingLLMPress`` keep; attnlab runs the same token ids.  Skipped where that environment is absent.
+* recorded: ``tests/data/kvpress_kept_smollm2.json`` holds such a run (256 tokens, compression 0.5), so the
+  comparison also runs where kvpress is not installed.  Skipped where SmolLM2 is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnlab.llm.loading import MODELS, _package_dir
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_PY = ROOT / ".venv-kvpress" / "bin" / "python"
+RECORDED = ROOT / "tests" / "data" / "kvpress_kept_smollm2.json"
+TEXT = ROOT / ".." / "shared" / "data" / "shakespeare" / "train.txt.gz"
+HAVE_MODEL = _package_dir(MODELS["smollm2-135m"].package) is not None and _package_dir("gguf") is not None
+needs_model = pytest.mark.skipif(not HAVE_MODEL, reason=f"smollm2-135m is not installed: {MODELS['smollm2-135m'].install}")
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from attnlab.llm.loading import load_causal_lm
+
+    return load_causal_lm("smollm2-135m")[0]
+
+
+def attnlab_kept(model, method: str, compression: float, ids: list[int]) -> list[list[list[int]]]:
+    """kept[layer][kv_head] = sorted positions attnlab's method keeps after prefilling ``ids``."""
+    from attnlab.llm import methods
+
+    m = methods.get(method, compression=compression)
+    m.prepare(model, len(ids))
+    with m.applied(model), torch.no_grad():
+        cache = m.new_cache(model)
+        model(torch.tensor([ids]), past_key_values=cache, use_cache=True)
+    return [[sorted(p for p in layer.positions[0, g].tolist() if p >= 0) for g in range(layer.positions.shape[1])]
+            for layer in cache.layers]
+
+
+def compare(model, ref: dict) -> None:
+    for method, by_ratio in ref["kept"].items():
+        for ratio, want in by_ratio.items():
+            got = attnlab_kept(model, method, float(ratio), ref["ids"])
+            for l, (g_l, w_l) in enumerate(zip(got, want)):
+                for g, (a, b) in enumerate(zip(g_l, w_l)):
+                    assert a == b, (f"{method} c={ratio} layer {l} KV head {g}: attnlab keeps {len(a)}, kvpress {len(b)}; "
+                                    f"only attnlab {sorted(set(a) - set(b))[:8]}, only kvpress {sorted(set(b) - set(a))[:8]}")
+            assert len(got) == len(want)
+
+
+@needs_model
+@pytest.mark.skipif(not RECORDED.is_file(), reason=f"{RECORDED.name} is missing")
+def test_same_positions_as_the_recorded_kvpress_run(smollm2):
+    compare(smollm2, json.loads(RECORDED.read_text()))
+
+
+@needs_model
+@pytest.mark.skipif(not VENV_PY.exists(), reason="kvpress reference environment absent: run `make reference-env` (creates .venv-kvpress)")
+@pytest.mark.skipif(not TEXT.is_file(), reason=f"{TEXT} is missing")
+def test_same_positions_as_kvpress_live(smollm2, tmp_path):
+    from attnlab.llm.loading import fetch_model
+
+    out = tmp_path / "kept.json"
+    subprocess.run([str(VENV_PY), str(ROOT / "benchmarks" / "kvpress_reference.py"), "--model", str(fetch_model("smollm2-135m")),
+                    "--text", str(TEXT), "--tokens", "384", "--ratios", "0.25", "0.75", "--out", str(out)],
+                   check=True, capture_output=True, timeout=600)
+    compare(smollm2, json.loads(out.read_text()))
