@@ -49,6 +49,7 @@ FOLDER_KINDS = {
     "experiment": ("an experiment run folder (no experiment.json)", lambda f: (f / "experiment.json").is_file()),
     "attention": ("an attnlab attention folder (no attention.safetensors or long-attention.safetensors)",
                   lambda f: (f / "attention.safetensors").is_file() or (f / "long-attention.safetensors").is_file()),
+    "heads": ("an attnlab heads folder (no heads.json)", lambda f: (f / "heads.json").is_file()),
 }
 
 Inputs = Iterable[tuple[str, os.PathLike | str | None]]  # (option naming it, path) pairs

@@ -112,6 +112,20 @@ RULES: dict[str, Rule] = {
     "plan.n": Rule(int, 2, 2**20),
     "plan-run.n": Rule(int, 2, 2**20),
     "windows": Rule(int, 1, 10**4),
+    # attnlab eval (comma lists --task, --lengths, --method, --budget are checked by attnlab.llm.eval_grid)
+    "eval.depths": Rule(int, 1, 1000),
+    "eval.samples": Rule(int, 1, 10**6),
+    "eval.calibrate_windows": Rule(int, 1, 10**4),
+    "eval.ppl_windows": Rule(int, 1, 10**4),
+    "eval.seed": Rule(int, 0, SEED_MAX),
+    "eval.max_new": Rule(int, 1, 4096),
+    # head detectors (heads)
+    "heads.length": Rule(int, 8, 2**20),
+    "repeats": Rule(int, 2, 1000),
+    "samples": Rule(int, 1, 10**4),
+    "prompts": Rule(int, 1, 10**4),
+    "detectors": Rule(str, choices=("previous-token", "duplicate-token", "induction", "sink", "retrieval", "all"), many=True),
+    "heads.top": Rule(int, 0, BIG),
     # embeddings
     "dim": Rule(int, 1, 2**16),
     "window": Rule(int, 1, 1000),

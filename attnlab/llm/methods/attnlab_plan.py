@@ -39,7 +39,7 @@ class PlanFile(PlanMethod):
         super().__init__(self.file_plan.budget if 0 < self.file_plan.budget <= 1 else 1.0)
 
     def make_plan(self, model, n, calibration):
-        self.file_plan.check(model, name=self.path)
+        self.file_plan.check(model, name=f"--plan {self.path}")
         if self.file_plan.n and self.file_plan.n != n:
             raise UserError(f"--plan {self.path}: made for n = {self.file_plan.n}, run at n = {n}")
         return self.file_plan

@@ -88,10 +88,11 @@ class Method:
         pass
 
     def new_cache(self, model):
-        """The KV cache of the decoding policy (default: transformers' DynamicCache, every key kept)."""
+        """The KV cache of the decoding policy (default: transformers' DynamicCache, every key kept; a sliding
+        layer keeps its window, as the model's own ``generate`` does)."""
         from transformers import DynamicCache
 
-        return DynamicCache()
+        return DynamicCache(config=model.config)
 
     # ---- budgets as stated ------------------------------------------------------------------
     def prefill_fraction(self, n: int) -> float:

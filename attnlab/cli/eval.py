@@ -1,0 +1,107 @@
+"""``attnlab eval``: retrieval (RULER-style tasks, needle grids) and perplexity of a model under methods.
+
+    attnlab eval --hf smollm2-135m --task niah --lengths 2048,4096 --depths 11 --samples 10 \\
+        [--method streaming-llm,attnlab --budget 0.1,0.25 --calibrate train.txt.gz | --plan plan.json] \\
+        [--haystack noise|FILE] [--ppl test.txt.gz] --out runs/eval
+
+Writes ``OUT/results.jsonl`` (one line per prompt, resumable), ``OUT/table.md``, ``OUT/summary.json`` and
+``OUT/heatmap-TASK-METHOD-β.png`` (accuracy by needle depth × length); full attention always runs as the
+ceiling.  A killed run started again with the same options continues where it stopped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from attnlab.cli.options import checked
+
+DEFAULT_HAYSTACK = Path("../shared/data/shakespeare/test.txt.gz")
+
+
+def _list(text: str, kind, option: str) -> list:
+    try:
+        items = [kind(x.strip()) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{option}: expected a comma list of {kind.__name__}s, got {text!r}") from None
+    if not items:
+        raise ValueError(f"{option}: expected at least one value, got {text!r}")
+    return items
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("eval")
+    @checked("eval")
+    def eval_(
+        hf: str = typer.Option(..., "--hf", help="model: a HF folder, a .gguf file or a known name (smollm2-135m, gemma3-270m)"),
+        task: str = typer.Option("niah", "--task", help="comma list of tasks: niah, niah-words, niah-uuids, niah-multikey, "
+                                 "niah-multivalue, niah-multiquery, vt, cwe"),
+        lengths: str = typer.Option("2048", "--lengths", help="comma list of prompt lengths in tokens, e.g. 2048,4096,8192"),
+        depths: int = typer.Option(11, "--depths", help="needle depths from 0 to 100 %, evenly spaced"),
+        samples: int = typer.Option(10, "--samples", help="prompts per (task, length, depth)"),
+        method: str = typer.Option("", "--method", help="comma list of methods besides full (attnlab methods lists them)"),
+        budget: str = typer.Option("0.1", "--budget", help="comma list of budgets β in (0, 1], e.g. 0.1,0.25"),
+        plan: Optional[Path] = typer.Option(None, "--plan", help="a plan file (attnlab plan) run beside full"),
+        haystack: str = typer.Option(str(DEFAULT_HAYSTACK), "--haystack", help="'noise' (RULER's sentences) or a text file (plain or .gz)"),
+        calibrate: Optional[Path] = typer.Option(None, "--calibrate", help="calibration text for calibrated methods (never the haystack)"),
+        calibrate_windows: int = typer.Option(2, "--calibrate-windows", help="calibration windows per length"),
+        ppl: Optional[Path] = typer.Option(None, "--ppl", help="text whose perplexity is reported beside (plain or .gz)"),
+        ppl_windows: int = typer.Option(1, "--ppl-windows", help="windows of --ppl scored per length"),
+        seed: int = typer.Option(0, "--seed", help="seed of the prompts (keys, values, depths of distractors)"),
+        max_new: Optional[int] = typer.Option(None, "--max-new", help="answer tokens [default: the task's]"),
+        out: Path = typer.Option(Path("runs/eval"), "--out", help="run folder (results.jsonl, table.md, heatmaps)"),
+    ) -> None:
+        """Retrieval accuracy on a depth × length grid, and perplexity, of a model under methods (resumable)."""
+        import time
+
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        from attnlab.cli.plan import _load
+        from attnlab.llm.eval_grid import EvalSettings, check_settings, read_results, run_eval
+        from attnlab.llm.eval_report import markdown, write_report
+        from attnlab.llm.loading import model_max_len
+
+        settings = EvalSettings(
+            model=hf, tasks=_list(task, str, "--task"), lengths=_list(lengths, int, "--lengths"), depths=depths, samples=samples,
+            methods=_list(method, str, "--method") if method.strip() else [], budgets=_list(budget, float, "--budget"),
+            plan=str(plan) if plan else None, haystack=haystack, seed=seed, calibrate=str(calibrate) if calibrate else None,
+            calibrate_windows=calibrate_windows, ppl=str(ppl) if ppl else None, ppl_windows=ppl_windows, max_new=max_new)
+        if haystack != "noise" and not Path(haystack).is_file():
+            hint = " (the default Shakespeare text is looked for beside the repository: give --haystack FILE or noise)" \
+                if Path(haystack) == DEFAULT_HAYSTACK else ""
+            raise ValueError(f"--haystack {haystack}: no such file{hint}")
+        if plan is not None:
+            from attnlab.llm.plan import Plan
+
+            Plan.load(plan)                                                   # a malformed file: one line, before the model
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out {out}: is a file, not a run folder")
+        check_settings(settings, None)                                        # everything but the model's context
+        model, tokenizer = _load(hf)
+        check_settings(settings, model_max_len(model))
+        t0 = time.time()
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TimeRemainingColumn(), transient=False) as bar:
+            job = bar.add_task("eval", total=None)
+
+            def progress(done, total, row):
+                what = f"{row['method']} β={row['budget']:g} n={row['n']}" + (f" {row['task']}" if "task" in row else " ppl")
+                bar.update(job, completed=done, total=total, description=what)
+
+            rows = run_eval(model, tokenizer, settings, out, progress=progress)
+        summary = write_report(rows, out)
+        typer.echo(markdown(summary), nl=False)
+        typer.echo(f"{out}: {len(rows)} rows ({len(read_results(out / 'results.jsonl'))} in results.jsonl), "
+                   f"{time.time() - t0:.0f} s this run; table.md, summary.json, {len(summary['figures'])} heatmaps")
+
+    @app.command("methods")
+    @checked("methods")
+    def methods_() -> None:
+        """The registered methods with their prefill and decoding policies."""
+        from attnlab.llm import methods as registry
+
+        for name in registry.names():
+            cls = registry.REGISTRY[name]
+            typer.echo(f"{name}{' (calibrated)' if cls.calibrated else ''}\n  prefill:  {cls.prefill}\n  decoding: {cls.decoding}")

@@ -1,0 +1,248 @@
+"""``attnlab eval``: retrieval and perplexity of a model under methods, on a grid, resumable.
+
+    for n in lengths:                                   (the calibration of n, when a method needs one)
+      for (method, β) in [full] + methods × budgets:
+        for task, depth d, sample s:   score = string_match_all(greedy answer, expected)   → results.jsonl
+        perplexity of the method at n on ``ppl`` windows                                 → results.jsonl
+
+Each line of ``results.jsonl`` is one prompt (or one perplexity), written and flushed as soon as it
+is measured, under a key of (method, β, task, n, d, s).  A run started again on the same ``--out``
+reads the lines there, drops a torn last line, and measures only the keys still missing: a killed run
+continues where it stopped and ends with the same lines as one never killed (greedy decoding is
+deterministic).  ``config.json`` holds the settings; another run with other settings is refused.
+Full attention runs on every prompt: it is the ceiling the methods are compared against.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from attnlab.atomic import write_text_atomic
+from attnlab.errors import UserError
+from attnlab.llm import methods as registry
+from attnlab.llm.greedy import greedy_answer
+from attnlab.llm.tasks import TASKS, Haystack, string_match_all
+
+__all__ = ["EvalSettings", "depth_grid", "read_results", "run_eval"]
+
+FORMAT = "attnlab-eval/1"
+
+
+@dataclass
+class EvalSettings:
+    model: str
+    tasks: list[str] = field(default_factory=lambda: ["niah"])
+    lengths: list[int] = field(default_factory=lambda: [2048])
+    depths: int = 11
+    samples: int = 10
+    methods: list[str] = field(default_factory=list)     # registry names besides full
+    budgets: list[float] = field(default_factory=lambda: [0.1])
+    plan: str | None = None                              # a plan file run beside full
+    haystack: str = "noise"                              # "noise" or a text file
+    seed: int = 0
+    calibrate: str | None = None                         # calibration text of the calibrated methods
+    calibrate_windows: int = 2
+    ppl: str | None = None                               # text whose perplexity is reported beside
+    ppl_windows: int = 1
+    max_new: int | None = None                           # answer tokens (default: the task's)
+
+    def runs(self) -> list[tuple[str, float]]:
+        """(method, β) pairs: full first, then every method at every budget."""
+        out = [("full", 1.0)]
+        if self.plan:
+            out.append(("plan", 0.0))
+        out += [(m, b) for m in self.methods if m != "full" for b in self.budgets]
+        return out
+
+
+def depth_grid(count: int) -> list[float]:
+    """``count`` depths from 0 (the needle first) to 1 (last), evenly spaced (one: the middle)."""
+    return [0.5] if count == 1 else [float(x) for x in np.linspace(0.0, 1.0, count)]
+
+
+def read_results(path: Path) -> list[dict]:
+    """The complete lines of ``results.jsonl``; a torn last line (a killed write) is cut off the file."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    rows, good = [], 0
+    for line in raw.splitlines(keepends=True):
+        if not line.endswith(b"\n"):
+            break
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+        good += len(line)
+    if good < len(raw):
+        with open(path, "r+b") as f:
+            f.truncate(good)
+    return rows
+
+
+def _claim(out: Path, settings: EvalSettings) -> None:
+    """Write ``config.json`` or check that the run there has the same settings."""
+    cfg = {"format": FORMAT, **asdict(settings)}
+    path = out / "config.json"
+    if path.exists():
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            raise UserError(f"--out {out}: config.json is not an eval configuration") from None
+        if old.get("format") != FORMAT:
+            raise UserError(f"--out {out}: holds something other than an attnlab eval run")
+        diff = sorted(k for k in cfg if old.get(k) != cfg[k])
+        if diff:
+            raise UserError(f"--out {out}: holds an eval run with other settings ({', '.join(diff)}); use another --out")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(cfg, indent=1) + "\n")
+
+
+def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, methods: list):
+    """The calibration at length n (``out/calibration-n.npz``, made once), for the calibrated methods."""
+    from attnlab.llm.plan import Calibration, calibrate, model_shape, token_windows
+
+    need = [m for m in methods if m.calibrated]
+    if not need:
+        return None
+    path = out / f"calibration-{n}.npz"
+    if path.exists():
+        return Calibration.load(path)
+    shape = model_shape(model)
+    cands = sorted({c for m in need for c in (getattr(m, "calibration_candidates", lambda s, n: None)(shape, n) or [])})
+    windows = token_windows(tokenizer, settings.calibrate, n, settings.calibrate_windows)
+    cal = calibrate(model, windows, cands or None)
+    cal.save(path)
+    return cal
+
+
+def _method(settings: EvalSettings, name: str, budget: float):
+    if name == "plan":
+        from attnlab.llm.methods.attnlab_plan import PlanFile
+
+        return PlanFile(settings.plan)
+    return registry.get(name, budget)
+
+
+def check_settings(settings: EvalSettings, max_len: int | None) -> None:
+    """Every option checked before the model runs (one line naming the option)."""
+    unknown = [t for t in settings.tasks if t not in TASKS]
+    if unknown:
+        raise UserError(f"--task: unknown task {unknown[0]!r} (known: {', '.join(TASKS)})")
+    for name in settings.methods:
+        registry.get(name, 1.0)                                           # unknown names: one line
+    for b in settings.budgets:
+        if not 0 < b <= 1:
+            raise UserError(f"--budget: must be a fraction in (0, 1], got {b}")
+    if settings.depths < 1:
+        raise UserError(f"--depths: must be >= 1, got {settings.depths}")
+    if settings.samples < 1:
+        raise UserError(f"--samples: must be >= 1, got {settings.samples}")
+    if any(n < 64 for n in settings.lengths):
+        raise UserError(f"--lengths: every length must be >= 64 tokens, got {min(settings.lengths)}")
+    if max_len is not None and max(settings.lengths) > max_len:
+        raise UserError(f"--lengths: {max(settings.lengths)} is beyond the model's context of {max_len} tokens")
+    if settings.haystack != "noise" and not Path(settings.haystack).is_file():
+        raise UserError(f"--haystack {settings.haystack}: no such file (or 'noise')")
+    if any(registry.get(m, 1.0).calibrated for m in settings.methods) and not settings.calibrate:
+        need = [m for m in settings.methods if registry.get(m, 1.0).calibrated]
+        raise UserError(f"--calibrate: needed by --method {', '.join(need)} (a text file the evaluation never reads)")
+    for option in ("calibrate", "ppl"):
+        path = getattr(settings, option)
+        if path and not Path(path).is_file():
+            raise UserError(f"--{option} {path}: no such file")
+    if settings.max_new is not None and settings.max_new < 1:
+        raise UserError(f"--max-new: must be >= 1, got {settings.max_new}")
+
+
+def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, progress=None, stop_after: int | None = None) -> list[dict]:
+    """Measure the grid into ``out/results.jsonl`` (resuming what is there); returns every row.
+
+    ``progress(done, total, row)`` after each measured row; ``stop_after``: stop after measuring that
+    many new rows (tests of resumption).
+    """
+    from attnlab.llm.loading import model_max_len
+
+    out = Path(out)
+    check_settings(settings, model_max_len(model))
+    hay = Haystack.noise(tokenizer) if settings.haystack == "noise" else Haystack.file(tokenizer, settings.haystack, max(settings.lengths))
+    depths = depth_grid(settings.depths)
+    for t in settings.tasks:  # every task fits every length and the haystack holds it: refused before anything is written
+        for n in settings.lengths:
+            TASKS[t].make(tokenizer, hay, n, 0.5, 0, settings.seed)
+    if settings.plan:  # a plan for another model or length
+        for n in settings.lengths:
+            _method(settings, "plan", 0.0).make_plan(model, n, None)
+    _claim(out, settings)
+    results = out / "results.jsonl"
+    rows = read_results(results)
+    done = {r["key"] for r in rows}
+    cells = [(t, d) for t in settings.tasks for d in (depths if TASKS[t].uses_depth else [None])]
+    per_run = len(cells) * settings.samples + (1 if settings.ppl else 0)
+    total = len(settings.lengths) * len(settings.runs()) * per_run
+    measured = 0
+    with open(results, "a", encoding="utf-8") as log:
+        def emit(row):
+            nonlocal measured
+            log.write(json.dumps(row) + "\n")
+            log.flush()
+            os.fsync(log.fileno())
+            rows.append(row)
+            done.add(row["key"])
+            measured += 1
+            if progress:
+                progress(len(done), total, row)
+            if stop_after is not None and measured >= stop_after:
+                raise KeyboardInterrupt
+
+        for n in settings.lengths:
+            runs = [(name, b, _method(settings, name, b)) for name, b in settings.runs()]
+            samples = {(t, d, s): None for t, d in cells for s in range(settings.samples)}
+            cal = None
+            for name, budget, method in runs:
+                prefix = f"{name}|{budget:g}|"
+                todo = [(t, d, s) for (t, d, s) in samples
+                        if f"{prefix}{t}|{n}|{'-' if d is None else f'{d:.4f}'}|{s}" not in done]
+                ppl_key = f"ppl|{name}|{budget:g}|{n}|{settings.ppl_windows}"
+                if not todo and (not settings.ppl or ppl_key in done):
+                    continue
+                if method.calibrated and cal is None:
+                    cal = _calibration(model, tokenizer, settings, out, n, [m for _, _, m in runs])
+                method.prepare(model, n, cal)
+                beta = method.prefill_fraction(n)
+                for t, d, s in todo:
+                    if samples[(t, d, s)] is None:
+                        samples[(t, d, s)] = TASKS[t].make(tokenizer, hay, n, d if d is not None else 0.0, s, settings.seed)
+                    smp = samples[(t, d, s)]
+                    if d is None:
+                        smp.depth = None
+                    max_new = settings.max_new or smp.max_new
+                    ans = greedy_answer(model, tokenizer, method, smp.ids, max_new,
+                                        done=lambda text, refs=smp.answers: string_match_all(text, refs) == 1.0)
+                    emit({"key": f"{prefix}{smp.key}", "kind": "answer", "method": name, "budget": budget, "task": t, "n": n,
+                          "depth": d, "sample": s, "score": string_match_all(ans.text, smp.answers), "answer": ans.text,
+                          "expected": smp.answers, "prompt_tokens": len(smp.ids), "prefill_s": round(ans.prefill_s, 4),
+                          "decode_s": round(ans.decode_s, 4), "new_tokens": ans.tokens, "beta": beta, "kv_tokens": ans.kv_tokens,
+                          "kv_bytes": ans.kv_bytes, **{k: v for k, v in method.describe().items() if k in ("full_heads",)}})
+                if settings.ppl and ppl_key not in done:
+                    emit(_perplexity_row(model, tokenizer, settings, method, name, budget, n, beta, ppl_key))
+    return rows
+
+
+def _perplexity_row(model, tokenizer, settings, method, name, budget, n, beta, key) -> dict:
+    from attnlab.llm.perplexity import perplexity
+    from attnlab.llm.plan import token_windows
+
+    windows = token_windows(tokenizer, settings.ppl, n, settings.ppl_windows)
+    t0 = time.perf_counter()
+    with method.applied(model):
+        ppl = perplexity(model, windows)
+    return {"key": key, "kind": "ppl", "method": name, "budget": budget, "n": n, "ppl": ppl, "windows": len(windows),
+            "beta": beta, "seconds": round(time.perf_counter() - t0, 3)}

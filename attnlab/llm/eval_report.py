@@ -1,0 +1,121 @@
+"""What ``attnlab eval`` shows: the depth × length accuracy heatmap per (task, method, β), a table, a summary.
+
+    acc(task, n, method, β)         = mean over depths and samples of string_match_all
+    kept(task, n, method, β)        = acc / acc(full)            (the fraction of full attention's ceiling kept)
+    cells ≥ 80 %                    = (n, d) cells where full attention scores ≥ 0.8: only there a method is compared
+
+Written into the run's folder: ``table.md`` (one row per task, length, method, β, with β measured, KV
+tokens kept, perplexity beside, seconds per prompt), ``summary.json`` and ``heatmap-TASK-METHOD-β.png``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from attnlab.atomic import write_text_atomic
+
+__all__ = ["CEILING", "summarise", "write_report"]
+
+CEILING = 0.8  # full attention's accuracy at or above which a cell counts for comparing methods
+
+
+def summarise(rows: list[dict]) -> dict:
+    """Aggregates of the answer and perplexity rows (no file I/O)."""
+    answers = [r for r in rows if r.get("kind") == "answer"]
+    ppl = {(r["method"], r["budget"], r["n"]): r for r in rows if r.get("kind") == "ppl"}
+    cell = defaultdict(list)                                        # (method, β, task, n, depth) → scores
+    for r in answers:
+        cell[(r["method"], r["budget"], r["task"], r["n"], r["depth"])].append(r["score"])
+    full = {(t, n, d): float(np.mean(v)) for (m, b, t, n, d), v in cell.items() if m == "full"}
+    groups = defaultdict(list)
+    for r in answers:
+        groups[(r["task"], r["n"], r["method"], r["budget"])].append(r)
+    table = []
+    for (task, n, method, budget), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] != "full", kv[0][2], kv[0][3])):
+        depths = sorted({r["depth"] for r in rs}, key=lambda d: -1 if d is None else d)
+        good = [d for d in depths if full.get((task, n, d), 0.0) >= CEILING]
+        acc = float(np.mean([r["score"] for r in rs]))
+        acc_good = float(np.mean([r["score"] for r in rs if r["depth"] in good])) if good else None
+        full_good = float(np.mean([full[(task, n, d)] for d in good])) if good else None
+        p = ppl.get((method, budget, n))
+        table.append({
+            "task": task, "n": n, "method": method, "budget": budget, "prompts": len(rs), "accuracy": acc,
+            "cells_full_ge_80": f"{len(good)}/{len(depths)}", "accuracy_on_those": acc_good,
+            "kept_of_full": (acc_good / full_good) if acc_good is not None and full_good else None,
+            "beta": float(np.mean([r["beta"] for r in rs])), "kv_tokens": float(np.mean([r["kv_tokens"] for r in rs])),
+            "prefill_s": float(np.mean([r["prefill_s"] for r in rs])), "decode_s": float(np.mean([r["decode_s"] for r in rs])),
+            "ppl": p["ppl"] if p else None,
+        })
+    return {"table": table, "cells": {"|".join(map(str, k)): float(np.mean(v)) for k, v in cell.items()},
+            "ppl": [ppl[k] for k in sorted(ppl, key=str)]}
+
+
+def _fmt(x, spec: str) -> str:
+    return "–" if x is None else format(x, spec)
+
+
+def markdown(summary: dict) -> str:
+    lines = ["| task | n | method | β target | β measured | KV tokens | prompts | accuracy | full ≥ 80 % cells | accuracy there | "
+             "of full | ppl | prefill s | decode s |", "|" + "---|" * 14]
+    for r in summary["table"]:
+        lines.append(f"| {r['task']} | {r['n']} | {r['method']} | {r['budget']:g} | {r['beta']:.3f} | {r['kv_tokens']:.0f} | {r['prompts']} | "
+                     f"{100 * r['accuracy']:.1f} % | {r['cells_full_ge_80']} | {_fmt(None if r['accuracy_on_those'] is None else 100 * r['accuracy_on_those'], '.1f')} | "
+                     f"{_fmt(None if r['kept_of_full'] is None else 100 * r['kept_of_full'], '.0f')} | {_fmt(r['ppl'], '.3f')} | "
+                     f"{r['prefill_s']:.2f} | {r['decode_s']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def heatmaps(rows: list[dict], out: Path) -> list[Path]:
+    """One depth × length picture per (task, method, β) of the tasks placed at a depth."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from attnlab.viz.heatmap import save_figure
+
+    cell = defaultdict(list)
+    for r in rows:
+        if r.get("kind") == "answer" and r["depth"] is not None:
+            cell[(r["task"], r["method"], r["budget"])].append(r)
+    written = []
+    for (task, method, budget), rs in sorted(cell.items(), key=str):
+        ns = sorted({r["n"] for r in rs})
+        ds = sorted({r["depth"] for r in rs})
+        acc = np.full((len(ds), len(ns)), np.nan)
+        for i, d in enumerate(ds):
+            for j, n in enumerate(ns):
+                v = [r["score"] for r in rs if r["n"] == n and r["depth"] == d]
+                if v:
+                    acc[i, j] = np.mean(v)
+        fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(ns), 1.0 + 0.32 * len(ds)))
+        im = ax.imshow(acc, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+        for i in range(len(ds)):
+            for j in range(len(ns)):
+                if not np.isnan(acc[i, j]):
+                    ax.text(j, i, f"{100 * acc[i, j]:.0f}", ha="center", va="center", fontsize=7)
+        ax.set_xticks(range(len(ns)), [f"{n // 1024}K" if n % 1024 == 0 else str(n) for n in ns])
+        ax.set_yticks(range(len(ds)), [f"{100 * d:.0f} %" for d in ds])
+        ax.set_xlabel("prompt length (tokens)")
+        ax.set_ylabel("needle depth")
+        label = method if method in ("full", "plan") else f"{method} β={budget:g}"
+        ax.set_title(f"{task}: {label}", fontsize=9)
+        fig.colorbar(im, ax=ax, fraction=0.05)
+        name = f"heatmap-{task}-{method}" + ("" if method in ("full", "plan") else f"-{budget:g}") + ".png"
+        written.append(save_figure(fig, out / name))
+        plt.close(fig)
+    return written
+
+
+def write_report(rows: list[dict], out: str | Path) -> dict:
+    """table.md, summary.json and the heatmaps of ``rows`` in ``out``; returns the summary."""
+    out = Path(out)
+    summary = summarise(rows)
+    write_text_atomic(out / "table.md", markdown(summary))
+    write_text_atomic(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+    summary["figures"] = [str(p) for p in heatmaps(rows, out)]
+    return summary

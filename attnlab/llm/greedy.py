@@ -1,0 +1,82 @@
+"""One greedy answer under a method: the prefill policy reads the prompt, the decoding policy the cache.
+
+    prefill:  logits_n = f(x_1 … x_n)              (one forward; only the last row of logits is made)
+    decoding: y_t = argmax p(· | x, y_<t),  t = 1 … max_new,  stopping at the end-of-turn token
+
+Timed apart (prefill seconds, decoding seconds); the cache's bytes after the prefill give the KV
+tokens the decoding policy keeps, per layer and KV head, as the field states a KV budget.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from attnlab.llm.kv_cache import kv_bytes
+
+__all__ = ["Answer", "greedy_answer", "kv_tokens"]
+
+
+@dataclass
+class Answer:
+    text: str
+    tokens: int
+    prefill_s: float
+    decode_s: float
+    kv_bytes: int        # keys + values held after the prefill
+    kv_tokens: float     # mean tokens kept per (layer, KV head) after the prefill
+
+
+def _stop_ids(tokenizer) -> set[int]:
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    for t in ("<|im_end|>", "<end_of_turn>", "<|eot_id|>"):
+        x = tokenizer.convert_tokens_to_ids(t)
+        if isinstance(x, int) and x != tokenizer.unk_token_id:
+            ids.add(x)
+    return ids
+
+
+def kv_tokens(cache) -> float:
+    """Mean tokens held per (layer, KV head): a ``PlanLayer``'s filled slots, else the cached length."""
+    counts = []
+    for layer in cache.layers:
+        pos = getattr(layer, "positions", None)
+        keys = getattr(layer, "keys", None)
+        if isinstance(pos, torch.Tensor):
+            counts.append(float((pos >= 0).sum()) / (pos.shape[0] * pos.shape[1]))
+        elif isinstance(keys, torch.Tensor) and keys.dim() == 4:
+            counts.append(float(keys.shape[2]))
+    return sum(counts) / len(counts) if counts else 0.0
+
+
+@torch.no_grad()
+def greedy_answer(model, tokenizer, method, ids: list[int], max_new: int, done=None) -> Answer:
+    """Greedy answer to the prompt ``ids`` with ``method`` applied (``Method.applied``).
+
+    ``done(text) -> bool``: stop early once it holds (eval stops when every expected string is in the
+    answer: string_match_all cannot fall by generating more).
+    """
+    stop = _stop_ids(tokenizer)
+    with method.applied(model):
+        cache = method.new_cache(model)
+        x = torch.tensor([ids])
+        t0 = time.perf_counter()
+        out = model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1)
+        prefill_s = time.perf_counter() - t0
+        cache = out.cache
+        held, kept = kv_bytes(cache), kv_tokens(cache)
+        gen: list[int] = []
+        t0 = time.perf_counter()
+        for _ in range(max_new):
+            y = int(out.logits[0, -1].argmax())
+            if y in stop:
+                break
+            gen.append(y)
+            if done is not None and done(tokenizer.decode(gen, skip_special_tokens=True)):
+                break
+            out = model(input_ids=torch.tensor([[y]]), cache=cache, use_cache=True)
+        decode_s = time.perf_counter() - t0
+    text = tokenizer.decode(gen, skip_special_tokens=True)
+    return Answer(text, len(gen), prefill_s, decode_s, held, kept)

@@ -1,0 +1,203 @@
+"""attnlab eval: RULER-style tasks of exact lengths, the metric, a resumable grid, bad input in one line."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from attnlab.llm.eval_grid import EvalSettings, depth_grid, read_results, run_eval
+from attnlab.llm.tasks import NOISE, TASKS, Haystack, string_match_all
+
+from char_model_folder import save_with_char_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A 2-layer Llama (4 query / 2 KV heads) with a one-character tokenizer, saved as a HF folder."""
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=2048)
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    save_with_char_tokenizer(transformers.LlamaForCausalLM(cfg).eval(), folder)
+    from attnlab.llm.loading import load_causal_lm
+
+    model, tok = load_causal_lm(str(folder))
+    return folder, model, tok
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("hay") / "hay.txt"
+    lines = [f"Line {i} of a long and patient text about nothing in particular." for i in range(400)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_string_match_all_is_rulers_metric():
+    assert string_match_all(" The number is 1234567.", ["1234567"]) == 1.0
+    assert string_match_all("ABCDE and fghij", ["abcde", "FGHIJ", "KLMNO", "PQRST"]) == 0.5
+    assert string_match_all("", ["x"]) == 0.0
+    with pytest.raises(ValueError):
+        string_match_all("x", [])
+
+
+@pytest.mark.parametrize("name", [t for t in TASKS if t != "cwe"])
+@pytest.mark.parametrize("hay_kind", ["noise", "file"])
+def test_prompts_have_the_exact_length_and_hold_their_needles(tiny, text_file, name, hay_kind):
+    _, _, tok = tiny
+    hay = Haystack.noise(tok) if hay_kind == "noise" else Haystack.file(tok, text_file)
+    for n in (700, 1500):
+        s = TASKS[name].make(tok, hay, n, 0.5, 3, seed=1)
+        assert len(s.ids) == n
+        assert s.answers and s.spans
+        needles = "".join("".join(tok.convert_ids_to_tokens(s.ids[a:b])) for a, b in s.spans)
+        for value in s.answers:
+            assert value in needles  # every expected string sits in an inserted piece
+        again = TASKS[name].make(tok, hay, n, 0.5, 3, seed=1)
+        assert again.ids == s.ids  # seeded
+        other = TASKS[name].make(tok, hay, n, 0.5, 3, seed=2)
+        assert other.answers != s.answers
+
+
+def test_depth_places_the_needle(tiny):
+    _, _, tok = tiny
+    hay = Haystack.noise(tok)
+    n = 1500
+    starts = [TASKS["niah"].make(tok, hay, n, d, 0, 0).spans[0][0] for d in depth_grid(5)]
+    assert starts == sorted(starts)
+    assert starts[0] < 0.2 * n and starts[-1] > 0.8 * n
+    # the noise haystack is RULER's sentence
+    assert NOISE in "".join(tok.convert_ids_to_tokens(TASKS["niah"].make(tok, hay, n, 1.0, 0, 0).ids))
+
+
+def test_common_words_fit_or_refuse(tiny):
+    from attnlab.errors import UserError
+
+    _, _, tok = tiny
+    hay = Haystack.noise(tok)
+    s = TASKS["cwe"].make(tok, hay, 8192, None, 0, 0)
+    assert len(s.ids) <= 8192 and len(s.answers) == 10
+    text = "".join(tok.convert_ids_to_tokens(s.ids))
+    for w in s.answers:
+        assert text.count(w) >= 30
+    with pytest.raises(UserError, match="--lengths"):
+        TASKS["cwe"].make(tok, hay, 1000, None, 0, 0)
+
+
+def test_haystack_file_too_short_is_refused(tiny, tmp_path):
+    from attnlab.errors import UserError
+
+    _, _, tok = tiny
+    short = tmp_path / "short.txt"
+    short.write_text("Too short.\n")
+    with pytest.raises(UserError, match="--haystack"):
+        TASKS["niah"].make(tok, Haystack.file(tok, short), 1000, 0.5, 0, 0)
+
+
+def _strip(rows):
+    drop = ("prefill_s", "decode_s", "seconds")
+    return sorted((json.dumps({k: v for k, v in r.items() if k not in drop}, sort_keys=True) for r in rows))
+
+
+def test_a_killed_run_resumes_to_the_same_results(tiny, tmp_path):
+    folder, model, tok = tiny
+    settings = EvalSettings(model=str(folder), tasks=["niah", "vt"], lengths=[500, 700], depths=2, samples=2,
+                            methods=["streaming-llm"], budgets=[0.5], haystack="noise", max_new=4)
+    whole = run_eval(model, tok, settings, tmp_path / "whole")
+    runs, cells = 2, (2 + 1) * 2          # full + streaming-llm; niah at 2 depths + vt, 2 samples each
+    assert len(whole) == 2 * runs * cells
+    assert {r["method"] for r in whole} == {"full", "streaming-llm"}
+    assert all(r["prompt_tokens"] == r["n"] for r in whole)
+    part = tmp_path / "part"
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(model, tok, settings, part, stop_after=5)
+    assert len(read_results(part / "results.jsonl")) == 5
+    with open(part / "results.jsonl", "a") as f:  # a torn write at the kill
+        f.write('{"key": "full|1|niah|3')
+    resumed = run_eval(model, tok, settings, part)
+    assert _strip(resumed) == _strip(whole)
+    assert _strip(read_results(part / "results.jsonl")) == _strip(whole)
+    sl = [r for r in whole if r["method"] == "streaming-llm"]
+    assert all(r["kv_tokens"] < r["n"] for r in sl)  # its cache evicts
+    assert all(abs(r["beta"] - 0.5) < 0.05 for r in sl)
+
+
+def test_report_writes_table_and_heatmaps(tiny, tmp_path):
+    from attnlab.llm.eval_report import summarise, write_report
+
+    folder, model, tok = tiny
+    settings = EvalSettings(model=str(folder), tasks=["niah"], lengths=[500], depths=3, samples=1, haystack="noise", max_new=2,
+                            ppl=None)
+    rows = run_eval(model, tok, settings, tmp_path)
+    summary = write_report(rows, tmp_path)
+    assert (tmp_path / "table.md").read_text().count("| niah | 500 | full |") == 1
+    assert [p.split("/")[-1] for p in summary["figures"]] == ["heatmap-niah-full.png"]
+    # the ceiling rule: a made-up run where full scores 1 at one depth and 0 at the other
+    fake = [{"kind": "answer", "method": m, "budget": b, "task": "niah", "n": 100, "depth": d, "score": s, "beta": 1.0,
+             "kv_tokens": 1.0, "prefill_s": 0.0, "decode_s": 0.0}
+            for m, b, d, s in [("full", 1.0, 0.0, 1.0), ("full", 1.0, 1.0, 0.0), ("x", 0.1, 0.0, 0.5), ("x", 0.1, 1.0, 1.0)]]
+    row = [r for r in summarise(fake)["table"] if r["method"] == "x"][0]
+    assert row["cells_full_ge_80"] == "1/2" and row["accuracy_on_those"] == 0.5 and row["kept_of_full"] == 0.5
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "attnlab", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def _hash(folder):
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            h.update(str(p).encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--task", "haystacks"], "--task"),
+    (["--method", "snapkv2"], "--method"),
+    (["--lengths", "4096"], "--lengths"),
+    (["--lengths", "2k"], "--lengths"),
+    (["--depths", "0"], "--depths"),
+    (["--samples", "0"], "--samples"),
+    (["--budget", "1.5", "--method", "streaming-llm"], "--budget"),
+    (["--method", "attnlab"], "--calibrate"),
+    (["--haystack", "missing.txt"], "--haystack"),
+    (["--haystack", "SHORT"], "--haystack"),
+    (["--plan", "PLAN"], "plan"),
+    (["--max-new", "0"], "--max-new"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tiny, tmp_path, args, needle):
+    folder, _, _ = tiny
+    short = tmp_path / "short.txt"
+    short.write_text("A short text.\n")
+    from attnlab.llm.plan import HeadPlan, Plan
+
+    other = Plan([[HeadPlan.full() for _ in range(3)] for _ in range(5)], 1, "full", 1.0, 500)  # another model's shape
+    other.save(tmp_path / "other.json")
+    args = [str(short) if a == "SHORT" else str(tmp_path / "other.json") if a == "PLAN" else a for a in args]
+    out = tmp_path / "out"
+    before = _hash(tmp_path)
+    r = _cli("eval", "--hf", str(folder), "--lengths", "500", "--depths", "1", "--samples", "1", "--haystack", "noise",
+             "--out", str(out), *args)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
+    assert _hash(tmp_path) == before and not out.exists()
+
+
+def test_other_settings_on_the_same_out_are_refused(tiny, tmp_path):
+    folder, _, _ = tiny
+    common = ["eval", "--hf", str(folder), "--lengths", "500", "--depths", "1", "--samples", "1", "--haystack", "noise",
+              "--max-new", "2", "--out", str(tmp_path / "run")]
+    assert _cli(*common).returncode == 0
+    before = _hash(tmp_path)
+    r = _cli(*common[:-2], "--samples", "2", "--out", str(tmp_path / "run"))
+    assert r.returncode == 2 and "other settings" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert _hash(tmp_path) == before
