@@ -56,10 +56,11 @@ def kept_positions(full_keys, kept_keys) -> list[list[int]]:
 
     out = []
     for g in range(full_keys.shape[1]):
-        d = torch.cdist(kept_keys[0, g].double(), full_keys[0, g].double())           # (k, n)
+        d = torch.cdist(kept_keys[0, g].double(), full_keys[0, g].double(),
+                        compute_mode="donot_use_mm_for_euclid_dist")                    # (k, n), exact 0 for a copy
         best = d.min(-1)
         if float(best.values.max()) > 1e-6:
-            raise RuntimeError("a kept key matches no key of the full prefill")
+            raise RuntimeError(f"a kept key matches no key of the full prefill (distance {float(best.values.max()):.3g})")
         out.append(sorted(best.indices.tolist()))
     return out
 
