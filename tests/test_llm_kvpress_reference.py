@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from attnlab.llm.loading import MODELS, _package_dir
 
 pytestmark = pytest.mark.slow
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_PY = ROOT / ".venv-kvpress" / "bin" / "python"
@@ -37,20 +38,9 @@ def smollm2():
     return load_causal_lm("smollm2-135m")[0]
 
 
-def attnlab_kept(model, method: str, compression: float, ids: list[int]) -> list[list[list[int]]]:
-    """kept[layer][kv_head] = sorted positions attnlab's method keeps after prefilling ``ids``."""
-    from attnlab.llm import methods
-
-    m = methods.get(method, compression=compression)
-    m.prepare(model, len(ids))
-    with m.applied(model), torch.no_grad():
-        cache = m.new_cache(model)
-        model(torch.tensor([ids]), past_key_values=cache, use_cache=True)
-    return [[sorted(p for p in layer.positions[0, g].tolist() if p >= 0) for g in range(layer.positions.shape[1])]
-            for layer in cache.layers]
-
-
 def compare(model, ref: dict) -> None:
+    from kvpress_compare import attnlab_kept
+
     for method, by_ratio in ref["kept"].items():
         for ratio, want in by_ratio.items():
             got = attnlab_kept(model, method, float(ratio), ref["ids"])
