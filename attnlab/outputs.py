@@ -13,6 +13,10 @@ the claim writes nothing and refuses, in one ``UserError`` line naming the optio
   * is not an attnlab output of the expected kind (a run folder has a
     ``config.toml`` with a ``[model]`` table, an experiment its
     ``experiment.json``, an attention folder its ``attention.safetensors``).
+- with ``--force``, a file that is not that command's own kind of output
+  (``FILE_KINDS``: a plan JSON for ``plan``, a skip-gram safetensors file for
+  ``embeddings``, a PNG drawn by attnlab, a sweep table): a user's notes under
+  the output's name are never replaced.
 
 The claim only *decides*.  ``Claim.clear()`` removes the old content, and the
 command calls it after every input and option has been validated, just before
@@ -50,6 +54,41 @@ FOLDER_KINDS = {
     "attention": ("an attnlab attention folder (no attention.safetensors or long-attention.safetensors)",
                   lambda f: (f / "attention.safetensors").is_file() or (f / "long-attention.safetensors").is_file()),
     "heads": ("an attnlab heads folder (no heads.json)", lambda f: (f / "heads.json").is_file()),
+}
+
+def _head(path: Path, size: int = 4096) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(size)
+
+
+def _is_plan(path: Path) -> bool:
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("format") == "attnlab-plan/1"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _is_skipgram(path: Path) -> bool:
+    """A safetensors file (8-byte header length, JSON header) whose metadata says attnlab-skipgram."""
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            if not 2 <= size <= 100 * 2**20:
+                return False
+            return json.loads(f.read(size)).get("__metadata__", {}).get("format") == "attnlab-skipgram"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+FILE_KINDS = {
+    "plan": ("an attnlab plan file (no format 'attnlab-plan/1')", _is_plan),
+    "embeddings": ("an attnlab embeddings file (no 'attnlab-skipgram' metadata)", _is_skipgram),
+    "png": ("a PNG image drawn by attnlab (matplotlib)", lambda p: _head(p).startswith(b"\x89PNG") and b"Matplotlib" in _head(p)),
+    "sweep-csv": ("an attnlab sweep table (its header is not w,num_pos,...)", lambda p: _head(p, 64).startswith(b"w,num_pos,")),
 }
 
 Inputs = Iterable[tuple[str, os.PathLike | str | None]]  # (option naming it, path) pairs
@@ -128,10 +167,11 @@ def claim_folder(path: os.PathLike | str, *, kind: str, inputs: Inputs = (), for
     return Claim(path, True, True)
 
 
-def claim_file(path: os.PathLike | str, *, inputs: Inputs = (), force: bool = False, option: str = "--out",
+def claim_file(path: os.PathLike | str, *, kind: str, inputs: Inputs = (), force: bool = False, option: str = "--out",
                new_folder: bool = False) -> Claim:
     """Decide whether the file ``path`` may be written (and replaced); writes nothing.
 
+    ``kind``: what the command writes (``FILE_KINDS``); ``--force`` replaces only a file of that kind.
     ``new_folder``: the command creates the file's folder when it does not exist.
     """
     path = Path(path)
@@ -148,6 +188,9 @@ def claim_file(path: os.PathLike | str, *, inputs: Inputs = (), force: bool = Fa
             raise UserError(f"{option} {path}: is the input of {name}; writing it would destroy it")
     if path.exists() and not force:
         raise UserError(f"{option} {path}: exists (use --force to replace it)")
+    what, is_kind = FILE_KINDS[kind]
+    if path.exists() and not is_kind(path):
+        raise UserError(f"--force: {path} is not {what}; refusing to replace it")
     return Claim(path, False, path.exists())
 
 
@@ -160,6 +203,6 @@ def write_folder(claim: Claim, write, option: str = "--out"):
         return write()
 
 
-def claim_files(paths: Iterable[os.PathLike | str], **kw) -> list[Claim]:
-    """``claim_file`` for each of several outputs (all checked before any is written)."""
-    return [claim_file(p, **kw) for p in paths]
+def claim_files(paths: dict[str, os.PathLike | str], **kw) -> list[Claim]:
+    """``claim_file`` for each of several outputs, kind → path (all checked before any is written)."""
+    return [claim_file(p, kind=kind, **kw) for kind, p in paths.items()]

@@ -39,6 +39,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnlab.masks import MaskMod, in_band
+
 __all__ = ["FULL", "NO_DIAGONAL", "Support", "diagonal_mask", "band_of", "check_num_pos", "check_w", "column_mask", "top_columns"]
 
 FULL = -1  # w = FULL: the head keeps every entry of its rows (an untouched / "full" head)
@@ -88,7 +90,7 @@ def band_of(n: int, m: int, w, offset=0, like=None):
     else:
         w_, o_ = np.asarray(w)[..., None, None], np.asarray(offset)[..., None, None]
         i, j = np.arange(n)[:, None], np.arange(m)[None, :]
-    return (abs(j - i - o_) <= w_) | (w_ == FULL)
+    return in_band(i, j, w_, o_) | (w_ == FULL)
 
 
 def column_mask(columns, m: int):
@@ -189,8 +191,6 @@ class Support:
         Per-head ``w``, ``offset`` of shape ``(H,)`` and ``columns`` / ``diagonals`` of shape ``(H, g)`` or
         ``(B, H, g)`` are indexed by ``h`` (and ``b``); the residual is data-dependent and not included.
         """
-        from attnlab.nn.mechanisms.mask_mods import MaskMod
-
         w = torch.as_tensor(self.w, dtype=torch.long)
         o = torch.as_tensor(self.offset, dtype=torch.long)
         cols = torch.as_tensor(self.columns, dtype=torch.long)
@@ -203,7 +203,7 @@ class Support:
 
         def fn(b, h, q, kv):
             w_h, o_h = per_head(w.to(q.device), b, h), per_head(o.to(q.device), b, h)
-            ok = ((kv - q - o_h).abs() <= w_h) | (w_h == FULL)
+            ok = in_band(q, kv, w_h, o_h) | (w_h == FULL)
             if cols.shape[-1]:
                 c = cols.to(q.device)
                 c_h = c if c.dim() == 1 else (c[h] if c.dim() == 2 else c[b, h])  # (..., g)

@@ -31,7 +31,7 @@ TEXT = ROOT / ".." / "shared" / "data" / "shakespeare" / "test.txt.gz"
 
 CHILD = r"""
 import json, resource, sys, time, torch
-from attnlab.llm.long_capture import read_text
+from attnlab.llm.text_windows import read_text
 mode, spec, n, text_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 text = read_text(text_path)
 t0, c0 = time.perf_counter(), time.process_time()

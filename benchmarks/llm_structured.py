@@ -6,17 +6,18 @@
     python benchmarks/llm_structured.py report                              # table + plot
 
 Calibration windows come from ``train.txt.gz``, perplexity windows from ``test.txt.gz`` (text not
-used for calibration).  Every method's plan has at most β of the causal entries at length n and
-runs through the same attention function (``attnlab.llm.apply_plan``); ``full`` is the plan of
-full heads (SDPA inside, identical to the model's own SDPA).  Results go to ``--out`` as JSON
-lines (``ppl.jsonl``, ``speed.jsonl``); ``report`` prints the table and draws perplexity vs budget.
+used for calibration).  Methods are looked up by name in the registry (``attnlab.llm.methods``),
+prepared at length n (from the calibration when they need one) and applied as a context manager
+that restores the model; a plan method keeps at most β of the causal entries at length n and runs
+through the same attention function (``attnlab.llm.apply_plan``); ``full`` is the model's own SDPA.
+Results go to ``--out`` as JSON lines (``ppl.jsonl``, ``speed.jsonl``); ``report`` prints the table
+and draws perplexity vs budget.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import resource
 import sys
@@ -28,17 +29,16 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from attnlab.llm import baselines  # noqa: E402
 from attnlab.allocator import keep_freed_memory  # noqa: E402
-from attnlab.llm.attention import apply_plan  # noqa: E402
-from attnlab.llm.kv_cache import PlanCache, kv_bytes  # noqa: E402
-from attnlab.llm.oracle import apply_oracle  # noqa: E402
-from attnlab.llm.oracle import entries_kept as oracle_entries  # noqa: E402
-from attnlab.llm.plan import ERR_ROWS, Calibration, Plan, calibrate, choose_plan, model_shape, token_windows  # noqa: E402
+from attnlab.llm import methods  # noqa: E402
+from attnlab.llm.calibration import ERR_ROWS, Calibration, calibrate  # noqa: E402
+from attnlab.llm.kv_cache import kv_bytes  # noqa: E402
+from attnlab.llm.perplexity import perplexity  # noqa: E402
+from attnlab.llm.plan import model_shape  # noqa: E402
+from attnlab.llm.text_windows import token_windows  # noqa: E402
+from attnlab.masks import visible  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "shakespeare"
-if not DATA.exists():
-    DATA = Path("/work/shared/data/shakespeare")
+DATA = ROOT.parent / "shared" / "data" / "shakespeare"  # the default of --data: a folder of train/dev/test.txt(.gz)
 
 
 def load(spec: str):
@@ -60,35 +60,14 @@ def log(*a):
     print(time.strftime("%H:%M:%S"), *a, flush=True)
 
 
-PLAN_METHODS = ("attnlab-mass", "attnlab-est", "attnlab-err", "attnlab-err-rel", "attnlab-err-grad", "attnlab-delta")  # beyond baselines.METHODS
-CALIBRATION_FREE = ("full", "streaming-llm", "oracle-topk")  # made from the model's shape alone
-ORACLE = "oracle-topk"  # not a plan: every row's top-k_i keys by their scores (attnlab.llm.oracle), a bound
+ALIASES = {"sdpa": "full"}  # speed --method sdpa (the README's commands): the model's own attention, the method ``full``
 
 
-def plans_for(method: str, cal: Calibration | None, shape: dict, budget: float, n: int | None = None) -> Plan:
-    n = n or cal.n
-    if method == "streaming-llm":
-        return baselines.streaming_llm(shape, budget, n)
-    if method == "full":
-        return Plan.full(shape, n)
-    if method == "attnlab":   # err-rel when the calibration has option errors (choose_plan's default)
-        if not (cal.err_rows and cal.err.any()):
-            log(f"note: calibration n={cal.n} holds no option errors (made before them): attnlab uses the mass rule; "
-                "`calibrate --force` for the output-error rule")
-        return choose_plan(cal, budget)
-    if method == "attnlab-mass":   # the captured-mass rule (before the option errors)
-        return choose_plan(cal, budget, table="fit", method="attnlab-mass")
-    if method == "attnlab-est":
-        return choose_plan(cal, budget, table="est", method="attnlab-est")
-    if method in ("attnlab-err", "attnlab-err-rel", "attnlab-err-grad", "attnlab-delta"):
-        return choose_plan(cal, budget, table=method.removeprefix("attnlab-"), method=method)
-    if method == "minference-mass":
-        return baselines.minference(cal, budget, by="mass")
-    if method == "minference-error":
-        return baselines.minference(cal, budget, by="error")
-    if method == "duo-attention":
-        return baselines.duo_attention(cal, budget)
-    raise ValueError(f"method: unknown {method!r}")
+def prepared(name: str, budget: float, model, n: int, cal: Calibration | None) -> methods.Method:
+    """The registered method ``name`` at ``budget``, prepared at length n (a calibrated one reads ``cal``)."""
+    m = methods.get(name, budget)
+    m.prepare(model, n, cal if m.calibrated else None)
+    return m
 
 
 def cmd_calibrate(args):
@@ -100,70 +79,40 @@ def cmd_calibrate(args):
         if path.exists() and not args.force:
             log("have", path)
             continue
-        windows = token_windows(tok, DATA / "train.txt.gz", n, args.windows)
-        cands = sorted({c for b in args.budgets for c in baselines.minference_candidates(b, n, shape)})
+        windows = token_windows(tok, split_file(args.data, "train"), n, args.windows)
+        cands = sorted({c for b in args.budgets for name in methods.names()   # every candidate a method asks for
+                        for c in methods.get(name, b).calibration_candidates(shape, n) or ()})
         t = time.time()
         cal = calibrate(model, windows, cands, progress=lambda x, m: log(f"calibration n={n}: window {x}/{m}"), err_rows=args.err_rows, grads=args.grads)
         cal.save(path)
         log(f"calibrated n={n} windows={len(windows)} in {time.time() - t:.0f} s -> {path}")
 
 
-LOGIT_ROWS = 1024  # rows of logits held at once (Gemma-3's 262,144-word vocabulary: 16K × V floats would be 17 GB)
-
-
-@torch.no_grad()
-def window_nll(model, ids) -> float:
-    """Mean next-token NLL of one window, −(1/(n−1)) Σ_i log p(x_{i+1} | x_≤i), as ``model(ids, labels=ids).loss``,
-    with the logits made ``LOGIT_ROWS`` rows at a time from the last hidden states (never n × V at once)."""
-    h = model.model(input_ids=ids, use_cache=False).last_hidden_state                  # (1, n, d)
-    cap = getattr(model.config, "final_logit_softcapping", None)
-    total, count = 0.0, 0
-    for a in range(0, ids.shape[1] - 1, LOGIT_ROWS):
-        b = min(ids.shape[1] - 1, a + LOGIT_ROWS)
-        logits = model.lm_head(h[:, a:b]).float()                                      # (1, b − a, V)
-        if cap is not None:
-            logits = torch.tanh(logits / cap) * cap
-        total += torch.nn.functional.cross_entropy(logits[0], ids[0, a + 1 : b + 1], reduction="sum").item()
-        count += b - a
-    return total / count
-
-
-def perplexity(model, windows) -> float:
-    nll = [window_nll(model, ids) for ids in windows]
-    return math.exp(sum(nll) / len(nll))
-
-
 def cmd_ppl(args):
     model, tok = load(args.model)
-    shape = model_shape(model)
     out = Path(args.out)
     for n in args.lengths:
         path = out / f"calibration-{n}.npz"
-        need = [m for m in args.methods if m not in CALIBRATION_FREE]
+        need = [m for m in args.methods if methods.get(m).calibrated]
         if need and not path.exists():
             print(f"{path}: no calibration at n = {n} (run calibrate first; {', '.join(need)} need it)", file=sys.stderr)
             sys.exit(2)
         cal = Calibration.load(path) if path.exists() else None
-        windows = token_windows(tok, DATA / f"{args.split}.txt.gz", n, args.windows)
+        windows = token_windows(tok, split_file(args.data, args.split), n, args.windows)
         done = set()
         if (out / "ppl.jsonl").exists():
             for line in (out / "ppl.jsonl").read_text().splitlines():
                 r = json.loads(line)
                 done.add((r["n"], r["method"], r["budget"], r["windows"], r.get("split", "test")))
-        todo = [("full", 1.0)] + [(m, b) for b in args.budgets for m in args.methods if m != "full"]
+        todo = [(methods.REFERENCE, 1.0)] + [(m, b) for b in args.budgets for m in args.methods if m != methods.REFERENCE]
         for method, budget in todo:
             if (n, method, budget, len(windows), args.split) in done:
                 continue
-            if method == ORACLE:
-                apply_oracle(model, budget)
-                wins = shape["windows"] or [None] * shape["num_layers"]
-                fraction, full_heads = sum(oracle_entries(budget, n, w) for w in wins) / len(wins), 0
-            else:
-                plan = plans_for(method, cal, shape, budget, n)
-                apply_plan(model, plan)
-                fraction, full_heads = plan.fraction(n), plan.full_heads()
+            m = prepared(method, budget, model, n, cal)
+            fraction, full_heads = m.prefill_fraction(n), m.describe().get("full_heads", 0)
             t = time.time()
-            ppl = perplexity(model, windows)
+            with m.applied(model):
+                ppl = perplexity(model, windows)
             row = {"n": n, "split": args.split, "method": method, "budget": budget, "fraction": fraction, "full_heads": full_heads,
                    "ppl": ppl, "windows": len(windows), "seconds": time.time() - t}
             log(json.dumps(row))
@@ -180,35 +129,28 @@ def cmd_speed(args):
     """One configuration per process (peak RSS is per process): prefill time, peak memory; generation tok/s, KV bytes."""
     model, tok = load(args.model)
     torch.set_num_threads(args.threads)
-    shape = model_shape(model)
     n = args.n
-    ids = token_windows(tok, DATA / "test.txt.gz", n, 1)[0]
-    if args.method == "sdpa":
-        model.set_attn_implementation("sdpa")
-        plan = None
-    else:
-        cal = Calibration.load(Path(args.out) / f"calibration-{n}.npz")
-        plan = plans_for(args.method, cal, shape, args.budget)
-        apply_plan(model, plan)
+    ids = token_windows(tok, split_file(args.data, "test"), n, 1)[0]
+    m = methods.get(ALIASES.get(args.method, args.method), args.budget)
+    m.prepare(model, n, Calibration.load(Path(args.out) / f"calibration-{n}.npz") if m.calibrated else None)
     base = peak_rss_mib()
-    from transformers import DynamicCache
-
-    cache = DynamicCache() if plan is None else PlanCache(model)
-    t = time.time()
-    o = model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)  # the prefill of generation
-    prefill = time.time() - t
-    peak = peak_rss_mib()
-    nxt = o.logits[:, -1:].argmax(-1)
-    kv = kv_bytes(cache)
-    t = time.time()
-    for _ in range(args.new_tokens):
-        o = model(nxt, past_key_values=cache, use_cache=True)
+    with m.applied(model):
+        cache = m.new_cache(model)   # the method's decoding policy (DynamicCache: every key kept)
+        t = time.time()
+        o = model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)  # the prefill of generation
+        prefill = time.time() - t
+        peak = peak_rss_mib()
         nxt = o.logits[:, -1:].argmax(-1)
-    decode = time.time() - t
-    row = {"n": n, "method": args.method, "budget": args.budget if plan else 1.0, "threads": args.threads,
+        kv = kv_bytes(cache)
+        t = time.time()
+        for _ in range(args.new_tokens):
+            o = model(nxt, past_key_values=cache, use_cache=True)
+            nxt = o.logits[:, -1:].argmax(-1)
+        decode = time.time() - t
+    row = {"n": n, "method": args.method, "budget": m.budget, "threads": args.threads,
            "prefill_s": prefill, "peak_rss_mib": peak, "rss_before_mib": base,
            "kv_bytes_after_prefill": kv, "kv_bytes_end": kv_bytes(cache), "decode_tokens": args.new_tokens,
-           "decode_tok_s": args.new_tokens / decode, "fraction": plan.fraction(n) if plan else 1.0}
+           "decode_tok_s": args.new_tokens / decode, "fraction": m.prefill_fraction(n)}
     log(json.dumps(row))
     with open(Path(args.out) / "speed.jsonl", "a") as f:
         f.write(json.dumps(row) + "\n")
@@ -223,9 +165,10 @@ def cmd_attention(args):
     from attnlab.llm.attention import LayerRunner
 
     torch.set_num_threads(args.threads)
-    cal = Calibration.load(Path(args.out) / f"calibration-{args.n}.npz")
-    shape = model_shape(load(args.model)[0])                                      # head size and windows
-    plan = plans_for(args.method, cal, shape, args.budget)
+    model = load(args.model)[0]
+    shape = model_shape(model)                                                    # head size and windows
+    m = methods.get(args.method, args.budget)
+    plan = m.make_plan(model, args.n, Calibration.load(Path(args.out) / f"calibration-{args.n}.npz") if m.calibrated else None)
     H, H_kv, n, d = plan.num_heads, plan.num_kv_heads, args.n, shape["head_dim"]
     g = torch.Generator().manual_seed(0)
     q = torch.randn(1, H, n, d, generator=g)
@@ -234,7 +177,7 @@ def cmd_attention(args):
     t_sdpa = t_plan = 0.0
     for l in range(plan.num_layers):
         window = plan.window(l)
-        mask = None if window is None else (j <= i) & (i - j < window)            # (n, n) the model's sliding mask
+        mask = None if window is None else visible(i, j, window)                  # (n, n) the model's sliding mask
         t = time.time()
         F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True)
         t_sdpa += time.time() - t
@@ -259,7 +202,7 @@ def cmd_report(args):
     rows = list(last.values())
     print("| n | method | budget | entries kept | full heads | perplexity | vs full |")
     print("|---|---|---|---|---|---|---|")
-    full = {r["n"]: r["ppl"] for r in rows if r["method"] == "full"}
+    full = {r["n"]: r["ppl"] for r in rows if r["method"] == methods.REFERENCE}
     for r in sorted(rows, key=lambda r: (r["n"], r["budget"], r["method"])):
         rel = f"{100 * (r['ppl'] / full[r['n']] - 1):+.2f} %" if r["n"] in full else ""
         print(f"| {r['n']} | {r['method']} | {r['budget']:.2f} | {r['fraction']:.3f} | {r['full_heads']} | {r['ppl']:.3f} | {rel} |")
@@ -290,7 +233,7 @@ def cmd_report(args):
         lengths = sorted({r["n"] for r in rows})
         fig, axes = plt.subplots(1, len(lengths), figsize=(5 * len(lengths), 4), squeeze=False)
         for ax, n in zip(axes[0], lengths):
-            for method in sorted({r["method"] for r in rows if r["n"] == n and r["method"] != "full"}):
+            for method in sorted({r["method"] for r in rows if r["n"] == n and r["method"] != methods.REFERENCE}):
                 pts = sorted((r["fraction"], r["ppl"]) for r in rows if r["n"] == n and r["method"] == method)
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=method)
             if n in full:
@@ -313,27 +256,38 @@ def floats(text):
     return [float(x) for x in text.split(",")]
 
 
+def split_file(folder: Path, split: str) -> Path:
+    """``folder/split.txt.gz`` or ``folder/split.txt``; a one-line exit when neither is there."""
+    for name in (f"{split}.txt.gz", f"{split}.txt"):
+        if (Path(folder) / name).is_file():
+            return Path(folder) / name
+    sys.exit(f"llm_structured: error: --data {folder}: no {split}.txt.gz or {split}.txt")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("stage", choices=["calibrate", "ppl", "speed", "attention", "report"])
     p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--data", type=Path, default=DATA, help="folder of train/dev/test text (.txt or .txt.gz): calibration on train, "
+                   "perplexity on --split, speed on test [default: ../shared/data/shakespeare]")
     p.add_argument("--out", default=str(ROOT / "runs" / "llm_structured"))
     p.add_argument("--lengths", type=ints, default=[2048])
     p.add_argument("--budgets", type=floats, default=[0.05, 0.1, 0.25, 0.5])
-    p.add_argument("--methods", type=lambda t: t.split(","), default=list(baselines.METHODS))
+    p.add_argument("--methods", type=lambda t: t.split(","), default=list(methods.default_names()),
+                   help="registered methods (attnlab.llm.methods); default: those with default_run")
     p.add_argument("--windows", type=int, default=2)
     p.add_argument("--split", default="test", choices=["dev", "test"], help="ppl: the text scored (dev: to choose settings; test: to report)")
     p.add_argument("--force", action="store_true")
     p.add_argument("--grads", action="store_true", help="calibrate: also the loss gradients (tables err-grad, delta; one backward pass per window)")
     p.add_argument("--err-rows", type=int, default=ERR_ROWS, help="calibrate: rows on which every executed option's output error is measured (0: none)")
     p.add_argument("--n", type=int, default=8192)
-    p.add_argument("--method", default="attnlab")
+    p.add_argument("--method", default="attnlab", help="speed, attention: a registered method (speed: or sdpa, the model as loaded)")
     p.add_argument("--budget", type=float, default=0.1)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--new-tokens", type=int, default=16)
     p.add_argument("--system-malloc", action="store_true", help="leave glibc's malloc as it is (default: attnlab.allocator.keep_freed_memory(), as the CLI)")
     args = p.parse_args()
-    known = set(baselines.METHODS) | set(PLAN_METHODS) | {ORACLE}
+    known = set(methods.names())
     bad = [m for m in args.methods if m not in known]
     if bad:
         p.exit(2, f"llm_structured: error: --methods: unknown {', '.join(bad)} (known: {', '.join(sorted(known))})\n")

@@ -20,7 +20,9 @@ from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import baselines  # noqa: E402
 from attnlab.llm.attention import apply_plan, attention_modules, plan_reference  # noqa: E402
 from attnlab.llm.kv_cache import PlanCache, kv_bytes  # noqa: E402
-from attnlab.llm.plan import Calibration, HeadPlan, Plan, calibrate, choose_plan, model_shape  # noqa: E402
+from attnlab.llm.calibration import Calibration, calibrate  # noqa: E402
+from attnlab.llm.plan import HeadPlan, Plan, model_shape  # noqa: E402
+from attnlab.llm.selection import choose_plan  # noqa: E402
 from attnlab.support import Support, top_columns  # noqa: E402
 
 
@@ -231,7 +233,8 @@ def test_cli_bad_input(model_dir, tmp_path, cli):
         r = cli("plan", "--hf", model_dir, "--calibrate", text, "--budget", budget, "--out", tmp_path / "x.json")
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--budget" in r.stderr, r.stderr
     r = cli("plan", "--hf", model_dir, "--calibrate", text, "--budget", "0.1", "--n", "5000", "--out", tmp_path / "x.json")
-    assert r.returncode == 2 and "shorter than the window of 5000 tokens" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert r.returncode == 2 and "--n 5000: longer than the context" in r.stderr and "1024 tokens" in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr  # refused from the configuration, before the model loads
     assert not (tmp_path / "x.json").exists()
     wrong = Plan.full({"num_layers": 3, "num_heads": 4, "num_kv_heads": 2}, 300).save(tmp_path / "wrong.json")
     r = cli("plan-run", "--hf", model_dir, "--plan", wrong, "--file", text, "--n", "300")

@@ -56,13 +56,43 @@ def as_flags(message: str, argv: list[str]) -> str:
     return f"{flag}:{rest}" if flag in options else message
 
 
+def _click_errors():
+    """The exceptions module of the click that typer runs (typer 0.29 carries its own: ``typer._click``)."""
+    return sys.modules[typer.BadParameter.__module__]
+
+
+def usage_line(err) -> str:
+    """One line for a usage error of click (a value of the wrong type, an unknown or missing option),
+    naming the option: ``--n: 'abc' is not a valid integer`` instead of click's framed usage block."""
+    errors = _click_errors()
+    param = getattr(err, "param", None)
+    if isinstance(err, errors.BadParameter) and not isinstance(err, errors.MissingParameter) and param is not None:
+        option = getattr(param, "param_type_name", "") == "option" and param.opts
+        message = f"{param.opts[0] if option else param.human_readable_name}: {err.message}"
+    else:
+        message = err.format_message()
+    ctx = err.ctx
+    path = ctx.command_path[len(ctx.find_root().command_path):].strip() if ctx else ""
+    return f"{message} (see attnlab {path + ' ' if path else ''}--help)"
+
+
 def main() -> None:
     """Entry point of the console script."""
     from attnlab.allocator import keep_freed_memory
 
     keep_freed_memory()  # large tensors reused, not page-faulted afresh (attnlab/allocator.py)
     try:
-        app(standalone_mode=True)
+        code = app(standalone_mode=False)  # click's usage errors come here, to be said in one line
+        sys.exit(code if isinstance(code, int) else 0)
+    except _click_errors().UsageError as err:
+        if os.environ.get("ATTNLAB_DEBUG"):
+            raise
+        if not err.format_message():  # no arguments: click printed the help
+            sys.exit(err.exit_code)
+        raise SystemExit(fail(usage_line(err)).exit_code) from None
+    except typer.Abort:
+        typer.echo("attnlab: aborted", err=True)
+        sys.exit(1)
     except (UserError, ValueError, OSError, UnicodeDecodeError) as err:  # OSError: missing, existing, unwritable paths
         if os.environ.get("ATTNLAB_DEBUG"):
             raise

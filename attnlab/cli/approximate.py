@@ -21,8 +21,14 @@ from attnlab.cli.options import checked
 from attnlab.errors import UserError
 
 
+def int_list(text: str) -> list[int]:
+    """'0..10' (inclusive), '0,2,4' or '3' -> list of ints (the format of sweep's --w and --num-pos; options.RULES)."""
+    return _int_list(text, "")
+
+
 def _int_list(text: str, name: str) -> list[int]:
     """'0..10' (inclusive), '0,2,4' or '3' -> list of ints; ValueError naming the option."""
+    name = f"{name}: " if name else ""
     try:
         if ".." in text:
             lo, hi = text.split("..", 1)
@@ -30,9 +36,9 @@ def _int_list(text: str, name: str) -> list[int]:
         else:
             values = [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
-        raise ValueError(f"{name}: expected a range like 0..10 or a list like 0,2,4, got {text!r}") from None
+        raise ValueError(f"{name}expected a range like 0..10 or a list like 0,2,4, got {text!r}") from None
     if not values:
-        raise ValueError(f"{name}: empty range {text!r}")
+        raise ValueError(f"{name}empty range {text!r}")
     return values
 
 
@@ -43,9 +49,10 @@ def _echo_warnings(caught) -> None:
 
 def _approximate_long(hf, file, w, num_pos, tokens, block_rows, layers, target, memory_gib, as_json, run_dir=None) -> None:
     """``attnlab approximate --hf MODEL --file TEXT`` (or ``RUN_DIR --file TEXT``): the streamed fit table of every head."""
-    from attnlab.cli.attention import long_source
+    from attnlab.cli.attention import check_tokens, long_source
     from attnlab.llm.head_statistics import DEFAULT_WS
-    from attnlab.llm.long_capture import DEFAULT_NUM_POS, capture_long, parse_layers, read_text
+    from attnlab.llm.long_capture import DEFAULT_NUM_POS, capture_long, parse_layers
+    from attnlab.llm.text_windows import read_text
     from attnlab.llm.report import summary
 
     if not 0 < target <= 1:
@@ -55,6 +62,7 @@ def _approximate_long(hf, file, w, num_pos, tokens, block_rows, layers, target, 
     ws = tuple(sorted(set(DEFAULT_WS) | {w}))
     nps = tuple(sorted(set(DEFAULT_NUM_POS) | {num_pos}))
     layer_list = parse_layers(layers)  # options first: nothing is loaded for a typo
+    check_tokens(hf, tokens)
     text = read_text(file)
     res = capture_long(long_source(run_dir, hf), text, max_tokens=tokens, block_rows=block_rows, layers=layer_list, ws=ws, num_pos=nps,
                        memory_limit=None if memory_gib is None else int(memory_gib * 2**30))
@@ -124,6 +132,9 @@ def register(app: typer.Typer) -> None:
         from attnlab.analysis.attention_file import load_heads
         from attnlab.analysis.comparison import compare_fits
 
+        from attnlab.cli.attention import check_file_only
+
+        check_file_only(file, tokens=tokens, block_rows=block_rows, layers=layers, memory_gib=memory_gib)
         if file is not None or hf is not None:
             if file is None:
                 raise UserError("--hf needs --file TEXT (a long text file)")
@@ -185,7 +196,7 @@ def register(app: typer.Typer) -> None:
         from attnlab.analysis.error_surface import sweep
         from attnlab.outputs import claim_files
 
-        claim_files([out / "sweep.csv", out / "sweep.png"], inputs=[("INPUT", input)], force=force, option="--out", new_folder=True)
+        claim_files({"sweep-csv": out / "sweep.csv", "png": out / "sweep.png"}, inputs=[("INPUT", input)], force=force, option="--out", new_folder=True)
         heads, _labels = load_heads(input)
         n, m = heads.shape[-2:]
         ws = list(range(0, min(10, max(n, m) - 1) + 1)) if w is None else _int_list(w, "--w")

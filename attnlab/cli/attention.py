@@ -51,14 +51,36 @@ def long_source(run_dir: str | None, hf: str | None):
 
 def _long(hf: str | None, file: Path, tokens, block_rows, layers, rows=None, pool=None, memory_gib=None, run_dir: str | None = None):
     """The streamed statistics of RUN_DIR (an attnlab LM) or --hf on --file (``attnlab.llm.long_capture.capture_long``)."""
-    from attnlab.llm.long_capture import capture_long, parse_layers, parse_rows, read_text
+    from attnlab.llm.long_capture import capture_long, parse_layers, parse_rows
+    from attnlab.llm.text_windows import read_text
 
     _check_long_source(run_dir, hf)
     layers, rows = parse_layers(layers), parse_rows(rows)  # options first: nothing is loaded for a typo
+    check_tokens(hf, tokens)
     text = read_text(file)
     limit = None if memory_gib is None else int(memory_gib * 2**30)
-    return capture_long(long_source(run_dir, hf), text, max_tokens=tokens, block_rows=block_rows, layers=layers, rows=rows,
-                        pool=pool, memory_limit=limit)
+    res = capture_long(long_source(run_dir, hf), text, max_tokens=tokens, block_rows=block_rows, layers=layers, rows=rows,
+                       pool=pool, memory_limit=limit, truncate=True)
+    if "truncated_from" in res.meta:  # no --tokens: the first context-length tokens of a longer file
+        typer.echo(f"attnlab: note: {file} has {res.meta['truncated_from']} tokens, more than the model's context; "
+                   f"reading its first {res.n} (choose with --tokens)", err=True)
+    return res
+
+
+def check_file_only(file, **values) -> None:
+    """Options read only with --file (``--tokens``, ``--layers`` ...) are refused without it, not ignored."""
+    given = [name for name, value in values.items() if value is not None]
+    if file is None and given:
+        flag = "--memory-limit" if given[0] == "memory_gib" else "--" + given[0].replace("_", "-")
+        raise UserError(f"{flag} applies with --file TEXT (a long text); leave it out or give --file")
+
+
+def check_tokens(hf: str | None, tokens: int | None) -> None:
+    """--tokens against the context of --hf, from its configuration (before any weight or text is read)."""
+    if hf is not None and tokens is not None:
+        from attnlab.llm.loading import check_length
+
+        check_length(hf, tokens, "--tokens")
 
 
 def _one_run(args: list[str] | None, option: str = "--file") -> str | None:
@@ -93,7 +115,7 @@ def register(app: typer.Typer) -> None:
         maps_file: Optional[Path] = typer.Option(None, "--maps", help="draw a saved attention file instead of capturing"),
         force: bool = typer.Option(False, "--force", help="replace the earlier attention output in --out"),
         file: Optional[Path] = typer.Option(None, "--file", help=FILE_HELP),
-        tokens: Optional[int] = typer.Option(None, "--tokens", help="with --file: keep the first N tokens"),
+        tokens: Optional[int] = typer.Option(None, "--tokens", help="with --file: keep the first N tokens (default: the whole file, at most the model's context)"),
         block_rows: Optional[int] = typer.Option(None, "--block-rows", help="with --file: query rows per block (default: ~64 MB of weights)"),
         layers: Optional[str] = typer.Option(None, "--layers", help="with --file: layers to analyse, e.g. 0-3 or 0,5 (default all)"),
         rows: Optional[str] = typer.Option(None, "--rows", help="with --file: keep the exact maps of rows a:b (keys a:b), e.g. 4096:4352"),
@@ -110,6 +132,7 @@ def register(app: typer.Typer) -> None:
         from attnlab.outputs import claim_folder, write_folder
         from attnlab.viz.export import write_attention
 
+        check_file_only(file, tokens=tokens, block_rows=block_rows, layers=layers, rows=rows, pool=pool, memory_gib=memory_gib)
         if file is not None:
             run_dir = _one_run(args)
             _check_long_source(run_dir, hf)
@@ -164,6 +187,7 @@ def register(app: typer.Typer) -> None:
         """Scores and role of every head over --limit sentences of --data (or --conllu), or over one long --file."""
         from attnlab.workflows import classify_heads
 
+        check_file_only(file, tokens=tokens, block_rows=block_rows, layers=layers, memory_gib=memory_gib)
         if file is not None:
             if data or maps or conllu:
                 raise UserError("--file reads one long text: give no --data, --maps or --conllu")

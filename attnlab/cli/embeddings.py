@@ -47,11 +47,11 @@ def register(app: typer.Typer) -> None:
         if minutes is not None and epochs is not None:
             raise UserError("give --minutes or --epochs, not both")
         inputs = [("--data", p) for p in corpus_paths(data)] + [("--tokenizer", tokenizer)]
-        claim_file(out, inputs=inputs, force=force, option="--out")
+        claim_file(out, kind="embeddings", inputs=inputs, force=force, option="--out")
         if plot is not None:
             if plot.resolve() == out.resolve():
                 raise UserError(f"--plot {plot}: is also --out; give two different files")
-            claim_file(plot, inputs=inputs, force=force, option="--plot")
+            claim_file(plot, kind="png", inputs=inputs, force=force, option="--plot")
         from attnlab.train.skipgram import train_embeddings  # imports torch: after the cheap checks
         wv = train_embeddings(data, side, out=out, plot=plot, tokenizer=tokenizer, dim=dim, window=window,
                               negative=negative, min_count=min_count, minutes=minutes, epochs=epochs, seed=seed,

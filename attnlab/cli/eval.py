@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
         depths: int = typer.Option(11, "--depths", help="needle depths from 0 to 100 %, evenly spaced"),
         samples: int = typer.Option(10, "--samples", help="prompts per (task, length, depth)"),
         method: str = typer.Option("", "--method", help="comma list of methods besides full (attnlab methods lists them)"),
-        budget: str = typer.Option("0.1", "--budget", help="comma list of budgets β in (0, 1], e.g. 0.1,0.25"),
+        budget: str = typer.Option("0.1", "--budget", help="comma list of budgets β, fractions of the causal entries read (above zero, at most one), e.g. 0.1,0.25"),
         plan: Optional[Path] = typer.Option(None, "--plan", help="a plan file (attnlab plan) run beside full"),
         haystack: str = typer.Option(str(DEFAULT_HAYSTACK), "--haystack", help="'noise' (RULER's sentences) or a text file (plain or .gz)"),
         calibrate: Optional[Path] = typer.Option(None, "--calibrate", help="calibration text for calibrated methods (never the haystack)"),

@@ -8,21 +8,29 @@
 names, before the body runs: its type, its range (bounds included unless
 marked open; a bound may name another option of the same command, as
 ``--value-rank ≤ --d-model``), that a float is finite, that a text is one of
-its choices.  A rule under ``"command.name"`` overrides the rule under
-``"name"`` for that command.  The message names the flag, its range and the
-value given: ``attnlab: error: --heads must be an integer in [1, 4096], got 0``.
+its choices or parses (``parse``: ``--layers 0-3``).  The command's own rule
+always wins: a rule under ``"command.name"`` is that command's, and a rule
+under ``"name"`` applies only to a parameter of the rule's type (train's
+``--layers`` is an integer, attention's a list ``0-3``: one is never checked
+by the other's rule).  The message names the flag, its range and the value
+given: ``attnlab: error: --heads must be an integer in [1, 4096], got 0``.
 
 To add an option: add a line to ``RULES`` (the table is the documentation
-of every range).  Checks that need loaded data (``--beam`` ≤ the vocabulary
-of the run) call ``check_value`` with the bound once it is known.
+of every range), or, for a free value (a model or corpus spec, a sentence),
+a line to ``FREE`` saying why (flags and paths are free by type,
+``FREE_KINDS``); tests/test_cli_walk.py fails for an option with neither.  Checks that need loaded data (``--beam`` ≤
+the vocabulary of the run, ``--n`` ≤ the model's context) call
+``check_value`` with the bound once it is known.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Union
 
 from attnlab.errors import UserError
@@ -39,9 +47,10 @@ class Rule:
     hi_open: bool = False
     choices: tuple[str, ...] = ()
     many: bool = False  # a comma list of choices
-    registry: str = ""  # "module:NAME": the choices are the keys of that dict, imported when checked
+    registry: str = ""  # "module:NAME": the choices are the keys of that dict (or what that function returns), imported when checked
     flag: str = ""  # default: --name-with-dashes
     note: str = ""  # appended to the message, e.g. "(0 = full rank)"
+    parse: str = ""  # "module:function": a text format; the function raises ValueError (or UserError) on a bad text
 
 
 BIG = 10**9  # a sanity bound for counts no run can reach
@@ -50,7 +59,7 @@ VOCAB_MAX = 2**24  # = attnlab.data.tokenizer.MAX_VOCAB (not imported: it pulls 
 
 RULES: dict[str, Rule] = {
     # model shape (train; experiment presets go through the same ModelConfig)
-    "layers": Rule(int, 1, 1000),
+    "train.layers": Rule(int, 1, 1000),
     "dec_layers": Rule(int, 0, 1000, note="(0 = same as --layers)"),
     "heads": Rule(int, 1, 4096),
     "d_model": Rule(int, 2, 2**20),
@@ -106,13 +115,21 @@ RULES: dict[str, Rule] = {
     "block_rows": Rule(int, 1, 2**20),
     "pool": Rule(int, 1, 2**20),
     "memory_gib": Rule(float, 0.0, 2**20, lo_open=True, flag="--memory-limit"),
+    "layers": Rule(str, parse="attnlab.llm.long_capture:parse_layers"),  # 0-3, 0,5 or 2 (train's is train.layers)
+    "rows": Rule(str, parse="attnlab.llm.long_capture:parse_rows"),
+    "kind": Rule(str, choices=("encoder", "decoder", "cross")),
     "approximate.target": Rule(float, 0.0, 1.0, lo_open=True),
     # structured LLM plans (plan, plan-run)
     "plan.budget": Rule(float, 0.0, 1.0, lo_open=True),
     "plan.n": Rule(int, 2, 2**20),
+    "plan.method": Rule(str, registry="attnlab.llm.methods:plan_names"),
     "plan-run.n": Rule(int, 2, 2**20),
     "windows": Rule(int, 1, 10**4),
-    # attnlab eval (comma lists --task, --lengths, --method, --budget are checked by attnlab.llm.eval_grid)
+    # attnlab eval (the lengths against the model's context once it is known: attnlab.llm.eval_grid)
+    "eval.task": Rule(str, registry="attnlab.llm.tasks:TASKS", many=True),
+    "eval.lengths": Rule(str, parse="attnlab.llm.eval_grid:parse_lengths"),
+    "eval.method": Rule(str, parse="attnlab.llm.eval_grid:parse_methods"),
+    "eval.budget": Rule(str, parse="attnlab.llm.eval_grid:parse_budgets"),
     "eval.depths": Rule(int, 1, 1000),
     "eval.samples": Rule(int, 1, 10**6),
     "eval.calibrate_windows": Rule(int, 1, 10**4),
@@ -137,40 +154,112 @@ RULES: dict[str, Rule] = {
     "neighbours.k": Rule(int, 1, BIG, flag="-k"),
     # analysis
     "attempts": Rule(int, 1, 10**6),
-    "sweep.w": Rule(str),  # ranges "0..10" / lists "0,2,4": checked against n once the heads are read
-    "sweep.num_pos": Rule(str),
+    "sweep.w": Rule(str, parse="attnlab.cli.approximate:int_list"),  # "0..10" / "0,2,4": against n once the heads are read
+    "sweep.num_pos": Rule(str, parse="attnlab.cli.approximate:int_list"),
     "roles.limit": Rule(int, 1, BIG),
     "bpe-steps.vocab_size": Rule(int, 1, 10**6),
     "bpe-steps.show_corpus": Rule(int, 0, BIG, flag="--show"),
 }
 
 
+# Parameters whose value no table can range: by type, flags and paths (an output is claimed by
+# attnlab.outputs, an input read with a one-line error); by name ("name" for every command, "command.name"
+# for one), model and corpus specs (resolved by their loaders) and free text.  Each says why.  A parameter
+# with neither a rule nor an exemption fails tests/test_cli_walk.py.
+FREE_KINDS: dict[type, str] = {
+    bool: "a flag: given or not, no value to range",
+    Path: "a path: an output is claimed (attnlab.outputs), an input read with a one-line error",
+}
+FREE: dict[str, str] = {
+    "hf": "a model spec: attnlab.llm.loading.resolve_spec (known name, folder, .gguf, hub name)",
+    "data": "a corpus spec: attnlab.data.spec / attnlab.data.text, parsed fully with one-line errors",
+    "device": "a torch device: checked against the devices present (attnlab.train.loop)",
+    "args": "a run folder and sentences",
+    "target": "target sentences",
+    "prompt": "the text to continue",
+    "text": "the corpus as one string",
+    "word": "the word to look up",
+    "models fetch.name": "a known model: fetch_model refuses another, naming the known ones",
+    "eval.haystack": "'noise' or a text file: checked by attnlab eval before the model loads (one line)",
+}
+
+
+def exemption(command: str, name: str, kind: type | None = None) -> str | None:
+    """Why the parameter ``name`` of ``command`` (of type ``kind``) has no rule, or None (it needs one)."""
+    return FREE.get(f"{command}.{name}", FREE.get(name)) or FREE_KINDS.get(kind)
+
+
 def _flag(name: str, rule: Rule) -> str:
     return rule.flag or "--" + name.replace("_", "-")
 
 
-def _rule(command: str, name: str) -> Rule | None:
-    return RULES.get(f"{command}.{name}", RULES.get(name))
+def _rule(command: str, name: str, kind: type | None = None) -> Rule | None:
+    """The command's own rule ``command.name``; else the rule ``name`` if ``kind`` (the parameter's type) is its type."""
+    own = RULES.get(f"{command}.{name}")
+    if own is not None:
+        return own
+    rule = RULES.get(name)
+    return rule if rule is None or kind is None or rule.kind is kind else None
+
+
+def param_kind(hint: Any) -> type:
+    """int, float, str, bool, Path … of a parameter annotation (``Optional[int]`` → int, ``List[str]`` → str)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return param_kind(args[0]) if typing.get_origin(hint) is not None and args else hint
+
+
+def param_kinds(func: Callable) -> dict[str, type]:
+    """name → ``param_kind`` of every annotated parameter of a command function."""
+    try:
+        hints = typing.get_type_hints(func)
+    except Exception:  # pragma: no cover - an annotation that does not resolve: checked by name only
+        return {}
+    return {name: param_kind(hint) for name, hint in hints.items() if name != "return"}
+
+
+def _parse(rule: Rule, flag: str, value: Any) -> None:
+    import importlib
+
+    module, _, function = rule.parse.partition(":")
+    try:
+        getattr(importlib.import_module(module), function)(value)
+    except (ValueError, UserError) as err:
+        message = " ".join(str(err).split())
+        raise UserError(message if message.startswith(flag) else f"{flag}: {message}") from None
 
 
 def _bound(bound: Bound, values: dict[str, Any]) -> float | None:
     return values.get(bound) if isinstance(bound, str) else bound
 
 
+def registry_choices(spec: str) -> tuple[str, ...]:
+    """The names a ``registry="module:NAME"`` rule allows: the keys of that dict, or what that function returns."""
+    import importlib
+
+    module, _, table = spec.partition(":")
+    names = getattr(importlib.import_module(module), table)
+    return tuple(sorted(names() if callable(names) else names))
+
+
 def check_value(command: str, name: str, value: Any, values: dict[str, Any] | None = None,
-                hi: Bound = None, why: str = "") -> None:
-    """Check one option against its rule (``hi`` tightens the upper bound, ``why`` says what it is);
-    ``UserError`` naming the flag."""
-    rule = _rule(command, name)
+                hi: Bound = None, why: str = "", kind: type | None = None) -> None:
+    """Check one option against its rule (``hi`` tightens the upper bound, ``why`` says what it is;
+    ``kind``: the parameter's type, see ``_rule``); ``UserError`` naming the flag.  A list (an option
+    given several times) is checked item by item."""
+    rule = _rule(command, name, kind)
     if rule is None or value is None:
+        return
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            check_value(command, name, item, values, hi, why, kind)
         return
     flag = _flag(name, rule)
     values = values or {}
+    if rule.parse:
+        _parse(rule, flag, value)
+        return
     if rule.registry:
-        import importlib
-
-        module, _, table = rule.registry.partition(":")
-        rule = Rule(str, choices=tuple(sorted(getattr(importlib.import_module(module), table))), flag=rule.flag)
+        rule = Rule(str, choices=registry_choices(rule.registry), flag=rule.flag, many=rule.many)
     if rule.choices:
         items = [v.strip() for v in str(value).split(",")] if rule.many else [value]
         bad = [v for v in items if v not in rule.choices]
@@ -202,18 +291,21 @@ def check_value(command: str, name: str, value: Any, values: dict[str, Any] | No
         raise UserError(f"{flag} must be {what} in {span}, got {value}{' ' + rule.note if rule.note else ''}")
 
 
-def check_options(command: str, values: dict[str, Any]) -> None:
-    """Check every option of ``values`` (name → value) that the table names."""
+def check_options(command: str, values: dict[str, Any], kinds: dict[str, type] | None = None) -> None:
+    """Check every option of ``values`` (name → value) that the table names (``kinds``: name → parameter type)."""
+    kinds = kinds or {}
     for name, value in values.items():
-        check_value(command, name, value, values)
+        check_value(command, name, value, values, kind=kinds.get(name))
 
 
 def checked(command: str) -> Callable:
     """Decorator of a typer command: ``check_options`` on its arguments before its body runs."""
     def wrap(func: Callable) -> Callable:
+        kinds = param_kinds(func)
+
         @functools.wraps(func)
         def run(*args, **kwargs):
-            check_options(command, kwargs)
+            check_options(command, kwargs, kinds)
             return func(*args, **kwargs)
         run.checked_as = command  # tests/test_bad_input.py asserts every command carries it
         return run

@@ -19,8 +19,6 @@ import typer
 from attnlab.cli.options import checked
 from attnlab.outputs import claim_file
 
-METHODS = ("attnlab", "streaming-llm", "minference-mass", "minference-error", "duo-attention", "full")
-
 
 def _load(spec: str):
     """(model, tokenizer) through attnlab.llm.loading (the one loader); a plain HF folder before it exists."""
@@ -45,23 +43,23 @@ def _load(spec: str):
 
 
 def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows: int, method: str):
-    """Calibrate ``model`` on ``windows`` windows of n tokens of ``calibrate`` and choose the plan of ``method``."""
-    from attnlab.llm import baselines
-    from attnlab.llm.plan import Plan, calibrate as run_calibration, choose_plan, model_shape, token_windows
+    """The plan of the registered ``method`` at ``budget`` and length n; a calibrated method first calibrates
+    ``model`` on ``windows`` windows of n tokens of ``calibrate`` (with the candidates and gradients it asks for)."""
+    from attnlab.llm import methods
+    from attnlab.llm.calibration import calibrate as run_calibration
+    from attnlab.llm.plan import model_shape
+    from attnlab.llm.text_windows import token_windows
 
-    ids = token_windows(tokenizer, calibrate, n, windows)
-    shape = model_shape(model)
-    if method == "full":
-        return Plan.full(shape, n)
-    if method == "streaming-llm":
-        return baselines.streaming_llm(shape, budget, n)
-    cands = baselines.minference_candidates(budget, n, shape) if method.startswith("minference") else None
-    cal = run_calibration(model, ids, cands)
-    if method == "attnlab":
-        return choose_plan(cal, budget)
-    if method == "duo-attention":
-        return baselines.duo_attention(cal, budget)
-    return baselines.minference(cal, budget, by=method.split("-", 1)[1])
+    m = methods.get(method, budget)
+    ids = token_windows(tokenizer, calibrate, n, windows)   # the calibration text is checked for every method
+    cal = None
+    if m.calibrated:
+        cal = run_calibration(model, ids, m.calibration_candidates(model_shape(model), n), grads=m.calibration_grads)
+    if m.needs_retrieval:   # retrieval scores per head on synthetic copy prompts, as eval measures them
+        from attnlab.llm.eval_grid import retrieval_calibration
+
+        cal.retrieval = retrieval_calibration(model, tokenizer, n)
+    return m.make_plan(model, n, cal)
 
 
 def register(app: typer.Typer) -> None:
@@ -73,27 +71,25 @@ def register(app: typer.Typer) -> None:
         budget: float = typer.Option(0.1, "--budget", help="fraction of causal attention entries kept, in (0, 1]"),
         n: int = typer.Option(2048, "--n", help="window length in tokens (the length the budget refers to)"),
         windows: int = typer.Option(2, "--windows", help="calibration windows"),
-        method: str = typer.Option("attnlab", "--method", help=f"one of {', '.join(METHODS)}"),
+        method: str = typer.Option("attnlab", "--method", help="a registered method with a plan file (attnlab.llm.methods.plan_names)"),
         out: Optional[Path] = typer.Option(None, "--out", help="plan file (.json) [default: next to the model]"),
         force: bool = typer.Option(False, "--force", help="replace an existing plan file"),
     ) -> None:
         """Choose one structured support per (layer, head) from calibration text under a budget; write it as JSON."""
+        from attnlab.llm.loading import check_length
         from attnlab.llm.plan import check_budget
 
         try:
             check_budget(budget)
         except ValueError:
             raise ValueError(f"--budget: must be a fraction in (0, 1], got {budget}") from None
-        if method not in METHODS:
-            raise ValueError(f"--method: expected one of {', '.join(METHODS)}, got {method!r}")
-        if n < 2 or windows < 1:
-            raise ValueError(f"--n must be >= 2 and --windows >= 1, got {n} and {windows}")
         if not calibrate.is_file():
             raise ValueError(f"--calibrate {calibrate}: no such file")
         if out is None:
             folder = Path(hf) if Path(hf).is_dir() else Path(".")
             out = folder / f"attnlab-plan-{method}-{budget:g}-{n}.json"
-        claim_file(out, inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
+        claim_file(out, kind="plan", inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
+        check_length(hf, n, "--n")  # from the model's configuration: no weights loaded, no text read
         model, tokenizer = _load(hf)
         p = make_plan(model, tokenizer, calibrate, budget, n, windows, method)
         p.save(out)
@@ -114,16 +110,22 @@ def register(app: typer.Typer) -> None:
 
         import torch
 
-        from attnlab.llm.attention import apply_plan
-        from attnlab.llm.plan import Plan, token_windows
+        from attnlab.errors import UserError
+        from attnlab.llm.loading import check_length
+        from attnlab.llm.methods.attnlab_plan import PlanFile
+        from attnlab.llm.text_windows import token_windows
 
-        p = Plan.load(plan)
+        method = PlanFile(plan)
+        p = method.file_plan.check(name=f"--plan {plan}", n=n)  # its length and columns against --n
+        check_length(hf, n, "--n")  # the model's context, from its configuration
+        if not file.is_file():
+            raise UserError(f"--file {file}: no such file")
         model, tokenizer = _load(hf)
-        p.check(model, name=str(plan))
+        method.prepare(model, n)   # refuses a plan made for another model
         ids = token_windows(tokenizer, file, n, windows)
         with torch.no_grad():
             full = math.exp(sum(model(x, labels=x).loss.item() for x in ids) / len(ids))
-            apply_plan(model, p)
-            planned = math.exp(sum(model(x, labels=x).loss.item() for x in ids) / len(ids))
+            with method.applied(model):
+                planned = math.exp(sum(model(x, labels=x).loss.item() for x in ids) / len(ids))
         typer.echo(f"perplexity at n = {n} ({len(ids)} windows): full {full:.3f}, plan {planned:.3f} "
                    f"({100 * (planned / full - 1):+.2f} %), {100 * p.fraction(n):.1f} % of the entries")

@@ -221,7 +221,7 @@ def register(app: typer.Typer) -> None:
 
 def _evaluate_lm(run, data: str, split: str, context: int, limit: int, as_json: bool) -> None:
     """loss / bits per char / perplexity of a language-model run on ``split`` of the text ``data``."""
-    from attnlab.data.text import is_text_spec, load_text
+    from attnlab.data.text import is_text_spec, load_text, shared_files, split_label
     from attnlab.train.perplexity import evaluate_lm
 
     if not is_text_spec(data):
@@ -231,12 +231,17 @@ def _evaluate_lm(run, data: str, split: str, context: int, limit: int, as_json: 
     n = context or run.train_cfg.context or run.cfg.max_len
     if n > run.cfg.max_len:
         raise UserError(f"--context {n} is longer than the model's maximum ({run.cfg.max_len} tokens)")
+    shared = shared_files(data, split, run.train_cfg.data) if split != "train" else []
+    if shared:
+        raise UserError(f"--split {split}: {shared[0]} is the run's training text (--data {run.train_cfg.data}; a file not named "
+                        f"train/dev/test.txt is every split); give held-out text: a {split}.txt beside train.txt, or another file")
     stream = load_text(data, split, run.tokenizer)
     r = evaluate_lm(run.model, stream, n, limit)
     if as_json:
         typer.echo(json.dumps({"loss": round(r["loss"], 5), "bpc": round(r["bpc"], 5), "perplexity": round(r["perplexity"], 4),
-                               "tokens": r["tokens"], "chars": r["chars"], "unknown": r["unknown"], "context": n, "split": split}))
+                               "tokens": r["tokens"], "chars": r["chars"], "unknown": r["unknown"], "context": n,
+                               "split": split_label(data, split)}))
     else:
         unknown = f", {r['unknown']:,} unknown to the tokenizer" if r["unknown"] else ""
         typer.echo(f"loss {r['loss']:.4f} nats/token  bits/char {r['bpc']:.4f}  perplexity {r['perplexity']:.3f}  "
-                   f"({r['tokens']:,} tokens{unknown}, {data} {split}, context {n})")
+                   f"({r['tokens']:,} tokens{unknown}, {data} {split_label(data, split)}, context {n})")

@@ -94,6 +94,22 @@ def text_files(spec: str, split: str = "train") -> list[Path]:
     raise UserError(f"{path}: no {split}.txt[.gz] in this folder (and the folder is not named train with a {split}/ sibling)")
 
 
+def split_label(spec: str, split: str) -> str:
+    """``split``, or "whole file" for a single file not named for a split (the same text for every split)."""
+    path = Path(str(spec)).expanduser()
+    return "whole file" if path.is_file() and _split_name(path) is None else split
+
+
+def shared_files(spec: str, split: str, train_spec: str) -> list[Path]:
+    """The files of ``split`` of ``spec`` that are also training text of ``train_spec`` (a single file not
+    named for a split is the text of every split: its dev or test split is its training text)."""
+    try:
+        train = {p.resolve() for p in text_files(train_spec, "train")}
+    except UserError:  # the training text is gone or moved: nothing to compare with
+        return []
+    return [p for p in text_files(spec, split) if p.resolve() in train]
+
+
 def read_text(spec: str, split: str = "train") -> str:
     """All the text of ``split``: its files one after another, separated by two blank lines."""
     return WORK_SEPARATOR.join(read_text_file(p) for p in text_files(spec, split))

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.llm.plan import FULL, LAST_Q, Plan
+from attnlab.masks import hidden, near, visible
 from attnlab.nn.mechanisms.sliding_window import sliding_window_attention
 
 try:  # the kernel's own chunk of queries (extra keys are given per chunk)
@@ -38,7 +39,8 @@ except ImportError:  # pragma: no cover - the kernel before its rewrite
     from attnlab.nn.mechanisms.sliding_window import chunk_size
 from attnlab.nn.softmax import masked_softmax
 
-__all__ = ["NAME", "LayerRunner", "apply_plan", "attnlab_attention", "estimate_columns", "plan_reference", "register", "attention_modules"]
+__all__ = ["NAME", "LayerRunner", "apply_plan", "attnlab_attention", "attention_modules", "estimate_columns", "plan_reference", "register",
+           "remove_plan"]
 
 NAME = "attnlab"
 
@@ -54,7 +56,8 @@ def estimate_columns(q, k, scaling: float, last_q: int = LAST_Q):
     nq = min(last_q, n)
     qg = q[:, :, n - nq :].reshape(B, H_kv, (H // H_kv) * nq, d)                # the query heads of a KV head, stacked
     s = ((qg @ k.transpose(-1, -2)) * scaling).view(B, H, nq, m)               # (B, H, nq, m)
-    future = torch.ones(nq, nq, dtype=torch.bool, device=q.device).triu(1)       # key m − nq + b after query m − nq + a
+    a = torch.arange(nq, device=q.device)
+    future = hidden(a[:, None], a[None, :])                                      # (nq, nq) key m − nq + b after query m − nq + a
     s[..., m - nq :].masked_fill_(future, float("-inf"))
     return torch.softmax(s, dim=-1).sum(-2)
 
@@ -70,10 +73,12 @@ class LayerRunner:
         self.w = torch.tensor([h.w for h in heads], dtype=torch.long)                 # (H,) FULL = −1
         self.fixed = [h.columns for h in heads]
         self.dynamic = [0 if h.is_full else h.dynamic for h in heads]
+        self.tail = [0 if h.is_full or sliding_window is not None else getattr(h, "tail", 0) for h in heads]
+        self.w_decode = torch.where(torch.tensor(self.tail) > 0, FULL, self.w)          # (H,) a head with a tail reads its whole cache
         self.sliding = sliding_window
         self.columns = None        # (B, H, g) the columns of the last prefill (−1: empty), kept for decoding
         self.cache = None          # weakref to the PlanCache using this layer
-        self.recorder = None       # a plan.Calibration while calibrating
+        self.recorder = None       # a calibration.Calibration while calibrating
 
     # ---- which keys a head reads ------------------------------------------------------------
     def choose_columns(self, q, k, scaling):
@@ -147,6 +152,13 @@ class LayerRunner:
             # a head's columns are distinct (choose_columns) and empty slots are not owned: no de-duplication
             out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=extra_idx, extra_own=extra_own,
                                                    unique=True, chunk=chunk_size(w), scale=scaling)
+        for h in range(H):  # the last T rows of a head with a tail read every causal key (exact, SDPA on those rows)
+            T = min(self.tail[h], n)
+            if T and self.effective_w(h, n) != FULL and self.effective_w(h, n) < n - 1:
+                i = torch.arange(n - T, n, device=q.device)[:, None]
+                j = torch.arange(n, device=q.device)[None, :]
+                out[:, h, n - T :] = F.scaled_dot_product_attention(q[:, h, n - T :], k[:, kv_of[h]], v[:, kv_of[h]],
+                                                                   attn_mask=visible(i, j, None), scale=scaling)
         return out
 
     # ---- decoding: masked softmax over the cached keys -----------------------------------------
@@ -173,11 +185,8 @@ class LayerRunner:
         flags = self.column_flags(k_pos) if flags is None else flags
         i = q_pos.view(1, 1, 1, -1, 1)
         j = k_pos[:, :, None, None, :]                                                     # (B, H_kv, 1, 1, L)
-        w = self.w.to(k_pos.device).view(1, H_kv, r, 1, 1)
-        ok = (j >= 0) & (j <= i) & ((w == FULL) | (i - j <= w) | flags[:, :, :, None, :])
-        if self.sliding is not None:
-            ok = ok & (i - j < self.sliding)
-        return ok
+        w = self.w_decode.to(k_pos.device).view(1, H_kv, r, 1, 1)
+        return (j >= 0) & visible(i, j, self.sliding) & ((w == FULL) | near(i, j, w) | flags[:, :, :, None, :])
 
     def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None):
         """q: (B, H, n, d_k) at positions q_pos (n,); k, v: (B, H_kv, L, ·) at k_pos (B, H_kv, L) → (B, H, n, d_v).
@@ -199,9 +208,9 @@ class LayerRunner:
         """
         B, H_kv, L = k_pos.shape
         r = self.H // H_kv
-        w = torch.tensor([self.effective_w(h, seen) for h in range(self.H)], device=k_pos.device).view(1, H_kv, r, 1)
+        w = torch.tensor([FULL if self.tail[h] else self.effective_w(h, seen) for h in range(self.H)], device=k_pos.device).view(1, H_kv, r, 1)
         flags = self.column_flags(k_pos) if flags is None else flags                      # (B, H_kv, r, L)
-        mine = (w == FULL) | (k_pos[:, :, None, :] >= seen - w) | flags
+        mine = (w == FULL) | near(seen, k_pos[:, :, None, :], w) | flags
         return mine.any(2) & (k_pos >= 0)
 
 
@@ -272,6 +281,15 @@ def apply_plan(model, plan: Plan):
     model.set_attn_implementation(NAME)
     model.attnlab_plan = plan
     return model
+
+
+def remove_plan(model) -> None:
+    """Undo ``apply_plan``'s attributes: each layer's runner and the model's plan (the caller sets the implementation back)."""
+    for mod in attention_modules(model):
+        if hasattr(mod, "attnlab_layer"):
+            del mod.attnlab_layer
+    if hasattr(model, "attnlab_plan"):
+        del model.attnlab_plan
 
 
 def attach_cache(model, cache) -> None:

@@ -33,10 +33,11 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.errors import UserError
-from attnlab.llm.plan import FULL, SINKS, Calibration, HeadPlan, Plan, check_budget, entries_of, head_entries
+from attnlab.llm.calibration import Calibration
+from attnlab.llm.plan import FULL, SINKS, HeadPlan, Plan, check_budget, entries_of, head_entries
 from attnlab.support import Support
 
-__all__ = ["MINFERENCE_PATTERNS", "minference_candidates", "streaming_llm", "minference", "duo_attention", "full", "METHODS"]
+__all__ = ["MINFERENCE_PATTERNS", "minference_candidates", "streaming_llm", "minference", "duo_attention", "full"]
 
 MINFERENCE_PATTERNS = (("lambda", 100, 800), ("vertical-slash", 30, 800), ("vertical-slash", 100, 750),
                        ("vertical-slash", 500, 700), ("vertical-slash", 3500, 100), ("block-sparse", 1000, 6096))
@@ -186,6 +187,3 @@ def duo_attention(cal: Calibration, budget: float) -> Plan:
 
 def full(shape: dict, n: int) -> Plan:
     return Plan.full(shape, n)
-
-
-METHODS = ("attnlab", "streaming-llm", "minference-mass", "minference-error", "duo-attention", "full")

@@ -54,10 +54,10 @@ class EvalSettings:
 
     def runs(self) -> list[tuple[str, float]]:
         """(method, β) pairs: full first, then every method at every budget."""
-        out = [("full", 1.0)]
+        out = [(registry.REFERENCE, 1.0)]
         if self.plan:
             out.append(("plan", 0.0))
-        out += [(m, b) for m in self.methods if m != "full" for b in self.budgets]
+        out += [(m, b) for m in self.methods if m != registry.REFERENCE for b in self.budgets]
         return out
 
 
@@ -107,20 +107,86 @@ def _claim(out: Path, settings: EvalSettings) -> None:
 
 def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, methods: list):
     """The calibration at length n (``out/calibration-n.npz``, made once), for the calibrated methods."""
-    from attnlab.llm.plan import Calibration, calibrate, model_shape, token_windows
+    from attnlab.llm.calibration import Calibration, calibrate
+    from attnlab.llm.plan import model_shape
+    from attnlab.llm.text_windows import token_windows
 
     need = [m for m in methods if m.calibrated]
     if not need:
         return None
     path = out / f"calibration-{n}.npz"
-    if path.exists():
-        return Calibration.load(path)
-    shape = model_shape(model)
-    cands = sorted({c for m in need for c in (getattr(m, "calibration_candidates", lambda s, n: None)(shape, n) or [])})
-    windows = token_windows(tokenizer, settings.calibrate, n, settings.calibrate_windows)
-    cal = calibrate(model, windows, cands or None)
-    cal.save(path)
+    cal = Calibration.load(path) if path.exists() else None
+    if cal is None:
+        shape = model_shape(model)
+        cands = sorted({c for m in need for c in (m.calibration_candidates(shape, n) or [])})
+        windows = token_windows(tokenizer, settings.calibrate, n, settings.calibrate_windows)
+        cal = calibrate(model, windows, cands or None, grads=any(m.calibration_grads for m in need))
+        cal.save(path)
+    if any(m.needs_retrieval for m in need) and not cal.retrieval.any():
+        cal.retrieval = retrieval_calibration(model, tokenizer, n)
+        cal.save(path)
     return cal
+
+
+RETRIEVAL_N, RETRIEVAL_PROMPTS, RETRIEVAL_SEED = 512, 6, 7  # needle prompts of the retrieval scores (never the eval's)
+
+
+def retrieval_calibration(model, tokenizer, n: int):
+    """Retrieval score per head (L, H) on ``RETRIEVAL_PROMPTS`` synthetic copy prompts of min(n, RETRIEVAL_N) tokens."""
+    from attnlab.llm.head_scan import retrieval_scores
+
+    return retrieval_scores(model, tokenizer, n=min(n, RETRIEVAL_N), count=RETRIEVAL_PROMPTS, seed=RETRIEVAL_SEED)
+
+
+def _items(text: str, option: str) -> list[str]:
+    items = [x.strip() for x in str(text).split(",") if x.strip()]
+    if not items:
+        raise UserError(f"{option}: expected at least one value, got {text!r}")
+    return items
+
+
+def parse_lengths(text: str) -> list[int]:
+    """``--lengths 2048,4096``: positive token counts (the model's context is checked once it is known)."""
+    try:
+        out = [int(x) for x in _items(text, "--lengths")]
+    except ValueError:
+        raise UserError(f"--lengths: expected a comma list of integers, got {text!r}") from None
+    if min(out) < 64:
+        raise UserError(f"--lengths: every length must be >= 64 tokens, got {min(out)}")
+    return out
+
+
+def parse_budgets(text: str) -> list[float]:
+    """``--budget 0.1,0.25``: fractions in (0, 1]."""
+    try:
+        out = [float(x) for x in _items(text, "--budget")]
+    except ValueError:
+        raise UserError(f"--budget: expected a comma list of fractions, got {text!r}") from None
+    bad = [b for b in out if not 0 < b <= 1]
+    if bad:
+        raise UserError(f"--budget: must be a fraction in (0, 1], got {bad[0]}")
+    return out
+
+
+def parse_methods(text: str) -> list[str]:
+    """``--method streaming-llm,snapkv:window=32``: registered names with their options (empty: full alone)."""
+    specs = [x.strip() for x in str(text).split(",") if x.strip()]
+    for spec in specs:
+        base, opts = parse_method(spec)
+        registry.get(base, 1.0, **opts)
+    return specs
+
+
+def parse_method(spec: str) -> tuple[str, dict]:
+    """``name`` or ``name:key=value:key=value`` → (name, options)."""
+    name, *rest = spec.split(":")
+    opts = {}
+    for item in rest:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--method {spec}: options are written name:key=value, got {item!r}")
+        opts[key.replace("-", "_")] = value
+    return name, opts
 
 
 def _method(settings: EvalSettings, name: str, budget: float):
@@ -128,7 +194,8 @@ def _method(settings: EvalSettings, name: str, budget: float):
         from attnlab.llm.methods.attnlab_plan import PlanFile
 
         return PlanFile(settings.plan)
-    return registry.get(name, budget)
+    base, opts = parse_method(name)
+    return registry.get(base, budget, **opts)
 
 
 def check_settings(settings: EvalSettings, max_len: int | None) -> None:
@@ -137,7 +204,8 @@ def check_settings(settings: EvalSettings, max_len: int | None) -> None:
     if unknown:
         raise UserError(f"--task: unknown task {unknown[0]!r} (known: {', '.join(TASKS)})")
     for name in settings.methods:
-        registry.get(name, 1.0)                                           # unknown names: one line
+        base, opts = parse_method(name)
+        registry.get(base, 1.0, **opts)                                   # unknown names and options: one line
     for b in settings.budgets:
         if not 0 < b <= 1:
             raise UserError(f"--budget: must be a fraction in (0, 1], got {b}")
@@ -151,8 +219,8 @@ def check_settings(settings: EvalSettings, max_len: int | None) -> None:
         raise UserError(f"--lengths: {max(settings.lengths)} is beyond the model's context of {max_len} tokens")
     if settings.haystack != "noise" and not Path(settings.haystack).is_file():
         raise UserError(f"--haystack {settings.haystack}: no such file (or 'noise')")
-    if any(registry.get(m, 1.0).calibrated for m in settings.methods) and not settings.calibrate:
-        need = [m for m in settings.methods if registry.get(m, 1.0).calibrated]
+    if any(_method(settings, m, 1.0).calibrated for m in settings.methods) and not settings.calibrate:
+        need = [m for m in settings.methods if _method(settings, m, 1.0).calibrated]
         raise UserError(f"--calibrate: needed by --method {', '.join(need)} (a text file the evaluation never reads)")
     for option in ("calibrate", "ppl"):
         path = getattr(settings, option)
@@ -215,7 +283,14 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
                     continue
                 if method.calibrated and cal is None:
                     cal = _calibration(model, tokenizer, settings, out, n, [m for _, _, m in runs])
-                method.prepare(model, n, cal)
+                skip_key = f"{prefix}skipped|{n}"
+                if skip_key in done:
+                    continue
+                try:
+                    method.prepare(model, n, cal)
+                except UserError as err:  # e.g. a budget below the method's cheapest plan: said in the results, the grid goes on
+                    emit({"key": skip_key, "kind": "skipped", "method": name, "budget": budget, "n": n, "reason": str(err)})
+                    continue
                 beta = method.prefill_fraction(n)
                 for t, d, s in todo:
                     if samples[(t, d, s)] is None:
@@ -238,7 +313,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
 
 def _perplexity_row(model, tokenizer, settings, method, name, budget, n, beta, key) -> dict:
     from attnlab.llm.perplexity import perplexity
-    from attnlab.llm.plan import token_windows
+    from attnlab.llm.text_windows import token_windows
 
     windows = token_windows(tokenizer, settings.ppl, n, settings.ppl_windows)
     t0 = time.perf_counter()

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from attnlab.masks import in_band
+
 __all__ = ["TokenInfo", "HeadStatistics", "DEFAULT_WS"]
 
 DEFAULT_WS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
@@ -85,7 +87,7 @@ class HeadStatistics:
             if len(self._bands) > 64:
                 self._bands.clear()
             t = torch.arange(r)[:, None] + shift
-            band = ((t - torch.arange(width)[None, :]).abs() <= w).float()
+            band = in_band(t, torch.arange(width)[None, :], w).float()
             self._bands[key] = band
         return band
 

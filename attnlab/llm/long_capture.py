@@ -2,8 +2,8 @@
 
 The model runs once over the n tokens with its attention switched to
 ``attnlab.llm.block_attention`` (rows of ``block_rows``); every block of softmax
-rows feeds ``HeadStatistics``; nothing n×n is ever held.  The result holds,
-per layer l and head h:
+rows feeds ``HeadStatistics``; nothing n×n is ever held.  The result
+(``attnlab.llm.long_attention.LongAttention``) holds, per layer l and head h:
 
 * ``profile[l, h, d + n − 1]`` — mass at relative distance d = i − j (the band profile),
   ``far_share(D)`` = share of the mass beyond distance D;
@@ -19,32 +19,27 @@ timing, memory) as JSON in its header.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import resource
 import time
 from collections import Counter
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import torch
 
 from attnlab.analysis.roles import HeadRole, RoleThresholds, is_punctuation
-from attnlab.atomic import write_atomic
 from attnlab.errors import UserError
 from attnlab.llm.block_attention import streaming
 from attnlab.llm.head_statistics import DEFAULT_WS, HeadStatistics, TokenInfo
+from attnlab.llm.long_attention import LongAttention
 from attnlab.llm.memory import check_fits, estimate_streamed, gib
-from attnlab.llm.streamed_fit import FitTable, choose, fit_table
-from attnlab.textfile import read_text_file
+from attnlab.llm.streamed_fit import fit_table
 
 __all__ = ["LongAttention", "capture_long", "token_info", "DEFAULT_NUM_POS", "default_block_rows", "layer_types"]
 
 DEFAULT_NUM_POS = (0, 1, 2, 4, 8, 16, 32, 64)
-FORMAT = "attnlab.long_attention"
 
 
 def default_block_rows(n_heads: int, n: int, budget: int = 64 * 2**20) -> int:
@@ -80,125 +75,6 @@ def layer_types(model) -> list[str]:
     return ["sliding_attention" if window else "full_attention"] * cfg.num_hidden_layers
 
 
-@dataclass
-class LongAttention:
-    """The streamed statistics of every head on one long text (module docstring)."""
-
-    name: str
-    tokens: list[str]
-    special: list[bool]
-    layers: list[int]                 # the model layers analysed (rows of every array)
-    layer_types: list[str]            # of those layers
-    sliding_window: int | None
-    profile: np.ndarray               # (L, H, 2n − 1)
-    column: np.ndarray                # (L, H, n)
-    fit: FitTable
-    roles: list[HeadRole]
-    entropy: np.ndarray               # (L, H) mean nats per row
-    block_rows: int
-    seconds: float
-    peak_bytes: int                   # peak resident memory of the process (ru_maxrss)
-    estimate_bytes: int
-    window: tuple[int, int] | None = None
-    window_maps: np.ndarray | None = None   # (L, H, b − a, b − a)
-    pool: int | None = None
-    pooled: np.ndarray | None = None        # (L, H, G, G)
-    meta: dict = field(default_factory=dict)
-
-    @property
-    def n(self) -> int:
-        return len(self.tokens)
-
-    def distance_profile(self) -> np.ndarray:
-        """Mass by distance d = i − j ≥ 0 (and the j > i side folded in, zero for causal heads): (L, H, n)."""
-        n = self.n
-        out = self.profile[..., n - 1 :].copy()
-        out[..., 1:] += self.profile[..., : n - 1][..., ::-1]
-        return out
-
-    def far_share(self, distance: int) -> np.ndarray:
-        """Share of each head's mass at distance |i − j| > ``distance``: (L, H)."""
-        d = self.distance_profile()
-        total = d.sum(-1)
-        return np.divide(d[..., distance + 1 :].sum(-1), total, out=np.zeros_like(total), where=total > 0)
-
-    def reach(self) -> np.ndarray:
-        """Largest distance |i − j| at which each head puts any mass (softmax is never 0 on an allowed key): (L, H).
-
-        A causal full-attention head reaches n − 1 (its last query sees the first key);
-        a head behind a sliding window of size W reaches W − 1 — found from the data, not the config.
-        """
-        d = self.distance_profile()
-        nz = d > 0
-        return np.where(nz.any(-1), d.shape[-1] - 1 - np.argmax(nz[..., ::-1], -1), -1)
-
-    def inferred_layer_types(self) -> list[str]:
-        """Per layer "windowed(W)" when no head reaches past distance W − 1 < n − 1, else "full" (from ``reach``)."""
-        r = self.reach().max(-1)  # (L,)
-        return [f"windowed({int(x) + 1})" if x < self.n - 1 else "full" for x in r]
-
-    def top_columns(self, k: int = 4) -> tuple[np.ndarray, np.ndarray]:
-        """The k key columns of most mass per head and their share of the head's mass: (L, H, k) each."""
-        order = np.argsort(-self.column, -1, kind="stable")[..., :k]
-        share = np.take_along_axis(self.column, order, -1) / np.maximum(self.column.sum(-1, keepdims=True), 1e-30)
-        return order, share
-
-    def choose(self, target: float = 0.95, **kw):
-        return choose(self.fit, target, **kw)
-
-    # ---------------------------------------------------------------------------------------
-    def save(self, path: str | os.PathLike) -> Path:
-        """One .safetensors file: arrays + JSON metadata (atomic)."""
-        from safetensors.numpy import save_file
-
-        arrays = {
-            "profile": self.profile.astype(np.float64), "column": self.column.astype(np.float64),
-            "fit.mass_captured": self.fit.mass_captured, "fit.l1": self.fit.l1, "fit.entries": self.fit.entries,
-            "fit.columns": self.fit.columns, "entropy": self.entropy,
-        }
-        if self.window_maps is not None:
-            arrays["window_maps"] = self.window_maps.astype(np.float32)
-        if self.pooled is not None:
-            arrays["pooled"] = self.pooled.astype(np.float32)
-        meta = {
-            "name": self.name, "tokens": self.tokens, "special": self.special, "layers": self.layers,
-            "layer_types": self.layer_types, "sliding_window": self.sliding_window, "ws": list(self.fit.ws),
-            "num_pos": list(self.fit.num_pos), "roles": [r.to_dict() for r in self.roles], "block_rows": self.block_rows,
-            "seconds": self.seconds, "peak_bytes": self.peak_bytes, "estimate_bytes": self.estimate_bytes,
-            "window": list(self.window) if self.window else None, "pool": self.pool, "meta": self.meta,
-        }
-        arrays = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
-        return write_atomic(path, lambda tmp: save_file(arrays, tmp, metadata={"format": FORMAT, "json": json.dumps(meta)}))
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> "LongAttention":
-        from safetensors import safe_open
-
-        path = Path(path)
-        if not path.is_file():
-            raise UserError(f"{path}: no such long-attention file")
-        try:
-            with safe_open(str(path), framework="numpy") as f:
-                header = f.metadata() or {}
-                if header.get("format") != FORMAT:
-                    raise UserError(f"{path}: not a long-attention file (no '{FORMAT}' header)")
-                a = {k: f.get_tensor(k) for k in f.keys()}
-            meta = json.loads(header["json"])
-        except UserError:
-            raise
-        except Exception as err:
-            raise UserError(f"{path}: not a long-attention file ({type(err).__name__}: {err})") from None
-        fit = FitTable(tuple(meta["ws"]), tuple(meta["num_pos"]), a["fit.mass_captured"], a["fit.l1"], a["fit.entries"], a["fit.columns"])
-        return cls(
-            name=meta["name"], tokens=meta["tokens"], special=meta["special"], layers=meta["layers"],
-            layer_types=meta["layer_types"], sliding_window=meta["sliding_window"], profile=a["profile"],
-            column=a["column"], fit=fit, roles=[HeadRole(**r) for r in meta["roles"]], entropy=a["entropy"],
-            block_rows=meta["block_rows"], seconds=meta["seconds"], peak_bytes=meta["peak_bytes"],
-            estimate_bytes=meta["estimate_bytes"], window=tuple(meta["window"]) if meta["window"] else None,
-            window_maps=a.get("window_maps"), pool=meta["pool"], pooled=a.get("pooled"), meta=meta["meta"],
-        )
-
-
 class _Stop(Exception):
     """Raised by the observer after the last analysed layer: the rest of the model is not run."""
 
@@ -207,20 +83,30 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _tokens(tokenizer, text: str, max_tokens: int | None, max_len: int | None) -> tuple[list[int], list[str], list[bool]]:
+def _tokens(tokenizer, text: str, max_tokens: int | None, max_len: int | None,
+            truncate: bool = False) -> tuple[list[int], list[str], list[bool], int]:
+    """Ids, tokens, special flags of ``text`` and its token count: the first ``max_tokens``; without it,
+    the first ``max_len`` when ``truncate`` (else a text longer than the context is refused)."""
     if not text or not text.strip():
         raise UserError("the text is empty: give at least one word")
     ids = list(tokenizer(text, add_special_tokens=True, verbose=False)["input_ids"])
+    total = len(ids)
+    if max_tokens is not None and max_len is not None and max_tokens > max_len:
+        raise UserError(f"--tokens {max_tokens}: longer than the model's context of {max_len}; pass --tokens {max_len} or less")
     if max_tokens is not None:
+        if len(ids) < max_tokens:
+            raise UserError(f"--file: the text has {len(ids)} tokens, fewer than --tokens {max_tokens}")
         ids = ids[:max_tokens]
+    elif truncate and max_len is not None:
+        ids = ids[:max_len]
     if max_len is not None and len(ids) > max_len:
         raise UserError(f"the text has {len(ids)} tokens, more than the model's context of {max_len}; pass fewer tokens (--tokens {max_len})")
     specials = set(tokenizer.all_special_ids)
-    return ids, tokenizer.convert_ids_to_tokens(ids), [t in specials for t in ids]
+    return ids, tokenizer.convert_ids_to_tokens(ids), [t in specials for t in ids], total
 
 
-def _lm_tokens(tokenizer, text: str, max_tokens: int | None, max_len: int) -> tuple[list[int], list[str], list[bool]]:
-    """Ids, pieces and special flags of ``text`` under an attnlab run's tokenizer (the ids its training read).
+def _lm_tokens(tokenizer, text: str, max_tokens: int | None, max_len: int, truncate: bool = False) -> tuple[list[int], list[str], list[bool], int]:
+    """Ids, pieces, special flags of ``text`` and its token count under an attnlab run's tokenizer (the ids its training read).
 
     ``max_tokens`` keeps the first tokens; it may not exceed ``max_len`` nor the text.  Without it the
     text must fit in ``max_len``.  ``UserError`` (one line) otherwise.
@@ -232,15 +118,18 @@ def _lm_tokens(tokenizer, text: str, max_tokens: int | None, max_len: int) -> tu
     ids = tokenizer.encode(text)  # the ids training read (attnlab.data.text.encode_text gives the same, tested there)
     if len(ids) < 2:
         raise UserError("--file: the text gives fewer than 2 tokens")
+    total = len(ids)
     if max_tokens is not None:
         if len(ids) < max_tokens:
             raise UserError(f"--file: the text has {len(ids)} tokens, fewer than --tokens {max_tokens}")
         ids = ids[:max_tokens]
     elif len(ids) > max_len:
-        raise UserError(f"the text has {len(ids)} tokens, more than the run's max_len of {max_len}; pass --tokens {max_len}")
+        if not truncate:
+            raise UserError(f"the text has {len(ids)} tokens, more than the run's max_len of {max_len}; pass --tokens {max_len}")
+        ids = ids[:max_len]
     ids = [int(i) for i in ids]
     specials = {tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id}
-    return ids, [tokenizer.id_to_piece(i) for i in ids], [i in specials for i in ids]
+    return ids, [tokenizer.id_to_piece(i) for i in ids], [i in specials for i in ids], total
 
 
 def _as_lm(model, tokenizer, name):
@@ -316,6 +205,7 @@ def capture_long(
     memory_limit: int | None = None,
     thresholds: RoleThresholds = RoleThresholds(),
     name: str | None = None,
+    truncate: bool = False,
 ) -> LongAttention:
     """Streamed statistics of every head of ``model`` on ``text`` (module docstring).
 
@@ -329,7 +219,9 @@ def capture_long(
     ``max_tokens`` keeps the first tokens; ``layers`` analyses only those
     layers (the model stops after the last); ``rows=(a, b)`` keeps the exact
     maps of rows a:b over keys a:b; ``pool`` keeps pooled maps of groups of
-    ``pool`` tokens ("auto": at most 256 groups).  Raises ``UserError`` (one line) when the input is
+    ``pool`` tokens ("auto": at most 256 groups).  Without ``max_tokens``,
+    ``truncate`` keeps the first context-length tokens of a longer text
+    (``meta["truncated_from"]``: the text's token count).  Raises ``UserError`` (one line) when the input is
     longer than the model's context or would not fit in memory
     (``memory_limit`` bytes, default: available now), and when the allocator
     fails during the run.
@@ -342,7 +234,7 @@ def capture_long(
         cfg = model.cfg
         L_all, H = cfg.layers, cfg.heads
         model.eval()
-        ids, tokens, special = _lm_tokens(tokenizer, text, max_tokens, cfg.max_len)
+        ids, tokens, special, total = _lm_tokens(tokenizer, text, max_tokens, cfg.max_len, truncate)
     else:
         if isinstance(model, (str, os.PathLike)):
             name = name or str(model)
@@ -351,7 +243,7 @@ def capture_long(
             raise ValueError("tokenizer: needed when model is a loaded model")
         name = name or type(model).__name__
         model.eval()
-        ids, tokens, special = _tokens(tokenizer, text, max_tokens, model_max_len(model))
+        ids, tokens, special, total = _tokens(tokenizer, text, max_tokens, model_max_len(model), truncate)
         cfg = getattr(model.config, "text_config", None) or model.config
         L_all, H = cfg.num_hidden_layers, cfg.num_attention_heads
     n = len(ids)
@@ -405,6 +297,8 @@ def capture_long(
     profile, column, in_band = stats.profile.numpy(), stats.column.numpy(), stats.in_band.numpy()
     fit = fit_table(profile, column, in_band, stats.ws, num_pos)
     meta = {"class": type(model).__name__}
+    if max_tokens is None and total > n:  # truncate: the first context-length tokens of a longer text
+        meta["truncated_from"] = total
     if lm is not None:  # per layer its mechanism ("structured_attention", ...): no sliding window in the config
         types = [f"{block.self_attn.mechanism.name}_attention" for block in model.blocks]
         window = None
@@ -426,14 +320,6 @@ def capture_long(
         pool=stats.pool, pooled=pooled,
         meta={**meta, "threads": torch.get_num_threads(), "n": n, "cpu_seconds": round(cpu_seconds, 1)},
     )
-
-
-def read_text(path: str | os.PathLike) -> str:
-    """The text of ``--file`` (``attnlab.textfile``: UTF-8, plain or gzip; binary or empty refused)."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"--file: {path} does not exist")
-    return read_text_file(path)
 
 
 def parse_layers(text: str | None) -> list[int] | None:

@@ -18,6 +18,8 @@ import math
 
 import torch
 
+from attnlab.masks import hidden
+
 __all__ = ["NAME", "ROW_BLOCK", "topk_attention", "apply_oracle"]
 
 NAME = "attnlab-oracle"
@@ -39,10 +41,7 @@ def topk_attention(q, k, v, scaling: float, beta: float, window: int | None = No
         i1 = min(n, i0 + ROW_BLOCK)
         i = torch.arange(i0, i1, device=q.device)[:, None]
         s = (q[:, :, i0:i1] @ k[:, :, :i1].transpose(-1, -2)) * scaling                  # (B, H, r, i1)
-        far = j[None, :i1] > i
-        if window is not None:
-            far = far | (i - j[None, :i1] >= window)
-        s = s.masked_fill(far, float("-inf"))
+        s = s.masked_fill(hidden(i, j[None, :i1], window), float("-inf"))
         kk = row_budget(beta, i[:, 0])                                                     # (r,)
         top = torch.topk(s, int(kk.max()), dim=-1)                                         # (B, H, r, kmax)
         keep_rank = torch.arange(top.values.shape[-1], device=q.device)[None, :] < kk[:, None]   # (r, kmax)

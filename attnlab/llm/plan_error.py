@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import torch
 
+from attnlab.masks import hidden
+
 __all__ = ["sample_rows", "projection_factor", "head_gradients", "option_errors"]
 
 
@@ -89,9 +91,7 @@ def option_errors(q, k, v, scaling: float, est_scores, rows, w_grid, g_grid, sin
     vp = torch.einsum("hnd,hed->hne", v.double(), U.double())                     # (H, n, d) v'_j = U_h v_j
     j = torch.arange(n)
     s = (q[:, rows].double() @ k.double().transpose(-1, -2)) * scaling             # (H, R, n)
-    far = j[None, :] > rows[:, None]                                                  # (R, n) the model's own mask
-    if sliding is not None:
-        far |= rows[:, None] - j[None, :] >= sliding
+    far = hidden(rows[:, None], j[None, :], sliding)                                  # (R, n) the model's own mask
     s = s.masked_fill(far[None], float("-inf"))
     e = torch.exp(s - s.amax(-1, keepdim=True))                                     # (H, R, n), 0 beyond the diagonal
     p = torch.zeros(H, R, n, dtype=torch.float64) if u is None else u.double() @ v.double().transpose(-1, -2)  # (H, R, n) u_hi · v_j

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from attnlab.masks import causal as is_causal
+
 
 @dataclass(frozen=True)
 class Mask:
@@ -27,7 +29,7 @@ class Mask:
         if self.causal:
             i = torch.arange(n, device=device)[:, None]
             j = torch.arange(m, device=device)[None, :]
-            out = (j <= i)[None, None]  # (1, 1, n, m)
+            out = is_causal(i, j)[None, None]  # (1, 1, n, m)
         if self.key_keep is not None:
             keep = self.key_keep[:, None, None, :]  # (B, 1, 1, m)
             out = keep if out is None else out & keep

@@ -21,7 +21,7 @@ import torch
 
 from attnlab.config import ModelConfig, TrainConfig
 from attnlab.data import Tokenizer
-from attnlab.data.text import TextStream, encode_text, load_text, random_windows, read_text, text_files
+from attnlab.data.text import TextStream, encode_text, load_text, random_windows, read_text, shared_files
 from attnlab.errors import UserError
 from attnlab.train.perplexity import evaluate_lm
 
@@ -87,8 +87,7 @@ def prepare_text_examples(
     if len(train) < context + 1:
         raise UserError(f"--data {train_cfg.data}: {len(train)} tokens, fewer than --context + 1 = {context + 1}")
     try:
-        text_files(train_cfg.data, "dev")
-        has_dev = True
+        has_dev = not shared_files(train_cfg.data, "dev", train_cfg.data)  # one file for every split: no dev text
     except UserError:  # no dev text next to the training text
         has_dev = False
     dev = load_text(train_cfg.data, "dev", tokenizer) if has_dev else None  # a bad dev file is an error

@@ -1,12 +1,22 @@
-"""attnlab's per-head plan: band + columns per head, chosen by a knapsack over calibrated option errors.
+"""attnlab's per-head plan: band + columns per head, chosen by a knapsack over calibrated options.
 
     plan[l][h] = FULL | B_{w_lh} ∪ (rows × (T_fixed ∪ T_dyn(x)))   with Σ entries ≤ β·L·H·n(n+1)/2,
 
-chosen by ``attnlab.llm.plan.choose_plan`` (the output-error rule when the calibration holds option
-errors, the captured-mass rule otherwise).  ``PlanFile`` runs a plan saved by ``attnlab plan``.
+chosen by ``attnlab.llm.selection.choose_plan`` from a table of the calibration:
+
+    attnlab            the default: ``err-rel`` when the calibration holds option errors, else ``fit``
+    attnlab-mass       ``fit``: maximise the captured mass μ_h(w, g) with the exact fit's columns
+    attnlab-est        ``est``: the same with the columns an input gets at run time
+    attnlab-err        ``err``: minimise Σ_h ε_h, ε_h = mean_i ‖W_h (o_S,i − o_i)‖²
+    attnlab-err-rel    ``err-rel``: ε_h of layer l divided by mean ‖x‖² of its residual stream
+    attnlab-err-grad   ``err-grad``: ε_h of layer l times mean ‖∂L/∂x‖² (needs the loss gradients)
+    attnlab-delta      ``delta``: minimise Σ_h (g_i · W_h (o_S,i − o_i))² (needs the loss gradients)
+
+``PlanFile`` runs a plan saved by ``attnlab plan``.
 """
 
-from attnlab.errors import UserError
+import warnings
+
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import PlanMethod
 
@@ -15,13 +25,32 @@ from attnlab.llm.methods.base import PlanMethod
 class AttnlabPlan(PlanMethod):
     name = "attnlab"
     calibrated = True
+    table: str | None = None      # ``choose_plan``'s table (None: its default)
     prefill = "per head its planned support (band w_h + sink columns + per-input columns), some heads full"
     decoding = "the cache keeps, per KV head, the keys its heads can still read (band + columns)"
 
     def make_plan(self, model, n, calibration):
-        from attnlab.llm.plan import choose_plan
+        from attnlab.llm.selection import choose_plan
 
-        return choose_plan(calibration, self.budget)
+        if self.table is None:
+            if not (calibration.err_rows and calibration.err.any()):
+                warnings.warn(f"calibration n={calibration.n} holds no option errors (made before them): {self.name} uses "
+                              "the mass rule; recalibrate for the output-error rule", stacklevel=2)
+            return choose_plan(calibration, self.budget)
+        return choose_plan(calibration, self.budget, table=self.table, method=self.name)
+
+
+def _variant(table: str, grads: bool = False) -> type[AttnlabPlan]:
+    """The attnlab plan chosen by one table of ``choose_plan`` (a study of the rule; not run by default)."""
+    name = "attnlab-mass" if table == "fit" else f"attnlab-{table}"
+    cls = type(name.replace("-", "_"), (AttnlabPlan,),
+               {"name": name, "table": table, "calibration_grads": grads, "default_run": False, "__module__": __name__,
+                "__doc__": f"attnlab's plan chosen by choose_plan(table={table!r})."})
+    return register(cls)
+
+
+for _table, _grads in (("fit", False), ("est", False), ("err", False), ("err-rel", False), ("err-grad", True), ("delta", True)):
+    _variant(_table, _grads)
 
 
 class PlanFile(PlanMethod):
@@ -39,10 +68,7 @@ class PlanFile(PlanMethod):
         super().__init__(self.file_plan.budget if 0 < self.file_plan.budget <= 1 else 1.0)
 
     def make_plan(self, model, n, calibration):
-        self.file_plan.check(model, name=f"--plan {self.path}")
-        if self.file_plan.n and self.file_plan.n != n:
-            raise UserError(f"--plan {self.path}: made for n = {self.file_plan.n}, run at n = {n}")
-        return self.file_plan
+        return self.file_plan.check(model, name=f"--plan {self.path}", n=n)   # another model or another length: refused
 
     def describe(self) -> dict:
         return {**super().describe(), "method": f"plan:{self.file_plan.method}", "file": self.path}

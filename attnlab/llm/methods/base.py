@@ -38,7 +38,9 @@ class Method:
     prefill: ClassVar[str] = ""        # one sentence: which entries each prompt query reads
     decoding: ClassVar[str] = ""       # one sentence: what the cache keeps, what a new token reads
     calibrated: ClassVar[bool] = False  # needs calibration text (``prepare(..., calibration=...)``)
+    needs_retrieval: ClassVar[bool] = False  # needs the calibration's retrieval scores (``Calibration.retrieval``)
     options: ClassVar[dict[str, tuple[type, float, float]]] = {}  # option → (type, lo, hi), checked by __init__
+    default_run: ClassVar[bool] = True  # run when a benchmark is not told which methods (variants and bounds: False)
 
     def __init__(self, budget: float = 1.0, **options: Any):
         if not (isinstance(budget, (int, float)) and 0 < budget <= 1):
@@ -64,10 +66,26 @@ class Method:
     # ---- per length ---------------------------------------------------------------------------
     def prepare(self, model, n: int, calibration=None) -> None:
         """Make what the method needs at prompt length n (a plan, gates, …).  ``calibration``: a
-        ``plan.Calibration`` at length n, required when ``calibrated``."""
+        ``calibration.Calibration`` at length n, required when ``calibrated``."""
         if self.calibrated and calibration is None:
             raise UserError(f"--method {self.name}: needs calibration text (--calibrate FILE)")
         self.n = n
+
+    # ---- what calibration must measure, and the plan file it gives ------------------------------
+    calibration_grads: ClassVar[bool] = False  # the calibration also needs the loss gradients (``calibrate(grads=True)``)
+
+    def calibration_candidates(self, shape: dict, n: int) -> list[tuple[int, int, int]] | None:
+        """Extra (w, fixed columns, dynamic columns) options the calibration must measure (MInference's)."""
+        return None
+
+    def make_plan(self, model, n: int, calibration):
+        """The ``plan.Plan`` this method runs at length n (``attnlab plan`` writes it); a method without one refuses."""
+        raise UserError(f"--method {self.name}: runs without a plan file (it is applied directly, not through `attnlab plan`)")
+
+    @classmethod
+    def writes_plan(cls) -> bool:
+        """Whether the method has a plan file (it defines ``make_plan``)."""
+        return cls.make_plan is not Method.make_plan
 
     # ---- running ----------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -110,13 +128,6 @@ class PlanMethod(Method):
     (``kv_cache.PlanCache``) keeps, per KV head, the keys its query heads can still read.
     """
 
-    def make_plan(self, model, n: int, calibration):
-        raise NotImplementedError
-
-    def calibration_candidates(self, shape: dict, n: int) -> list[tuple[int, int, int]] | None:
-        """Extra (w, fixed columns, dynamic columns) options the calibration must measure (MInference's)."""
-        return None
-
     def prepare(self, model, n: int, calibration=None) -> None:
         super().prepare(model, n, calibration)
         self.plan = self.make_plan(model, n, calibration)
@@ -124,16 +135,16 @@ class PlanMethod(Method):
     def _install(self, model) -> None:
         from attnlab.llm.attention import apply_plan
 
+        self._previous = getattr(model, "attnlab_plan", None)   # a plan the model ran before: put back on exit
         apply_plan(model, self.plan)
 
     def _uninstall(self, model) -> None:
-        from attnlab.llm.attention import attention_modules
+        from attnlab.llm.attention import apply_plan, remove_plan
 
-        for mod in attention_modules(model):
-            if hasattr(mod, "attnlab_layer"):
-                del mod.attnlab_layer
-        if hasattr(model, "attnlab_plan"):
-            del model.attnlab_plan
+        remove_plan(model)
+        if getattr(self, "_previous", None) is not None:
+            apply_plan(model, self._previous)
+            self._previous = None
 
     def new_cache(self, model):
         from attnlab.llm.kv_cache import PlanCache

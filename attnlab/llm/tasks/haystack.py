@@ -34,7 +34,7 @@ class Haystack:
 
     @classmethod
     def file(cls, tokenizer, path: str | Path, max_tokens: int | None = None) -> "Haystack":
-        from attnlab.llm.long_capture import read_text
+        from attnlab.llm.text_windows import read_text
 
         text = "\n" + "\n".join(read_text(Path(path)).splitlines())
         if max_tokens:  # tokenise only what the longest prompt can use (≈ 8 characters a token at most)

@@ -11,6 +11,7 @@ whether query ``q_idx`` of batch ``b``, head ``h`` may attend to key
     random_(R, c)      j ∈ R_{⌊i/c⌋}                     (r random keys per query block, BigBird)
     causal()           j ≤ i
 
+The predicates themselves (causal, window, band) and ``MaskMod`` are ``attnlab.masks``.
 The structured support (band with offset ∪ key columns, per head) is
 ``attnlab.support.Support(...).mask_mod()``: ``band(w)`` is built from it, and
 the ``global``, ``bigbird`` and ``structured`` mechanisms draw their band ∪ key
@@ -27,53 +28,13 @@ also run element by element under FlexAttention's vmap.
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 from torch import Tensor
 
+from attnlab.masks import MaskMod, Predicate, causal as is_causal, in_band
 from attnlab.support import Support, check_num_pos, check_w
 
-Predicate = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
-
-
-class MaskMod:
-    """A named predicate ``(b, h, q_idx, kv_idx) -> bool`` with ``|`` and ``&``."""
-
-    def __init__(self, fn: Predicate, name: str):
-        self.fn = fn
-        self.name = name
-
-    def __call__(self, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        return self.fn(b, h, q_idx, kv_idx)
-
-    def __or__(self, other: "MaskMod") -> "MaskMod":
-        f, g = self.fn, other.fn
-        return MaskMod(lambda b, h, q, kv: f(b, h, q, kv) | g(b, h, q, kv), f"({self.name} | {other.name})")
-
-    def __and__(self, other: "MaskMod") -> "MaskMod":
-        f, g = self.fn, other.fn
-        return MaskMod(lambda b, h, q, kv: f(b, h, q, kv) & g(b, h, q, kv), f"({self.name} & {other.name})")
-
-    def __repr__(self) -> str:
-        return f"MaskMod({self.name})"
-
-    def dense(self, B: int, H: int, n: int, m: int, device: torch.device | str | None = None) -> Tensor:
-        """The boolean matrix allowed[b, h, i, j] = mask_mod(b, h, i, j), shape (B, H, n, m)."""
-        b = torch.arange(B, device=device)[:, None, None, None]
-        h = torch.arange(H, device=device)[None, :, None, None]
-        q_idx = torch.arange(n, device=device)[None, None, :, None]
-        kv_idx = torch.arange(m, device=device)[None, None, None, :]
-        return self.fn(b, h, q_idx, kv_idx).expand(B, H, n, m)
-
-    def rows(self, B: int, H: int, i0: int, i1: int, m: int, device: torch.device | str | None = None) -> Tensor:
-        """Rows i0:i1 of ``dense(B, H, n, m)`` without the others: (B, H, i1 − i0, m) (block-wise capture)."""
-        b = torch.arange(B, device=device)[:, None, None, None]
-        h = torch.arange(H, device=device)[None, :, None, None]
-        q_idx = torch.arange(i0, i1, device=device)[None, None, :, None]
-        kv_idx = torch.arange(m, device=device)[None, None, None, :]
-        return self.fn(b, h, q_idx, kv_idx).expand(B, H, i1 - i0, m)
-
+__all__ = ["MaskMod", "Predicate", "band", "causal", "global_", "global_rows", "padding", "random_", "random_table"]
 
 def band(w: int, dilation: int = 1) -> MaskMod:
     """|i − j| ≤ w·δ and δ divides j − i (δ = dilation; δ = 1 is the plain band)."""
@@ -83,7 +44,7 @@ def band(w: int, dilation: int = 1) -> MaskMod:
     if dilation == 1:
         return MaskMod(Support(w=w).mask_mod().fn, f"band({w})")  # S = B_w
     return MaskMod(
-        lambda b, h, q, kv: ((q - kv).abs() <= w * dilation) & ((q - kv).remainder(dilation) == 0),
+        lambda b, h, q, kv: in_band(q, kv, w * dilation) & ((q - kv).remainder(dilation) == 0),
         f"band({w}, dilation={dilation})",
     )
 
@@ -121,7 +82,7 @@ def random_table(n: int, m: int, r: int, block: int, seed: int) -> Tensor:
 
 def causal() -> MaskMod:
     """j ≤ i."""
-    return MaskMod(lambda b, h, q, kv: kv <= q, "causal")
+    return MaskMod(lambda b, h, q, kv: is_causal(q, kv), "causal")
 
 
 def padding(key_keep: Tensor) -> MaskMod:

@@ -44,6 +44,7 @@ from attnlab.nn.mechanisms.sliding_window import kernel_chunk, sliding_window_at
 from attnlab.nn.mechanisms.sparse import scaled_scores
 from attnlab.nn.softmax import masked_softmax
 from attnlab.nn.mechanisms.mask_mods import MaskMod
+from attnlab.masks import hidden
 from attnlab.support import Support, band_of, check_num_pos, check_w
 
 COLUMN_MODES = ("fixed", "learned")
@@ -115,7 +116,7 @@ class Structured(Mechanism):
                 i = torch.arange(i0, min(n, i0 + RESIDUAL_BLOCK), device=q.device)[:, None]
                 out = band_of(i.shape[0], m, self.w, i0 + self.offset, like=q) | is_col  # (·, ·, b, m) already in S: rows i0… of the band
                 if mask.causal:
-                    out = out | (j > i)
+                    out = out | hidden(i, j)
                 if mask.key_keep is not None:
                     out = out | ~mask.key_keep[:, None, None, :]
                 scores = scaled_scores(q[:, :, i0 : i0 + i.shape[0]], k).masked_fill(out, float("-inf"))
