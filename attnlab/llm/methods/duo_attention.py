@@ -26,6 +26,7 @@ from attnlab.llm.methods.base import PlanMethod
 @register
 class DuoAttention(PlanMethod):
     name = "duo-attention"
+    default_run = False  # needs a gate file (option ``gates``), which a benchmark run without options has not
     prefill = "retrieval heads (largest learned gates) read every causal entry; streaming heads sinks + recent tokens"
     decoding = "retrieval heads keep and read the whole cache; streaming heads keep the sinks + recent tokens"
     options = {"gates": (str, "", "\U0010ffff"), "threshold": (float, 0.0, 1.0), "sinks": (int, 1, 1 << 20),
