@@ -7,7 +7,7 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test env clean
+.PHONY: demo test env clean reference-env
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,6 +28,11 @@ test: $(STAMP)
 	@skip="$${ATTNLAB_SKIP_BROWSER:-$$(sh .ci/browser-setup)}"; \
 	if [ -n "$$skip" ] && [ "$$skip" != 0 ]; then echo "attnlab: browser tests will be skipped: $$skip"; fi; \
 	ATTNLAB_SKIP_BROWSER="$$skip" $(BIN)/python -m pytest tests
+
+# kvpress (NVIDIA), the reference for SnapKV and StreamingLLM, pins an older transformers:
+# its own environment .venv-kvpress (tests/test_llm_kvpress_reference.py uses it where present)
+reference-env:
+	$(PY) benchmarks/kvpress_reference.py --setup
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

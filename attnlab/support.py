@@ -1,8 +1,10 @@
 """The structured support S: a shifted band, a few key columns, a sparse residual — defined once.
 
-    S = B_{w,o} ∪ (rows × T) ∪ R,
+    S = B_{w,o} ∪ (rows × T) ∪ D ∪ R,
     B_{w,o} = {(i, j) : |j − i − o| ≤ w}          band of half-width w, diagonal offset o
     rows × T = {(i, j) : j ∈ T},  |T| ≤ num_pos    key columns (sinks, rare tokens, positions)
+    D = {(i, j) : j − i ∈ Δ}                       single diagonals at any offsets Δ (MInference's slash
+                                                   lines; the thesis's I_n P with P a shift)
     R                                              residual: s further entries (per row or per head)
 
 This is the thesis's ``I_n P + Ẽ`` written as a set of entries: the band and
@@ -39,9 +41,10 @@ import torch
 
 from attnlab.masks import MaskMod, in_band
 
-__all__ = ["FULL", "Support", "band_of", "check_num_pos", "check_w", "column_mask", "top_columns"]
+__all__ = ["FULL", "NO_DIAGONAL", "Support", "diagonal_mask", "band_of", "check_num_pos", "check_w", "column_mask", "top_columns"]
 
 FULL = -1  # w = FULL: the head keeps every entry of its rows (an untouched / "full" head)
+NO_DIAGONAL = 1 << 40  # an empty diagonal slot: an offset no key of any real input lies on
 
 
 def _ns(*xs: Any):
@@ -123,6 +126,14 @@ def top_columns(c, num_pos):
     return xp.where(keep, order, -1)
 
 
+def diagonal_mask(diagonals, n: int, m: int):
+    """D: ``(..., n, m)`` bool, j − i ∈ Δ, from ``diagonals`` ``(..., s)`` (``NO_DIAGONAL`` slots hold nothing)."""
+    xp = _ns(diagonals)
+    dev = {"device": diagonals.device} if xp is torch else {}
+    d = xp.arange(m, **dev)[None, :] - xp.arange(n, **dev)[:, None]  # (n, m): j − i
+    return (d[..., None] == diagonals[..., None, None, :]).any(-1)
+
+
 @dataclass(frozen=True)
 class Support:
     """S = B_{w,o} ∪ (rows × T) ∪ R for one head or a batch of heads (module docstring).
@@ -130,6 +141,7 @@ class Support:
     w:        int or ``(...)``; ``FULL`` (−1) for a full head.
     offset:   int or ``(...)``: the band is |j − i − o| ≤ w.
     columns:  ``(..., g)`` key positions T; −1: empty slot.  Fixed positions (sinks) or the fit's choice.
+    diagonals: ``(..., s)`` offsets Δ of single diagonals j − i = δ; ``NO_DIAGONAL``: empty slot.
     residual: s, the number of extra entries per row chosen from the scores at run time
               (``structured`` mechanism, LLM plans); the fit's residual is explicit, ``dense(residual=...)``.
     """
@@ -138,6 +150,7 @@ class Support:
     offset: Any = 0
     columns: Any = field(default_factory=lambda: np.zeros((0,), dtype=np.int64))
     residual: int = 0
+    diagonals: Any = field(default_factory=lambda: np.zeros((0,), dtype=np.int64))
 
     @classmethod
     def full(cls) -> "Support":
@@ -159,6 +172,8 @@ class Support:
     def dense(self, n: int, m: int, residual=None):
         """1[(i, j) ∈ S]: ``(..., n, m)`` bool; ``residual``: explicit R, bool broadcastable to it."""
         s = self.band(n, m) | self.column_mask(m)[..., None, :]
+        if self.diagonals.shape[-1]:
+            s = s | diagonal_mask(self.diagonals, n, m)
         return s if residual is None else s | residual
 
     def entries(self, n: int, m: int | None = None, allowed=None) -> Any:
@@ -171,14 +186,15 @@ class Support:
         return count + self.residual * n if self.residual else count
 
     def mask_mod(self):
-        """The FlexAttention predicate ``(b, h, q_idx, kv_idx) -> bool`` of band ∪ columns (torch).
+        """The FlexAttention predicate ``(b, h, q_idx, kv_idx) -> bool`` of band ∪ columns ∪ diagonals (torch).
 
-        Per-head ``w``, ``offset`` of shape ``(H,)`` and ``columns`` of shape ``(H, g)`` or
+        Per-head ``w``, ``offset`` of shape ``(H,)`` and ``columns`` / ``diagonals`` of shape ``(H, g)`` or
         ``(B, H, g)`` are indexed by ``h`` (and ``b``); the residual is data-dependent and not included.
         """
         w = torch.as_tensor(self.w, dtype=torch.long)
         o = torch.as_tensor(self.offset, dtype=torch.long)
         cols = torch.as_tensor(self.columns, dtype=torch.long)
+        diags = torch.as_tensor(self.diagonals, dtype=torch.long)
 
         def per_head(x: torch.Tensor, b, h):
             if x.dim() == 0:
@@ -193,6 +209,11 @@ class Support:
                 c_h = c if c.dim() == 1 else (c[h] if c.dim() == 2 else c[b, h])  # (..., g)
                 for t in range(c_h.shape[-1]):  # g slots, unrolled: FlexAttention's compiler lowers no reduction here
                     ok = ok | (c_h[..., t] == kv)
+            if diags.shape[-1]:
+                d = diags.to(q.device)
+                d_h = d if d.dim() == 1 else (d[h] if d.dim() == 2 else d[b, h])  # (..., s)
+                for t in range(d_h.shape[-1]):
+                    ok = ok | (d_h[..., t] == kv - q)
             return ok
 
         return MaskMod(fn, f"support(w={self.w}, offset={self.offset}, g={self.num_pos})")
@@ -211,16 +232,45 @@ class Support:
         cols = torch.as_tensor(self.columns, dtype=torch.long)
         return (cols >= 0)[..., None, None, :]
 
+    def kernel_diagonal_extras(self, n: int, m: int, chunk: int):
+        """The diagonals as the chunked kernel's extra keys, one per (diagonal, query) of each chunk.
+
+            slot x·c + a of chunk t:  key j = t·c + a + δ_x, owned by query a of the chunk only
+        Returns ``extra_idx`` ``(…, T, s·c)`` (clamped into [0, m)), ``extra_own`` ``(1, 1, 1, c, s·c)``
+        (query a owns the slots x·c + a) and ``extra_logit`` ``(…, T, s·c)``: 0, or −1e30 where j falls
+        outside [0, m) or on a key ``columns`` already holds (each entry is read once).
+        """
+        from attnlab.nn.mechanisms.sliding_window import NEG_INF
+
+        diags = torch.as_tensor(self.diagonals, dtype=torch.long)                       # (…, s)
+        T, s, c = -(-n // chunk), diags.shape[-1], chunk
+        i = torch.arange(T * c, device=diags.device).view(T, 1, c)                        # (T, 1, c): query t·c + a
+        j = i + diags[..., None, :, None]                                                 # (…, T, s, c)
+        bad = (j < 0) | (j >= m) | (i >= n)
+        idx = j.clamp(0, m - 1)
+        if self.columns.shape[-1]:
+            cols = torch.as_tensor(self.columns, dtype=torch.long, device=diags.device)
+            held = column_mask(cols, m)                                                   # (…, m)
+            bad = bad | torch.gather(held[..., None, :].expand(*held.shape[:-1], T, m), -1,
+                                     idx.flatten(-2)).view(idx.shape)
+        idx, bad = idx.flatten(-2), bad.flatten(-2)                                       # (…, T, s·c)
+        own = torch.eye(c, dtype=torch.bool, device=diags.device).repeat(1, s).view(1, 1, 1, c, s * c)
+        logit = torch.zeros(bad.shape, dtype=torch.float32, device=diags.device).masked_fill_(bad, NEG_INF)
+        return idx, own, logit
+
     def to_dict(self) -> dict:
-        """A plain (JSON/TOML) form: lists for arrays."""
+        """A plain (JSON/TOML) form: lists for arrays (``diagonals`` only when there are some)."""
         def plain(x):
             return x.tolist() if hasattr(x, "tolist") else x
 
-        return {"w": plain(self.w), "offset": plain(self.offset), "columns": plain(self.columns), "residual": int(self.residual)}
+        d = {"w": plain(self.w), "offset": plain(self.offset), "columns": plain(self.columns), "residual": int(self.residual)}
+        if self.diagonals.shape[-1]:
+            d["diagonals"] = plain(self.diagonals)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Support":
-        unknown = set(d) - {"w", "offset", "columns", "residual"}
+        unknown = set(d) - {"w", "offset", "columns", "residual", "diagonals"}
         if unknown:
             raise ValueError(f"support: unknown field(s) {sorted(unknown)}")
         return cls(
@@ -228,4 +278,5 @@ class Support:
             offset=np.asarray(d.get("offset", 0), dtype=np.int64) if not isinstance(d.get("offset", 0), int) else d.get("offset", 0),
             columns=np.asarray(d.get("columns", []), dtype=np.int64),
             residual=int(d.get("residual", 0)),
+            diagonals=np.asarray(d.get("diagonals", []), dtype=np.int64),
         )

@@ -81,13 +81,20 @@ SMALL = {"attnlab-retrieval": {"retrieval_heads": 2}}   # options that fit the t
 
 
 @pytest.mark.parametrize("name", methods.names())
-def test_applied_restores_the_model(loaded, name):
+def test_applied_restores_the_model(loaded, name, tmp_path):
     model, ids, cal = loaded
     x = ids[0]
     with torch.no_grad():
         ref = model(x).logits
     before = model.config._attn_implementation
-    m = methods.get(name, 0.5, **SMALL.get(name, {}))
+    opts = dict(SMALL.get(name, {}))
+    if name == "duo-attention":                       # learned gates: a file of the model's shape
+        from attnlab.llm.duo_training import GateTraining, save_gates
+
+        shape = model_shape(model)
+        save_gates(tmp_path / "g.safetensors", torch.rand(shape["num_layers"], shape["num_kv_heads"]), "tiny", GateTraining())
+        opts = {"gates": str(tmp_path / "g.safetensors"), "sinks": 2, "recent": 8}
+    m = methods.get(name, 0.5, **opts)
     m.prepare(model, N, cal if m.calibrated else None)
     with torch.no_grad(), m.applied(model):
         inside = model(x).logits

@@ -1,22 +1,75 @@
-"""DuoAttention as attnlab ran it in round 2: heads ranked by the error of a sink + window fit.
+"""DuoAttention (Xiao et al. 2024, "DuoAttention: Efficient Long-Context LLM Inference with Retrieval and Streaming Heads").
 
-The heads whose sink + window fit loses the most mass on calibration text stay full; the others keep
-4 sinks + a window (``attnlab.llm.baselines.duo_attention``).  The published method learns a gate
-per KV head instead (see the methods issue).
+Each KV head g of layer l has a learned gate α_{l,g} ∈ [0, 1] (``attnlab.llm.duo_training.train_gates``,
+as the repository's ``duo_attn/train.py``).  At deployment the heads of largest gate are retrieval
+heads, full in both phases; the others are streaming heads, sinks + recent tokens in both phases:
+
+    retrieval:  S_h(i) = {j ≤ i},                               K(t) = every token
+    streaming:  S_h(i) = {j < sinks} ∪ {i − recent < j ≤ i},    K(t) = the sinks + the last recent − 1 tokens
+    R = {g : α_g > threshold}                     (option ``threshold``, the repository's deploy rule), or
+    R = the largest prefix of the heads sorted by α whose plan keeps ≤ β of the prefill entries.
+
+Options: ``gates`` (the safetensors file, shape (layers, KV heads) — checked against the model),
+``sinks`` (16) and ``recent`` (64): the repository deploys 64 + 256 at 32K+ tokens; attnlab's prompts
+are 2K-32K, so the defaults are scaled down (set them for longer prompts).
 """
 
+from __future__ import annotations
+
+import numpy as np
+
+from attnlab.errors import UserError
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import PlanMethod
 
 
 @register
-class DuoAttentionFit(PlanMethod):
+class DuoAttention(PlanMethod):
     name = "duo-attention"
-    calibrated = True
-    prefill = "retrieval heads (largest sink+window fit error) full; streaming heads 4 sinks + window"
-    decoding = "retrieval heads keep the whole cache; streaming heads the sinks + window"
+    default_run = False  # needs a gate file (option ``gates``), which a benchmark run without options has not
+    prefill = "retrieval heads (largest learned gates) read every causal entry; streaming heads sinks + recent tokens"
+    decoding = "retrieval heads keep and read the whole cache; streaming heads keep the sinks + recent tokens"
+    options = {"gates": (str, "", "\U0010ffff"), "threshold": (float, 0.0, 1.0), "sinks": (int, 1, 1 << 20),
+               "recent": (int, 1, 1 << 24)}
+
+    def __init__(self, budget: float = 1.0, **options):
+        super().__init__(budget, **options)
+        self.sinks = int(self.opts.get("sinks", 16))
+        self.recent = int(self.opts.get("recent", 64))
 
     def make_plan(self, model, n, calibration):
-        from attnlab.llm import baselines
+        from attnlab.llm.duo_training import load_gates
+        from attnlab.llm.plan import HeadPlan, Plan, model_shape
+        from attnlab.support import Support
 
-        return baselines.duo_attention(calibration, self.budget)
+        if not self.opts.get("gates"):
+            raise UserError("--option gates: duo-attention needs a gate file (train one: python benchmarks/duo_attention_train.py)")
+        shape = model_shape(model)
+        gates = load_gates(self.opts["gates"], shape).numpy()                             # (L, H_kv)
+        L, H, H_kv = shape["num_layers"], shape["num_heads"], shape["num_kv_heads"]
+        r = H // H_kv
+        stream = HeadPlan(Support(w=self.recent - 1, columns=np.arange(self.sinks)))
+
+        def plan(full: set) -> Plan:
+            heads = [[HeadPlan.full() if (l, h // r) in full else stream for h in range(H)] for l in range(L)]
+            return Plan(heads, H_kv, "duo-attention", self.budget, n,
+                        {"sinks": self.sinks, "recent": self.recent, "retrieval_kv_heads": len(full)}, shape.get("windows"))
+
+        order = [tuple(int(x) for x in np.unravel_index(o, gates.shape)) for o in np.argsort(-gates.reshape(-1), kind="stable")]
+        if "threshold" in self.opts:
+            return plan({lg for lg in order if gates[lg] > self.opts["threshold"]})
+        full: set = set()
+        if plan(full).fraction(n) > self.budget:
+            raise UserError(f"--budget {self.budget}: below DuoAttention's all-streaming plan at n = {n} "
+                            f"(sinks {self.sinks} + recent {self.recent})")
+        for lg in order:
+            if plan(full | {lg}).fraction(n) > self.budget:
+                break
+            full.add(lg)
+        return plan(full)
+
+    def describe(self) -> dict:
+        d = super().describe()
+        if getattr(self, "plan", None) is not None:
+            d["retrieval_kv_heads"] = self.plan.meta.get("retrieval_kv_heads") if hasattr(self.plan, "meta") else None
+        return d

@@ -1,0 +1,132 @@
+"""Quest (Tang et al. 2024, "Quest: Query-Aware Sparsity for Efficient Long-Context LLM Inference").
+
+Prefill: full attention; the KV cache keeps every token.  Decoding: the cached keys are cut into
+pages of ``page`` consecutive positions (16 in the paper), each summarised by the element-wise
+minimum and maximum of its keys; a query q reads only the ⌊tokens / page⌋ pages of largest upper
+bound, the current (last) page always:
+
+    m_P = min_{j ∈ P} k_j,   M_P = max_{j ∈ P} k_j                     (element-wise, d_k values each)
+    U_P(q) = Σ_d max(q_d · m_{P,d}, q_d · M_{P,d})  ≥  q·k_j  for every j ∈ P
+    S(q_i) = {j ≤ i : page(j) ∈ top_K U(q_i) ∪ {page(i)}},  K = ⌊tokens / page⌋
+
+The bound holds because q_d·k_d ≤ max(q_d·m_d, q_d·M_d) for m_d ≤ k_d ≤ M_d.  Each query head picks
+its own pages (GQA: the pages of its KV head's keys), and the first two layers read densely, as in
+the paper.  Budget: ``tokens``, the tokens a query reads (default β · n, rounded to whole pages, n
+the prompt length given to ``prepare``); with tokens ≥ the cache, decoding equals full attention.
+The summaries are recomputed from the cache at every step here (Quest keeps them next to the pages):
+the accuracy is Quest's, the speed is not.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnlab.llm.methods import register
+from attnlab.llm.methods.base import Method
+
+__all__ = ["DENSE_LAYERS", "Quest", "page_upper_bound", "quest_pages"]
+
+DENSE_LAYERS = 2  # the first layers read every cached key (Quest, section 4)
+
+
+def page_upper_bound(q, k, k_pos, page: int):
+    """U_P(q) for every page P of positions ``[P·page, (P+1)·page)``: q (B, H, n, d), k (B, H_kv, L, d), k_pos (B, H_kv, L) → (B, H, n, P).
+
+    Empty slots (k_pos = −1) belong to no page; a page without a key has U = −inf.
+    """
+    B, H, n, d = q.shape
+    H_kv = k.shape[1]
+    P = int(k_pos.max()) // page + 1
+    pid = torch.where(k_pos >= 0, k_pos // page, torch.full_like(k_pos, P))              # (B, H_kv, L), P: no page
+    idx = pid[..., None].expand(*pid.shape, d)
+    m = torch.full((B, H_kv, P + 1, d), float("inf"), dtype=k.dtype, device=k.device).scatter_reduce(2, idx, k, "amin")
+    M = torch.full((B, H_kv, P + 1, d), float("-inf"), dtype=k.dtype, device=k.device).scatter_reduce(2, idx, k, "amax")
+    m, M = m[:, :, :P], M[:, :, :P]                                                        # (B, H_kv, P, d)
+    empty = torch.isinf(m).all(-1)                                                          # (B, H_kv, P)
+    m, M = m.masked_fill(empty[..., None], 0), M.masked_fill(empty[..., None], 0)
+    r = H // H_kv
+    qg = q.view(B, H_kv, r, n, 1, d)
+    U = torch.maximum(qg * m[:, :, None, None], qg * M[:, :, None, None]).sum(-1)           # (B, H_kv, r, n, P)
+    U = U.masked_fill(empty[:, :, None, None, :], float("-inf"))
+    return U.view(B, H, n, P)
+
+
+def quest_pages(U, q_pos, page: int, pages: int):
+    """Which pages each query reads: U (B, H, n, P), q_pos (n,) → (B, H, n, P) bool, the current page always."""
+    P = U.shape[-1]
+    current = (q_pos // page).view(1, 1, -1, 1)                                            # (1, 1, n, 1)
+    p = torch.arange(P, device=U.device).view(1, 1, 1, P)
+    U = U.masked_fill(p > current, float("-inf")).masked_fill(p == current, float("inf"))  # no future page; the current one first
+    top = torch.topk(U, min(pages, P), dim=-1).indices
+    chosen = torch.zeros(U.shape, dtype=torch.bool, device=U.device).scatter_(-1, top, True)
+    return chosen & (p <= current)
+
+
+def _quest_runner(base, page: int, pages: int):
+    """The layer's full-attention runner whose decoding reads only the chosen pages (dense in the first layers)."""
+    from attnlab.llm.attention import LayerRunner
+    from attnlab.nn.softmax import masked_softmax
+
+    class QuestRunner(LayerRunner):
+        def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None):
+            # q: (B, H, n, d_k) at q_pos (n,); k, v: (B, H_kv, L, ·) at k_pos (B, H_kv, L) → (B, H, n, d_v)
+            if self.layer_idx < DENSE_LAYERS:
+                return super().decode(q, k, v, scaling, q_pos, k_pos, flags)
+            B, H, n, d = q.shape
+            H_kv, L = k.shape[1], k.shape[2]
+            r = H // H_kv
+            chosen = quest_pages(page_upper_bound(q, k, k_pos, page), q_pos, page, pages)   # (B, H, n, P)
+            pid = (k_pos // page).clamp(0, chosen.shape[-1] - 1)                            # (B, H_kv, L)
+            read = torch.gather(chosen.view(B, H_kv, r, n, -1), -1,
+                                pid[:, :, None, None, :].expand(B, H_kv, r, n, L))          # (B, H_kv, r, n, L)
+            allowed = self.allowed(q_pos, k_pos, flags) & read
+            qg = q.view(B, H_kv, r, n, d)
+            s = (qg @ k[:, :, None].transpose(-1, -2)) * scaling                            # (B, H_kv, r, n, L)
+            return (masked_softmax(s, allowed) @ v[:, :, None]).view(B, H, n, v.shape[-1])
+
+    runner = QuestRunner.__new__(QuestRunner)
+    runner.__dict__.update(base.__dict__)
+    return runner
+
+
+@register
+class Quest(Method):
+    name = "quest"
+    prefill = "every causal entry (full attention)"
+    decoding = ("the cache keeps every token; a query reads the ⌊tokens/page⌋ pages of 16 keys of largest min/max upper "
+                "bound, the current page always, the first two layers densely")
+    options = {"page": (int, 1, 1024), "tokens": (int, 1, 10**7)}
+
+    def __init__(self, budget: float = 1.0, **options):
+        super().__init__(budget, **options)
+        self.page = int(self.opts.get("page", 16))
+
+    def tokens(self, n: int) -> int:
+        """Tokens a decoding query reads: the ``tokens`` option, else β·n, in whole pages (at least one)."""
+        t = self.opts.get("tokens", self.budget * max(n, 1))
+        return max(1, int(round(t / self.page))) * self.page
+
+    def kv_tokens(self, n: int) -> int:
+        """KV tokens kept per KV head: all of them (Quest reads few, evicts none)."""
+        return n
+
+    def _install(self, model) -> None:
+        from attnlab.llm.attention import apply_plan, attention_modules
+        from attnlab.llm.plan import Plan, model_shape
+
+        apply_plan(model, Plan.full(model_shape(model), self.n))
+        pages = self.tokens(self.n) // self.page
+        for mod in attention_modules(model):
+            mod.attnlab_layer = _quest_runner(mod.attnlab_layer, self.page, pages)
+
+    def _uninstall(self, model) -> None:
+        from attnlab.llm.attention import attention_modules
+
+        for mod in attention_modules(model):
+            if hasattr(mod, "attnlab_layer"):
+                del mod.attnlab_layer
+        if hasattr(model, "attnlab_plan"):
+            del model.attnlab_plan
+
+    def describe(self) -> dict:
+        return {**super().describe(), "page": self.page, "tokens": self.tokens(self.n)}
