@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnlab.masks import MaskMod, in_band
+from attnlab.masks import NEG_INF, MaskMod, in_band
 
 __all__ = ["FULL", "NO_DIAGONAL", "Support", "diagonal_mask", "band_of", "check_num_pos", "check_w", "column_mask", "top_columns"]
 
@@ -240,8 +240,6 @@ class Support:
         (query a owns the slots x·c + a) and ``extra_logit`` ``(…, T, s·c)``: 0, or −1e30 where j falls
         outside [0, m) or on a key ``columns`` already holds (each entry is read once).
         """
-        from attnlab.nn.mechanisms.sliding_window import NEG_INF
-
         diags = torch.as_tensor(self.diagonals, dtype=torch.long)                       # (…, s)
         T, s, c = -(-n // chunk), diags.shape[-1], chunk
         i = torch.arange(T * c, device=diags.device).view(T, 1, c)                        # (T, 1, c): query t·c + a

@@ -55,9 +55,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnlab.masks import NEG_INF  # finite "−∞": exp underflows to 0, and 0·NEG_INF stays finite in gradients
 from attnlab.nn.mechanisms import native
 
-NEG_INF = -1e30  # finite "−∞": exp underflows to 0, and 0·NEG_INF stays finite in gradients
 MIN_CHUNK = 16
 MAX_CHUNK = 32
 BACKWARD_BLOCK = 1 << 21  # window-gradient floats per block of chunks in the backward (≈ 8 MB float32)
