@@ -122,7 +122,7 @@ RULES: dict[str, Rule] = {
     # structured LLM plans (plan, plan-run)
     "plan.budget": Rule(float, 0.0, 1.0, lo_open=True),
     "plan.n": Rule(int, 2, 2**20),
-    "plan.method": Rule(str, registry="attnlab.llm.methods:plan_names"),
+    "plan.method": Rule(str, parse="attnlab.llm.eval_grid:parse_plan_method"),  # NAME or NAME:key=value (attnlab-retrieval:tail=32)
     "plan-run.n": Rule(int, 2, 2**20),
     "windows": Rule(int, 1, 10**4),
     # attnlab eval (the lengths against the model's context once it is known: attnlab.llm.eval_grid)

@@ -50,7 +50,10 @@ def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows:
     from attnlab.llm.plan import model_shape
     from attnlab.llm.text_windows import token_windows
 
-    m = methods.get(method, budget)
+    from attnlab.llm.eval_grid import parse_method
+
+    name, opts = parse_method(method)
+    m = methods.get(name, budget, **opts)
     ids = token_windows(tokenizer, calibrate, n, windows)   # the calibration text is checked for every method
     cal = None
     if m.calibrated:
@@ -71,7 +74,7 @@ def register(app: typer.Typer) -> None:
         budget: float = typer.Option(0.1, "--budget", help="fraction of causal attention entries kept, in (0, 1]"),
         n: int = typer.Option(2048, "--n", help="window length in tokens (the length the budget refers to)"),
         windows: int = typer.Option(2, "--windows", help="calibration windows"),
-        method: str = typer.Option("attnlab", "--method", help="a registered method with a plan file (attnlab.llm.methods.plan_names)"),
+        method: str = typer.Option("attnlab", "--method", help="a registered method with a plan file, options as name:key=value, e.g. attnlab-retrieval:tail=T"),
         out: Optional[Path] = typer.Option(None, "--out", help="plan file (.json) [default: next to the model]"),
         force: bool = typer.Option(False, "--force", help="replace an existing plan file"),
     ) -> None:
@@ -87,7 +90,7 @@ def register(app: typer.Typer) -> None:
             raise ValueError(f"--calibrate {calibrate}: no such file")
         if out is None:
             folder = Path(hf) if Path(hf).is_dir() else Path(".")
-            out = folder / f"attnlab-plan-{method}-{budget:g}-{n}.json"
+            out = folder / f"attnlab-plan-{method.replace(':', '-').replace('=', '')}-{budget:g}-{n}.json"
         claim_file(out, kind="plan", inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
         check_length(hf, n, "--n")  # from the model's configuration: no weights loaded, no text read
         model, tokenizer = _load(hf)

@@ -177,6 +177,15 @@ def parse_methods(text: str) -> list[str]:
     return specs
 
 
+def parse_plan_method(spec: str) -> str:
+    """``attnlab plan --method NAME[:key=value…]``: a registered method that writes a plan file, with its options."""
+    base, opts = parse_method(spec)
+    if base not in registry.plan_names():
+        raise UserError(f"--method: expected one of {', '.join(registry.plan_names())} (options as name:key=value), got {spec!r}")
+    registry.get(base, 1.0, **opts)
+    return spec
+
+
 def parse_method(spec: str) -> tuple[str, dict]:
     """``name`` or ``name:key=value:key=value`` → (name, options)."""
     name, *rest = spec.split(":")
