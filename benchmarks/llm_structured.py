@@ -38,9 +38,7 @@ from attnlab.llm.plan import model_shape  # noqa: E402
 from attnlab.llm.text_windows import token_windows  # noqa: E402
 from attnlab.masks import visible  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data" / "shakespeare"
-if not DATA.exists():
-    DATA = Path("/work/shared/data/shakespeare")
+DATA = ROOT.parent / "shared" / "data" / "shakespeare"  # the default of --data: a folder of train/dev/test.txt(.gz)
 
 
 def load(spec: str):
@@ -81,7 +79,7 @@ def cmd_calibrate(args):
         if path.exists() and not args.force:
             log("have", path)
             continue
-        windows = token_windows(tok, DATA / "train.txt.gz", n, args.windows)
+        windows = token_windows(tok, split_file(args.data, "train"), n, args.windows)
         cands = sorted({c for b in args.budgets for name in methods.names()   # every candidate a method asks for
                         for c in methods.get(name, b).calibration_candidates(shape, n) or ()})
         t = time.time()
@@ -100,7 +98,7 @@ def cmd_ppl(args):
             print(f"{path}: no calibration at n = {n} (run calibrate first; {', '.join(need)} need it)", file=sys.stderr)
             sys.exit(2)
         cal = Calibration.load(path) if path.exists() else None
-        windows = token_windows(tok, DATA / f"{args.split}.txt.gz", n, args.windows)
+        windows = token_windows(tok, split_file(args.data, args.split), n, args.windows)
         done = set()
         if (out / "ppl.jsonl").exists():
             for line in (out / "ppl.jsonl").read_text().splitlines():
@@ -132,7 +130,7 @@ def cmd_speed(args):
     model, tok = load(args.model)
     torch.set_num_threads(args.threads)
     n = args.n
-    ids = token_windows(tok, DATA / "test.txt.gz", n, 1)[0]
+    ids = token_windows(tok, split_file(args.data, "test"), n, 1)[0]
     m = methods.get(ALIASES.get(args.method, args.method), args.budget)
     m.prepare(model, n, Calibration.load(Path(args.out) / f"calibration-{n}.npz") if m.calibrated else None)
     base = peak_rss_mib()
@@ -258,10 +256,20 @@ def floats(text):
     return [float(x) for x in text.split(",")]
 
 
+def split_file(folder: Path, split: str) -> Path:
+    """``folder/split.txt.gz`` or ``folder/split.txt``; a one-line exit when neither is there."""
+    for name in (f"{split}.txt.gz", f"{split}.txt"):
+        if (Path(folder) / name).is_file():
+            return Path(folder) / name
+    sys.exit(f"llm_structured: error: --data {folder}: no {split}.txt.gz or {split}.txt")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("stage", choices=["calibrate", "ppl", "speed", "attention", "report"])
     p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--data", type=Path, default=DATA, help="folder of train/dev/test text (.txt or .txt.gz): calibration on train, "
+                   "perplexity on --split, speed on test [default: ../shared/data/shakespeare]")
     p.add_argument("--out", default=str(ROOT / "runs" / "llm_structured"))
     p.add_argument("--lengths", type=ints, default=[2048])
     p.add_argument("--budgets", type=floats, default=[0.05, 0.1, 0.25, 0.5])

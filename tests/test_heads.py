@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
-import sys
 
 import numpy as np
 import pytest
 import torch
+
+from attnlab_cli import run_main
 
 from attnlab.analysis.attention_maps import AttentionMaps, SentenceAttention
 from attnlab.analysis.head_detectors import (DETECTORS, REPEAT_DETECTORS, DetectorSums, detect_heads, named_heads,
@@ -237,17 +236,7 @@ def test_attnlab_language_model_is_scored(tmp_path):
 
 # ------------------------------------------------------------------------------------------ the command
 def _main(capsys, monkeypatch, *args):
-    from attnlab.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["attnlab", *map(str, args)])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 0
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_main([str(a) for a in args], capsys)
 
 
 def test_heads_command_writes_the_schema(tiny_folder, tmp_path, capsys, monkeypatch):
@@ -283,3 +272,60 @@ def test_heads_bad_out_is_refused(tiny_folder, tmp_path, capsys, monkeypatch):
     code, _, err = _main(capsys, monkeypatch, "heads", "--hf", tiny_folder, "--out", f)
     assert code == 2 and err.startswith("attnlab: error: --out") and len(err.strip().splitlines()) == 1
     assert f.read_text() == "x"
+
+
+@pytest.fixture(scope="module")
+def translation_run(tmp_path_factory):
+    from attnlab.config import ModelConfig, TrainConfig
+    from attnlab.train.loop import train
+
+    out = tmp_path_factory.mktemp("heads-run") / "run"
+    train(ModelConfig(d_model=16, heads=2, layers=1, ff=32, max_len=32),
+          TrainConfig(tokenizer="word", vocab_size=60, synthetic_pairs=120, max_tokens=400, max_steps=2, dev_limit=0), out, quiet=True)
+    return out
+
+
+def test_heads_of_an_attnlab_run_folder(translation_run, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "h"
+    code, _, err = _main(capsys, monkeypatch, "heads", translation_run, "--length", 21, "--samples", 2,
+                         "--detectors", "previous-token,induction,sink", "--out", out)
+    assert code == 0, err
+    doc = json.loads((out / "heads.json").read_text())
+    assert list(doc["detectors"]) == ["previous-token", "induction", "sink"] and np.array(doc["detectors"]["sink"]).shape == (1, 2)
+    code, _, err = _main(capsys, monkeypatch, "heads", translation_run, "--length", 40, "--out", tmp_path / "x")
+    assert code == 2 and "--length" in err and "32" in err and not (tmp_path / "x").exists()
+    code, _, err = _main(capsys, monkeypatch, "heads", translation_run, "--detectors", "retrieval", "--length", 21, "--out", tmp_path / "y")
+    assert code == 2 and "retrieval needs a language model" in err and not (tmp_path / "y").exists()
+
+
+def test_thresholds_are_a_share_of_the_rows_that_can_hold_the_pattern():
+    from attnlab.analysis.head_detectors import THRESHOLDS, thresholds
+
+    assert thresholds(2)["induction"] == pytest.approx(0.2) and thresholds(3)["duplicate-token"] == pytest.approx(0.4 * 2 / 3, abs=1e-6)
+    assert thresholds(2)["previous-token"] == THRESHOLDS["previous-token"] and thresholds(2)["sink"] == THRESHOLDS["sink"]
+    ids = _ids()
+    s = _scores(np.stack([_induction(ids), _causal_uniform(N)])[None], ids)  # a perfect induction head and a uniform one
+    named = named_heads({"induction": s["induction"]}, thresholds(R))
+    assert [(h["layer"], h["head"]) for h in named] == [(0, 0)]
+
+
+def test_retrieval_on_samples_of_the_task_generators(tmp_path):
+    """A niah Sample of attnlab.llm.tasks becomes a CopyPrompt: V = the value's tokens inside the asked needle."""
+    import transformers
+    from char_model_folder import save_with_char_tokenizer
+
+    tiny_folder = save_with_char_tokenizer(_tiny_llama(max_positions=1024), tmp_path / "ctx1024")
+
+    from attnlab.llm.head_scan import retrieval_scores
+    from attnlab.llm.needle_prompts import from_sample
+    from attnlab.llm.tasks import TASKS, Haystack
+
+    tok = transformers.AutoTokenizer.from_pretrained(tiny_folder)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_folder).eval()
+    samples = [TASKS["niah"].make(tok, Haystack.noise(tok), 480, d, 0, 0) for d in (0.2, 0.7)]
+    for s in samples:
+        p = from_sample(s, tok)
+        value = "".join(tok.convert_ids_to_tokens(p.ids[p.needle[0]:p.needle[1]])).strip()  # one character a token
+        assert value == s.answers[0] and s.spans[0][0] <= p.needle[0] < p.needle[1] <= s.spans[0][1]
+        assert p.ids[:len(s.ids)] == s.ids and len(p.ids) == len(s.ids) + len(p.answer) - 1
+    assert retrieval_scores(model, tok, samples).shape == (2, 4)

@@ -80,9 +80,10 @@ def test_folder_without_tokenizer(tmp_path, text_file, capsys):
 
 
 def test_input_longer_than_context(tmp_path, text_file, capsys):
+    """--tokens past the context is refused; without --tokens the first 64 are read (tests/test_llm_file_truncate.py)."""
     folder = tiny_folder(tmp_path, tokenizer=True, max_positions=64)
-    code, _, err = run_main(["roles", "--hf", str(folder), "--file", str(text_file)], capsys)
-    check_one_line(code, err, "221 tokens", "context of 64", "--tokens 64")
+    code, _, err = run_main(["roles", "--hf", str(folder), "--file", str(text_file), "--tokens", "100"], capsys)
+    check_one_line(code, err, "--tokens 100", "64 tokens", "--tokens 64")
 
 
 def test_input_that_cannot_fit_is_refused_before_the_run(tmp_path, text_file, capsys):

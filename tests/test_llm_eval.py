@@ -201,3 +201,17 @@ def test_other_settings_on_the_same_out_are_refused(tiny, tmp_path):
     r = _cli(*common[:-2], "--samples", "2", "--out", str(tmp_path / "run"))
     assert r.returncode == 2 and "other settings" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert _hash(tmp_path) == before
+
+
+def test_a_budget_a_method_cannot_meet_is_recorded_and_the_grid_goes_on(tiny, tmp_path):
+    from attnlab.llm.eval_report import markdown, summarise
+
+    folder, model, tok = tiny
+    settings = EvalSettings(model=str(folder), tasks=["niah"], lengths=[500], depths=1, samples=1, methods=["streaming-llm"],
+                            budgets=[0.001, 0.5], haystack="noise", max_new=2)
+    rows = run_eval(model, tok, settings, tmp_path)
+    skipped = [r for r in rows if r["kind"] == "skipped"]
+    assert [(r["method"], r["budget"]) for r in skipped] == [("streaming-llm", 0.001)] and "below" in skipped[0]["reason"]
+    assert {(r["method"], r["budget"]) for r in rows if r["kind"] == "answer"} == {("full", 1.0), ("streaming-llm", 0.5)}
+    assert "not run" in markdown(summarise(rows))
+    assert run_eval(model, tok, settings, tmp_path) == rows  # resumed: nothing measured again

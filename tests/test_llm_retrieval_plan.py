@@ -43,7 +43,7 @@ def test_too_small_a_budget_for_the_kept_heads_is_one_line():
 def test_the_method_keeps_the_top_retrieval_heads(monkeypatch):
     cal = _calibration()
     cal.retrieval = np.array([[0.1, 0.9, 0.0, 0.2], [0.05, 0.3, 0.8, 0.0]])
-    m = methods.get("attnlab-retrieval", 0.5, retrieval_heads="2")
+    m = methods.get("attnlab-retrieval", 0.5, retrieval_heads="2", tail="0")
     plan = m.make_plan(None, cal.n, cal)
     assert plan.meta["retrieval_heads"] == [[0, 1], [1, 2]]
     assert plan.heads[0][1].is_full and plan.heads[1][2].is_full
@@ -61,3 +61,51 @@ def test_retrieval_scores_survive_save_and_load(tmp_path):
     cal.retrieval = np.arange(8.0).reshape(2, 4)
     cal.save(tmp_path / "c.npz")
     assert np.array_equal(Calibration.load(tmp_path / "c.npz").retrieval, cal.retrieval)
+
+
+def test_tails_cost_what_they_read_and_run_exactly(tmp_path):
+    """A head with a tail: its last T rows equal full attention, the rows before its band; the plan's
+    fraction counts the tail; decoding reads the whole cache (PlanCache keeps it)."""
+    import transformers
+
+    from attnlab.llm.attention import apply_plan, attention_modules
+    from attnlab.llm.kv_cache import PlanCache
+    from attnlab.llm.plan import HeadPlan, Plan, tail_entries
+    from attnlab.support import Support
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    n, T, w = 96, 16, 4
+    band = HeadPlan(Support(w=w, columns=np.zeros(0, dtype=np.int64)))
+    plain = Plan([[band, band]], 1, "test", 0.5, n)
+    tailed = Plan([[HeadPlan(band.support, 0, T), band]], 1, "test", 0.5, n)
+    assert tailed.fraction() - plain.fraction() == pytest.approx(tail_entries(w, T, n) / (2 * n * (n + 1) / 2))
+    assert Plan.load(tailed.save(tmp_path / "p.json")).heads[0][0].tail == T
+    x = torch.randint(0, 50, (1, n))
+    captured = {}
+    mod = attention_modules(model)[0]
+    hook = mod.register_forward_hook(lambda m, a, kw, out: captured.setdefault("o", kw), with_kwargs=True)
+    hook.remove()
+    with torch.no_grad():
+        model.set_attn_implementation("sdpa")
+        full = model(x).logits
+        apply_plan(model, plain)
+        p_plain = model(x).logits
+        apply_plan(model, Plan([[HeadPlan.full(), band]], 1, "test", 0.5, n))
+        p_full0 = model(x).logits
+        apply_plan(model, tailed)
+        p_tail = model(x).logits
+    assert torch.allclose(p_tail[0, n - T :], p_full0[0, n - T :], atol=1e-5)  # the tail rows: head 0 exactly full
+    # one layer: the last T rows of head 0 read everything; head 1 still a band, so rows differ from full attention
+    # but rows before the tail equal the plain plan exactly
+    assert torch.allclose(p_tail[0, : n - T], p_plain[0, : n - T], atol=1e-6)
+    assert not torch.allclose(p_tail[0, n - T :], p_plain[0, n - T :], atol=1e-4)
+    runner = mod.attnlab_layer
+    assert int(runner.w_decode[0]) == -1 and int(runner.w_decode[1]) == w
+    cache = PlanCache(model)
+    with torch.no_grad():
+        model(x, cache=cache, use_cache=True)
+    assert cache.layers[0].keys.shape[2] == n  # the KV head of a head with a tail keeps its whole cache
+    del full

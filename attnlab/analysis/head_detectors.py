@@ -38,10 +38,14 @@ Everything is computed one block of query rows at a time — the block
 — and for all heads at once: ``DetectorSums.observe`` is a streaming observer,
 ``detect_heads`` applies it to captured ``AttentionMaps``.
 
-Thresholds (``THRESHOLDS``, a head is *named* when its score is at least the
-threshold): previous-token, duplicate-token and induction 0.4 (the cut-off of
-TransformerLens's tutorial detectors), sink 0.5 (``RoleThresholds.sink_min`` of
-``attnlab.analysis.roles``), retrieval 0.1 (Wu et al.'s cut-off on their
+Thresholds (a head is *named* when its score is at least the threshold):
+previous-token, duplicate-token and induction 0.4 of the score's ceiling — the
+cut-off of TransformerLens's tutorial detectors, taken as a share of the rows
+that can hold the pattern: on R copies only the rows of copies 2…R can, so a
+perfect duplicate-token or induction head scores (R−1)/R (0.5 for two copies,
+as ``detect_head`` counts every row) and the threshold is 0.4·(R−1)/R
+(``thresholds(R)``); sink 0.5 (``RoleThresholds.sink_min`` of
+``attnlab.analysis.roles``); retrieval 0.1 (Wu et al.'s cut-off on their
 retrieval score).
 """
 
@@ -55,12 +59,18 @@ import torch
 
 from attnlab.masks import causal
 
-__all__ = ["DETECTORS", "REPEAT_DETECTORS", "THRESHOLDS", "DetectorSums", "pattern_rows", "detect_heads",
+__all__ = ["DETECTORS", "REPEAT_DETECTORS", "THRESHOLDS", "thresholds", "DetectorSums", "pattern_rows", "detect_heads",
            "repeated_random_tokens", "named_heads", "parse_detectors"]
 
 REPEAT_DETECTORS = ("previous-token", "duplicate-token", "induction", "sink")  # on repeated random tokens
 DETECTORS = REPEAT_DETECTORS + ("retrieval",)                               # retrieval: on needle prompts
 THRESHOLDS: dict[str, float] = {"previous-token": 0.4, "duplicate-token": 0.4, "induction": 0.4, "sink": 0.5, "retrieval": 0.1}
+COPIES = ("duplicate-token", "induction")  # patterns that only the rows of the second and later copies can hold
+
+
+def thresholds(R: int = 2) -> dict[str, float]:
+    """Absolute thresholds on inputs of R copies: ``THRESHOLDS`` with duplicate-token and induction × (R − 1)/R."""
+    return {d: round(v * (R - 1) / R, 6) if d in COPIES else v for d, v in THRESHOLDS.items()}
 
 
 def parse_detectors(text: str | Sequence[str] | None) -> tuple[str, ...]:

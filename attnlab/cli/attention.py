@@ -59,8 +59,12 @@ def _long(hf: str | None, file: Path, tokens, block_rows, layers, rows=None, poo
     check_tokens(hf, tokens)
     text = read_text(file)
     limit = None if memory_gib is None else int(memory_gib * 2**30)
-    return capture_long(long_source(run_dir, hf), text, max_tokens=tokens, block_rows=block_rows, layers=layers, rows=rows,
-                        pool=pool, memory_limit=limit)
+    res = capture_long(long_source(run_dir, hf), text, max_tokens=tokens, block_rows=block_rows, layers=layers, rows=rows,
+                       pool=pool, memory_limit=limit, truncate=True)
+    if "truncated_from" in res.meta:  # no --tokens: the first context-length tokens of a longer file
+        typer.echo(f"attnlab: note: {file} has {res.meta['truncated_from']} tokens, more than the model's context; "
+                   f"reading its first {res.n} (choose with --tokens)", err=True)
+    return res
 
 
 def check_file_only(file, **values) -> None:
@@ -111,7 +115,7 @@ def register(app: typer.Typer) -> None:
         maps_file: Optional[Path] = typer.Option(None, "--maps", help="draw a saved attention file instead of capturing"),
         force: bool = typer.Option(False, "--force", help="replace the earlier attention output in --out"),
         file: Optional[Path] = typer.Option(None, "--file", help=FILE_HELP),
-        tokens: Optional[int] = typer.Option(None, "--tokens", help="with --file: keep the first N tokens"),
+        tokens: Optional[int] = typer.Option(None, "--tokens", help="with --file: keep the first N tokens (default: the whole file, at most the model's context)"),
         block_rows: Optional[int] = typer.Option(None, "--block-rows", help="with --file: query rows per block (default: ~64 MB of weights)"),
         layers: Optional[str] = typer.Option(None, "--layers", help="with --file: layers to analyse, e.g. 0-3 or 0,5 (default all)"),
         rows: Optional[str] = typer.Option(None, "--rows", help="with --file: keep the exact maps of rows a:b (keys a:b), e.g. 4096:4352"),

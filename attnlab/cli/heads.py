@@ -16,9 +16,7 @@ from attnlab.errors import UserError
 
 
 def _load(run_dir: str | None, hf: str | None):
-    """(model, tokenizer, name) of RUN_DIR or --hf."""
-    if (run_dir is None) == (hf is None):
-        raise UserError("give RUN_DIR or --hf MODEL (one of them)")
+    """(model, tokenizer, name) of RUN_DIR or --hf (exactly one of them is given)."""
     if hf is not None:
         from attnlab.llm.loading import load_causal_lm
 
@@ -50,7 +48,7 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="replace an earlier heads folder in --out"),
     ) -> None:
         """Score every head as a previous-token, duplicate-token, induction, sink and retrieval head; print the table, write heads.json."""
-        from attnlab.analysis.head_detectors import THRESHOLDS, parse_detectors
+        from attnlab.analysis.head_detectors import parse_detectors
         from attnlab.outputs import claim_folder, write_folder
 
         names = parse_detectors(detectors)
@@ -86,7 +84,7 @@ def register(app: typer.Typer) -> None:
             meta.update(prompts=prompts, copy_accuracy=round(float(copied.mean()), 4), copy_accuracy_per_prompt=copied.round(4).tolist())
         scores = {d: scores[d] for d in names}
         meta.update(seconds=round(time.perf_counter() - start, 1), command="attnlab " + shlex.join(sys.argv[1:]))
-        doc = heads_document(name, length, scores, THRESHOLDS, meta)
+        doc = heads_document(name, length, scores, res.thresholds, meta)
         _table(doc, top)
         for p in write_folder(claim, lambda: write_heads(doc, out)):
             typer.echo(str(p))
@@ -117,7 +115,7 @@ def _table(doc: dict, top: int) -> None:
     th = ", ".join(f"{d} {doc['thresholds'][d]}" for d in names)
     t = Table(title=f"{doc['model']}: {len(doc['named'])} named heads at n = {doc['n']} (thresholds {th})")
     for c in ["layer", "head", *names, "named"]:
-        t.add_column(c, justify="left" if c == "named" else "right")
+        t.add_column(c.replace("-", "-\n"), justify="left" if c == "named" else "right")
     for l, h in sorted(rows):
         t.add_row(str(l), str(h), *(f"{s[d][l, h]:.3f}" for d in names), ", ".join(named.get((l, h), [])))
     Console().print(t)

@@ -73,6 +73,8 @@ class LayerRunner:
         self.w = torch.tensor([h.w for h in heads], dtype=torch.long)                 # (H,) FULL = −1
         self.fixed = [h.columns for h in heads]
         self.dynamic = [0 if h.is_full else h.dynamic for h in heads]
+        self.tail = [0 if h.is_full or sliding_window is not None else getattr(h, "tail", 0) for h in heads]
+        self.w_decode = torch.where(torch.tensor(self.tail) > 0, FULL, self.w)          # (H,) a head with a tail reads its whole cache
         self.sliding = sliding_window
         self.columns = None        # (B, H, g) the columns of the last prefill (−1: empty), kept for decoding
         self.cache = None          # weakref to the PlanCache using this layer
@@ -150,6 +152,13 @@ class LayerRunner:
             # a head's columns are distinct (choose_columns) and empty slots are not owned: no de-duplication
             out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=extra_idx, extra_own=extra_own,
                                                    unique=True, chunk=chunk_size(w), scale=scaling)
+        for h in range(H):  # the last T rows of a head with a tail read every causal key (exact, SDPA on those rows)
+            T = min(self.tail[h], n)
+            if T and self.effective_w(h, n) != FULL and self.effective_w(h, n) < n - 1:
+                i = torch.arange(n - T, n, device=q.device)[:, None]
+                j = torch.arange(n, device=q.device)[None, :]
+                out[:, h, n - T :] = F.scaled_dot_product_attention(q[:, h, n - T :], k[:, kv_of[h]], v[:, kv_of[h]],
+                                                                   attn_mask=visible(i, j, None), scale=scaling)
         return out
 
     # ---- decoding: masked softmax over the cached keys -----------------------------------------
@@ -176,7 +185,7 @@ class LayerRunner:
         flags = self.column_flags(k_pos) if flags is None else flags
         i = q_pos.view(1, 1, 1, -1, 1)
         j = k_pos[:, :, None, None, :]                                                     # (B, H_kv, 1, 1, L)
-        w = self.w.to(k_pos.device).view(1, H_kv, r, 1, 1)
+        w = self.w_decode.to(k_pos.device).view(1, H_kv, r, 1, 1)
         return (j >= 0) & visible(i, j, self.sliding) & ((w == FULL) | near(i, j, w) | flags[:, :, :, None, :])
 
     def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None):
@@ -199,7 +208,7 @@ class LayerRunner:
         """
         B, H_kv, L = k_pos.shape
         r = self.H // H_kv
-        w = torch.tensor([self.effective_w(h, seen) for h in range(self.H)], device=k_pos.device).view(1, H_kv, r, 1)
+        w = torch.tensor([FULL if self.tail[h] else self.effective_w(h, seen) for h in range(self.H)], device=k_pos.device).view(1, H_kv, r, 1)
         flags = self.column_flags(k_pos) if flags is None else flags                      # (B, H_kv, r, L)
         mine = (w == FULL) | near(seen, k_pos[:, :, None, :], w) | flags
         return mine.any(2) & (k_pos >= 0)

@@ -283,7 +283,14 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
                     continue
                 if method.calibrated and cal is None:
                     cal = _calibration(model, tokenizer, settings, out, n, [m for _, _, m in runs])
-                method.prepare(model, n, cal)
+                skip_key = f"{prefix}skipped|{n}"
+                if skip_key in done:
+                    continue
+                try:
+                    method.prepare(model, n, cal)
+                except UserError as err:  # e.g. a budget below the method's cheapest plan: said in the results, the grid goes on
+                    emit({"key": skip_key, "kind": "skipped", "method": name, "budget": budget, "n": n, "reason": str(err)})
+                    continue
                 beta = method.prefill_fraction(n)
                 for t, d, s in todo:
                     if samples[(t, d, s)] is None:

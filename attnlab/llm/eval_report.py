@@ -50,8 +50,9 @@ def summarise(rows: list[dict]) -> dict:
             "prefill_s": float(np.mean([r["prefill_s"] for r in rs])), "decode_s": float(np.mean([r["decode_s"] for r in rs])),
             "ppl": p["ppl"] if p else None,
         })
+    skipped = [{k: r[k] for k in ("method", "budget", "n", "reason")} for r in rows if r.get("kind") == "skipped"]
     return {"table": table, "cells": {"|".join(map(str, k)): float(np.mean(v)) for k, v in cell.items()},
-            "ppl": [ppl[k] for k in sorted(ppl, key=str)]}
+            "ppl": [ppl[k] for k in sorted(ppl, key=str)], "skipped": skipped}
 
 
 def _fmt(x, spec: str) -> str:
@@ -66,6 +67,7 @@ def markdown(summary: dict) -> str:
                      f"{100 * r['accuracy']:.1f} % | {r['cells_full_ge_80']} | {_fmt(None if r['accuracy_on_those'] is None else 100 * r['accuracy_on_those'], '.1f')} | "
                      f"{_fmt(None if r['kept_of_full'] is None else 100 * r['kept_of_full'], '.0f')} | {_fmt(r['ppl'], '.3f')} | "
                      f"{r['prefill_s']:.2f} | {r['decode_s']:.2f} |")
+    lines += [f"\n{r['method']} β={r['budget']:g} at n = {r['n']}: not run — {r['reason']}" for r in summary.get("skipped", [])]
     return "\n".join(lines) + "\n"
 
 
@@ -92,7 +94,7 @@ def heatmaps(rows: list[dict], out: Path) -> list[Path]:
                 v = [r["score"] for r in rs if r["n"] == n and r["depth"] == d]
                 if v:
                     acc[i, j] = np.mean(v)
-        fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(ns), 1.0 + 0.32 * len(ds)))
+        fig, ax = plt.subplots(figsize=(max(3.4, 1.8 + 0.9 * len(ns)), max(2.6, 1.2 + 0.32 * len(ds))))
         im = ax.imshow(acc, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
         for i in range(len(ds)):
             for j in range(len(ns)):
@@ -104,7 +106,8 @@ def heatmaps(rows: list[dict], out: Path) -> list[Path]:
         ax.set_ylabel("needle depth")
         label = method if method in ("full", "plan") else f"{method} β={budget:g}"
         ax.set_title(f"{task}: {label}", fontsize=9)
-        fig.colorbar(im, ax=ax, fraction=0.05)
+        fig.colorbar(im, ax=ax, fraction=0.05, label="accuracy")
+        fig.tight_layout()
         name = f"heatmap-{task}-{method}" + ("" if method in ("full", "plan") else f"-{budget:g}") + ".png"
         written.append(save_figure(fig, out / name))
         plt.close(fig)

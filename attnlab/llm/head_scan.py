@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from attnlab.analysis.head_detectors import REPEAT_DETECTORS, THRESHOLDS, DetectorSums, named_heads, repeated_random_tokens
+from attnlab.analysis.head_detectors import REPEAT_DETECTORS, DetectorSums, named_heads, repeated_random_tokens, thresholds
 from attnlab.errors import UserError
 from attnlab.llm.needle_prompts import CopyPrompt, needle_prompts, start_ids
 
@@ -110,7 +110,7 @@ class HeadScores:
     scores: dict[str, np.ndarray]               # name → (L, H)
     n: int                                      # tokens per input
     meta: dict = field(default_factory=dict)
-    thresholds: dict[str, float] = field(default_factory=lambda: dict(THRESHOLDS))
+    thresholds: dict[str, float] = field(default_factory=thresholds)  # attnlab.analysis.head_detectors.thresholds(R)
 
     def named(self) -> list[dict]:
         return named_heads(self.scores, self.thresholds)
@@ -140,14 +140,17 @@ def detector_scores(model, tokenizer, n: int = 512, *, detectors: Sequence[str] 
     scores = {d: np.concatenate([p[d] for p in per_seq], 0).mean(0) for d in names}
     meta = {"input": "repeated random tokens", "segment": T, "repeats": repeats, "samples": samples, "seed": seed,
             "start_tokens": len(start), "exclude_bos": exclude_bos, "exclude_current": exclude_current}
-    return HeadScores(scores, n, meta)
+    return HeadScores(scores, n, meta, thresholds(repeats))
 
 
-def retrieval_scan(model, tokenizer, prompts: Sequence[CopyPrompt], *, block_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def retrieval_scan(model, tokenizer, prompts: Sequence, *, block_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per prompt: retrieval score (P, L, H) and the copy accuracy (P,) = share of answer tokens the model predicts (argmax)."""
+    from attnlab.llm.needle_prompts import from_sample
+
     L, H = model_shape(model)
     scores, copied = [], []
     for p in prompts:
+        p = p if isinstance(p, CopyPrompt) else from_sample(p, tokenizer)  # an attnlab.llm.tasks.Sample
         _check_length(model, len(p.ids), "prompt length")
         x = torch.as_tensor([p.ids], dtype=torch.long)  # (1, n)
         needle = torch.zeros_like(x, dtype=torch.bool)
@@ -163,11 +166,12 @@ def retrieval_scan(model, tokenizer, prompts: Sequence[CopyPrompt], *, block_row
     return np.stack(scores), np.array(copied)
 
 
-def retrieval_scores(model, tokenizer, prompts: Sequence[CopyPrompt] | None = None, *, n: int = 512, count: int = 4,
+def retrieval_scores(model, tokenizer, prompts: Sequence | None = None, *, n: int = 512, count: int = 4,
                      seed: int = 0, block_rows: int | None = None) -> np.ndarray:
     """Retrieval score per head, (L, H): mean over prompts of mean_{i∈Q} Σ_{j∈V} A_ij (``head_detectors`` docstring).
 
-    ``prompts``: ``CopyPrompt``s (default: ``needle_prompts(tokenizer, n, count, seed=seed)``).
+    ``prompts``: ``CopyPrompt``s or ``attnlab.llm.tasks.Sample``s (``from_sample``); default:
+    ``needle_prompts(tokenizer, n, count, seed=seed)``.
     """
     if prompts is None:
         _check_length(model, n)

@@ -83,24 +83,30 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _tokens(tokenizer, text: str, max_tokens: int | None, max_len: int | None) -> tuple[list[int], list[str], list[bool]]:
+def _tokens(tokenizer, text: str, max_tokens: int | None, max_len: int | None,
+            truncate: bool = False) -> tuple[list[int], list[str], list[bool], int]:
+    """Ids, tokens, special flags of ``text`` and its token count: the first ``max_tokens``; without it,
+    the first ``max_len`` when ``truncate`` (else a text longer than the context is refused)."""
     if not text or not text.strip():
         raise UserError("the text is empty: give at least one word")
     ids = list(tokenizer(text, add_special_tokens=True, verbose=False)["input_ids"])
+    total = len(ids)
     if max_tokens is not None and max_len is not None and max_tokens > max_len:
         raise UserError(f"--tokens {max_tokens}: longer than the model's context of {max_len}; pass --tokens {max_len} or less")
     if max_tokens is not None:
         if len(ids) < max_tokens:
             raise UserError(f"--file: the text has {len(ids)} tokens, fewer than --tokens {max_tokens}")
         ids = ids[:max_tokens]
+    elif truncate and max_len is not None:
+        ids = ids[:max_len]
     if max_len is not None and len(ids) > max_len:
         raise UserError(f"the text has {len(ids)} tokens, more than the model's context of {max_len}; pass fewer tokens (--tokens {max_len})")
     specials = set(tokenizer.all_special_ids)
-    return ids, tokenizer.convert_ids_to_tokens(ids), [t in specials for t in ids]
+    return ids, tokenizer.convert_ids_to_tokens(ids), [t in specials for t in ids], total
 
 
-def _lm_tokens(tokenizer, text: str, max_tokens: int | None, max_len: int) -> tuple[list[int], list[str], list[bool]]:
-    """Ids, pieces and special flags of ``text`` under an attnlab run's tokenizer (the ids its training read).
+def _lm_tokens(tokenizer, text: str, max_tokens: int | None, max_len: int, truncate: bool = False) -> tuple[list[int], list[str], list[bool], int]:
+    """Ids, pieces, special flags of ``text`` and its token count under an attnlab run's tokenizer (the ids its training read).
 
     ``max_tokens`` keeps the first tokens; it may not exceed ``max_len`` nor the text.  Without it the
     text must fit in ``max_len``.  ``UserError`` (one line) otherwise.
@@ -112,15 +118,18 @@ def _lm_tokens(tokenizer, text: str, max_tokens: int | None, max_len: int) -> tu
     ids = tokenizer.encode(text)  # the ids training read (attnlab.data.text.encode_text gives the same, tested there)
     if len(ids) < 2:
         raise UserError("--file: the text gives fewer than 2 tokens")
+    total = len(ids)
     if max_tokens is not None:
         if len(ids) < max_tokens:
             raise UserError(f"--file: the text has {len(ids)} tokens, fewer than --tokens {max_tokens}")
         ids = ids[:max_tokens]
     elif len(ids) > max_len:
-        raise UserError(f"the text has {len(ids)} tokens, more than the run's max_len of {max_len}; pass --tokens {max_len}")
+        if not truncate:
+            raise UserError(f"the text has {len(ids)} tokens, more than the run's max_len of {max_len}; pass --tokens {max_len}")
+        ids = ids[:max_len]
     ids = [int(i) for i in ids]
     specials = {tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id}
-    return ids, [tokenizer.id_to_piece(i) for i in ids], [i in specials for i in ids]
+    return ids, [tokenizer.id_to_piece(i) for i in ids], [i in specials for i in ids], total
 
 
 def _as_lm(model, tokenizer, name):
@@ -196,6 +205,7 @@ def capture_long(
     memory_limit: int | None = None,
     thresholds: RoleThresholds = RoleThresholds(),
     name: str | None = None,
+    truncate: bool = False,
 ) -> LongAttention:
     """Streamed statistics of every head of ``model`` on ``text`` (module docstring).
 
@@ -209,7 +219,9 @@ def capture_long(
     ``max_tokens`` keeps the first tokens; ``layers`` analyses only those
     layers (the model stops after the last); ``rows=(a, b)`` keeps the exact
     maps of rows a:b over keys a:b; ``pool`` keeps pooled maps of groups of
-    ``pool`` tokens ("auto": at most 256 groups).  Raises ``UserError`` (one line) when the input is
+    ``pool`` tokens ("auto": at most 256 groups).  Without ``max_tokens``,
+    ``truncate`` keeps the first context-length tokens of a longer text
+    (``meta["truncated_from"]``: the text's token count).  Raises ``UserError`` (one line) when the input is
     longer than the model's context or would not fit in memory
     (``memory_limit`` bytes, default: available now), and when the allocator
     fails during the run.
@@ -222,7 +234,7 @@ def capture_long(
         cfg = model.cfg
         L_all, H = cfg.layers, cfg.heads
         model.eval()
-        ids, tokens, special = _lm_tokens(tokenizer, text, max_tokens, cfg.max_len)
+        ids, tokens, special, total = _lm_tokens(tokenizer, text, max_tokens, cfg.max_len, truncate)
     else:
         if isinstance(model, (str, os.PathLike)):
             name = name or str(model)
@@ -231,7 +243,7 @@ def capture_long(
             raise ValueError("tokenizer: needed when model is a loaded model")
         name = name or type(model).__name__
         model.eval()
-        ids, tokens, special = _tokens(tokenizer, text, max_tokens, model_max_len(model))
+        ids, tokens, special, total = _tokens(tokenizer, text, max_tokens, model_max_len(model), truncate)
         cfg = getattr(model.config, "text_config", None) or model.config
         L_all, H = cfg.num_hidden_layers, cfg.num_attention_heads
     n = len(ids)
@@ -285,6 +297,8 @@ def capture_long(
     profile, column, in_band = stats.profile.numpy(), stats.column.numpy(), stats.in_band.numpy()
     fit = fit_table(profile, column, in_band, stats.ws, num_pos)
     meta = {"class": type(model).__name__}
+    if max_tokens is None and total > n:  # truncate: the first context-length tokens of a longer text
+        meta["truncated_from"] = total
     if lm is not None:  # per layer its mechanism ("structured_attention", ...): no sliding window in the config
         types = [f"{block.self_attn.mechanism.name}_attention" for block in model.blocks]
         window = None

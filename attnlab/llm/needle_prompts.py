@@ -15,8 +15,9 @@ m positions of the prompt: row q_t (t = 1 … m) predicts v_t (the last question
 token predicts v_1, v_{t−1} predicts v_t).  ``attnlab.analysis.head_detectors``
 scores a head by its mean mass from Q on the needle's value positions V.
 
-A small local generator: the RULER-style task generators of
-``attnlab.llm.tasks`` will be able to produce the same ``CopyPrompt``.
+A small local generator; the RULER-style samples of ``attnlab.llm.tasks``
+(``Sample``: ids, the asked needle's span, the expected values) become
+``CopyPrompt``s through ``from_sample``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 
 from attnlab.errors import UserError
 
-__all__ = ["CopyPrompt", "needle_prompts", "encode", "start_ids"]
+__all__ = ["CopyPrompt", "needle_prompts", "from_sample", "encode", "start_ids"]
 
 HAYSTACK = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 NEEDLE = " The special magic number is"
@@ -83,3 +84,17 @@ def needle_prompts(tokenizer, n: int, count: int = 4, *, digits: int = 7, seed: 
         assert len(ids) == n
         out.append(CopyPrompt(ids=ids, needle=(v0, v0 + m), queries=(q0, n), answer=v))
     return out
+
+
+def from_sample(sample, tokenizer) -> CopyPrompt:
+    """A ``attnlab.llm.tasks.Sample`` as a ``CopyPrompt``: its first expected value v teacher-forced after the
+    prompt (ids ‖ v_1 … v_{m−1}); V = the tokens of v inside the first asked needle's span (the whole span
+    when v is tokenized differently there)."""
+    v = encode(tokenizer, " " + sample.answers[0])  # (m,) the answer prefix ends before the value's space
+    a, b = sample.spans[0]
+    piece = list(sample.ids[a:b])
+    at = next((k for k in range(len(piece) - len(v) + 1) if piece[k:k + len(v)] == v), None)
+    needle = (a + at, a + at + len(v)) if at is not None else (a, b)
+    ids = list(sample.ids) + v[:-1]
+    n = len(ids)
+    return CopyPrompt(ids=ids, needle=needle, queries=(n - len(v), n), answer=v)

@@ -82,6 +82,14 @@ def entries_of(w: int, columns: int, dynamic: int, n: int) -> int:
     return band + (columns + dynamic) * max(0, n - w - 1)
 
 
+def tail_entries(w: int, tail: int, n: int) -> int:
+    """Entries the last ``tail`` rows add beyond the band: Σ_{i = n−T}^{n−1} ((i + 1) − min(i + 1, w + 1))."""
+    if w == FULL or tail <= 0:
+        return 0
+    i = np.arange(max(0, n - tail), n)
+    return int(((i + 1) - np.minimum(i + 1, w + 1)).sum())
+
+
 def head_entries(w: int, columns: int, dynamic: int, n: int, window: int | None = None) -> int:
     """Entries a head runs at length n: ``entries_of``, or in a sliding layer (window W) the band
     B_{min(w, W−1)} alone (FULL → W − 1; the model masks every key with i − j ≥ W, columns included)."""
@@ -95,17 +103,23 @@ def cap_to_window(head: "HeadPlan", window: int | None) -> "HeadPlan":
     if window is None:
         return head
     w = window - 1 if head.is_full else min(head.w, window - 1)
-    if w == head.w and not head.columns and not head.dynamic:
+    if w == head.w and not head.columns and not head.dynamic and not head.tail:
         return head
     return HeadPlan(Support(w=int(w), columns=np.zeros(0, dtype=np.int64)), 0)
 
 
 @dataclass(frozen=True)
 class HeadPlan:
-    """One head: its support (band w, fixed columns) and ``dynamic`` columns chosen per input."""
+    """One head: its support (band w, fixed columns), ``dynamic`` columns chosen per input, and ``tail``.
+
+    ``tail`` = T > 0: the last T query rows of a prefill read every causal key, and at decoding the head
+    reads its whole cache — a retrieval head's support: the rows that ask (the question, the answer) see
+    the whole context, the others their band (``tail_entries``).
+    """
 
     support: Support
     dynamic: int = 0
+    tail: int = 0
 
     @classmethod
     def full(cls) -> "HeadPlan":
@@ -124,24 +138,27 @@ class HeadPlan:
         return [int(c) for c in np.asarray(self.support.columns).reshape(-1) if c >= 0]
 
     def entries(self, n: int) -> int:
-        return entries_of(self.w, len(self.columns), self.dynamic, n)
+        return entries_of(self.w, len(self.columns), self.dynamic, n) + tail_entries(self.w, self.tail, n)
 
     def to_dict(self) -> dict:
-        return {**self.support.to_dict(), "dynamic": int(self.dynamic)}
+        return {**self.support.to_dict(), "dynamic": int(self.dynamic), **({"tail": int(self.tail)} if self.tail else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "HeadPlan":
         d = dict(d)
         dynamic = d.pop("dynamic", 0)
+        tail = d.pop("tail", 0)
         support = Support.from_dict(d)
         if not isinstance(support.w, int) or not isinstance(dynamic, int) or dynamic < 0 or support.w < FULL:
             raise ValueError(f"head plan: w must be an integer >= -1 and dynamic >= 0, got {d}")
+        if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
+            raise ValueError(f"head plan: tail must be an integer >= 0, got {tail!r}")
         cols = np.asarray(support.columns).reshape(-1)
         if (cols < 0).any() or len(set(cols.tolist())) != cols.size:
             raise ValueError(f"head plan: columns must be distinct key positions >= 0, got {cols.tolist()}")
         if int(support.offset) != 0 or support.residual:
             raise ValueError("head plan: only offset 0 and residual 0 are executed (causal band ending on the diagonal)")
-        return cls(support, dynamic)
+        return cls(support, dynamic, tail)
 
 
 @dataclass
@@ -194,7 +211,8 @@ class Plan:
         """
         n = n or self.n
         total = self.num_layers * self.num_heads * n * (n + 1) // 2
-        return sum(head_entries(h.w, len(h.columns), h.dynamic, n, self.window(l)) for l, row in enumerate(self.heads) for h in row) / total
+        return sum(head_entries(h.w, len(h.columns), h.dynamic, n, self.window(l)) + tail_entries(h.w, h.tail, n)
+                   for l, row in enumerate(self.heads) for h in row) / total
 
     def full_heads(self) -> int:
         return sum(h.is_full for row in self.heads for h in row)

@@ -60,6 +60,9 @@ def fit_table(profile: np.ndarray, column: np.ndarray, in_band: np.ndarray, ws, 
         c = np.clip(column - in_band[:, :, a], 0.0, None)  # (L, H, n) off-band column mass
         order = np.argsort(-c, axis=-1, kind="stable")[..., :k_max]  # (L, H, k_max)
         top = np.take_along_axis(c, order, -1)  # (L, H, k_max)
+        if order.shape[-1] < k_max:  # fewer keys than columns asked (n < max num_pos): the rest stay empty
+            order = np.pad(order, ((0, 0), (0, 0), (0, k_max - n)))
+            top = np.pad(top, ((0, 0), (0, 0), (0, k_max - n)))
         useful = top > 0
         columns[:, :, a] = np.where(useful, order, -1)
         gained = np.concatenate([np.zeros((L, H, 1)), np.cumsum(top, -1)], -1)  # (L, H, k_max + 1)

@@ -1,13 +1,19 @@
-"""attnlab's plan that keeps what the context says: retrieval heads full, the knapsack spends the rest.
+"""attnlab's plan that keeps what the context says: retrieval heads see the whole context where it is asked.
 
     R = the k heads of largest retrieval score r_lh   (r_lh: mean attention from the answer tokens to the
         needle's value tokens while the model copies it, on synthetic needle prompts — Wu et al. 2024;
         ``attnlab.llm.head_scan.retrieval_scores``, stored with the calibration as ``Calibration.retrieval``)
-    plan[l][h] = FULL for (l, h) ∈ R;  the other heads: ``choose_plan``'s knapsack under what is left of β.
 
-Both phases follow the plan: a retrieval head reads every causal key in the prefill and its KV head keeps
-its whole cache; the other heads read band + columns (their per-input columns chosen from the last
-queries) and their cache keeps what they can still read.  Option ``retrieval_heads`` = k.
+Two ways to keep them (option ``tail``):
+
+* ``tail = 0``: every head of R is FULL (both phases); the knapsack (``choose_plan``) spends what is left of β;
+* ``tail = T > 0`` (default 64): the knapsack plans every head under β − Σ_{h∈R} tail_entries, then each head
+  of R also reads every causal key from its last T prefill rows (the question and the answer prefix: the
+  rows that ask) and its whole cache at decoding (``HeadPlan.tail``).  A head needs the far context where
+  the context is queried, not on every row: 16 such heads at 2K cost ≈ 0.4 % of the entries, not 6 %.
+
+The other heads read band + columns (their per-input columns chosen from the last queries) and their
+cache keeps what they can still read.  Options ``retrieval_heads`` = k, ``tail`` = T.
 """
 
 import numpy as np
@@ -22,14 +28,17 @@ class AttnlabRetrieval(PlanMethod):
     name = "attnlab-retrieval"
     calibrated = True
     needs_retrieval = True
-    options = {"retrieval_heads": (int, 0, 10**6)}
-    prefill = "the k heads of largest retrieval score full; the others their planned band + columns (knapsack over the rest of β)"
-    decoding = "retrieval heads' KV heads keep the whole cache; the others keep what their support can still read"
+    options = {"retrieval_heads": (int, 0, 10**6), "tail": (int, 0, 10**7)}
+    prefill = ("the k heads of largest retrieval score read every key from their last T rows (T = 0: all rows); "
+               "every head its planned band + columns (knapsack over the rest of β)")
+    decoding = "retrieval heads read (and their KV heads keep) the whole cache; the others keep what their support can still read"
 
     def make_plan(self, model, n, calibration):
+        from attnlab.llm.plan import HeadPlan, tail_entries
         from attnlab.llm.selection import choose_plan
 
-        k = int(self.opts.get("retrieval_heads", 8))
+        k = int(self.opts.get("retrieval_heads", 16))
+        T = int(self.opts.get("tail", 64))
         r = np.asarray(calibration.retrieval, dtype=np.float64)                     # (L, H)
         if k and not r.any():
             raise UserError(f"--method {self.name}: the calibration holds no retrieval scores (made before them); recalibrate")
@@ -38,6 +47,22 @@ class AttnlabRetrieval(PlanMethod):
         keep = np.zeros(r.shape, dtype=bool)
         if k:
             keep.reshape(-1)[np.argsort(-r.reshape(-1), kind="stable")[:k]] = True
-        plan = choose_plan(calibration, self.budget, n, keep_full=keep, method=self.name)
-        plan.meta["retrieval_heads"] = [[int(l), int(h)] for l, h in zip(*np.nonzero(keep))]
+        heads = [[int(l), int(h)] for l, h in zip(*np.nonzero(keep))]
+        if not T:
+            plan = choose_plan(calibration, self.budget, n, keep_full=keep, method=self.name)
+        else:
+            windows = calibration.shape.get("windows") or [None] * r.shape[0]
+            L, H = r.shape
+            total = L * H * n * (n + 1) / 2
+            # a tail costs at most its rows' off-band keys (w = 0); sliding layers run no tail
+            spend = sum(tail_entries(0, T, n) for l, _ in heads if windows[l] is None) / total
+            if spend >= self.budget:
+                raise UserError(f"budget {self.budget}: below the {k} retrieval heads' tails of {T} rows ({spend:.4f} of the entries at n = {n})")
+            plan = choose_plan(calibration, self.budget - spend, n, method=self.name)
+            plan.budget = self.budget
+            for l, h in heads:
+                old = plan.heads[l][h]
+                if not old.is_full and windows[l] is None:
+                    plan.heads[l][h] = HeadPlan(old.support, old.dynamic, T)
+        plan.meta.update(retrieval_heads=heads, tail=T)
         return plan
