@@ -54,7 +54,8 @@ def _long(hf: str | None, file: Path, tokens, block_rows, layers, rows=None, poo
     from attnlab.llm.long_capture import capture_long, parse_layers, parse_rows, read_text
 
     _check_long_source(run_dir, hf)
-    layers, rows = parse_layers(layers), parse_rows(rows)  # options first: nothing is loaded for a typo
+    layers = parse_layers(layers)  # options first: nothing is loaded for a typo
+    rows = rows if rows == "auto" else parse_rows(rows)
     text = read_text(file)
     limit = None if memory_gib is None else int(memory_gib * 2**30)
     return capture_long(long_source(run_dir, hf), text, max_tokens=tokens, block_rows=block_rows, layers=layers, rows=rows,
@@ -118,7 +119,7 @@ def register(app: typer.Typer) -> None:
             if out is None:
                 out = Path(run_dir) / "attention-long" if run_dir else Path("attention-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(hf or "model").name or "model"))
             claim = claim_folder(out, kind="attention", inputs=[("--file", file), ("RUN_DIR", run_dir), ("--hf", hf)], force=force)
-            res = _long(hf, file, tokens, block_rows, layers, rows, "auto" if pool is None else pool, memory_gib, run_dir=run_dir)
+            res = _long(hf, file, tokens, block_rows, layers, rows or "auto", "auto" if pool is None else pool, memory_gib, run_dir=run_dir)
             _long_summary(res)
             for p in write_folder(claim, lambda: write_long_attention(res, out)):
                 typer.echo(str(p))
