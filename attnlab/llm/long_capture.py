@@ -180,6 +180,17 @@ class LongAttention:
         arrays = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
         return write_atomic(path, lambda tmp: save_file(arrays, tmp, metadata={"format": FORMAT, "json": json.dumps(meta)}))
 
+    @staticmethod
+    def is_file(path: str | os.PathLike) -> bool:
+        """Whether ``path`` is a .safetensors file with the long-attention header (False for anything else)."""
+        try:
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="numpy") as f:
+                return (f.metadata() or {}).get("format") == FORMAT
+        except Exception:
+            return False
+
     @classmethod
     def load(cls, path: str | os.PathLike) -> "LongAttention":
         from safetensors import safe_open
