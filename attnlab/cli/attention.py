@@ -129,8 +129,8 @@ def register(app: typer.Typer) -> None:
         rows: Optional[str] = typer.Option(None, "--rows", help="with --file: keep the exact maps of rows a:b (keys a:b), e.g. 4096:4352"),
         pool: Optional[int] = typer.Option(None, "--pool", help="with --file: pooled overview, tokens per group (default: n/256)"),
         memory_gib: Optional[float] = typer.Option(None, "--memory-limit", help="with --file: refuse a run estimated above this many GiB (default: memory available)"),
-        heads: Optional[Path] = typer.Option(None, "--heads", help="with --file or a long --maps: the head detectors' heads.json, drawn in the explorer's grid"),
-        plan: Optional[Path] = typer.Option(None, "--plan", help="with --file or a long --maps: a plan of `attnlab plan` for this model and length, drawn on the maps"),
+        heads_json: Optional[Path] = typer.Option(None, "--heads", help="with --file or a long --maps: the head detectors' heads.json, drawn in the explorer's grid"),
+        plan_json: Optional[Path] = typer.Option(None, "--plan", help="with --file or a long --maps: a plan of `attnlab plan` for this model and length, drawn on the maps"),
     ) -> None:
         """Capture the attention of every layer and head on SENTENCE; write the maps file, PNG grids and the HTML explorer.
 
@@ -150,17 +150,17 @@ def register(app: typer.Typer) -> None:
 
             if out is None:
                 out = Path(run_dir) / "attention-long" if run_dir else Path("attention-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(hf or "model").name or "model"))
-            claim = claim_folder(out, kind="attention", inputs=[("--file", file), ("RUN_DIR", run_dir), ("--hf", hf), ("--heads", heads), ("--plan", plan)], force=force)
-            the_plan = _plan_file(plan, tokens)
-            if heads is not None and not heads.is_file():
-                raise UserError(f"--heads {heads}: no such file")
+            claim = claim_folder(out, kind="attention", inputs=[("--file", file), ("RUN_DIR", run_dir), ("--hf", hf), ("--heads", heads_json), ("--plan", plan_json)], force=force)
+            the_plan = _plan_file(plan_json, tokens)
+            if heads_json is not None and not heads_json.is_file():
+                raise UserError(f"--heads {heads_json}: no such file")
             res = _long(hf, file, tokens, block_rows, layers, rows or "auto", "auto" if pool is None else pool, memory_gib, run_dir=run_dir)
+            detectors, the_plan = _overlays(res, heads_json, the_plan)  # before the summary: a mismatch is one line
             _long_summary(res)
-            detectors, the_plan = _overlays(res, heads, the_plan)
             for p in write_folder(claim, lambda: write_long_attention(res, out, detectors=detectors, plan=the_plan)):
                 typer.echo(str(p))
             return
-        if (heads is not None or plan is not None) and not (maps_file is not None and _is_long(maps_file)):
+        if (heads_json is not None or plan_json is not None) and not (maps_file is not None and _is_long(maps_file)):
             raise UserError("--heads and --plan draw on a long input's explorer: give --file TEXT (or --maps OUT/long-attention.safetensors)")
 
         if maps_file is not None and _is_long(maps_file):
@@ -172,10 +172,10 @@ def register(app: typer.Typer) -> None:
             from attnlab.llm.long_capture import LongAttention
             from attnlab.llm.report import write_long_attention
 
-            claim = claim_folder(out, kind="attention", inputs=[("--maps", maps_file), ("--heads", heads), ("--plan", plan)], force=force)
-            the_plan = _plan_file(plan, None)
+            claim = claim_folder(out, kind="attention", inputs=[("--maps", maps_file), ("--heads", heads_json), ("--plan", plan_json)], force=force)
+            the_plan = _plan_file(plan_json, None)
             res = LongAttention.load(maps_file)
-            detectors, the_plan = _overlays(res, heads, the_plan)
+            detectors, the_plan = _overlays(res, heads_json, the_plan)
             if detectors is None:
                 from attnlab.viz.long_explorer import model_layers
 
