@@ -123,3 +123,18 @@ def test_log_bytes_round_trip():
     assert y[0, 0] == 0 and y[0, 1] == 0  # zero, and below the floor 1e-8
     nz = x >= 1e-8
     assert np.all(np.abs(y[nz] / x[nz] - 1) <= 10 ** (8 / 508) - 1 + 1e-12)
+
+
+def test_the_file_stays_under_its_limit_by_pooling_the_overview(tmp_path):
+    from attnlab.llm.long_capture import capture_long
+    from attnlab.viz.long_explorer import write_long_explorer
+    from tests.test_llm_stream import random_text, tiny, word_tokenizer
+
+    res = capture_long(tiny("llama"), random_text(1023, seed=2), tokenizer=word_tokenizer(), pool=4)  # 256 × 256 groups
+    full = write_long_explorer(res, tmp_path / "full.html")
+    limit = full.stat().st_size - 1
+    small = write_long_explorer(res, tmp_path / "small.html", max_bytes=limit)
+    assert small.stat().st_size <= limit
+    p, q = payload(full), payload(small)
+    assert p["pool"] == 4 and q["pool"] == 8 and q["blobs"]["pooled"]["shape"] == [2, 4, 128, 128]
+    assert q["blobs"]["tiles"] == p["blobs"]["tiles"]  # the zoom stays exact

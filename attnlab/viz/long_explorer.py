@@ -42,6 +42,7 @@ FORMAT = "attnlab.long_explorer"
 PROFILE_EXACT = 64    # distances 0..64 one bin each, then log-spaced bins
 COLUMN_BINS = 1024    # key positions pooled into at most this many bins for the column plot
 BAND_W = 64           # "band mass": the share of a head's mass within |i − j| ≤ BAND_W
+MAX_BYTES = 20 * 10**6  # the file's limit: above it the overview is pooled further (by 2, 4, ...)
 
 
 def model_layers(res) -> int:
@@ -95,8 +96,9 @@ def _fit(res, target: float):
     return out
 
 
-def long_explorer_payload(res, detectors=None, plan=None, *, target: float = 0.95) -> dict:
-    """The page's data (module docstring).  ``detectors``: ``DetectorScores`` or None; ``plan``: a checked ``Plan`` or None."""
+def long_explorer_payload(res, detectors=None, plan=None, *, target: float = 0.95, overview_factor: int = 1) -> dict:
+    """The page's data (module docstring).  ``detectors``: ``DetectorScores`` or None; ``plan``: a checked ``Plan`` or None;
+    ``overview_factor`` f pools the capture's pooled map further, f × f groups per cell (``pool_tokens``: rows keep their sum)."""
     from attnlab.llm.report import _far_distance
 
     L, H, n = res.column.shape
@@ -145,8 +147,16 @@ def long_explorer_payload(res, detectors=None, plan=None, *, target: float = 0.9
     col = np.pad(res.column, [(0, 0), (0, 0), (0, (-n) % cg)]).reshape(L, H, -1, cg).sum(-1) / total  # (L, H, ⌈n/cg⌉)
     blobs = {"profile": encode_log_bytes(profile, lo=-12.0), "columns": encode_log_bytes(col, lo=-12.0)}
     tiles = None
+    pool = res.pool or 1
     if res.pooled is not None:
-        blobs["pooled"] = encode_log_bytes(res.pooled)  # (L, H, G, G)
+        pooled = res.pooled  # (L, H, G, G)
+        if overview_factor > 1:
+            from attnlab.viz.explorer import pool_tokens
+
+            G = pooled.shape[-1]
+            pooled = pool_tokens(pooled, [""] * G, [""] * G, math.ceil(G / overview_factor))[0]  # (L, H, ⌈G/f⌉, ⌈G/f⌉)
+            pool *= overview_factor
+        blobs["pooled"] = encode_log_bytes(pooled)
     if res.window_maps is not None:
         blobs["window"] = encode_log_bytes(res.window_maps)  # (L, H, b − a, b − a)
     if res.tiles is not None:
@@ -157,7 +167,7 @@ def long_explorer_payload(res, detectors=None, plan=None, *, target: float = 0.9
         "model": res.name, "n": n, "layers": list(res.layers), "num_heads": H, "num_layers": model_layers(res),
         "layer_types": list(res.layer_types), "sliding_window": res.sliding_window, "target": target,
         "tokens": display_tokens(res.tokens),
-        "pool": res.pool or 1, "window": list(res.window) if res.window else None,
+        "pool": pool, "window": list(res.window) if res.window else None,
         "tile": None if res.tiles is None else int(res.tiles.shape[-1]), "tile_pos": tiles,
         "profile_edges": edges.tolist(), "column_group": cg,
         "heads": heads, "scores": scores, "named": named,
@@ -179,6 +189,14 @@ def render_long_explorer(payload: dict) -> str:
             .replace("/*DATA*/", data))
 
 
-def write_long_explorer(res, path: str | os.PathLike, detectors=None, plan=None, *, target: float = 0.95) -> Path:
-    """Write the long-input explorer of ``res`` to one HTML file (atomic)."""
-    return write_text_atomic(Path(path), render_long_explorer(long_explorer_payload(res, detectors, plan, target=target)))
+def write_long_explorer(res, path: str | os.PathLike, detectors=None, plan=None, *, target: float = 0.95,
+                        max_bytes: int = MAX_BYTES) -> Path:
+    """Write the long-input explorer of ``res`` to one HTML file (atomic), at most ``max_bytes``: above it the
+    overview is pooled by 2, 4, ... (the zoom tiles and window stay exact)."""
+    f = 1
+    while True:
+        html = render_long_explorer(long_explorer_payload(res, detectors, plan, target=target, overview_factor=f))
+        G = 0 if res.pooled is None else math.ceil(res.pooled.shape[-1] / f)
+        if len(html.encode("utf-8")) <= max_bytes or G <= 16:
+            return write_text_atomic(Path(path), html)
+        f *= 2
