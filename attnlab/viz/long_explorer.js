@@ -20,16 +20,7 @@
   var G = Math.ceil(n / g), T = data.tile;
   var blobs = {}, state = { k: 0, h: 0, score: null, scale: "log", region: null, drag: null };
 
-  function $(id) { return document.getElementById(id); }
-  function el(tag, attrs, text) {
-    var e = document.createElement(tag);
-    for (var a in attrs || {}) e.setAttribute(a, attrs[a]);
-    if (text !== undefined) e.textContent = text;
-    return e;
-  }
-  function range(m) { var r = []; for (var i = 0; i < m; i++) r.push(i); return r; }
   function sig(x) { return x === 0 ? "0" : (x >= 0.01 ? x.toFixed(4) : x.toExponential(2)); }
-  function clip(s, m) { return s.length > m ? s.slice(0, m - 1) + "…" : s; }
 
   /* ---- data: blobs ------------------------------------------------------- */
   function inflate(b64) {
@@ -82,14 +73,6 @@
   }
 
   /* ---- controls ---------------------------------------------------------- */
-  function fillSelect(sel, values, labels, current) {
-    sel.innerHTML = "";
-    values.forEach(function (v, i) {
-      var o = el("option", { value: String(v) }, labels[i]);
-      if (String(v) === String(current)) o.selected = true;
-      sel.appendChild(o);
-    });
-  }
   function buildControls() {
     fillSelect($("sel-layer"), range(L), data.layers.map(function (l, k) { return l + " (" + data.layer_types[k].split("_")[0] + ")"; }), state.k);
     fillSelect($("sel-head"), range(H), range(H).map(String), state.h);

@@ -22,10 +22,8 @@ Every map and profile is stored as log-quantised bytes, deflated (``attnlab.viz.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -176,17 +174,11 @@ def long_explorer_payload(res, detectors=None, plan=None, *, target: float = 0.9
     }
 
 
-def _asset(name: str) -> str:
-    return resources.files("attnlab.viz").joinpath(name).read_text(encoding="utf-8")
-
-
 def render_long_explorer(payload: dict) -> str:
     """The HTML page with CSS, renderer and ``payload`` inlined (deterministic text)."""
-    data = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    data = data.replace("</", "<\\/").replace("<!--", "<\\!--")  # cannot close the <script> element
-    html = _asset("long_explorer.html")
-    return (html.replace("/*CSS*/", _asset("long_explorer.css")).replace("/*JS*/", _asset("long_explorer.js"))
-            .replace("/*DATA*/", data))
+    from attnlab.viz.explorer import render_explorer
+
+    return render_explorer(payload, "long_explorer")
 
 
 def write_long_explorer(res, path: str | os.PathLike, detectors=None, plan=None, *, target: float = 0.95,
