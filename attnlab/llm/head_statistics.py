@@ -164,7 +164,7 @@ class HeadStatistics:
             if t0 < t1 and k0 < k1:
                 self.window_maps[layer, :, t0 - a : t1 - a, k0 - a : k1 - a] = p[:, t0 - i0 : t1 - i0, k0 - j0 : k1 - j0]
         if self.tiles is not None:
-            self.tiles.observe(layer, i0, j0, p)
+            self.tiles.observe(layer, i0, j0, p, allowed[0, 0].sum(-1))  # keys each row sees
         if self.pool is not None:
             g = self.pool
             J0, J1 = j0 // g, math.ceil((j0 + m) / g)
