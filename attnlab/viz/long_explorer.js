@@ -156,8 +156,10 @@
     box.appendChild(badge);
     var dl = el("dl");
     function row(a, b) { dl.appendChild(el("dt", {}, a)); dl.appendChild(el("dd", {}, b)); }
+    var shown = fit.columns.slice(0, 6).map(function (j) { return j + " “" + tok(j) + "”"; }).join(", ") +
+                (fit.columns.length > 6 ? " and " + (fit.columns.length - 6) + " more" : "");
     row("fit (" + Math.round(data.target * 100) + "% of mass)", fit.w < 0 ? "no band + columns of the grid reaches it (full)" :
-        "band w = " + fit.w + (fit.columns.length ? ", columns " + fit.columns.map(function (j) { return j + " “" + tok(j) + "”"; }).join(", ") : ", no columns") +
+        "band w = " + fit.w + (fit.columns.length ? ", " + fit.columns.length + " columns: " + shown : ", no columns") +
         " → " + (100 * fit.mass).toFixed(1) + "%");
     row("argmax offset", (info.offset > 0 ? "+" : "") + info.offset + " (positional " + sig(info.positional) + ")");
     row("sink", sig(info.sink) + " on “" + info.sink_token + "”");
@@ -188,19 +190,23 @@
       var a = Math.max(geo.r0, geo.c0 + w), b = Math.min(geo.r1, geo.c1 + w);
       if (a < b) line(a, a - w, b, b - w, colour, dash);
     }
-    function column(j, colour) {
-      if (j < geo.c0 || j >= geo.c1) return;
-      var a = Math.max(geo.r0, j);
-      if (a < geo.r1) line(a, j + 0.5, geo.r1, j + 0.5, colour, [3, 2]);
+    function columns(js, colour) {  /* a tick above the map for each; a line down the map when they are few */
+      js.forEach(function (j) {
+        if (j < geo.c0 || j >= geo.c1) return;
+        var x = geo.x(j + 0.5), y = geo.y(geo.r0);
+        ctx.save(); ctx.fillStyle = colour; ctx.beginPath(); ctx.moveTo(x, y + 7); ctx.lineTo(x - 4, y); ctx.lineTo(x + 4, y); ctx.fill(); ctx.restore();
+        var a = Math.max(geo.r0, j);
+        if (js.length <= 8 && a < geo.r1) line(a, j + 0.5, geo.r1, j + 0.5, colour, [3, 2]);
+      });
     }
     if ($("opt-fit").checked) {
       if (info.fit.w >= 0) band(info.fit.w, FIT);
       if (info.offset !== 0) { var o = info.offset, a = Math.max(geo.r0, geo.c0 - o), b = Math.min(geo.r1, geo.c1 - o); if (a < b) line(a, a + o + 0.5, b, b + o + 0.5, FIT, [1, 3]); }
-      info.fit.columns.forEach(function (j) { column(j, FIT); });
+      columns(info.fit.columns, FIT);
     }
     if ($("opt-plan").checked && info.plan && !info.plan.full) {
       band(info.plan.w, PLAN, [6, 3]);
-      info.plan.columns.forEach(function (j) { column(j, PLAN); });
+      columns(info.plan.columns, PLAN);
     }
   }
   function regions() {  /* the exact regions of the chosen head: [{r0, c0, size, blob, base}] */
@@ -238,7 +244,9 @@
     ctx.save(); ctx.beginPath(); ctx.rect(left, top, size, size); ctx.clip();
     drawStructure(ctx, geo);
     if ($("opt-regions").checked) regions().forEach(function (r) {
-      ctx.strokeStyle = REGION; ctx.lineWidth = 1; ctx.strokeRect(geo.x(r.c0) - 0.5, geo.y(r.r0) - 0.5, Math.max(3, r.size * s) + 1, Math.max(3, r.size * s) + 1);
+      var x = geo.x(r.c0) - 1, y = geo.y(r.r0) - 1, w = Math.max(4, r.size * s) + 2;
+      ctx.strokeStyle = "#000"; ctx.lineWidth = 3; ctx.strokeRect(x, y, w, w);
+      ctx.strokeStyle = REGION; ctx.lineWidth = 1.5; ctx.strokeRect(x, y, w, w);
     });
     var sel = state.drag || state.region;
     if (sel) { ctx.strokeStyle = SEL; ctx.lineWidth = 2; ctx.strokeRect(geo.x(sel.c0), geo.y(sel.r0), Math.max(3, (sel.c1 - sel.c0) * s), Math.max(3, (sel.r1 - sel.r0) * s)); }
@@ -359,9 +367,11 @@
       note.textContent = where + ": the model computes no attention there (keys after the query" +
         (data.sliding_window ? ", or beyond a sliding window" : "") + ").";
     } else if (need > 0 && have === 0) {
+      var a0 = Math.min(R.r0, R.c0), wide = R.r1 - a0;
       note.textContent = where + ": outside the captured rows — the capture kept exact rows only in the outlined regions (the window " +
-        (data.window ? data.window.join(":") : "none") + " and this head's zoom tiles); to see these, capture again with --rows " +
-        Math.min(R.r0, R.c0) + ":" + R.r1 + ".";
+        (data.window ? data.window.join(":") : "none") + " and this head's zoom tiles). " + (wide <= 1024 ?
+        "To see these, capture again with --rows " + a0 + ":" + R.r1 + " (rows and keys " + a0 + ":" + R.r1 + ")." :
+        "A window holding these rows and keys would span " + wide + " tokens (--rows " + a0 + ":" + R.r1 + "), too many to keep exactly for every head.");
     } else {
       note.textContent = where + ": exact for " + (need ? (100 * have / need).toFixed(1) : "100") + "% of its computed entries" +
         (have < need ? " (hatched: not captured)" : "") + "; " + scaleText(vmax) + ".";
@@ -437,8 +447,13 @@
       if (v > 0) { var yy = y(Math.max(ylo, Math.log10(v))); ctx.fillRect(x(k * cg), yy, Math.max(1, x((k + 1) * cg) - x(k * cg)), 8 + ph - yy); }
     }
     var info = data.heads[state.k][state.h];
-    if ($("opt-fit").checked) info.fit.columns.forEach(function (j) { vline(ctx, x(j + 0.5), 8, 8 + ph, FIT, [3, 2]); });
-    if ($("opt-plan").checked && info.plan) info.plan.columns.forEach(function (j) { vline(ctx, x(j + 0.5), 8, 8 + ph, PLAN, [6, 3]); });
+    function ticks(js, colour) {  /* the fit's (or plan's) columns: triangles on the top edge */
+      ctx.save(); ctx.fillStyle = colour;
+      js.forEach(function (j) { var xx = x(j + 0.5); ctx.beginPath(); ctx.moveTo(xx, 15); ctx.lineTo(xx - 4, 8); ctx.lineTo(xx + 4, 8); ctx.fill(); });
+      ctx.restore();
+    }
+    if ($("opt-fit").checked) ticks(info.fit.columns, FIT);
+    if ($("opt-plan").checked && info.plan) ticks(info.plan.columns, PLAN);
     ctx.fillStyle = "#444"; ctx.textAlign = "center"; ctx.textBaseline = "top";
     [0, 0.25, 0.5, 0.75, 1].forEach(function (f) { ctx.fillText(String(Math.round(f * n)), x(f * n), 10 + ph); });
     ctx.fillText("key j (" + cg + " per bar); y: share of the head's mass (log)", x0 + pw / 2, 24 + ph);
