@@ -91,7 +91,7 @@ def test_click_a_head(page):
     assert overview_png(pg) != before
     assert pg.inner_text("#role-badge") == res.roles[1 * 4 + 2].role
     info = pg.inner_text("#head-info")
-    assert "plan (test" in info and "induction" in info and "0.9700 ✓" in info
+    assert "plan (test" in info and "detector: induction" in info and "0.9700 ✓" in info
     assert "chosen" in pg.get_attribute("#cell-1-2", "class")
     assert errors == []
 

@@ -168,7 +168,7 @@
     row("top columns", info.top_columns.map(function (c) { return c[0] + " “" + tok(c[0]) + "” " + (100 * c[1]).toFixed(1) + "%"; }).join(", "));
     Object.keys(data.scores).forEach(function (key) {
       var v = data.scores[key].values[k][h];
-      if (key.indexOf("det:") === 0) row(key.slice(4), v === null ? "—" : sig(v) + (data.scores[key].threshold != null && v >= data.scores[key].threshold ? " ✓" : ""));
+      if (key.indexOf("det:") === 0) row("detector: " + key.slice(4), v === null ? "—" : sig(v) + (data.scores[key].threshold != null && v >= data.scores[key].threshold ? " ✓" : ""));
     });
     if (info.plan) {
       var p = info.plan;
