@@ -73,6 +73,9 @@ def test_capture_with_heads_and_plan_then_redraw_from_maps(tmp_path, folder, tex
     q = payload(again / "explorer.html")
     assert q["scores"]["det:sink"]["values"] == [[0.3, 0.2]] and q["plan"] is None
     assert q["blobs"]["pooled"] == p["blobs"]["pooled"]
+    code, _, err = run_main(["attention", "--maps", str(out / "long-attention.safetensors"), "--rows", "0:10", "--out", str(tmp_path / "x")], capsys)
+    check_one_line(code, err, "--maps draws a saved capture", "--rows")
+    assert not (tmp_path / "x").exists()
 
 
 def test_without_detectors_the_grid_has_the_capture_statistics(tmp_path, folder, text_file, capsys):

@@ -164,8 +164,8 @@ def register(app: typer.Typer) -> None:
             raise UserError("--heads and --plan draw on a long input's explorer: give --file TEXT (or --maps OUT/long-attention.safetensors)")
 
         if maps_file is not None and _is_long(maps_file):
-            if args or hf or rows:
-                raise UserError("--maps draws a saved capture: give no RUN_DIR, --hf, sentence or --rows (rows are kept at capture time)")
+            if args or hf or rows or tokens is not None:
+                raise UserError("--maps draws a saved capture: give no RUN_DIR, --hf, sentence, --tokens or --rows (rows are kept at capture time)")
             if out is None:
                 raise UserError("--maps needs --out DIR")
             from attnlab.llm.heads_file import detector_scores_beside
