@@ -3,15 +3,10 @@
 Needs /usr/bin/chromium (``apt-get install -y chromium``) or $ATTNLAB_CHROMIUM; ``make test``
 installs it (.ci/browser-setup).  When it is missing the test FAILS with the install line,
 unless ATTNLAB_SKIP_BROWSER is set (not "0"): ``make test`` sets it to the one-line reason
-chromium could not be installed, and the tests skip with that reason.
+chromium could not be installed, and the tests skip with that reason (``tests/chromium_page``).
 """
 
 from __future__ import annotations
-
-import os
-import shutil
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,10 +14,9 @@ import pytest
 from attnlab.analysis.attention_maps import AttentionMaps, SentenceAttention
 from attnlab.analysis.roles import head_roles
 from attnlab.viz import write_explorer
+from tests.chromium_page import chromium_page
 
 pytestmark = pytest.mark.browser
-
-CHROMIUM = os.environ.get("ATTNLAB_CHROMIUM", "/usr/bin/chromium")
 
 
 def toy_maps(n: int, m: int, L: int, H: int) -> AttentionMaps:
@@ -39,32 +33,12 @@ def toy_maps(n: int, m: int, L: int, H: int) -> AttentionMaps:
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory):
-    reason = os.environ.get("ATTNLAB_SKIP_BROWSER", "")
-    if reason not in ("", "0"):
-        pytest.skip("ATTNLAB_SKIP_BROWSER=1" if reason == "1" else f"chromium could not be installed: {reason}")
-    if not (Path(CHROMIUM).is_file() or shutil.which(CHROMIUM)):
-        pytest.fail(f"chromium not found at {CHROMIUM}: install it (apt-get install -y chromium) "
-                    "or set ATTNLAB_SKIP_BROWSER=1 to skip the browser tests", pytrace=False)
-    from playwright.sync_api import sync_playwright
-
     maps = toy_maps(n=9, m=5, L=2, H=3)
     path = write_explorer(maps, tmp_path_factory.mktemp("explorer") / "explorer.html", head_roles(maps))
-    errors: list[str] = []
-    with sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(
-            tempfile.mkdtemp(prefix="attnlab-chromium-"), executable_path=CHROMIUM, headless=True,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-            viewport={"width": 1400, "height": 1000},
-        )
-        pg = ctx.new_page()
-        pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        pg.on("pageerror", lambda e: errors.append(str(e)))
-        requests: list[str] = []
-        pg.on("request", lambda r: requests.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
+    with chromium_page() as (pg, errors, requests):
         pg.goto(path.as_uri())
         pg.wait_for_selector("#heatmap[data-cell]")
         yield pg, maps, errors, requests
-        ctx.close()
 
 
 def test_loads_without_errors(page):

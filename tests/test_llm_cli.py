@@ -27,7 +27,7 @@ def test_attention_long_writes_statistics_overview_and_window(tmp_path, text_fil
     code, _, err = run_main(["attention", "--hf", str(folder), "--file", str(text_file), "--rows", "100:140", "--out", str(out)], capsys)
     assert code in (0, None), err
     for name in ("long-attention.safetensors", "summary.md", "heads.json", "band-profiles.png", "pooled/grid.png",
-                 "pooled/explorer.html", "window/grid.png", "window/explorer.html"):
+                 "explorer.html", "window/grid.png"):
         assert (out / name).is_file(), name
     heads = json.loads((out / "heads.json").read_text())
     assert heads["summary"]["tokens"] == 601 and len(heads["heads"]) == 2

@@ -55,7 +55,8 @@ def _long(hf: str | None, file: Path, tokens, block_rows, layers, rows=None, poo
     from attnlab.llm.text_windows import read_text
 
     _check_long_source(run_dir, hf)
-    layers, rows = parse_layers(layers), parse_rows(rows)  # options first: nothing is loaded for a typo
+    layers = parse_layers(layers)  # options first: nothing is loaded for a typo
+    rows = rows if rows == "auto" else parse_rows(rows)
     check_tokens(hf, tokens)
     text = read_text(file)
     limit = None if memory_gib is None else int(memory_gib * 2**30)
@@ -100,6 +101,35 @@ def _long_summary(res) -> None:
                f"peak memory {s['peak']} (estimated {s['estimate']}, block {s['block_rows']} rows)", err=True)
 
 
+def _is_long(path: Path) -> bool:
+    from attnlab.llm.long_capture import LongAttention
+
+    return LongAttention.is_file(path)
+
+
+def _plan_file(path: Path | None, tokens: int | None):
+    """The --plan file, loaded before anything runs (its length checked against --tokens when both are known)."""
+    if path is None:
+        return None
+    from attnlab.llm.plan import Plan
+
+    if not Path(path).is_file():
+        raise UserError(f"--plan {path}: no such file")
+    plan = Plan.load(path)
+    if tokens is not None and plan.n and plan.n != tokens:
+        raise UserError(f"--plan {path}: made for {plan.n} tokens; this input has --tokens {tokens}")
+    return plan
+
+
+def _overlays(res, heads: Path | None, plan):
+    """(detector scores, plan) checked against the capture ``res`` (one-line UserError when made for another model or length)."""
+    from attnlab.llm.heads_file import read_detector_scores
+    from attnlab.viz.long_explorer import check_plan, model_layers
+
+    detectors = None if heads is None else read_detector_scores(heads, model_layers(res), int(res.profile.shape[1]))
+    return detectors, None if plan is None else check_plan(plan, res)
+
+
 FILE_HELP = "a long text file (.txt or .txt.gz): streamed statistics of RUN_DIR (an LM run) or --hf in bounded memory"
 
 
@@ -121,12 +151,15 @@ def register(app: typer.Typer) -> None:
         rows: Optional[str] = typer.Option(None, "--rows", help="with --file: keep the exact maps of rows a:b (keys a:b), e.g. 4096:4352"),
         pool: Optional[int] = typer.Option(None, "--pool", help="with --file: pooled overview, tokens per group (default: n/256)"),
         memory_gib: Optional[float] = typer.Option(None, "--memory-limit", help="with --file: refuse a run estimated above this many GiB (default: memory available)"),
+        heads_json: Optional[Path] = typer.Option(None, "--heads", help="with --file or a long --maps: the head detectors' heads.json, drawn in the explorer's grid"),
+        plan_json: Optional[Path] = typer.Option(None, "--plan", help="with --file or a long --maps: a plan of `attnlab plan` for this model and length, drawn on the maps"),
     ) -> None:
         """Capture the attention of every layer and head on SENTENCE; write the maps file, PNG grids and the HTML explorer.
 
         With --hf MODEL --file TEXT: stream every head's statistics (band profile, key columns, structured fit,
         roles) over the long text without holding any n x n matrix; write them, a pooled overview and an optional
-        exact window to --out.
+        exact window to --out, with OUT/explorer.html (heads grid, pooled overview that zooms into exact tiles).
+        With --maps OUT/long-attention.safetensors: write that folder again from the saved capture (with --heads, --plan).
         """
         from attnlab.analysis.attention_maps import AttentionMaps
         from attnlab.outputs import claim_folder, write_folder
@@ -140,10 +173,37 @@ def register(app: typer.Typer) -> None:
 
             if out is None:
                 out = Path(run_dir) / "attention-long" if run_dir else Path("attention-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(hf or "model").name or "model"))
-            claim = claim_folder(out, kind="attention", inputs=[("--file", file), ("RUN_DIR", run_dir), ("--hf", hf)], force=force)
-            res = _long(hf, file, tokens, block_rows, layers, rows, "auto" if pool is None else pool, memory_gib, run_dir=run_dir)
+            claim = claim_folder(out, kind="attention", inputs=[("--file", file), ("RUN_DIR", run_dir), ("--hf", hf), ("--heads", heads_json), ("--plan", plan_json)], force=force)
+            the_plan = _plan_file(plan_json, tokens)
+            if heads_json is not None and not heads_json.is_file():
+                raise UserError(f"--heads {heads_json}: no such file")
+            res = _long(hf, file, tokens, block_rows, layers, rows or "auto", "auto" if pool is None else pool, memory_gib, run_dir=run_dir)
+            detectors, the_plan = _overlays(res, heads_json, the_plan)  # before the summary: a mismatch is one line
             _long_summary(res)
-            for p in write_folder(claim, lambda: write_long_attention(res, out)):
+            for p in write_folder(claim, lambda: write_long_attention(res, out, detectors=detectors, plan=the_plan)):
+                typer.echo(str(p))
+            return
+        if (heads_json is not None or plan_json is not None) and not (maps_file is not None and _is_long(maps_file)):
+            raise UserError("--heads and --plan draw on a long input's explorer: give --file TEXT (or --maps OUT/long-attention.safetensors)")
+
+        if maps_file is not None and _is_long(maps_file):
+            if args or hf or rows or tokens is not None:
+                raise UserError("--maps draws a saved capture: give no RUN_DIR, --hf, sentence, --tokens or --rows (rows are kept at capture time)")
+            if out is None:
+                raise UserError("--maps needs --out DIR")
+            from attnlab.llm.heads_file import detector_scores_beside
+            from attnlab.llm.long_capture import LongAttention
+            from attnlab.llm.report import write_long_attention
+
+            claim = claim_folder(out, kind="attention", inputs=[("--maps", maps_file), ("--heads", heads_json), ("--plan", plan_json)], force=force)
+            the_plan = _plan_file(plan_json, None)
+            res = LongAttention.load(maps_file)
+            detectors, the_plan = _overlays(res, heads_json, the_plan)
+            if detectors is None:
+                from attnlab.viz.long_explorer import model_layers
+
+                detectors = detector_scores_beside(maps_file, model_layers(res), int(res.profile.shape[1]))
+            for p in write_folder(claim, lambda: write_long_attention(res, out, detectors=detectors, plan=the_plan)):
                 typer.echo(str(p))
             return
 

@@ -9,8 +9,9 @@ over the keys the model's mask allows) adds to, for every head at once:
 * entropy          Σ_i −Σ_j P_ij ln P_ij  (and divided by ln(i+1), the keys a causal row can see)
 * roles' scores    (``attnlab.analysis.roles``): max over word keys (confidence), the histogram
                    of a_i − i with a_i = argmax_j P_ij (positional), a_i on the rarest token
-* optional maps    a window of rows ``rows=(a, b)`` kept exactly (keys a:b), and a pooled map:
-                   key groups summed, query groups averaged (``attnlab.viz.explorer.pool_tokens``)
+* optional maps    a window of rows ``rows=(a, b)`` kept exactly (keys a:b), a pooled map:
+                   key groups summed, query groups averaged (``attnlab.viz.explorer.pool_tokens``),
+                   and per head the exact tiles of most off-band mass (``attnlab.llm.zoom_tiles``)
 
 Nothing here is n×n: the accumulators are O(L·H·n·|grid|); the structured
 fit is computed from them (``attnlab.llm.streamed_fit``).
@@ -45,7 +46,7 @@ class HeadStatistics:
     """Accumulators for L layers × H heads over n tokens; ``observe`` is the ``streaming`` observer."""
 
     def __init__(self, n_layers: int, n_heads: int, n: int, tokens: TokenInfo, *, ws=DEFAULT_WS,
-                 rows: tuple[int, int] | None = None, pool: int | None = None):
+                 rows: tuple[int, int] | None = None, pool: int | None = None, tiles: tuple[int, int] | None = None):
         L, H = n_layers, n_heads
         self.L, self.H, self.n = L, H, n
         self.ws = tuple(int(w) for w in ws if 0 <= w < n)
@@ -77,6 +78,11 @@ class HeadStatistics:
             self.pool = int(pool)
             G = math.ceil(n / self.pool)
             self.pooled = torch.zeros(L, H, G, G, **f64)
+        self.tiles = None
+        if tiles is not None:  # (tile side T, tiles per head K)
+            from attnlab.llm.zoom_tiles import ZoomTiles
+
+            self.tiles = ZoomTiles(L, H, n, tile=tiles[0], count=tiles[1])
 
     # ------------------------------------------------------------------------------------------
     def _band(self, shift: int, r: int, width: int, w: int) -> torch.Tensor:
@@ -159,6 +165,8 @@ class HeadStatistics:
             k0, k1 = max(a, j0), min(b, j0 + m)
             if t0 < t1 and k0 < k1:
                 self.window_maps[layer, :, t0 - a : t1 - a, k0 - a : k1 - a] = p[:, t0 - i0 : t1 - i0, k0 - j0 : k1 - j0]
+        if self.tiles is not None:
+            self.tiles.observe(layer, i0, j0, p, allowed[0, 0].sum(-1))  # keys each row sees
         if self.pool is not None:
             g = self.pool
             J0, J1 = j0 // g, math.ceil((j0 + m) / g)

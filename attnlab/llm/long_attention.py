@@ -57,6 +57,9 @@ class LongAttention:
     pool: int | None = None
     pooled: np.ndarray | None = None        # (L, H, G, G)
     meta: dict = field(default_factory=dict)
+    tiles: np.ndarray | None = None         # (L, H, K, T, T) exact tiles
+    tile_pos: np.ndarray | None = None      # (L, H, K, 2) (row start, key start); −1: empty slot
+    tile_score: np.ndarray | None = None    # (L, H, K) off-band mass of each tile
 
     @property
     def n(self) -> int:
@@ -113,6 +116,9 @@ class LongAttention:
             arrays["window_maps"] = self.window_maps.astype(np.float32)
         if self.pooled is not None:
             arrays["pooled"] = self.pooled.astype(np.float32)
+        if self.tiles is not None:
+            arrays.update({"tiles": self.tiles.astype(np.float32), "tiles.pos": self.tile_pos.astype(np.int64),
+                           "tiles.score": self.tile_score.astype(np.float64)})
         meta = {
             "name": self.name, "tokens": self.tokens, "special": self.special, "layers": self.layers,
             "layer_types": self.layer_types, "sliding_window": self.sliding_window, "ws": list(self.fit.ws),
@@ -122,6 +128,17 @@ class LongAttention:
         }
         arrays = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
         return write_atomic(path, lambda tmp: save_file(arrays, tmp, metadata={"format": FORMAT, "json": json.dumps(meta)}))
+
+    @staticmethod
+    def is_file(path: str | os.PathLike) -> bool:
+        """Whether ``path`` is a .safetensors file with the long-attention header (False for anything else)."""
+        try:
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="numpy") as f:
+                return (f.metadata() or {}).get("format") == FORMAT
+        except Exception:
+            return False
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "LongAttention":
@@ -149,4 +166,5 @@ class LongAttention:
             block_rows=meta["block_rows"], seconds=meta["seconds"], peak_bytes=meta["peak_bytes"],
             estimate_bytes=meta["estimate_bytes"], window=tuple(meta["window"]) if meta["window"] else None,
             window_maps=a.get("window_maps"), pool=meta["pool"], pooled=a.get("pooled"), meta=meta["meta"],
+            tiles=a.get("tiles"), tile_pos=a.get("tiles.pos"), tile_score=a.get("tiles.score"),
         )

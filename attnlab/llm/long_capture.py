@@ -11,7 +11,9 @@ rows feeds ``HeadStatistics``; nothing n×n is ever held.  The result
 * ``fit`` — the exact structured fit (band w + num_pos columns) over a grid
   (``attnlab.llm.streamed_fit``) and ``choose(target)``;
 * ``roles`` — ``attnlab.analysis.roles.HeadRole`` with the same scores and thresholds;
-* optional ``window`` (exact rows a:b, keys a:b) and ``pooled`` maps, as ``AttentionMaps``.
+* optional ``window`` (exact rows a:b, keys a:b) and ``pooled`` maps;
+* ``tiles`` — per head the K exact T × T tiles of most off-band mass (``attnlab.llm.zoom_tiles``),
+  what the explorer zooms into.
 
 File: ONE ``.safetensors`` (arrays) with the metadata (tokens, roles, grid,
 timing, memory) as JSON in its header.
@@ -36,10 +38,12 @@ from attnlab.llm.head_statistics import DEFAULT_WS, HeadStatistics, TokenInfo
 from attnlab.llm.long_attention import LongAttention
 from attnlab.llm.memory import check_fits, estimate_streamed, gib
 from attnlab.llm.streamed_fit import fit_table
+from attnlab.llm.zoom_tiles import TILE, TILES
 
 __all__ = ["LongAttention", "capture_long", "token_info", "DEFAULT_NUM_POS", "default_block_rows", "layer_types"]
 
 DEFAULT_NUM_POS = (0, 1, 2, 4, 8, 16, 32, 64)
+AUTO_ROWS = 128  # rows="auto": the exact window of this many rows in the middle of the input
 
 
 def default_block_rows(n_heads: int, n: int, budget: int = 64 * 2**20) -> int:
@@ -200,7 +204,8 @@ def capture_long(
     layers: Sequence[int] | None = None,
     ws: Sequence[int] = DEFAULT_WS,
     num_pos: Sequence[int] = DEFAULT_NUM_POS,
-    rows: tuple[int, int] | None = None,
+    rows: tuple[int, int] | str | None = None,
+    tiles: tuple[int, int] | None = (TILE, TILES),
     pool: int | str | None = None,
     memory_limit: int | None = None,
     thresholds: RoleThresholds = RoleThresholds(),
@@ -218,7 +223,8 @@ def capture_long(
     limited by the run's ``max_len``.
     ``max_tokens`` keeps the first tokens; ``layers`` analyses only those
     layers (the model stops after the last); ``rows=(a, b)`` keeps the exact
-    maps of rows a:b over keys a:b; ``pool`` keeps pooled maps of groups of
+    maps of rows a:b over keys a:b ("auto": the middle ``AUTO_ROWS`` rows); ``tiles=(T, K)`` keeps per head the K
+    exact T × T tiles of most off-band mass (``attnlab.llm.zoom_tiles``; None: none); ``pool`` keeps pooled maps of groups of
     ``pool`` tokens ("auto": at most 256 groups).  Without ``max_tokens``,
     ``truncate`` keeps the first context-length tokens of a longer text
     (``meta["truncated_from"]``: the text's token count).  Raises ``UserError`` (one line) when the input is
@@ -233,6 +239,7 @@ def capture_long(
         model, tokenizer, name = lm
         cfg = model.cfg
         L_all, H = cfg.layers, cfg.heads
+        num_kv = H
         model.eval()
         ids, tokens, special, total = _lm_tokens(tokenizer, text, max_tokens, cfg.max_len, truncate)
     else:
@@ -246,7 +253,13 @@ def capture_long(
         ids, tokens, special, total = _tokens(tokenizer, text, max_tokens, model_max_len(model), truncate)
         cfg = getattr(model.config, "text_config", None) or model.config
         L_all, H = cfg.num_hidden_layers, cfg.num_attention_heads
+        num_kv = int(getattr(cfg, "num_key_value_heads", None) or H)
     n = len(ids)
+    if rows == "auto":  # the middle AUTO_ROWS rows (keys the same): the band at token level
+        a0 = max(0, (n - AUTO_ROWS) // 2)
+        rows = (a0, min(n, a0 + AUTO_ROWS))
+    if rows is not None and not 0 <= rows[0] < rows[1] <= n:
+        raise UserError(f"--rows {rows[0]}:{rows[1]}: outside the input, which has {n} tokens (rows 0:{n})")
     chosen = _select(layers, L_all)
     r = default_block_rows(H, n) if block_rows is None else int(block_rows)
     if r < 1:
@@ -260,7 +273,7 @@ def capture_long(
     elif pool is not None and (isinstance(pool, bool) or not isinstance(pool, int) or pool < 1):
         raise ValueError(f"pool: expected tokens per group >= 1 or 'auto', got {pool!r}")
     info = token_info(tokens, special)
-    stats = HeadStatistics(len(chosen), H, n, info, ws=ws, rows=rows, pool=pool)
+    stats = HeadStatistics(len(chosen), H, n, info, ws=ws, rows=rows, pool=pool, tiles=tiles)
     row_of = {l: k for k, l in enumerate(chosen)}
     last = chosen[-1]
 
@@ -318,7 +331,10 @@ def capture_long(
         seconds=seconds, peak_bytes=_peak_rss(), estimate_bytes=estimate.total,
         window=stats.window, window_maps=None if stats.window is None else stats.window_maps.numpy(),
         pool=stats.pool, pooled=pooled,
-        meta={**meta, "threads": torch.get_num_threads(), "n": n, "cpu_seconds": round(cpu_seconds, 1)},
+        meta={**meta, "threads": torch.get_num_threads(), "n": n, "cpu_seconds": round(cpu_seconds, 1), "num_layers": L_all,
+              "num_heads": H, "num_kv_heads": num_kv},
+        **({} if stats.tiles is None else {"tiles": stats.tiles.maps.numpy(), "tile_pos": stats.tiles.pos.numpy(),
+                                           "tile_score": stats.tiles.score.numpy()}),
     )
 
 

@@ -4,8 +4,10 @@
     OUT/summary.md, OUT/heads.json   one row per head: layer type, role, entropy, far share,
                                      top key columns, chosen (w, num_pos) for the target mass
     OUT/band-profiles.png            layer × head grid: mass by distance i − j (log–log)
-    OUT/pooled/                      grid PNG + explorer of the pooled maps (overview)
-    OUT/window/                      grid PNG + explorer of the exact window of rows (zoom)
+    OUT/explorer.html                the long-input explorer (``attnlab.viz.long_explorer``): heads grid,
+                                     pooled overview that zooms into the exact window and tiles, fit, plan
+    OUT/pooled/grid.png              grid PNG of the pooled maps (overview)
+    OUT/window/grid.png              grid PNG of the exact window of rows
 """
 
 from __future__ import annotations
@@ -146,10 +148,14 @@ def _maps(res: LongAttention, weights: np.ndarray, tokens: list[str], special: l
                          {"name": res.name, "source": "transformers", "layers": res.layers})
 
 
-def write_long_attention(res: LongAttention, out: str | os.PathLike, target: float = 0.95) -> list[Path]:
-    """Write the folder of the module docstring; returns the paths."""
-    from attnlab.viz.explorer import write_explorer
+def write_long_attention(res: LongAttention, out: str | os.PathLike, target: float = 0.95, *, detectors=None, plan=None) -> list[Path]:
+    """Write the folder of the module docstring; returns the paths.
+
+    ``detectors`` (``attnlab.llm.heads_file.DetectorScores``) and ``plan`` (``Plan``, checked with
+    ``attnlab.viz.long_explorer.check_plan``) are drawn in the explorer.
+    """
     from attnlab.viz.heatmap import plot_grid, save_figure
+    from attnlab.viz.long_explorer import write_long_explorer
 
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -165,10 +171,10 @@ def write_long_attention(res: LongAttention, out: str | os.PathLike, target: flo
         labels = [res.tokens[a] if g == 1 else f"{display_token(res.tokens[a])}…{display_token(res.tokens[min(a + g, res.n) - 1])}"
                   for a in range(0, res.n, g)]
         maps = _maps(res, res.pooled, labels, [False] * len(labels), f"{res.n} tokens pooled by {g}")
-        written += [save_figure(plot_grid(maps, 0, shared_scale=False), out / "pooled" / "grid.png"), write_explorer(maps, out / "pooled" / "explorer.html")]
+        written += [save_figure(plot_grid(maps, 0, shared_scale=False), out / "pooled" / "grid.png")]
     if res.window_maps is not None:
         a, b = res.window
         maps = _maps(res, res.window_maps, res.tokens[a:b], res.special[a:b], f"rows {a}:{b} (keys {a}:{b})")
-        written += [save_figure(plot_grid(maps, 0, labels=b - a <= 48, shared_scale=False), out / "window" / "grid.png"),
-                    write_explorer(maps, out / "window" / "explorer.html")]
+        written += [save_figure(plot_grid(maps, 0, labels=b - a <= 48, shared_scale=False), out / "window" / "grid.png")]
+    written.append(write_long_explorer(res, out / "explorer.html", detectors, plan, target=target))
     return written

@@ -18,13 +18,6 @@
   var cache = {};
   var state = { s: 0, kind: data.kinds[0], layer: 0, head: 0, focus: -1 };
 
-  function $(id) { return document.getElementById(id); }
-  function el(tag, attrs, text) {
-    var e = document.createElement(tag);
-    for (var k in attrs || {}) e.setAttribute(k, attrs[k]);
-    if (text !== undefined) e.textContent = text;
-    return e;
-  }
   function svgEl(tag, attrs) {
     var e = document.createElementNS("http://www.w3.org/2000/svg", tag);
     for (var k in attrs || {}) e.setAttribute(k, attrs[k]);
@@ -56,18 +49,8 @@
     return { nq: nq, nk: nk, at: function (i, j) { return w[base + i * nk + j]; } };
   }
   function fmt(x) { return x.toFixed(4); }
-  function clip(s, n) { return s.length > n ? s.slice(0, n - 1) + "…" : s; }
 
   /* ---- controls --------------------------------------------------------- */
-  function fillSelect(sel, values, labels, current) {
-    sel.innerHTML = "";
-    values.forEach(function (v, i) {
-      var o = el("option", { value: String(v) }, labels[i]);
-      if (String(v) === String(current)) o.selected = true;
-      sel.appendChild(o);
-    });
-  }
-  function range(n) { var r = []; for (var i = 0; i < n; i++) r.push(i); return r; }
 
   function buildControls() {
     fillSelect($("sel-sentence"), range(data.sentences.length),

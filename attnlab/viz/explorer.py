@@ -122,12 +122,13 @@ def _asset(name: str) -> str:
     return resources.files("attnlab.viz").joinpath(name).read_text(encoding="utf-8")
 
 
-def render_explorer(payload: dict) -> str:
-    """The HTML page with CSS, renderer and ``payload`` inlined (deterministic text)."""
+def render_explorer(payload: dict, page: str = "explorer") -> str:
+    """The HTML page ``page``.html with its .css, ``dom.js`` + its .js renderer and ``payload`` inlined (deterministic text)."""
     data = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     data = data.replace("</", "<\\/").replace("<!--", "<\\!--")  # cannot close the <script> element
-    html = _asset("explorer.html")
-    return html.replace("/*CSS*/", _asset("explorer.css")).replace("/*JS*/", _asset("explorer.js")).replace("/*DATA*/", data)
+    html = _asset(f"{page}.html")
+    return (html.replace("/*CSS*/", _asset(f"{page}.css")).replace("/*DOM*/", _asset("dom.js")).replace("/*JS*/", _asset(f"{page}.js"))
+            .replace("/*DATA*/", data))
 
 
 def write_explorer(maps: AttentionMaps, path: str | os.PathLike, roles=None, *, max_tokens: int = 160) -> Path:
