@@ -165,7 +165,8 @@ def register(app: typer.Typer) -> None:
         from attnlab.outputs import claim_folder, write_folder
         from attnlab.viz.export import write_attention
 
-        check_file_only(file, tokens=tokens, block_rows=block_rows, layers=layers, rows=rows, pool=pool, memory_gib=memory_gib)
+        if maps_file is None or not _is_long(maps_file):  # a saved capture refuses these options with its own line (below)
+            check_file_only(file, tokens=tokens, block_rows=block_rows, layers=layers, rows=rows, pool=pool, memory_gib=memory_gib)
         if file is not None:
             run_dir = _one_run(args)
             _check_long_source(run_dir, hf)

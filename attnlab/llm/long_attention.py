@@ -72,6 +72,10 @@ class LongAttention:
         out[..., 1:] += self.profile[..., : n - 1][..., ::-1]
         return out
 
+    def far_distance(self) -> int:
+        """The distance past which a head's mass counts as far: the sliding window, else 512 tokens."""
+        return self.sliding_window if self.sliding_window else 512
+
     def far_share(self, distance: int) -> np.ndarray:
         """Share of each head's mass at distance |i − j| > ``distance``: (L, H)."""
         d = self.distance_profile()

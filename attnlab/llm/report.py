@@ -28,13 +28,9 @@ __all__ = ["head_rows", "summary", "summary_markdown", "write_long_attention", "
 LOCAL_WS = (64, 256, 1024)  # "a band" for the share of heads needing more than band + 4 columns
 
 
-def _far_distance(res: LongAttention) -> int:
-    return res.sliding_window if res.sliding_window else 512
-
-
 def head_rows(res: LongAttention, target: float = 0.95, k: int = 4) -> list[dict]:
     """One dict per head (layer, head order)."""
-    far_d = _far_distance(res)
+    far_d = res.far_distance()
     far = res.far_share(far_d)  # (L, H)
     reach = res.reach()
     cols, share = res.top_columns(k)
@@ -56,7 +52,7 @@ def head_rows(res: LongAttention, target: float = 0.95, k: int = 4) -> list[dict
 
 def summary(res: LongAttention, target: float = 0.95, max_num_pos: int = 4) -> dict:
     """Run figures and the share of heads that need more than a band + ``max_num_pos`` columns for ``target``."""
-    far_d = _far_distance(res)
+    far_d = res.far_distance()
     far = res.far_share(far_d)
     need = {}
     for W in LOCAL_WS:
@@ -87,7 +83,7 @@ def summary(res: LongAttention, target: float = 0.95, max_num_pos: int = 4) -> d
 
 def summary_markdown(res: LongAttention, target: float = 0.95) -> str:
     s = summary(res, target)
-    far_d = _far_distance(res)
+    far_d = res.far_distance()
     lines = [f"# {res.name}: {res.n} tokens, {s['layers']} layers × {s['heads']} heads", "",
              f"time {s['seconds']} s (CPU {s['cpu_seconds']} s, {s['threads']} thread(s)) · peak memory {s['peak']} (estimated {s['estimate']}) · block {res.block_rows} rows", "",
              "| layer type | layers | far>{0} mean | min | max |".format(far_d), "|---|---|---|---|---|"]

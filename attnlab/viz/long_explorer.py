@@ -97,7 +97,6 @@ def _fit(res, target: float):
 def long_explorer_payload(res, detectors=None, plan=None, *, target: float = 0.95, overview_factor: int = 1) -> dict:
     """The page's data (module docstring).  ``detectors``: ``DetectorScores`` or None; ``plan``: a checked ``Plan`` or None;
     ``overview_factor`` f pools the capture's pooled map further, f × f groups per cell (``pool_tokens``: rows keep their sum)."""
-    from attnlab.llm.report import _far_distance
 
     L, H, n = res.column.shape
     roles = [[None] * H for _ in range(L)]
@@ -105,7 +104,7 @@ def long_explorer_payload(res, detectors=None, plan=None, *, target: float = 0.9
     for r in res.roles:
         roles[row_of[r.layer]][r.head] = r.to_dict()
     fit = _fit(res, target)
-    far_d = _far_distance(res)
+    far_d = res.far_distance()
     ws = list(res.fit.ws)
     band = res.fit.mass_captured[:, :, ws.index(BAND_W), 0] if BAND_W in ws else res.fit.mass_captured[:, :, -1, 0]
     reach = res.reach()
