@@ -11,18 +11,11 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from tiny_llama import tiny_model  # noqa: E402
 
 from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.attention import attention_modules  # noqa: E402
-
-
-def tiny_model(seed=0):
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024)
-    return LlamaForCausalLM(cfg).eval()
 
 
 def numpy_kept(q, k, scaling, window, kernel, kept):
