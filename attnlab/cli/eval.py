@@ -21,16 +21,6 @@ from attnlab.cli.options import checked
 DEFAULT_HAYSTACK = Path("../shared/data/shakespeare/test.txt.gz")
 
 
-def _list(text: str, kind, option: str) -> list:
-    try:
-        items = [kind(x.strip()) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"{option}: expected a comma list of {kind.__name__}s, got {text!r}") from None
-    if not items:
-        raise ValueError(f"{option}: expected at least one value, got {text!r}")
-    return items
-
-
 def register(app: typer.Typer) -> None:
     @app.command("eval")
     @checked("eval")
@@ -59,13 +49,12 @@ def register(app: typer.Typer) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         from attnlab.cli.plan import _load
-        from attnlab.llm.eval_grid import EvalSettings, check_settings, read_results, run_eval
+        from attnlab.llm.eval_grid import EvalSettings, check_settings, parse_budgets, parse_lengths, parse_methods, read_results, run_eval
         from attnlab.llm.eval_report import markdown, write_report
-        from attnlab.llm.loading import model_max_len
 
         settings = EvalSettings(
-            model=hf, tasks=_list(task, str, "--task"), lengths=_list(lengths, int, "--lengths"), depths=depths, samples=samples,
-            methods=_list(method, str, "--method") if method.strip() else [], budgets=_list(budget, float, "--budget"),
+            model=hf, tasks=[t.strip() for t in task.split(",") if t.strip()], lengths=parse_lengths(lengths), depths=depths,
+            samples=samples, methods=parse_methods(method), budgets=parse_budgets(budget),
             plan=str(plan) if plan else None, haystack=haystack, seed=seed, calibrate=str(calibrate) if calibrate else None,
             calibrate_windows=calibrate_windows, ppl=str(ppl) if ppl else None, ppl_windows=ppl_windows, max_new=max_new)
         if haystack != "noise" and not Path(haystack).is_file():
@@ -79,8 +68,7 @@ def register(app: typer.Typer) -> None:
         if out.exists() and not out.is_dir():
             raise ValueError(f"--out {out}: is a file, not a run folder")
         check_settings(settings, None)                                        # everything but the model's context
-        model, tokenizer = _load(hf)
-        check_settings(settings, model_max_len(model))
+        model, tokenizer = _load(hf)                                          # run_eval checks the context before any write
         t0 = time.time()
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TimeRemainingColumn(), transient=False) as bar:

@@ -145,36 +145,48 @@ def _items(text: str, option: str) -> list[str]:
     return items
 
 
+def check_lengths(lengths: list[int]) -> list[int]:
+    """Prompt lengths of at least 64 tokens (the model's context is checked once it is known)."""
+    if min(lengths) < 64:
+        raise UserError(f"--lengths: every length must be >= 64 tokens, got {min(lengths)}")
+    return lengths
+
+
+def check_budgets(budgets: list[float]) -> list[float]:
+    """Budgets β in (0, 1]."""
+    bad = [b for b in budgets if not 0 < b <= 1]
+    if bad:
+        raise UserError(f"--budget: must be a fraction in (0, 1], got {bad[0]}")
+    return budgets
+
+
+def check_methods(specs: list[str]) -> list[str]:
+    """Registered names with their options: an unknown name or option is one line."""
+    for spec in specs:
+        base, opts = parse_method(spec)
+        registry.get(base, 1.0, **opts)
+    return specs
+
+
 def parse_lengths(text: str) -> list[int]:
-    """``--lengths 2048,4096``: positive token counts (the model's context is checked once it is known)."""
+    """``--lengths 2048,4096``: positive token counts."""
     try:
-        out = [int(x) for x in _items(text, "--lengths")]
+        return check_lengths([int(x) for x in _items(text, "--lengths")])
     except ValueError:
         raise UserError(f"--lengths: expected a comma list of integers, got {text!r}") from None
-    if min(out) < 64:
-        raise UserError(f"--lengths: every length must be >= 64 tokens, got {min(out)}")
-    return out
 
 
 def parse_budgets(text: str) -> list[float]:
     """``--budget 0.1,0.25``: fractions in (0, 1]."""
     try:
-        out = [float(x) for x in _items(text, "--budget")]
+        return check_budgets([float(x) for x in _items(text, "--budget")])
     except ValueError:
         raise UserError(f"--budget: expected a comma list of fractions, got {text!r}") from None
-    bad = [b for b in out if not 0 < b <= 1]
-    if bad:
-        raise UserError(f"--budget: must be a fraction in (0, 1], got {bad[0]}")
-    return out
 
 
 def parse_methods(text: str) -> list[str]:
     """``--method streaming-llm,snapkv:window=32``: registered names with their options (empty: full alone)."""
-    specs = [x.strip() for x in str(text).split(",") if x.strip()]
-    for spec in specs:
-        base, opts = parse_method(spec)
-        registry.get(base, 1.0, **opts)
-    return specs
+    return check_methods([x.strip() for x in str(text).split(",") if x.strip()])
 
 
 def parse_plan_method(spec: str) -> str:
@@ -212,24 +224,19 @@ def check_settings(settings: EvalSettings, max_len: int | None) -> None:
     unknown = [t for t in settings.tasks if t not in TASKS]
     if unknown:
         raise UserError(f"--task: unknown task {unknown[0]!r} (known: {', '.join(TASKS)})")
-    for name in settings.methods:
-        base, opts = parse_method(name)
-        registry.get(base, 1.0, **opts)                                   # unknown names and options: one line
-    for b in settings.budgets:
-        if not 0 < b <= 1:
-            raise UserError(f"--budget: must be a fraction in (0, 1], got {b}")
+    check_methods(settings.methods)
+    check_budgets(settings.budgets)
     if settings.depths < 1:
         raise UserError(f"--depths: must be >= 1, got {settings.depths}")
     if settings.samples < 1:
         raise UserError(f"--samples: must be >= 1, got {settings.samples}")
-    if any(n < 64 for n in settings.lengths):
-        raise UserError(f"--lengths: every length must be >= 64 tokens, got {min(settings.lengths)}")
+    check_lengths(settings.lengths)
     if max_len is not None and max(settings.lengths) > max_len:
         raise UserError(f"--lengths: {max(settings.lengths)} is beyond the model's context of {max_len} tokens")
     if settings.haystack != "noise" and not Path(settings.haystack).is_file():
         raise UserError(f"--haystack {settings.haystack}: no such file (or 'noise')")
-    if any(_method(settings, m, 1.0).calibrated for m in settings.methods) and not settings.calibrate:
-        need = [m for m in settings.methods if _method(settings, m, 1.0).calibrated]
+    need = [m for m in settings.methods if _method(settings, m, 1.0).calibrated]
+    if need and not settings.calibrate:
         raise UserError(f"--calibrate: needed by --method {', '.join(need)} (a text file the evaluation never reads)")
     for option in ("calibrate", "ppl"):
         path = getattr(settings, option)
@@ -305,8 +312,6 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
                     if samples[(t, d, s)] is None:
                         samples[(t, d, s)] = TASKS[t].make(tokenizer, hay, n, d if d is not None else 0.0, s, settings.seed)
                     smp = samples[(t, d, s)]
-                    if d is None:
-                        smp.depth = None
                     max_new = settings.max_new or smp.max_new
                     ans = greedy_answer(model, tokenizer, method, smp.ids, max_new,
                                         done=lambda text, refs=smp.answers: string_match_all(text, refs) == 1.0)
