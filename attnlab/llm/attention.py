@@ -153,8 +153,8 @@ class LayerRunner:
             out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=extra_idx, extra_own=extra_own,
                                                    unique=True, chunk=chunk_size(w), scale=scaling)
         for h in range(H):  # the last T rows of a head with a tail read every causal key (exact, SDPA on those rows)
-            T = min(self.tail[h], n)
-            if T and self.effective_w(h, n) != FULL and self.effective_w(h, n) < n - 1:
+            T, w = min(self.tail[h], n), self.effective_w(h, n)
+            if T and w != FULL and w < n - 1:   # a head run full already reads every key
                 i = torch.arange(n - T, n, device=q.device)[:, None]
                 j = torch.arange(n, device=q.device)[None, :]
                 out[:, h, n - T :] = F.scaled_dot_product_attention(q[:, h, n - T :], k[:, kv_of[h]], v[:, kv_of[h]],

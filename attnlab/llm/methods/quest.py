@@ -120,13 +120,9 @@ class Quest(Method):
             mod.attnlab_layer = _quest_runner(mod.attnlab_layer, self.page, pages)
 
     def _uninstall(self, model) -> None:
-        from attnlab.llm.attention import attention_modules
+        from attnlab.llm.attention import remove_plan
 
-        for mod in attention_modules(model):
-            if hasattr(mod, "attnlab_layer"):
-                del mod.attnlab_layer
-        if hasattr(model, "attnlab_plan"):
-            del model.attnlab_plan
+        remove_plan(model)
 
     def describe(self) -> dict:
         return {**super().describe(), "page": self.page, "tokens": self.tokens(self.n)}
