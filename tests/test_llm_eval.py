@@ -215,3 +215,19 @@ def test_a_budget_a_method_cannot_meet_is_recorded_and_the_grid_goes_on(tiny, tm
     assert {(r["method"], r["budget"]) for r in rows if r["kind"] == "answer"} == {("full", 1.0), ("streaming-llm", 0.5)}
     assert "not run" in markdown(summarise(rows))
     assert run_eval(model, tok, settings, tmp_path) == rows  # resumed: nothing measured again
+
+
+def test_a_later_run_may_add_methods_and_budgets(tiny, tmp_path):
+    """The grid grows in its folder: the rows already there are kept and not measured again, config.json lists both."""
+    folder, _, _ = tiny
+    common = ["eval", "--hf", str(folder), "--lengths", "500", "--depths", "1", "--samples", "1", "--haystack", "noise",
+              "--max-new", "2", "--out", str(tmp_path / "run")]
+    assert _cli(*common).returncode == 0
+    first = (tmp_path / "run" / "results.jsonl").read_text().splitlines()
+    r = _cli(*common, "--method", "streaming-llm", "--budget", "0.25")
+    assert r.returncode == 0, r.stderr
+    rows = (tmp_path / "run" / "results.jsonl").read_text().splitlines()
+    assert rows[:len(first)] == first and len(rows) == len(first) + 1
+    assert json.loads(rows[-1])["method"] == "streaming-llm"
+    cfg = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert cfg["methods"] == ["streaming-llm"] and cfg["budgets"] == [0.1, 0.25]

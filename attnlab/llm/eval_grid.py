@@ -9,7 +9,8 @@ Each line of ``results.jsonl`` is one prompt (or one perplexity), written and fl
 is measured, under a key of (method, β, task, n, d, s).  A run started again on the same ``--out``
 reads the lines there, drops a torn last line, and measures only the keys still missing: a killed run
 continues where it stopped and ends with the same lines as one never killed (greedy decoding is
-deterministic).  ``config.json`` holds the settings; another run with other settings is refused.
+deterministic).  ``config.json`` holds the settings; a later run in the same folder may add tasks, lengths,
+methods and budgets (the rows are keyed by all four), any other setting that differs is refused.
 Full attention runs on every prompt: it is the ceiling the methods are compared against.
 """
 
@@ -86,8 +87,11 @@ def read_results(path: Path) -> list[dict]:
     return rows
 
 
+GROWS = ("tasks", "lengths", "methods", "budgets")  # settings a later run in the same folder may extend
+
+
 def _claim(out: Path, settings: EvalSettings) -> None:
-    """Write ``config.json`` or check that the run there has the same settings."""
+    """Write ``config.json`` or check that the run there has the same settings (``GROWS`` may gain values)."""
     cfg = {"format": FORMAT, **asdict(settings)}
     path = out / "config.json"
     if path.exists():
@@ -97,9 +101,12 @@ def _claim(out: Path, settings: EvalSettings) -> None:
             raise UserError(f"--out {out}: config.json is not an eval configuration") from None
         if old.get("format") != FORMAT:
             raise UserError(f"--out {out}: holds something other than an attnlab eval run")
-        diff = sorted(k for k in cfg if old.get(k) != cfg[k])
+        diff = sorted(k for k in cfg if k not in GROWS and old.get(k) != cfg[k])
         if diff:
             raise UserError(f"--out {out}: holds an eval run with other settings ({', '.join(diff)}); use another --out")
+        grown = {k: list(old.get(k) or []) + [x for x in cfg[k] if x not in (old.get(k) or [])] for k in GROWS}
+        if any(grown[k] != old.get(k) for k in GROWS):
+            write_text_atomic(path, json.dumps({**old, **grown}, indent=1) + "\n")
         return
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(cfg, indent=1) + "\n")
