@@ -172,6 +172,10 @@ def _hash(folder):
     (["--haystack", "SHORT"], "--haystack"),
     (["--plan", "PLAN"], "plan"),
     (["--max-new", "0"], "--max-new"),
+    (["--calibrate-mix", "niah:2,needles:1"], "--calibrate-mix"),
+    (["--calibrate-mix", "vt:0"], "--calibrate-mix"),
+    (["--calibrate-mix", "vt:two"], "--calibrate-mix"),
+    (["--calibrate-mix", "vt:1", "--method", "streaming-llm"], "--calibrate-mix"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tiny, tmp_path, args, needle):
     folder, _, _ = tiny

@@ -37,6 +37,7 @@ def register(app: typer.Typer) -> None:
         haystack: str = typer.Option(str(DEFAULT_HAYSTACK), "--haystack", help="'noise' (RULER's sentences) or a text file (plain or .gz)"),
         calibrate: Optional[Path] = typer.Option(None, "--calibrate", help="calibration text for calibrated methods (never the haystack)"),
         calibrate_windows: int = typer.Option(2, "--calibrate-windows", help="calibration windows per length"),
+        calibrate_mix: Optional[str] = typer.Option(None, "--calibrate-mix", help="synthetic retrieval prompts added to the calibration, a comma list of task:count (tasks of --task); errors on their answer rows"),
         ppl: Optional[Path] = typer.Option(None, "--ppl", help="text whose perplexity is reported beside (plain or .gz)"),
         ppl_windows: int = typer.Option(1, "--ppl-windows", help="windows of --ppl scored per length"),
         seed: int = typer.Option(0, "--seed", help="seed of the prompts (keys, values, depths of distractors)"),
@@ -56,7 +57,7 @@ def register(app: typer.Typer) -> None:
             model=hf, tasks=[t.strip() for t in task.split(",") if t.strip()], lengths=parse_lengths(lengths), depths=depths,
             samples=samples, methods=parse_methods(method), budgets=parse_budgets(budget),
             plan=str(plan) if plan else None, haystack=haystack, seed=seed, calibrate=str(calibrate) if calibrate else None,
-            calibrate_windows=calibrate_windows, ppl=str(ppl) if ppl else None, ppl_windows=ppl_windows, max_new=max_new)
+            calibrate_windows=calibrate_windows, calibrate_mix=calibrate_mix, ppl=str(ppl) if ppl else None, ppl_windows=ppl_windows, max_new=max_new)
         if haystack != "noise" and not Path(haystack).is_file():
             hint = " (the default Shakespeare text is looked for beside the repository: give --haystack FILE or noise)" \
                 if Path(haystack) == DEFAULT_HAYSTACK else ""

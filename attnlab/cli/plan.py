@@ -42,11 +42,13 @@ def _load(spec: str):
     return AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval(), AutoTokenizer.from_pretrained(folder)
 
 
-def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows: int, method: str):
+def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows: int, method: str, mix: str | None = None):
     """The plan of the registered ``method`` at ``budget`` and length n; a calibrated method first calibrates
-    ``model`` on ``windows`` windows of n tokens of ``calibrate`` (with the candidates and gradients it asks for)."""
+    ``model`` on ``windows`` windows of n tokens of ``calibrate`` (with the candidates and gradients it asks for),
+    and on the synthetic retrieval prompts of ``mix`` (``calibration_mix``), written into the plan's meta."""
     from attnlab.llm import methods
     from attnlab.llm.calibration import calibrate as run_calibration
+    from attnlab.llm.calibration_mix import mix_windows, parse_mix
     from attnlab.llm.plan import model_shape
     from attnlab.llm.text_windows import token_windows
 
@@ -55,6 +57,7 @@ def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows:
     name, opts = parse_method(method)
     m = methods.get(name, budget, **opts)
     ids = token_windows(tokenizer, calibrate, n, windows)   # the calibration text is checked for every method
+    ids += mix_windows(tokenizer, calibrate, n, parse_mix(mix))
     cal = None
     if m.calibrated:
         cal = run_calibration(model, ids, m.calibration_candidates(model_shape(model), n), grads=m.calibration_grads)
@@ -62,7 +65,10 @@ def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows:
         from attnlab.llm.eval_grid import retrieval_calibration
 
         cal.retrieval = retrieval_calibration(model, tokenizer, n)
-    return m.make_plan(model, n, cal)
+    p = m.make_plan(model, n, cal)
+    if mix and hasattr(p, "meta"):
+        p.meta["calibrate_mix"] = mix
+    return p
 
 
 def register(app: typer.Typer) -> None:
@@ -74,6 +80,7 @@ def register(app: typer.Typer) -> None:
         budget: float = typer.Option(0.1, "--budget", help="fraction of causal attention entries kept, in (0, 1]"),
         n: int = typer.Option(2048, "--n", help="window length in tokens (the length the budget refers to)"),
         windows: int = typer.Option(2, "--windows", help="calibration windows"),
+        calibrate_mix: Optional[str] = typer.Option(None, "--calibrate-mix", help="synthetic retrieval prompts added to the calibration, a comma list of task:count (tasks of --task); errors on their answer rows"),
         method: str = typer.Option("attnlab", "--method", help="a registered method with a plan file, options as name:key=value, e.g. attnlab-retrieval:tail=T"),
         out: Optional[Path] = typer.Option(None, "--out", help="plan file (.json) [default: next to the model]"),
         force: bool = typer.Option(False, "--force", help="replace an existing plan file"),
@@ -94,7 +101,7 @@ def register(app: typer.Typer) -> None:
         claim_file(out, kind="plan", inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
         check_length(hf, n, "--n")  # from the model's configuration: no weights loaded, no text read
         model, tokenizer = _load(hf)
-        p = make_plan(model, tokenizer, calibrate, budget, n, windows, method)
+        p = make_plan(model, tokenizer, calibrate, budget, n, windows, method, calibrate_mix)
         p.save(out)
         typer.echo(f"{out}: {p.num_layers}×{p.num_heads} heads, {p.full_heads()} full, "
                    f"{100 * p.fraction(n):.1f} % of the causal entries at n = {n}")

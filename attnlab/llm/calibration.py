@@ -87,6 +87,7 @@ class Calibration:
         self.retrieval = np.zeros((L, H))  # retrieval score per head (head_scan.retrieval_scores), set by the caller; 0: not measured
         self.row_grads = [None] * L     # (R, hidden) ∂L/∂x at the sampled rows of the current window, per layer
         self.out_proj = [None] * L      # o_proj weights (hidden, H·d) per layer, set by ``calibrate``
+        self.current_rows = None        # rows of the current window when they are not ``sample_rows`` (a mixed window)
 
     @torch.no_grad()
     def observe(self, layer: int, q, k, v, scaling: float, sliding: int | None = None):
@@ -159,6 +160,8 @@ class Calibration:
 
     def rows(self) -> torch.Tensor:
         """The query positions the option errors are measured on (``plan_error.sample_rows``)."""
+        if self.current_rows is not None:  # a mixed retrieval window: its answer rows (``calibration_mix``)
+            return self.current_rows
         return sample_rows(self.n, self.err_rows)
 
     def _option_errors(self, layer, q, k, v, scaling, est_scores, sliding=None):
@@ -309,11 +312,14 @@ def _record_out_scale(cal: "Calibration", layer: int):
 def calibrate(model, windows, candidates=None, progress=None, err_rows: int = ERR_ROWS, grads: bool = False) -> Calibration:
     """Run ``model`` on each window ``(1, n)`` with exact attention and stream the per-head statistics.
 
+    ``windows``: tensors (1, n), or ``calibration_mix.MixWindow`` whose errors are measured on its answer rows.
     ``err_rows`` > 0: also the executed options' output errors on that many rows (``Calibration``),
     measured through each layer's ``o_proj``; ``grads``: also their first-order loss change (``delta``,
     ``gsq``), from one backward pass per window (SmolLM2 at 8K: +110 s, peak RSS 21 GB instead of ~9).
     """
     shape = model_shape(model)
+    rows_of = [getattr(w, "rows", None) for w in windows]
+    windows = [getattr(w, "ids", w) for w in windows]
     n = int(windows[0].shape[-1])
     cal = Calibration(shape, n, candidates, err_rows)
     previous = getattr(model, "attnlab_plan", None)
@@ -333,6 +339,7 @@ def calibrate(model, windows, candidates=None, progress=None, err_rows: int = ER
         for mod in mods:
             mod.attnlab_layer.recorder = cal
         for x, ids in enumerate(windows):
+            cal.current_rows = rows_of[x]
             if err_rows and grads:
                 for l, g in enumerate(row_gradients(model, ids.to(model.device), cal.rows(), mods)):
                     cal.row_grads[l] = g
@@ -349,6 +356,7 @@ def calibrate(model, windows, candidates=None, progress=None, err_rows: int = ER
             hk.remove()
         for mod in mods:
             mod.attnlab_layer.recorder = None
+        cal.current_rows = None
         if previous is not None:
             apply_plan(model, previous)
         else:

@@ -49,6 +49,7 @@ class EvalSettings:
     seed: int = 0
     calibrate: str | None = None                         # calibration text of the calibrated methods
     calibrate_windows: int = 2
+    calibrate_mix: str | None = None                     # synthetic retrieval prompts added ("niah:2,vt:1", calibration_mix)
     ppl: str | None = None                               # text whose perplexity is reported beside
     ppl_windows: int = 1
     max_new: int | None = None                           # answer tokens (default: the task's)
@@ -115,6 +116,7 @@ def _claim(out: Path, settings: EvalSettings) -> None:
 def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, methods: list):
     """The calibration at length n (``out/calibration-n.npz``, made once), for the calibrated methods."""
     from attnlab.llm.calibration import Calibration, calibrate
+    from attnlab.llm.calibration_mix import mix_windows, parse_mix
     from attnlab.llm.plan import model_shape
     from attnlab.llm.text_windows import token_windows
 
@@ -127,6 +129,7 @@ def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, me
         shape = model_shape(model)
         cands = sorted({c for m in need for c in (m.calibration_candidates(shape, n) or [])})
         windows = token_windows(tokenizer, settings.calibrate, n, settings.calibrate_windows)
+        windows += mix_windows(tokenizer, settings.calibrate, n, parse_mix(settings.calibrate_mix))
         cal = calibrate(model, windows, cands or None, grads=any(m.calibration_grads for m in need))
         cal.save(path)
     if any(m.needs_retrieval for m in need) and not cal.retrieval.any():
@@ -245,6 +248,12 @@ def check_settings(settings: EvalSettings, max_len: int | None) -> None:
     need = [m for m in settings.methods if _method(settings, m, 1.0).calibrated]
     if need and not settings.calibrate:
         raise UserError(f"--calibrate: needed by --method {', '.join(need)} (a text file the evaluation never reads)")
+    if settings.calibrate_mix:
+        from attnlab.llm.calibration_mix import parse_mix
+
+        parse_mix(settings.calibrate_mix)
+        if not settings.calibrate:
+            raise UserError("--calibrate-mix: needs --calibrate (the mixed prompts' haystack is the calibration text)")
     for option in ("calibrate", "ppl"):
         path = getattr(settings, option)
         if path and not Path(path).is_file():

@@ -1,0 +1,59 @@
+"""The calibration mix: synthetic retrieval prompts with their answers, errors measured on the answer rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab.errors import UserError
+from attnlab.llm.calibration import calibrate
+from attnlab.llm.calibration_mix import MIX_SEED, mix_windows, parse_mix
+from attnlab.llm.tasks import string_match_all
+
+from test_llm_eval import text_file, tiny  # noqa: F401  (fixtures)
+
+
+def test_parse_mix_reads_counts_and_refuses_bad_items():
+    assert parse_mix("niah:2,vt:1") == [("niah", 2), ("vt", 1)]
+    assert parse_mix("niah-multikey") == [("niah-multikey", 1)]
+    assert parse_mix(None) == [] and parse_mix("") == []
+    for bad in ("needle:2", "niah:0", "niah:-1", "niah:x"):
+        with pytest.raises(UserError, match="--calibrate-mix"):
+            parse_mix(bad)
+
+
+def test_mix_windows_are_n_tokens_and_their_rows_predict_the_answer(tiny, text_file):
+    _, _, tok = tiny
+    n = 600
+    wins = mix_windows(tok, text_file, n, parse_mix("niah:2,vt:1"))
+    assert [w.task for w in wins] == ["niah", "niah", "vt"]
+    for w in wins:
+        assert w.ids.shape == (1, n)
+        targets = w.ids[0, w.rows + 1]                                  # what the answer rows predict
+        text = tok.decode(targets.tolist())
+        assert w.rows[-1] == n - 2 and len(w.rows) >= 2
+        # the predicted tokens are the answer, and it was stated in the prompt before the rows
+        before = tok.decode(w.ids[0, : int(w.rows[0]) + 1].tolist())
+        for a in [x.strip() for x in text.split(",") if x.strip()]:
+            assert a in before
+    # other prompts than the evaluation's: the seed is far from eval's and the two niah prompts differ
+    assert MIX_SEED > 10**6 and not torch.equal(wins[0].ids, wins[1].ids)
+
+
+def test_the_mix_changes_the_option_errors_and_only_through_the_answer_rows(tiny, text_file):
+    _, model, tok = tiny
+    from attnlab.llm.text_windows import token_windows
+
+    n = 400
+    text = token_windows(tok, text_file, n, 1)
+    wins = mix_windows(tok, text_file, n, parse_mix("niah:1"))
+    plain = calibrate(model, text)
+    mixed = calibrate(model, text + wins)
+    alone = calibrate(model, wins)
+    assert mixed.windows.tolist() == [2, 2] and np.isfinite(mixed.err).all()
+    # the mixed table is the sum of the two calibrations' (each window's errors on its own rows)
+    assert np.allclose(mixed.err, plain.err + alone.err, rtol=1e-6, atol=1e-12)
+    # and the answer rows are not the evenly spread rows: measuring the same window on those gives another table
+    spread = calibrate(model, [w.ids for w in wins])
+    assert not np.allclose(spread.err, alone.err)
