@@ -28,7 +28,7 @@ def test_kernel_equals_the_dense_masked_reference(n, vert, slash):
     g = torch.Generator().manual_seed(n)
     q, k, v = (torch.randn(1, 4, n, 16, generator=g) for _ in range(3))
     k, v = k[:, :2], v[:, :2]
-    m = methods.get("minference", vertical=vert, slash=slash)
+    m = methods.get("minference", patterns="vs", vertical=vert, slash=slash)
     m.prepare(model, n)
     with m.applied(model):
         runner = attention_modules(model)[0].attnlab_layer
@@ -36,7 +36,8 @@ def test_kernel_equals_the_dense_masked_reference(n, vert, slash):
         sups = runner.supports
     causal = torch.ones(n, n, dtype=torch.bool).tril()
     for h in range(4):
-        sup = sups[h]
+        pattern, sup = sups[h]
+        assert pattern == "vs"
         allowed = causal & Support(w=sup.w, columns=sup.columns[0], diagonals=sup.diagonals[0]).dense(n, n)
         ref = dense_reference(q[0, h], k[0, h // 2], v[0, h // 2], 0.25, allowed)
         torch.testing.assert_close(out[0, h], ref, atol=1e-5, rtol=1e-5)
@@ -82,7 +83,7 @@ def test_mask_mod_draws_the_diagonals():
 def test_decoding_reads_the_whole_cache():
     model = tiny_model(1)
     ids = torch.randint(0, 100, (1, 120), generator=torch.Generator().manual_seed(1))
-    m = methods.get("minference", vertical=2, slash=8)
+    m = methods.get("minference", patterns="vs", vertical=2, slash=8)
     m.prepare(model, 120)
     with torch.no_grad():
         with m.applied(model):
@@ -100,4 +101,4 @@ def test_decoding_reads_the_whole_cache():
 @pytest.mark.parametrize("opts,word", [({"slash": 0}, "slash"), ({"vertical": -1}, "vertical")])
 def test_options_out_of_range_name_the_option(opts, word):
     with pytest.raises(UserError, match=word):
-        methods.get("minference", **opts)
+        methods.get("minference", patterns="vs", **opts)

@@ -84,6 +84,8 @@ class Calibration:
         self.out_scale = np.zeros(L)
         self.delta = np.zeros((L, H, 2, Gw, Gg))
         self.gsq = np.zeros(L)
+        self.pattern_keys: list[int] = []  # K of MInference's pattern search (``pattern_search.measure``), set by the caller
+        self.pattern_recall = np.zeros((L, H, 0, 3))  # recall[l, h, x, (Λ, vs, block)] at K = pattern_keys[x], mean over windows
         self.retrieval = np.zeros((L, H))  # retrieval score per head (head_scan.retrieval_scores), set by the caller; 0: not measured
         self.row_grads = [None] * L     # (R, hidden) ∂L/∂x at the sampled rows of the current window, per layer
         self.out_proj = [None] * L      # o_proj weights (hidden, H·d) per layer, set by ``calibrate``
@@ -201,6 +203,7 @@ class Calibration:
                 np.savez(f, **{t: getattr(self, t) for t in self.TABLES}, w_grid=np.asarray(self.w_grid), n=self.n, err_rows=self.err_rows,
                          sliding=np.asarray([w or 0 for w in (self.shape.get("windows") or [])], dtype=np.int64),
                          candidates=np.asarray(self.candidates, dtype=np.int64).reshape(-1, 3),
+                         pattern_keys=np.asarray(self.pattern_keys, dtype=np.int64), pattern_recall=self.pattern_recall,
                          shape=np.asarray([self.shape["num_layers"], self.shape["num_heads"], self.shape["num_kv_heads"]]))
         return write_atomic(path, write)
 
@@ -213,6 +216,8 @@ class Calibration:
         cal = cls(shape, int(z["n"]), [tuple(int(v) for v in c) for c in z["candidates"]],
                   int(z["err_rows"]) if "err_rows" in z.files else 0)
         cal.w_grid = [int(w) for w in z["w_grid"]]
+        if "pattern_keys" in z.files:   # absent from calibrations made before MInference's pattern search
+            cal.pattern_keys, cal.pattern_recall = [int(x) for x in z["pattern_keys"]], z["pattern_recall"]
         for t in cls.TABLES:
             if t in z.files:
                 setattr(cal, t, z[t])

@@ -132,6 +132,12 @@ def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, me
         windows += mix_windows(tokenizer, settings.calibrate, n, parse_mix(settings.calibrate_mix))
         cal = calibrate(model, windows, cands or None, grads=any(m.calibration_grads for m in need))
         cal.save(path)
+    keys = sorted({K for m in need for K in (m.calibration_pattern_keys(n) or [])} - set(cal.pattern_keys))
+    if keys:   # MInference's pattern search at budgets the calibration lacks (one more exact pass over its windows)
+        from attnlab.llm.pattern_search import add_patterns
+
+        add_patterns(cal, model, token_windows(tokenizer, settings.calibrate, n, settings.calibrate_windows), keys)
+        cal.save(path)
     if any(m.needs_retrieval for m in need) and not cal.retrieval.any():
         cal.retrieval = retrieval_calibration(model, tokenizer, n)
         cal.save(path)
@@ -335,7 +341,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
                           "depth": d, "sample": s, "score": string_match_all(ans.text, smp.answers), "answer": ans.text,
                           "expected": smp.answers, "prompt_tokens": len(smp.ids), "prefill_s": round(ans.prefill_s, 4),
                           "decode_s": round(ans.decode_s, 4), "new_tokens": ans.tokens, "beta": beta, "kv_tokens": ans.kv_tokens,
-                          "kv_bytes": ans.kv_bytes, **{k: v for k, v in method.describe().items() if k in ("full_heads",)}})
+                          "kv_bytes": ans.kv_bytes, **{k: v for k, v in method.describe().items() if k in ("full_heads", "pattern_counts")}})
                 if settings.ppl and ppl_key not in done:
                     emit(_perplexity_row(model, tokenizer, settings, method, name, budget, n, beta, ppl_key))
     return rows

@@ -39,7 +39,7 @@ class Method:
     decoding: ClassVar[str] = ""       # one sentence: what the cache keeps, what a new token reads
     calibrated: ClassVar[bool] = False  # needs calibration text (``prepare(..., calibration=...)``)
     needs_retrieval: ClassVar[bool] = False  # needs the calibration's retrieval scores (``Calibration.retrieval``)
-    options: ClassVar[dict[str, tuple[type, float, float]]] = {}  # option → (type, lo, hi), checked by __init__
+    options: ClassVar[dict[str, tuple]] = {}  # option → (type, lo, hi), or (str, (choices…), None); checked by __init__
     default_run: ClassVar[bool] = True  # run when a benchmark is not told which methods (variants and bounds: False)
 
     def __init__(self, budget: float = 1.0, **options: Any):
@@ -58,7 +58,10 @@ class Method:
                     value = kind(value)
                 except (TypeError, ValueError):
                     raise UserError(f"--option {key}: expected {kind.__name__}, got {value!r}") from None
-                if not lo <= value <= hi:
+                if isinstance(lo, tuple):   # a choice: (str, ("a", "b"), None)
+                    if value not in lo:
+                        raise UserError(f"--option {key}: expected one of {', '.join(lo)}, got {value!r}")
+                elif not lo <= value <= hi:
                     raise UserError(f"--option {key}: must be in [{lo:g}, {hi:g}], got {value}")
                 self.opts[key] = value
         self.n = 0
@@ -76,6 +79,10 @@ class Method:
 
     def calibration_candidates(self, shape: dict, n: int) -> list[tuple[int, int, int]] | None:
         """Extra (w, fixed columns, dynamic columns) options the calibration must measure (MInference's)."""
+        return None
+
+    def calibration_pattern_keys(self, n: int) -> list[int] | None:
+        """Keys per row K at which the calibration must run MInference's pattern search (``llm.pattern_search``)."""
         return None
 
     def make_plan(self, model, n: int, calibration):
