@@ -36,7 +36,7 @@ def head_recall(a, q, k, scaling: float, K: int, rows_from: int | None = None) -
     r0 = n // 2 if rows_from is None else rows_from
     lam = sp.settings("lambda", K)
     vs = sp.settings("vs", K)
-    w, cols, diags = sp.vertical_slash(q[None], k[None], scaling, vs["vertical"], vs["slash"])
+    w, cols, diags = sp.vertical_slash(None, None, scaling, vs["vertical"], vs["slash"], a=a[None, n - min(sp.LAST_Q, n):])
     masks = (sp.lambda_mask(n, lam["sinks"], lam["w"], a.device),
              torch.as_tensor(Support(w=w, columns=cols[0], diagonals=diags[0]).dense(n, n)).to(a.device),
              sp.block_mask(sp.block_choice(q[None], k[None], sp.settings("block", K)["blocks"]), n)[0])

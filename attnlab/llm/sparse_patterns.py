@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["BLOCK", "PATTERNS", "block_choice", "block_mask", "budget_keys", "entries", "lambda_mask", "run_block", "run_lambda", "run_vs", "settings", "vertical_slash"]
+__all__ = ["BLOCK", "PATTERNS", "block_choice", "block_mask", "budget_keys", "entries", "lambda_mask", "last_rows", "run_block", "run_lambda", "run_vs", "settings", "vertical_slash"]
 
 BLOCK = 64                       # MInference's block_size_M = block_size_N
 PATTERNS = ("lambda", "vs", "block")
@@ -66,25 +66,32 @@ FIRST_COLUMNS = 30  # vertical[..., :30] = inf
 NEAR_SLASHES = 100  # slash[..., -100:] = inf
 
 
-def vertical_slash(q, k, scaling: float, v: int, s: int):
-    """The lines of one head estimated from its last queries: q (B, n, d), k (B, n, d) → Support per batch row.
-
-    Returns (w, columns (B, v), diagonals (B, s − w − 1)) with the forced lines included; offsets δ ≤ −w − 1.
-    """
-    from attnlab.support import NO_DIAGONAL
-
+def last_rows(q, k, scaling: float):
+    """â_rj = softmax_{j ≤ p_r}(q_{p_r}·k_j · scaling) of the last min(64, n) queries: q, k (B, n, d) → (B, nq, n)."""
     B, n, d = q.shape
     nq = min(LAST_Q, n)
     p = torch.arange(n - nq, n, device=q.device)                                     # (nq,) positions of the last queries
     sc = (q[:, n - nq :].float() @ k.float().transpose(-1, -2)) * scaling             # (B, nq, n)
     j = torch.arange(n, device=q.device)
-    sc = sc.masked_fill(j[None, None, :] > p[None, :, None], float("-inf"))
-    a = torch.softmax(sc, -1)                                                         # (B, nq, n)
+    return torch.softmax(sc.masked_fill(j[None, None, :] > p[None, :, None], float("-inf")), -1)
+
+
+def vertical_slash(q, k, scaling: float, v: int, s: int, a=None):
+    """The lines of one head estimated from its last queries: q (B, n, d), k (B, n, d) (or their rows ``a`` (B, nq, n)).
+
+    Returns (w, columns (B, v), diagonals (B, s − w − 1)) with the forced lines included; offsets δ ≤ −w − 1.
+    """
+    from attnlab.support import NO_DIAGONAL
+
+    a = last_rows(q, k, scaling) if a is None else a                                  # (B, nq, n)
+    B, nq, n = a.shape
+    p = torch.arange(n - nq, n, device=a.device)                                     # (nq,) positions of the last queries
+    j = torch.arange(n, device=a.device)
     vert = a.sum(1)                                                                   # (B, n)
     vert[:, : min(FIRST_COLUMNS, v)] = float("inf")
     cols = torch.topk(vert, min(v, n), -1).indices if v else vert.new_zeros(B, 0, dtype=torch.long)
     dist = (p[:, None] - j[None, :]).expand(B, nq, n)                                 # −δ = p_r − j ≥ 0 where allowed
-    slash = torch.zeros(B, n, device=q.device).scatter_add_(-1, dist.clamp_min(0).reshape(B, -1),
+    slash = torch.zeros(B, n, device=a.device).scatter_add_(-1, dist.clamp_min(0).reshape(B, -1),
                                                             torch.where(dist >= 0, a, 0.0).reshape(B, -1))  # (B, n): mass at distance −δ
     near = min(NEAR_SLASHES, s, n)
     w = max(near - 1, 0)
@@ -94,7 +101,7 @@ def vertical_slash(q, k, scaling: float, v: int, s: int):
         top = torch.topk(slash, far, -1)
         diags = torch.where(top.values > 0, -top.indices, torch.full_like(top.indices, NO_DIAGONAL))
     else:
-        diags = torch.zeros(B, 0, dtype=torch.long, device=q.device)
+        diags = torch.zeros(B, 0, dtype=torch.long, device=a.device)
     return w, cols, diags
 
 
