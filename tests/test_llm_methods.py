@@ -18,6 +18,7 @@ from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.attention import apply_plan, attention_modules  # noqa: E402
 from attnlab.llm.calibration import calibrate  # noqa: E402
+from attnlab.llm.pattern_search import add_patterns  # noqa: E402
 from attnlab.llm.plan import Plan, model_shape  # noqa: E402
 from attnlab.llm.text_windows import token_windows  # noqa: E402
 
@@ -49,6 +50,8 @@ def loaded(folder):
     shape = model_shape(model)
     cands = sorted({c for name in methods.names() for c in methods.get(name, 0.5).calibration_candidates(shape, N) or ()})
     cal = calibrate(model, ids, cands, err_rows=16, grads=True)
+    keys = sorted({K for name in methods.names() for K in methods.get(name, 0.5).calibration_pattern_keys(N) or ()})
+    add_patterns(cal, model, ids, keys)                              # MInference's pattern search at β = 0.5
     cal.retrieval = np.random.default_rng(0).random((shape["num_layers"], shape["num_heads"]))  # given scores (attnlab-retrieval)
     return model, ids, cal
 
