@@ -79,6 +79,7 @@ class MInference(PlanMethod):
                "cost, K = β(n+1)/2 keys per row): Λ-shape, vertical-slash (lines from the last 64 queries) or block-sparse "
                "(64×64 blocks by pooled q·k); patterns=vs: every head vertical-slash")
     decoding = "the whole KV cache is kept and read (MInference sparsifies the prefill only)"
+    calibrated = True                  # the default, patterns=search; patterns=vs needs none (set per instance)
     options = {"patterns": (str, ("search", "vs"), None), "vertical": (int, 0, 10**7), "slash": (int, 1, 10**7)}
 
     def __init__(self, budget: float = 1.0, **options):
