@@ -133,7 +133,7 @@ def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, me
         cal = calibrate(model, windows, cands or None, grads=any(m.calibration_grads for m in need))
         cal.save(path)
     keys = sorted({K for m in need for K in (m.calibration_pattern_keys(n) or [])} - set(cal.pattern_keys))
-    if keys:   # MInference's pattern search at budgets the calibration lacks (one more exact pass over its windows)
+    if keys:   # MInference's pattern search at budgets the calibration lacks (one more exact pass over its text windows, no mix)
         from attnlab.llm.pattern_search import add_patterns
 
         add_patterns(cal, model, token_windows(tokenizer, settings.calibrate, n, settings.calibrate_windows), keys)
