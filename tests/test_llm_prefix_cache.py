@@ -52,7 +52,7 @@ def test_grid_with_reuse_equals_grid_without(tiny, tmp_path):  # noqa: F811
     assert all(r["reused_tokens"] == 0 for r in by["streaming-llm"])             # a sparse prefill never reuses
     assert all(r["reused_tokens"] == 500 for r in by["quest"])                   # full's prefill is Quest's
     assert all(r["reused_tokens"] == 500 - 64 for r in by["snapkv"])            # the vote window is run again
-    assert any(r["reused_tokens"] > 0 for r in by["full"])                      # the instruction shared with the previous prompt
+    assert all(r["reused_tokens"] == 0 for r in by["full"])     # prompts share their instruction only: < MIN_SHARE, not taken
     walls = [json.loads(x) for x in (tmp_path / "shared" / "wall.jsonl").read_text().splitlines()]
     assert len(walls) == 1 and walls[0]["rows"] == len(shared) and walls[0]["reuse"] is True
 
@@ -93,6 +93,7 @@ def test_a_cropped_prefix_gives_the_whole_prefill(tiny):  # noqa: F811
     made, p, _ = prefixes.ensure(model, b)
     assert made and p == common_prefix(a, b) >= 250
     assert prefixes.ensure(model, b)[:2] == (False, 400)
+    assert FullPrefill(min_share=0.7).ensure(model, a)[:2] == (True, 0)   # below the share asked: a whole prefill
     logits, kv = _prefill(model, b)
     torch.testing.assert_close(prefixes.logits, logits, rtol=1e-5, atol=1e-5)
     for (k1, v1), (k2, v2) in zip(prefixes.kv, kv):
@@ -128,3 +129,18 @@ def test_a_model_with_sliding_layers_is_not_reused():
                                      num_key_value_heads=1, sliding_window=32)
     model = transformers.MistralForCausalLM(cfg).eval()
     assert not FullPrefill().supports(model)
+
+
+def test_full_answers_after_the_previous_prompts_prefix_as_without(tiny):  # noqa: F811
+    _, model, tok = tiny
+    g = torch.Generator().manual_seed(3)
+    a = torch.randint(3, 100, (300,), generator=g).tolist()
+    b = a[:200] + torch.randint(3, 100, (100,), generator=g).tolist()
+    full = registry.get("full")
+    full.prepare(model, 300)
+    prefixes = FullPrefill()
+    greedy_answer(model, tok, full, a, 6, prefixes=prefixes)
+    again = greedy_answer(model, tok, full, b, 6, prefixes=prefixes)
+    alone = greedy_answer(model, tok, full, b, 6)
+    assert again.reused == common_prefix(a, b) >= 200 and alone.reused == 0
+    assert (again.text, again.tokens, again.kv_bytes, again.kv_tokens) == (alone.text, alone.tokens, alone.kv_bytes, alone.kv_tokens)

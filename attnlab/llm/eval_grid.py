@@ -27,6 +27,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -309,7 +310,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
                 samples = {(t, d, s): None for t, d in cells for s in range(settings.samples)}
 
                 def answer(run, key):  # one prompt under one method → its row
-                    name, budget, method, _, _, beta = run
+                    name, budget, method, beta = run.name, run.budget, run.method, run.beta
                     t, d, s = key
                     if samples[key] is None:
                         samples[key] = TASKS[t].make(tokenizer, hay, n, d if d is not None else 0.0, s, settings.seed)
@@ -324,27 +325,34 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
                           **{k: v for k, v in method.describe().items() if k in ("full_heads",)}})
 
                 ready = _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit)
-                shared = [r for r in ready if prefixes is not None and r[2].prefill_reuse]
+                shared = [r for r in ready if prefixes is not None and r.method.prefill_reuse]
                 for key in samples:  # prompts outer, the sharing methods inner: one full-attention prefill serves them all
                     for run in shared:
-                        if key in run[3]:
+                        if key in run.todo:
                             answer(run, key)
                 for run in shared + [r for r in ready if r not in shared]:   # the others method by method, as before
-                    for key in run[3] if run not in shared else ():
+                    for key in run.todo if run not in shared else ():
                         answer(run, key)
-                    if run[4] is not None:
-                        emit(_perplexity_row(model, tokenizer, settings, run[2], run[0], run[1], n, run[5], run[4]))
+                    if run.ppl_key is not None:
+                        emit(_perplexity_row(model, tokenizer, settings, run.method, run.name, run.budget, n, run.beta, run.ppl_key))
         finally:
             if measured:
                 _log_wall(out, t_start, measured, reuse)
     return rows
 
 
-def _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit) -> list[tuple]:
-    """The (method, β) runs at length n with something left to measure, prepared (a run the method refuses: a skipped row).
+class Run(NamedTuple):
+    """One (method, β) at one length, prepared, with what is left to measure."""
+    name: str
+    budget: float
+    method: object          # a prepared methods.Method
+    todo: dict              # {(task, depth, sample): None}: the prompts to answer, in grid order
+    ppl_key: str | None     # the perplexity row's key when it is still to measure
+    beta: float             # β measured: Method.prefill_fraction(n)
 
-    Each: (name, β, method, prompts to answer {(task, depth, sample)}, the perplexity key or None, β measured).
-    """
+
+def _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit) -> list[Run]:
+    """The (method, β) runs at length n with something left to measure, prepared (a run the method refuses: a skipped row)."""
     runs = [(name, b, _method(settings, name, b)) for name, b in settings.runs()]
     cal, ready = None, []
     for name, budget, method in runs:
@@ -365,7 +373,7 @@ def _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit) -> l
         except UserError as err:  # e.g. a budget below the method's cheapest plan: said in the results, the grid goes on
             emit({"key": skip_key, "kind": "skipped", "method": name, "budget": budget, "n": n, "reason": str(err)})
             continue
-        ready.append((name, budget, method, todo, ppl_key, method.prefill_fraction(n)))
+        ready.append(Run(name, budget, method, todo, ppl_key, method.prefill_fraction(n)))
     return ready
 
 
