@@ -6,7 +6,9 @@
 
 Writes ``OUT/results.jsonl`` (one line per prompt, resumable), ``OUT/table.md``, ``OUT/summary.json`` and
 ``OUT/heatmap-TASK-METHOD-β.png`` (accuracy by needle depth × length); full attention always runs as the
-ceiling.  A killed run started again with the same options continues where it stopped.
+ceiling.  A killed run started again with the same options continues where it stopped.  Methods whose
+prefill is full attention (full, snapkv, quest) share each prompt's prefill, and a prompt reuses the prefix
+it shares with the previous one (``--no-reuse``: not; the answers are the same, ``OUT/wall.jsonl`` the times).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="seed of the prompts (keys, values, depths of distractors)"),
         max_new: Optional[int] = typer.Option(None, "--max-new", help="answer tokens [default: the task's]"),
         out: Path = typer.Option(Path("runs/eval"), "--out", help="run folder (results.jsonl, table.md, heatmaps)"),
+        no_reuse: bool = typer.Option(False, "--no-reuse", help="every answer its own prefill: no full-attention prefill "
+                                      "shared by full, snapkv and quest, no prefix shared with the previous prompt (same answers, slower)"),
     ) -> None:
         """Retrieval accuracy on a depth × length grid, and perplexity, of a model under methods (resumable)."""
         import time
@@ -79,7 +83,7 @@ def register(app: typer.Typer) -> None:
                 what = f"{row['method']} β={row['budget']:g} n={row['n']}" + (f" {row['task']}" if "task" in row else " ppl")
                 bar.update(job, completed=done, total=total, description=what)
 
-            rows = run_eval(model, tokenizer, settings, out, progress=progress)
+            rows = run_eval(model, tokenizer, settings, out, progress=progress, reuse=not no_reuse)
         summary = write_report(rows, out)
         typer.echo(markdown(summary), nl=False)
         typer.echo(f"{out}: {len(rows)} rows ({len(read_results(out / 'results.jsonl'))} in results.jsonl), "

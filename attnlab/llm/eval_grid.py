@@ -1,9 +1,11 @@
 """``attnlab eval``: retrieval and perplexity of a model under methods, on a grid, resumable.
 
     for n in lengths:                                   (the calibration of n, when a method needs one)
-      for (method, β) in [full] + methods × budgets:
+      for task, depth d, sample s:                      the methods whose prefill is full attention, one shared prefill
+        for (method, β) in [full] + those methods × budgets:   score = string_match_all(answer, expected) → results.jsonl
+      for (method, β) in the other methods × budgets:
         for task, depth d, sample s:   score = string_match_all(greedy answer, expected)   → results.jsonl
-        perplexity of the method at n on ``ppl`` windows                                 → results.jsonl
+      perplexity of each method at n on ``ppl`` windows                                  → results.jsonl
 
 Each line of ``results.jsonl`` is one prompt (or one perplexity), written and flushed as soon as it
 is measured, under a key of (method, β, task, n, d, s).  A run started again on the same ``--out``
@@ -11,7 +13,11 @@ reads the lines there, drops a torn last line, and measures only the keys still 
 continues where it stopped and ends with the same lines as one never killed (greedy decoding is
 deterministic).  ``config.json`` holds the settings; a later run in the same folder may add tasks, lengths,
 methods and budgets (the rows are keyed by all four), any other setting that differs is refused.
-Full attention runs on every prompt: it is the ceiling the methods are compared against.
+Full attention runs on every prompt: it is the ceiling the methods are compared against.  The methods
+whose prefill is full attention (``Method.prefill_reuse``: full, SnapKV, Quest) run prompt by prompt
+together, on one shared full-attention prefill that also keeps the prefix shared with the previous
+prompt (``prefix_cache``; ``reuse=False``, ``--no-reuse``: every answer its own prefill).  Each row
+records the prefill seconds it spent and its ``reused_tokens``; ``wall.jsonl`` the wall time of each run.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -268,13 +275,17 @@ def check_settings(settings: EvalSettings, max_len: int | None) -> None:
         raise UserError(f"--max-new: must be >= 1, got {settings.max_new}")
 
 
-def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, progress=None, stop_after: int | None = None) -> list[dict]:
+def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, progress=None, stop_after: int | None = None,
+             reuse: bool = True) -> list[dict]:
     """Measure the grid into ``out/results.jsonl`` (resuming what is there); returns every row.
 
     ``progress(done, total, row)`` after each measured row; ``stop_after``: stop after measuring that
-    many new rows (tests of resumption).
+    many new rows (tests of resumption).  ``reuse``: the methods whose prefill is full attention
+    (``Method.prefill_reuse``) share one prefill per prompt, and a prompt reuses the prefix it shares
+    with the one before (``prefix_cache``); the answers are those of ``reuse=False``, the seconds fewer.
     """
     from attnlab.llm.loading import model_max_len
+    from attnlab.llm.prefix_cache import FullPrefill
 
     out = Path(out)
     check_settings(settings, model_max_len(model))
@@ -293,7 +304,8 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
     cells = [(t, d) for t in settings.tasks for d in (depths if TASKS[t].uses_depth else [None])]
     per_run = len(cells) * settings.samples + (1 if settings.ppl else 0)
     total = len(settings.lengths) * len(settings.runs()) * per_run
-    measured = 0
+    prefixes = FullPrefill() if reuse else None
+    measured, t_start = 0, time.time()
     with open(results, "a", encoding="utf-8") as log:
         def emit(row):
             nonlocal measured
@@ -308,43 +320,83 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
             if stop_after is not None and measured >= stop_after:
                 raise KeyboardInterrupt
 
-        for n in settings.lengths:
-            runs = [(name, b, _method(settings, name, b)) for name, b in settings.runs()]
-            samples = {(t, d, s): None for t, d in cells for s in range(settings.samples)}
-            cal = None
-            for name, budget, method in runs:
-                prefix = f"{name}|{budget:g}|"
-                todo = [(t, d, s) for (t, d, s) in samples
-                        if f"{prefix}{t}|{n}|{'-' if d is None else f'{d:.4f}'}|{s}" not in done]
-                ppl_key = f"ppl|{name}|{budget:g}|{n}|{settings.ppl_windows}"
-                if not todo and (not settings.ppl or ppl_key in done):
-                    continue
-                if method.calibrated and cal is None:
-                    cal = _calibration(model, tokenizer, settings, out, n, [m for _, _, m in runs])
-                skip_key = f"{prefix}skipped|{n}"
-                if skip_key in done:
-                    continue
-                try:
-                    method.prepare(model, n, cal)
-                except UserError as err:  # e.g. a budget below the method's cheapest plan: said in the results, the grid goes on
-                    emit({"key": skip_key, "kind": "skipped", "method": name, "budget": budget, "n": n, "reason": str(err)})
-                    continue
-                beta = method.prefill_fraction(n)
-                for t, d, s in todo:
-                    if samples[(t, d, s)] is None:
-                        samples[(t, d, s)] = TASKS[t].make(tokenizer, hay, n, d if d is not None else 0.0, s, settings.seed)
-                    smp = samples[(t, d, s)]
-                    max_new = settings.max_new or smp.max_new
-                    ans = greedy_answer(model, tokenizer, method, smp.ids, max_new,
+        try:
+            for n in settings.lengths:
+                samples = {(t, d, s): None for t, d in cells for s in range(settings.samples)}
+
+                def answer(run, key):  # one prompt under one method → its row
+                    name, budget, method, beta = run.name, run.budget, run.method, run.beta
+                    t, d, s = key
+                    if samples[key] is None:
+                        samples[key] = TASKS[t].make(tokenizer, hay, n, d if d is not None else 0.0, s, settings.seed)
+                    smp = samples[key]
+                    ans = greedy_answer(model, tokenizer, method, smp.ids, settings.max_new or smp.max_new, prefixes=prefixes,
                                         done=lambda text, refs=smp.answers: string_match_all(text, refs) == 1.0)
-                    emit({"key": f"{prefix}{smp.key}", "kind": "answer", "method": name, "budget": budget, "task": t, "n": n,
-                          "depth": d, "sample": s, "score": string_match_all(ans.text, smp.answers), "answer": ans.text,
+                    emit({"key": f"{name}|{budget:g}|{smp.key}", "kind": "answer", "method": name, "budget": budget, "task": t,
+                          "n": n, "depth": d, "sample": s, "score": string_match_all(ans.text, smp.answers), "answer": ans.text,
                           "expected": smp.answers, "prompt_tokens": len(smp.ids), "prefill_s": round(ans.prefill_s, 4),
-                          "decode_s": round(ans.decode_s, 4), "new_tokens": ans.tokens, "beta": beta, "kv_tokens": ans.kv_tokens,
-                          "kv_bytes": ans.kv_bytes, **{k: v for k, v in method.describe().items() if k in ("full_heads", "pattern_counts")}})
-                if settings.ppl and ppl_key not in done:
-                    emit(_perplexity_row(model, tokenizer, settings, method, name, budget, n, beta, ppl_key))
+                          "reused_tokens": ans.reused, "decode_s": round(ans.decode_s, 4), "new_tokens": ans.tokens, "beta": beta,
+                          "kv_tokens": ans.kv_tokens, "kv_bytes": ans.kv_bytes,
+                          **{k: v for k, v in method.describe().items() if k in ("full_heads", "pattern_counts")}})
+
+                ready = _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit)
+                shared = [r for r in ready if prefixes is not None and r.method.prefill_reuse]
+                for key in samples:  # prompts outer, the sharing methods inner: one full-attention prefill serves them all
+                    for run in shared:
+                        if key in run.todo:
+                            answer(run, key)
+                for run in shared + [r for r in ready if r not in shared]:   # the others method by method, as before
+                    for key in run.todo if run not in shared else ():
+                        answer(run, key)
+                    if run.ppl_key is not None:
+                        emit(_perplexity_row(model, tokenizer, settings, run.method, run.name, run.budget, n, run.beta, run.ppl_key))
+        finally:
+            if measured:
+                _log_wall(out, t_start, measured, reuse)
     return rows
+
+
+class Run(NamedTuple):
+    """One (method, β) at one length, prepared, with what is left to measure."""
+    name: str
+    budget: float
+    method: object          # a prepared methods.Method
+    todo: dict              # {(task, depth, sample): None}: the prompts to answer, in grid order
+    ppl_key: str | None     # the perplexity row's key when it is still to measure
+    beta: float             # β measured: Method.prefill_fraction(n)
+
+
+def _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit) -> list[Run]:
+    """The (method, β) runs at length n with something left to measure, prepared (a run the method refuses: a skipped row)."""
+    runs = [(name, b, _method(settings, name, b)) for name, b in settings.runs()]
+    cal, ready = None, []
+    for name, budget, method in runs:
+        prefix = f"{name}|{budget:g}|"
+        todo = {(t, d, s): None for (t, d, s) in samples
+                if f"{prefix}{t}|{n}|{'-' if d is None else f'{d:.4f}'}|{s}" not in done}
+        ppl_key = f"ppl|{name}|{budget:g}|{n}|{settings.ppl_windows}"
+        ppl_key = ppl_key if settings.ppl and ppl_key not in done else None
+        if not todo and ppl_key is None:
+            continue
+        if method.calibrated and cal is None:
+            cal = _calibration(model, tokenizer, settings, out, n, [m for _, _, m in runs])
+        skip_key = f"{prefix}skipped|{n}"
+        if skip_key in done:
+            continue
+        try:
+            method.prepare(model, n, cal)
+        except UserError as err:  # e.g. a budget below the method's cheapest plan: said in the results, the grid goes on
+            emit({"key": skip_key, "kind": "skipped", "method": name, "budget": budget, "n": n, "reason": str(err)})
+            continue
+        ready.append(Run(name, budget, method, todo, ppl_key, method.prefill_fraction(n)))
+    return ready
+
+
+def _log_wall(out: Path, started: float, measured: int, reuse: bool) -> None:
+    """One line of ``wall.jsonl`` per run of the grid: its wall-clock seconds and the rows it measured."""
+    with open(out / "wall.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps({"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+                            "seconds": round(time.time() - started, 3), "rows": measured, "reuse": reuse}) + "\n")
 
 
 def _perplexity_row(model, tokenizer, settings, method, name, budget, n, beta, key) -> dict:

@@ -5,7 +5,8 @@
     cells ≥ 80 %                    = (n, d) cells where full attention scores ≥ 0.8: only there a method is compared
 
 Written into the run's folder: ``table.md`` (one row per task, length, method, β, with β measured, KV
-tokens kept, perplexity beside, seconds per prompt), ``summary.json`` and ``heatmap-TASK-METHOD-β.png``.
+tokens kept, perplexity beside, seconds per prompt with the prompt tokens whose prefill was reused, and the grid's
+wall time from ``wall.jsonl``), ``summary.json`` and ``heatmap-TASK-METHOD-β.png``.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ import numpy as np
 
 from attnlab.atomic import write_text_atomic
 
-__all__ = ["CEILING", "summarise", "write_report"]
+__all__ = ["CEILING", "read_walls", "summarise", "write_report"]
 
 CEILING = 0.8  # full attention's accuracy at or above which a cell counts for comparing methods
 
 
-def summarise(rows: list[dict]) -> dict:
-    """Aggregates of the answer and perplexity rows (no file I/O)."""
+def summarise(rows: list[dict], walls: list[dict] | None = None) -> dict:
+    """Aggregates of the answer and perplexity rows (no file I/O); ``walls``: the lines of ``wall.jsonl``."""
     answers = [r for r in rows if r.get("kind") == "answer"]
     ppl = {(r["method"], r["budget"], r["n"]): r for r in rows if r.get("kind") == "ppl"}
     cell = defaultdict(list)                                        # (method, β, task, n, depth) → scores
@@ -48,11 +49,13 @@ def summarise(rows: list[dict]) -> dict:
             "kept_of_full": (acc_good / full_good) if acc_good is not None and full_good else None,
             "beta": float(np.mean([r["beta"] for r in rs])), "kv_tokens": float(np.mean([r["kv_tokens"] for r in rs])),
             "prefill_s": float(np.mean([r["prefill_s"] for r in rs])), "decode_s": float(np.mean([r["decode_s"] for r in rs])),
+            "reused_tokens": float(np.mean([r.get("reused_tokens", 0) for r in rs])),   # rows before issue 25: none reused
             "ppl": p["ppl"] if p else None,
         })
     skipped = [{k: r[k] for k in ("method", "budget", "n", "reason")} for r in rows if r.get("kind") == "skipped"]
     return {"table": table, "cells": {"|".join(map(str, k)): float(np.mean(v)) for k, v in cell.items()},
-            "ppl": [ppl[k] for k in sorted(ppl, key=str)], "skipped": skipped}
+            "ppl": [ppl[k] for k in sorted(ppl, key=str)], "skipped": skipped,
+            "wall_s": sum(w["seconds"] for w in walls) if walls else None, "wall_runs": len(walls or [])}
 
 
 def _fmt(x, spec: str) -> str:
@@ -61,13 +64,16 @@ def _fmt(x, spec: str) -> str:
 
 def markdown(summary: dict) -> str:
     lines = ["| task | n | method | β target | β measured | KV tokens | prompts | accuracy | full ≥ 80 % cells | accuracy there | "
-             "of full | ppl | prefill s | decode s |", "|" + "---|" * 14]
+             "of full | ppl | prefill s | reused tokens | decode s |", "|" + "---|" * 15]
     for r in summary["table"]:
         lines.append(f"| {r['task']} | {r['n']} | {r['method']} | {r['budget']:g} | {r['beta']:.3f} | {r['kv_tokens']:.0f} | {r['prompts']} | "
                      f"{100 * r['accuracy']:.1f} % | {r['cells_full_ge_80']} | {_fmt(None if r['accuracy_on_those'] is None else 100 * r['accuracy_on_those'], '.1f')} | "
                      f"{_fmt(None if r['kept_of_full'] is None else 100 * r['kept_of_full'], '.0f')} | {_fmt(r['ppl'], '.3f')} | "
-                     f"{r['prefill_s']:.2f} | {r['decode_s']:.2f} |")
+                     f"{r['prefill_s']:.2f} | {r.get('reused_tokens', 0):.0f} | {r['decode_s']:.2f} |")
     lines += [f"\n{r['method']} β={r['budget']:g} at n = {r['n']}: not run — {r['reason']}" for r in summary.get("skipped", [])]
+    if summary.get("wall_s") is not None:
+        lines.append(f"\ngrid wall time: {summary['wall_s']:.1f} s ({summary['wall_runs']} run{'s' if summary['wall_runs'] != 1 else ''}"
+                     " of attnlab eval on this folder; prefill s and decode s are per prompt)")
     return "\n".join(lines) + "\n"
 
 
@@ -114,10 +120,22 @@ def heatmaps(rows: list[dict], out: Path) -> list[Path]:
     return written
 
 
+def read_walls(out: str | Path) -> list[dict]:
+    """The lines of ``out/wall.jsonl`` (one per run of the grid: seconds, rows measured, reuse on or off); a torn line is skipped."""
+    path = Path(out) / "wall.jsonl"
+    walls = []
+    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+        try:
+            walls.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return walls
+
+
 def write_report(rows: list[dict], out: str | Path) -> dict:
     """table.md, summary.json and the heatmaps of ``rows`` in ``out``; returns the summary."""
     out = Path(out)
-    summary = summarise(rows)
+    summary = summarise(rows, read_walls(out))
     write_text_atomic(out / "table.md", markdown(summary))
     write_text_atomic(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     summary["figures"] = [str(p) for p in heatmaps(rows, out)]

@@ -4,7 +4,8 @@
     decoding: y_t = argmax p(· | x, y_<t),  t = 1 … max_new,  stopping at the end-of-turn token
 
 Timed apart (prefill seconds, decoding seconds); the cache's bytes after the prefill give the KV
-tokens the decoding policy keeps, per layer and KV head, as the field states a KV budget.
+tokens the decoding policy keeps, per layer and KV head, as the field states a KV budget.  A method whose
+prefill is full attention may take it from a shared full-attention prefill (``prefix_cache``, issue 25).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 
 from attnlab.llm.kv_cache import kv_bytes
 
-__all__ = ["Answer", "greedy_answer", "kv_tokens"]
+__all__ = ["Answer", "greedy_answer", "kv_tokens", "reusable"]
 
 
 @dataclass
@@ -27,6 +28,7 @@ class Answer:
     decode_s: float
     kv_bytes: int        # keys + values held after the prefill
     kv_tokens: float     # mean tokens kept per (layer, KV head) after the prefill
+    reused: int = 0      # prompt tokens whose prefill came from another answer's (prefix_cache.FullPrefill)
 
 
 def _stop_ids(tokenizer) -> set[int]:
@@ -51,32 +53,48 @@ def kv_tokens(cache) -> float:
     return sum(counts) / len(counts) if counts else 0.0
 
 
+def reusable(prefixes, model, method, n: int) -> bool:
+    """Whether ``method``'s prefill of an n-token prompt may come from ``prefixes`` (a ``prefix_cache.FullPrefill``)."""
+    return (prefixes is not None and method.prefill_reuse and n - method.reuse_tail(n) > 0 and prefixes.supports(model))
+
+
 @torch.no_grad()
-def greedy_answer(model, tokenizer, method, ids: list[int], max_new: int, done=None) -> Answer:
+def greedy_answer(model, tokenizer, method, ids: list[int], max_new: int, done=None, prefixes=None) -> Answer:
     """Greedy answer to the prompt ``ids`` with ``method`` applied (``Method.applied``).
 
     ``done(text) -> bool``: stop early once it holds (eval stops when every expected string is in the
-    answer: string_match_all cannot fall by generating more).
+    answer: string_match_all cannot fall by generating more).  ``prefixes``: a ``prefix_cache.FullPrefill``
+    whose full-attention prefill stands for the method's when ``Method.prefill_reuse`` (else None: no reuse);
+    ``prefill_s`` then counts what this answer spent on it (the shared prefill when this answer made it).
     """
     stop = _stop_ids(tokenizer)
+    reuse = reusable(prefixes, model, method, len(ids))
+    shared_s, reused = 0.0, 0
+    if reuse:  # the model's own attention, before the method is applied
+        made, reused, shared_s = prefixes.ensure(model, ids)
+        if not made:
+            reused = len(ids) - method.reuse_tail(len(ids))
     with method.applied(model):
-        cache = method.new_cache(model)
-        x = torch.tensor([ids])
         t0 = time.perf_counter()
-        out = model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1)
-        prefill_s = time.perf_counter() - t0
-        cache = out.cache
+        if reuse:
+            logits, cache = prefixes.resume(model, method, ids)
+        else:
+            cache = method.new_cache(model)
+            t0 = time.perf_counter()
+            out = model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True, logits_to_keep=1)
+            logits, cache = out.logits[0, -1], out.cache
+        prefill_s = shared_s + time.perf_counter() - t0
         held, kept = kv_bytes(cache), kv_tokens(cache)
         gen: list[int] = []
         t0 = time.perf_counter()
         for _ in range(max_new):
-            y = int(out.logits[0, -1].argmax())
+            y = int(logits.argmax())
             if y in stop:
                 break
             gen.append(y)
             if done is not None and done(tokenizer.decode(gen, skip_special_tokens=True)):
                 break
-            out = model(input_ids=torch.tensor([[y]]), cache=cache, use_cache=True)
+            logits = model(input_ids=torch.tensor([[y]]), cache=cache, use_cache=True).logits[0, -1]
         decode_s = time.perf_counter() - t0
     text = tokenizer.decode(gen, skip_special_tokens=True)
-    return Answer(text, len(gen), prefill_s, decode_s, held, kept)
+    return Answer(text, len(gen), prefill_s, decode_s, held, kept, reused)

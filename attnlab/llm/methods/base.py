@@ -41,6 +41,8 @@ class Method:
     needs_retrieval: ClassVar[bool] = False  # needs the calibration's retrieval scores (``Calibration.retrieval``)
     options: ClassVar[dict[str, tuple]] = {}  # option → (type, lo, hi), or (str, (choices…), None); checked by __init__
     default_run: ClassVar[bool] = True  # run when a benchmark is not told which methods (variants and bounds: False)
+    prefill_reuse: ClassVar[bool] = False  # the prefill is full attention, S_h(i) = {j ≤ i}, and the cache is made from its
+    #   keys and values: a full-attention prefill of the same tokens may stand for it (``eval`` reuses one, prefix_cache.py)
 
     def __init__(self, budget: float = 1.0, **options: Any):
         if not (isinstance(budget, (int, float)) and 0 < budget <= 1):
@@ -118,6 +120,11 @@ class Method:
         from transformers import DynamicCache
 
         return DynamicCache(config=model.config)
+
+    def reuse_tail(self, n: int) -> int:
+        """With ``prefill_reuse``: the last prompt tokens the method still runs itself after a reused full-attention
+        prefix of n − tail tokens (their queries choose what it keeps, SnapKV's window); 0: the reused prefill is its own."""
+        return 0
 
     # ---- budgets as stated ------------------------------------------------------------------
     def prefill_fraction(self, n: int) -> float:

@@ -96,6 +96,7 @@ class Quest(Method):
     decoding = ("the cache keeps every token; a query reads the ⌊tokens/page⌋ pages of 16 keys of largest min/max upper "
                 "bound, the current page always, the first two layers densely")
     options = {"page": (int, 1, 1024), "tokens": (int, 1, 10**7)}
+    prefill_reuse = True   # the prefill is full attention into a DynamicCache: a full prefill's logits and cache are its own
 
     def __init__(self, budget: float = 1.0, **options):
         super().__init__(budget, **options)

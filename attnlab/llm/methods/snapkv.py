@@ -17,6 +17,8 @@ Budget: ``compression`` c, the fraction of the prompt's KV tokens evicted (defau
 ``budget`` is the fraction kept); ``kv_tokens(n)`` states the tokens kept per KV head.  Sliding
 layers (Gemma-3) keep their own window, which the model reads anyway, and are not voted on.
 Perplexity of one forward pass is full attention's: SnapKV changes only what decoding reads.
+A reused full-attention prefix (``prefill_reuse``, ``attnlab eval``) is followed by the window's tokens run
+here (``decode`` of a cache not compacted yet): the same keys, values and votes as one prefill.
 """
 
 from __future__ import annotations
@@ -71,6 +73,17 @@ def _snap_runner(base, window: int, kernel: int, compression: float):
                 self.selected = (n, snapkv_keep(q[:, :, n - window :], k, scaling, kernel, kept))
             return out
 
+        def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None):
+            # the last prompt tokens after a reused full-attention prefix (Method.reuse_tail): full attention over the
+            # cache, not compacted yet; the window's queries vote as in ``prefill``.  q: (B, H, t, d_k), k: (B, H_kv, m, d_k)
+            out = super().decode(q, k, v, scaling, q_pos, k_pos, flags)
+            cache = self.cache() if self.cache is not None else None
+            m = int(q_pos[-1]) + 1
+            if (cache is not None and cache.layers[self.layer_idx].evicted_at is None and self.sliding is None
+                    and m > window and q.shape[2] >= window and k.shape[2] == m):
+                self.selected = (m, snapkv_keep(q[:, :, q.shape[2] - window :], k, scaling, kernel, int(m * (1 - compression))))
+            return out
+
         def keep(self, k_pos, seen, flags=None):
             keep = super().keep(k_pos, seen, flags)
             sel = getattr(self, "selected", None)
@@ -92,6 +105,7 @@ class SnapKV(PlanMethod):
     decoding = ("after the prefill each KV head keeps the last `window` tokens + the prefix keys of largest pooled vote "
                 "of the window's queries, ⌊n(1−c)⌋ in all; new tokens are appended and everything kept is read")
     options = {"window": (int, 1, 8192), "kernel": (int, 1, 63), "compression": (float, 0.0, 0.99)}
+    prefill_reuse = True   # full attention; the vote needs the queries of the last window only (``reuse_tail``)
 
     def __init__(self, budget: float = 1.0, **options):
         super().__init__(budget, **options)
@@ -112,6 +126,10 @@ class SnapKV(PlanMethod):
         super()._install(model)
         for mod in attention_modules(model):
             mod.attnlab_layer = _snap_runner(mod.attnlab_layer, self.window, self.kernel, self.compression)
+
+    def reuse_tail(self, n: int) -> int:
+        """The window's tokens run under SnapKV after a reused prefix (their queries vote); none when n ≤ window (no vote)."""
+        return self.window if n > self.window else 0
 
     def kv_tokens(self, n: int) -> int:
         """KV tokens kept per KV head (full layers) after a prefill of n tokens: max(⌊n(1 − c)⌋, window)."""
