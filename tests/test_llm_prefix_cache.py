@@ -63,8 +63,10 @@ def test_a_sparse_prefill_never_reuses(tiny):  # noqa: F811
     from attnlab.errors import UserError
 
     prefixes, ran = FullPrefill(), []
-    for name in sorted(set(registry.names()) - SHARING):
-        method = registry.get(name, 0.5)
+    cases = [(name, {}) for name in sorted(set(registry.names()) - SHARING)] + [("minference", {"patterns": "vs"})]
+    for name, opts in cases:
+        method = registry.get(name, 0.5, **opts)
+        name = name + "".join(f":{k}={v}" for k, v in opts.items())
         try:
             method.prepare(model, len(ids))
         except UserError:            # calibrated, or a gate file to give: the class field above covers them
@@ -72,7 +74,7 @@ def test_a_sparse_prefill_never_reuses(tiny):  # noqa: F811
         ans = greedy_answer(model, tok, method, ids, 2, prefixes=prefixes)
         assert ans.reused == 0 and prefixes.ids is None, name          # the shared prefill was never even made
         ran.append(name)
-    assert {"streaming-llm", "minference", "oracle-topk"} <= set(ran)
+    assert {"streaming-llm", "minference:patterns=vs", "oracle-topk"} <= set(ran)
 
 
 def _prefill(model, ids):
