@@ -92,8 +92,14 @@ def passkey_prompt(tokenizer, haystack: list[int], n: int, passkeys: int, words:
     return torch.tensor(ids), torch.tensor(answer)
 
 
-def train_gates(model, tokenizer, text: str, cfg: GateTraining = GateTraining(), log=None) -> torch.Tensor:
-    """Gates (layers, KV heads) in [0, 1] trained on passkey prompts in ``text``; the model is left unchanged."""
+def train_gates(model, tokenizer, text: str, cfg: GateTraining = GateTraining(), log=None, until: float | None = None,
+                on_step=None) -> torch.Tensor:
+    """Gates (layers, KV heads) in [0, 1] trained on passkey prompts in ``text``; the model is left unchanged.
+
+    ``until``: a ``time.monotonic()`` deadline — training stops after the step that reaches it (at least one
+    step runs); ``on_step(step, gates)`` is called after each step (1-based) with the clamped gates.
+    """
+    import time
     from transformers import AttentionInterface
 
     from attnlab.llm.attention import attention_modules
@@ -133,7 +139,12 @@ def train_gates(model, tokenizer, text: str, cfg: GateTraining = GateTraining(),
             with torch.no_grad():
                 gates.clamp_(0, 1)
             if log:
-                log(f"step {step + 1}/{cfg.steps}: distill {distill.item():.4f}  L1 {reg.item():.3f}")
+                log(f"step {step + 1}/{cfg.steps}: distill {distill.item():.4f}  L1 {reg.item():.3f}  "
+                    f"gates mean {gates.mean().item():.3f}  > 0.5: {int((gates > 0.5).sum())}/{gates.numel()}")
+            if on_step:
+                on_step(step + 1, gates.detach())
+            if until is not None and time.monotonic() >= until:
+                break
     finally:
         for mod in mods:
             for a in ("duo_gate", "duo_sinks", "duo_recent"):
