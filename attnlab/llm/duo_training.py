@@ -181,8 +181,12 @@ def load_gates(path, shape: dict) -> torch.Tensor:
         raise UserError(f"--option gates: {path}: not a gate file ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
     want = (shape["num_layers"], shape["num_kv_heads"])
     if tuple(gates.shape) != want:
-        raise UserError(f"--option gates: {path} was made for another model (gates {tuple(gates.shape)}, the model has "
-                        f"{want[0]} layers × {want[1]} KV heads)")
+        from safetensors import safe_open
+
+        with safe_open(str(path), "pt") as f:
+            made = (f.metadata() or {}).get("model")
+        raise UserError(f"--option gates: {path} was made for another model ({made + ': ' if made else ''}gates "
+                        f"{tuple(gates.shape)}; this model has {want[0]} layers × {want[1]} KV heads)")
     if not bool(torch.isfinite(gates).all()) or float(gates.min()) < 0 or float(gates.max()) > 1:
         raise UserError(f"--option gates: {path}: gates must be finite and in [0, 1]")
     return gates.float()
