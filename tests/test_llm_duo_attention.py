@@ -97,3 +97,34 @@ def test_options_out_of_range_name_the_option(opts, word):
 def test_without_gates_it_says_how_to_get_them():
     with pytest.raises(UserError, match="gates"):
         methods.get("duo-attention").prepare(retrieval_model(), 100)
+
+
+def test_the_benchmark_stops_after_its_minutes_and_keeps_checkpoints(tmp_path):
+    """--minutes stops after the step that reaches it; the file's metadata says the steps done; history per checkpoint."""
+    import sys
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    from char_model_folder import save_with_char_tokenizer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import duo_attention_train
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=2, max_position_embeddings=2048)
+    folder = save_with_char_tokenizer(LlamaForCausalLM(cfg).eval(), tmp_path / "model")
+    (tmp_path / "text.txt").write_text(text())
+    out = tmp_path / "g.safetensors"
+    common = ["--hf", str(folder), "--text", str(tmp_path / "text.txt"), "--out", str(out), "--tokens", "300",
+              "--passkeys", "2", "--passkey-words", "2", "--sinks", "4", "--recent", "16"]
+    assert duo_attention_train.main(common + ["--steps", "5", "--checkpoint", "2"]) == 0
+    with safe_open(str(out.with_name("g.history.safetensors")), "pt") as f:
+        assert sorted(f.keys()) == ["step_0002", "step_0004", "step_0005"]
+    with safe_open(str(out), "pt") as f:
+        assert f.metadata()["steps"] == "5"
+    assert duo_attention_train.main(common + ["--steps", "50", "--minutes", "1e-6"]) == 0
+    with safe_open(str(out), "pt") as f:
+        assert f.metadata()["steps"] == "1"
+    assert load_gates(out, {"num_layers": 1, "num_kv_heads": 2}).shape == (1, 2)

@@ -196,6 +196,28 @@ def test_bad_input_is_one_line_and_writes_nothing(tiny, tmp_path, args, needle):
     assert _hash(tmp_path) == before and not out.exists()
 
 
+@pytest.mark.parametrize("shape", [(3, 2), None])
+def test_a_gate_file_for_another_model_is_refused_in_one_line_naming_it(tiny, tmp_path, shape):
+    """duo-attention's gates are checked before anything runs: not a skipped row of a finished grid."""
+    from attnlab.llm.duo_training import GateTraining, save_gates
+
+    folder, _, _ = tiny
+    gates = tmp_path / "other-model.safetensors"
+    if shape:
+        save_gates(gates, torch.ones(*shape), "smollm2-135m", GateTraining())   # the tiny model has 2 layers × 2 KV heads
+    else:
+        gates.write_bytes(b"not a safetensors file")
+    out = tmp_path / "out"
+    before = _hash(tmp_path)
+    r = _cli("eval", "--hf", str(folder), "--lengths", "500", "--depths", "1", "--samples", "1", "--haystack", "noise",
+             "--method", f"duo-attention:gates={gates}", "--out", str(out))
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(gates) in lines[0] and "Traceback" not in r.stderr, r.stderr
+    assert ("another model (smollm2-135m" if shape else "not a gate file") in lines[0], lines[0]
+    assert _hash(tmp_path) == before and not out.exists()
+
+
 def test_other_settings_on_the_same_out_are_refused(tiny, tmp_path):
     folder, _, _ = tiny
     common = ["eval", "--hf", str(folder), "--lengths", "500", "--depths", "1", "--samples", "1", "--haystack", "noise",

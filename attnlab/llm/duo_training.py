@@ -92,8 +92,14 @@ def passkey_prompt(tokenizer, haystack: list[int], n: int, passkeys: int, words:
     return torch.tensor(ids), torch.tensor(answer)
 
 
-def train_gates(model, tokenizer, text: str, cfg: GateTraining = GateTraining(), log=None) -> torch.Tensor:
-    """Gates (layers, KV heads) in [0, 1] trained on passkey prompts in ``text``; the model is left unchanged."""
+def train_gates(model, tokenizer, text: str, cfg: GateTraining = GateTraining(), log=None, until: float | None = None,
+                on_step=None) -> torch.Tensor:
+    """Gates (layers, KV heads) in [0, 1] trained on passkey prompts in ``text``; the model is left unchanged.
+
+    ``until``: a ``time.monotonic()`` deadline — training stops after the step that reaches it (at least one
+    step runs); ``on_step(step, gates)`` is called after each step (1-based) with the clamped gates.
+    """
+    import time
     from transformers import AttentionInterface
 
     from attnlab.llm.attention import attention_modules
@@ -133,7 +139,12 @@ def train_gates(model, tokenizer, text: str, cfg: GateTraining = GateTraining(),
             with torch.no_grad():
                 gates.clamp_(0, 1)
             if log:
-                log(f"step {step + 1}/{cfg.steps}: distill {distill.item():.4f}  L1 {reg.item():.3f}")
+                log(f"step {step + 1}/{cfg.steps}: distill {distill.item():.4f}  L1 {reg.item():.3f}  "
+                    f"gates mean {gates.mean().item():.3f}  > 0.5: {int((gates > 0.5).sum())}/{gates.numel()}")
+            if on_step:
+                on_step(step + 1, gates.detach())
+            if until is not None and time.monotonic() >= until:
+                break
     finally:
         for mod in mods:
             for a in ("duo_gate", "duo_sinks", "duo_recent"):
@@ -170,8 +181,12 @@ def load_gates(path, shape: dict) -> torch.Tensor:
         raise UserError(f"--option gates: {path}: not a gate file ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
     want = (shape["num_layers"], shape["num_kv_heads"])
     if tuple(gates.shape) != want:
-        raise UserError(f"--option gates: {path} was made for another model (gates {tuple(gates.shape)}, the model has "
-                        f"{want[0]} layers × {want[1]} KV heads)")
+        from safetensors import safe_open
+
+        with safe_open(str(path), "pt") as f:
+            made = (f.metadata() or {}).get("model")
+        raise UserError(f"--option gates: {path} was made for another model ({made + ': ' if made else ''}gates "
+                        f"{tuple(gates.shape)}; this model has {want[0]} layers × {want[1]} KV heads)")
     if not bool(torch.isfinite(gates).all()) or float(gates.min()) < 0 or float(gates.max()) > 1:
         raise UserError(f"--option gates: {path}: gates must be finite and in [0, 1]")
     return gates.float()

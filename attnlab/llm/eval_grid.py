@@ -297,6 +297,8 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
     if settings.plan:  # a plan for another model or length
         for n in settings.lengths:
             _method(settings, "plan", 0.0).make_plan(model, n, None)
+    for name in settings.methods:  # a method's own files (a gate file for another model): refused, not a skipped row
+        _method(settings, name, 1.0).check_model(model)
     _claim(out, settings)
     results = out / "results.jsonl"
     rows = read_results(results)

@@ -76,6 +76,10 @@ class Method:
             raise UserError(f"--method {self.name}: needs calibration text (--calibrate FILE)")
         self.n = n
 
+    def check_model(self, model) -> None:
+        """The method's own input files (a gate file, …) checked against ``model`` before anything runs or is
+        written: a one-line ``UserError`` naming the file.  Default: nothing to check."""
+
     # ---- what calibration must measure, and the plan file it gives ------------------------------
     calibration_grads: ClassVar[bool] = False  # the calibration also needs the loss gradients (``calibrate(grads=True)``)
 

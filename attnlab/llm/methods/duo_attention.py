@@ -37,15 +37,24 @@ class DuoAttention(PlanMethod):
         self.sinks = int(self.opts.get("sinks", 16))
         self.recent = int(self.opts.get("recent", 64))
 
-    def make_plan(self, model, n, calibration):
+    def check_model(self, model) -> None:
+        self._gates(model)
+
+    def _gates(self, model):
+        """The gate file's gates (L, H_kv), checked against ``model`` (one-line UserError naming the file)."""
         from attnlab.llm.duo_training import load_gates
-        from attnlab.llm.plan import HeadPlan, Plan, model_shape
-        from attnlab.support import Support
+        from attnlab.llm.plan import model_shape
 
         if not self.opts.get("gates"):
             raise UserError("--option gates: duo-attention needs a gate file (train one: python benchmarks/duo_attention_train.py)")
+        return load_gates(self.opts["gates"], model_shape(model))
+
+    def make_plan(self, model, n, calibration):
+        from attnlab.llm.plan import HeadPlan, Plan, model_shape
+        from attnlab.support import Support
+
         shape = model_shape(model)
-        gates = load_gates(self.opts["gates"], shape).numpy()                             # (L, H_kv)
+        gates = self._gates(model).numpy()                                                # (L, H_kv)
         L, H, H_kv = shape["num_layers"], shape["num_heads"], shape["num_kv_heads"]
         r = H // H_kv
         stream = HeadPlan(Support(w=self.recent - 1, columns=np.arange(self.sinks)))
