@@ -326,7 +326,8 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
                           "depth": d, "sample": s, "score": string_match_all(ans.text, smp.answers), "answer": ans.text,
                           "expected": smp.answers, "prompt_tokens": len(smp.ids), "prefill_s": round(ans.prefill_s, 4),
                           "decode_s": round(ans.decode_s, 4), "new_tokens": ans.tokens, "beta": beta, "kv_tokens": ans.kv_tokens,
-                          "kv_bytes": ans.kv_bytes, **{k: v for k, v in method.describe().items() if k in ("full_heads",)}})
+                          "kv_bytes": ans.kv_bytes, "kv_read_tokens": ans.kv_read_tokens, "kv_store_tokens": ans.kv_store_tokens,
+                          "kv_store_bytes": ans.kv_store_bytes, **{k: v for k, v in method.describe().items() if k in ("full_heads",)}})
                 if settings.ppl and ppl_key not in done:
                     emit(_perplexity_row(model, tokenizer, settings, method, name, budget, n, beta, ppl_key))
     return rows

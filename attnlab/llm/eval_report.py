@@ -5,7 +5,8 @@
     cells ≥ 80 %                    = (n, d) cells where full attention scores ≥ 0.8: only there a method is compared
 
 Written into the run's folder: ``table.md`` (one row per task, length, method, β, with β measured, KV
-tokens kept, perplexity beside, seconds per prompt), ``summary.json`` and ``heatmap-TASK-METHOD-β.png``.
+tokens kept — resident, + stored tokens read back per step, stored off-device (read-back plans,
+``attnlab.llm.greedy``; "–" for rows measured before these fields) —, perplexity beside, seconds per prompt), ``summary.json`` and ``heatmap-TASK-METHOD-β.png``.
 """
 
 from __future__ import annotations
@@ -48,11 +49,16 @@ def summarise(rows: list[dict]) -> dict:
             "kept_of_full": (acc_good / full_good) if acc_good is not None and full_good else None,
             "beta": float(np.mean([r["beta"] for r in rs])), "kv_tokens": float(np.mean([r["kv_tokens"] for r in rs])),
             "prefill_s": float(np.mean([r["prefill_s"] for r in rs])), "decode_s": float(np.mean([r["decode_s"] for r in rs])),
-            "ppl": p["ppl"] if p else None,
+            "ppl": p["ppl"] if p else None, **{k: _mean(rs, k) for k in ("kv_read_tokens", "kv_store_tokens")},
         })
     skipped = [{k: r[k] for k in ("method", "budget", "n", "reason")} for r in rows if r.get("kind") == "skipped"]
     return {"table": table, "cells": {"|".join(map(str, k)): float(np.mean(v)) for k, v in cell.items()},
             "ppl": [ppl[k] for k in sorted(ppl, key=str)], "skipped": skipped}
+
+
+def _mean(rows: list[dict], key: str) -> float | None:
+    """Mean of a field over rows; None if a row lacks it (measured before the field existed)."""
+    return float(np.mean([r[key] for r in rows])) if all(key in r for r in rows) else None
 
 
 def _fmt(x, spec: str) -> str:
@@ -60,10 +66,11 @@ def _fmt(x, spec: str) -> str:
 
 
 def markdown(summary: dict) -> str:
-    lines = ["| task | n | method | β target | β measured | KV tokens | prompts | accuracy | full ≥ 80 % cells | accuracy there | "
-             "of full | ppl | prefill s | decode s |", "|" + "---|" * 14]
+    lines = ["| task | n | method | β target | β measured | KV tokens | + read/step | stored | prompts | accuracy | full ≥ 80 % cells | "
+             "accuracy there | of full | ppl | prefill s | decode s |", "|" + "---|" * 16]
     for r in summary["table"]:
-        lines.append(f"| {r['task']} | {r['n']} | {r['method']} | {r['budget']:g} | {r['beta']:.3f} | {r['kv_tokens']:.0f} | {r['prompts']} | "
+        lines.append(f"| {r['task']} | {r['n']} | {r['method']} | {r['budget']:g} | {r['beta']:.3f} | {r['kv_tokens']:.0f} | "
+                     f"{_fmt(r.get('kv_read_tokens'), '.1f')} | {_fmt(r.get('kv_store_tokens'), '.0f')} | {r['prompts']} | "
                      f"{100 * r['accuracy']:.1f} % | {r['cells_full_ge_80']} | {_fmt(None if r['accuracy_on_those'] is None else 100 * r['accuracy_on_those'], '.1f')} | "
                      f"{_fmt(None if r['kept_of_full'] is None else 100 * r['kept_of_full'], '.0f')} | {_fmt(r['ppl'], '.3f')} | "
                      f"{r['prefill_s']:.2f} | {r['decode_s']:.2f} |")

@@ -4,7 +4,12 @@
     decoding: y_t = argmax p(· | x, y_<t),  t = 1 … max_new,  stopping at the end-of-turn token
 
 Timed apart (prefill seconds, decoding seconds); the cache's bytes after the prefill give the KV
-tokens the decoding policy keeps, per layer and KV head, as the field states a KV budget.
+tokens the decoding policy keeps, per layer and KV head, as the field states a KV budget.  A plan with
+read-back (``Plan.pages``) is stated apart, never hidden in those:
+
+    kv_tokens / kv_bytes              the resident cache (+ page summaries): what a query reads without the store
+    kv_read_tokens                    stored tokens fetched per decoding step, per (layer, KV head)
+    kv_store_tokens / kv_store_bytes  the evicted keys and values kept off-device (the store)
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.llm.kv_cache import kv_bytes
+from attnlab.llm.kv_cache import kv_bytes, read_tokens, store_bytes, store_tokens
 
 __all__ = ["Answer", "greedy_answer", "kv_tokens"]
 
@@ -27,6 +32,9 @@ class Answer:
     decode_s: float
     kv_bytes: int        # keys + values held after the prefill
     kv_tokens: float     # mean tokens kept per (layer, KV head) after the prefill
+    kv_read_tokens: float = 0.0   # read-back: mean stored tokens fetched per decoding step and (layer, KV head)
+    kv_store_tokens: float = 0.0  # read-back: mean stored (evicted) tokens per (layer, KV head) after the prefill
+    kv_store_bytes: int = 0       # read-back: bytes of the stored keys and values after the prefill (off-device)
 
 
 def _stop_ids(tokenizer) -> set[int]:
@@ -66,7 +74,7 @@ def greedy_answer(model, tokenizer, method, ids: list[int], max_new: int, done=N
         out = model(input_ids=x, cache=cache, use_cache=True, logits_to_keep=1)
         prefill_s = time.perf_counter() - t0
         cache = out.cache
-        held, kept = kv_bytes(cache), kv_tokens(cache)
+        held, kept, stored, stored_bytes = kv_bytes(cache), kv_tokens(cache), store_tokens(cache), store_bytes(cache)
         gen: list[int] = []
         t0 = time.perf_counter()
         for _ in range(max_new):
@@ -78,5 +86,6 @@ def greedy_answer(model, tokenizer, method, ids: list[int], max_new: int, done=N
                 break
             out = model(input_ids=torch.tensor([[y]]), cache=cache, use_cache=True)
         decode_s = time.perf_counter() - t0
+        read = read_tokens(cache)
     text = tokenizer.decode(gen, skip_special_tokens=True)
-    return Answer(text, len(gen), prefill_s, decode_s, held, kept)
+    return Answer(text, len(gen), prefill_s, decode_s, held, kept, read, stored, stored_bytes)
