@@ -191,3 +191,17 @@ def test_plan_cli_refuses_bad_pages_in_one_line(args, word, tmp_path, capsys):
     assert code == 2
     lines = [x for x in err.strip().splitlines() if x.strip()]
     assert len(lines) == 1 and word in lines[0], err
+
+
+def test_the_table_shows_read_back_and_store_apart():
+    """The eval table: resident KV tokens, + stored tokens read per step, stored tokens; "–" for rows made before."""
+    from attnlab.llm.eval_report import markdown, summarise
+
+    base = {"kind": "answer", "task": "niah", "n": 100, "depth": 0.0, "score": 1.0, "beta": 0.1, "kv_tokens": 20.0,
+            "prefill_s": 0.0, "decode_s": 0.0}
+    rows = [{**base, "method": "full", "budget": 1.0, "kv_tokens": 100.0},
+            {**base, "method": "x:pages=2", "budget": 0.1, "kv_read_tokens": 31.5, "kv_store_tokens": 80.0, "kv_store_bytes": 9}]
+    table = markdown(summarise(rows))
+    assert "| KV tokens | + read/step | stored |" in table
+    assert "| x:pages=2 | 0.1 | 0.100 | 20 | 31.5 | 80 | 1 |" in table
+    assert "| full | 1 | 0.100 | 100 | – | – | 1 |" in table
