@@ -124,10 +124,10 @@ def test_an_evicted_needle_is_read_back_through_its_page():
     q[0, 2:, 0] = torch.randn(2, d, generator=torch.Generator().manual_seed(1))
     q_pos = torch.tensor([L])
     out = runner.decode(q, keys, values, 0.5, q_pos, pos, flags)
-    U = page_upper_bound(q, keys, pos, 16)                                     # (1, 4, 1, P)
+    U = page_upper_bound(q, keys, torch.where(pos < L - w, pos, -1), 16)      # (1, 4, 1, P): the pages' keys off the band
     for h in range(4):
         kv = h // 2
-        best = int(torch.argmax(U[0, h, 0, : (L - w) // 16 + 1]))            # candidates: pages with a key off the band
+        best = int(torch.argmax(U[0, h, 0]))
         if h == 0:
             assert best == needle // 16
         if h == 1:
@@ -205,3 +205,24 @@ def test_the_table_shows_read_back_and_store_apart():
     assert "| KV tokens | + read/step | stored |" in table
     assert "| x:pages=2 | 0.1 | 0.100 | 20 | 31.5 | 80 | 1 |" in table
     assert "| full | 1 | 0.100 | 100 | – | – | 1 |" in table
+
+
+def test_a_sink_column_does_not_take_a_page():
+    """A head's own column (a sink of large key at 0) is outside its page summaries: the one page read back is
+    the needle's, not the sink's page (whose bound over all its keys would be the largest)."""
+    L, d, w = 64, 8, 4
+    layer, k, v = needle_layer(L, d, needle=40)
+    k[0, 0, 0] = -10.0                                                         # the sink: a column of every head
+    layer.keys[0, 0, 0] = -10.0
+    runner = LayerRunner([band(w, [0])] * 4, 0, 2, pages=1)
+    runner.columns = torch.zeros(1, 4, 1, dtype=torch.long)                    # as a prefill leaves them: T_h = {0}
+    layer.flags = runner.column_flags(layer.positions)
+    layer.page = runner.page
+    layer.evict(runner.keep(layer.positions, L, layer.flags), store=True)
+    keys, values, pos, flags, stored = layer.joined()
+    q = torch.zeros(1, 4, 1, d)
+    q[0, 0, 0] = -1.0                                                          # along the fact at 40 (k = −3)
+    assert int(torch.argmax(page_upper_bound(q, keys, pos, 16)[0, 0, 0])) == 0  # Quest's own summary: the sink's page
+    runner.decode(q, keys, values, 0.5, torch.tensor([L]), pos, flags)
+    got = sorted(pos[0, 0][runner.fetched[0, 0]].tolist())
+    assert got == list(range(32, 48))

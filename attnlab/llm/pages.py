@@ -12,14 +12,18 @@ Read-back (``read_back``): a planned head h with ``pages`` = K > 0 (``Plan.pages
 query q_i, its band and columns and the K pages of largest bound among the pages that hold a key it does
 not read otherwise:
 
-    C_h(i) = {P : ∃ j ∈ P, j ≤ i, j ∉ B_{w_h}(i) ∪ T_h}                  (candidate pages)
-    S_h(i) = B_{w_h}(i) ∪ T_h ∪ ⋃ {P ∈ top_K U_P(q_i) over C_h(i)}        (∩ {j ≤ i})
+    O_h(i) = {j ≤ i} ∖ (B_{w_h}(i) ∪ T_h)                                 (the keys h reads otherwise not)
+    C_h(i) = {P : P ∩ O_h(i) ≠ ∅}                                          (candidate pages)
+    S_h(i) = B_{w_h}(i) ∪ T_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q_i) over C_h(i)}
+
+with U_{h,P} Quest's bound over the keys of P ∩ O_h(i) alone (a sink column or the band does not inflate
+the bound of the page around it).
 
 The keys the plan's cache evicts are kept in a store (``kv_cache.PlanLayer``: off-device, as Quest and
 InfiniGen keep them in host memory) and a step fetches only the chosen pages' keys; the page summaries
 (2·d_k values per page and KV head) are what stays on the device with the resident cache.  Here the
-summaries are recomputed from resident ∪ stored keys at every step (as ``methods.quest`` does): the
-accuracy is the method's, the speed is not.  GQA: each query head picks its own pages from its KV
+summaries are recomputed at every step from the resident ∪ stored keys of O_h(i) (as ``methods.quest``
+recomputes its own): the accuracy is the method's, the speed is not.  GQA: each query head picks its own pages from its KV
 head's keys (as Quest does); a KV head fetches the union of its query heads' pages.
 """
 
@@ -78,24 +82,31 @@ def quest_pages(U, q_pos, page: int, pages: int, candidates=None):
 def read_back(q, k, k_pos, q_pos, allowed, reads, page: int, pages: int):
     """S_h(i) with read-back: ``allowed`` ∪ the ``pages`` best candidate pages of each reading head.
 
+    Head h's summary of page P is over the keys of P it reads otherwise not, O_h(i) = {j ≤ i} ∖ (B_{w_h}(i) ∪ T_h)
+    (a sink column or the band does not inflate the bound of the page around it), and reading P reads P ∩ O_h(i):
+
+        U_{h,P}(q) = Σ_d max(q_d m_d, q_d M_d),  m, M = min, max of k_j over j ∈ P ∩ O_h(i)   (``page_upper_bound``)
+
     q (B, H, n, d) at q_pos (n,); k (B, H_kv, L, d) at k_pos (B, H_kv, L) (resident ∪ stored, −1: empty);
     allowed (B, H_kv, r, n, L): band ∪ columns (``LayerRunner.allowed``); reads (H,) bool: the heads that
     read back.  Returns (allowed' (B, H_kv, r, n, L), fetched (B, H_kv, L): the slots some query head reads
-    only through its pages).
+    only through its pages).  Memory: the keys once per query head and query row (decoding: n = 1).
     """
     B, H, n, d = q.shape
     H_kv, L = k.shape[1], k.shape[2]
     r = H // H_kv
     j = k_pos[:, :, None, None, :]                                                          # (B, H_kv, 1, 1, L)
-    past = (j >= 0) & (j <= q_pos.view(1, 1, 1, -1, 1))                                     # (B, H_kv, 1, n, L)
-    outside = past & ~allowed                                                               # keys h reads by no band/column
-    U = page_upper_bound(q, k, k_pos, page)                                                 # (B, H, n, P)
+    outside = (j >= 0) & (j <= q_pos.view(1, 1, 1, -1, 1)) & ~allowed                      # (B, H_kv, r, n, L): O_h(i)
+    outside &= reads.to(k.device).view(1, H_kv, r, 1, 1)
+    if not bool(outside.any()):
+        return allowed, torch.zeros(B, H_kv, L, dtype=torch.bool, device=k.device)
+    # one "KV head" per (query head, query row): its keys with the slots outside O_h(i) emptied (−1)
+    own_pos = torch.where(outside, j, torch.full_like(j, -1)).reshape(B, H * n, L)         # (B, H·n, L)
+    own_k = k[:, :, None, None].expand(B, H_kv, r, n, L, d).reshape(B, H * n, L, d)         # (B, H·n, L, d)
+    U = page_upper_bound(q.reshape(B, H * n, 1, d), own_k, own_pos, page).view(B, H, n, -1)  # (B, H, n, P)
     P = U.shape[-1]
-    pid = torch.where(k_pos >= 0, k_pos // page, torch.full_like(k_pos, P))                # (B, H_kv, L), P: no page
-    pid5 = pid[:, :, None, None, :].expand(B, H_kv, r, n, L)
-    cand = torch.zeros(B, H_kv, r, n, P + 1, device=k.device).scatter_reduce(
-        -1, pid5, outside.expand(B, H_kv, r, n, L).float(), "amax")[..., :P] > 0            # (B, H_kv, r, n, P)
-    chosen = quest_pages(U, q_pos, page, pages, cand.view(B, H, n, P)).view(B, H_kv, r, n, P)
+    chosen = quest_pages(U, q_pos, page, pages, U > float("-inf")).view(B, H_kv, r, n, P)  # candidates: a key in O_h(i)
     chosen = torch.cat([chosen, chosen.new_zeros(B, H_kv, r, n, 1)], -1)                   # slot P: no page
-    read = torch.gather(chosen, -1, pid5) & outside & reads.to(k.device).view(1, H_kv, r, 1, 1)
+    pid = (k_pos // page).clamp(0, P)[:, :, None, None, :].expand(B, H_kv, r, n, L)        # (B, H_kv, r, n, L)
+    read = torch.gather(chosen, -1, pid) & outside
     return allowed | read, read.any(3).any(2)
