@@ -123,6 +123,7 @@ RULES: dict[str, Rule] = {
     "plan.budget": Rule(float, 0.0, 1.0, lo_open=True),
     "plan.n": Rule(int, 2, 2**20),
     "plan.method": Rule(str, parse="attnlab.llm.eval_grid:parse_plan_method"),  # NAME or NAME:key=value (attnlab-retrieval:tail=32)
+    "plan.pages": Rule(int, 0, 10**6, note="(0 = none)"),  # = attnlab.llm.plan.PAGES_MAX (not imported: it pulls in torch)
     "plan-run.n": Rule(int, 2, 2**20),
     "windows": Rule(int, 1, 10**4),
     # attnlab eval (the lengths against the model's context once it is known: attnlab.llm.eval_grid)

@@ -1,12 +1,14 @@
 """``attnlab plan`` and ``attnlab plan-run``: per-head structured plans of a real LLM.
 
-    attnlab plan --hf MODEL --calibrate train.txt.gz --budget 0.1 [--n 2048] [--windows 2] [--method attnlab] [--out PLAN.json]
+    attnlab plan --hf MODEL --calibrate train.txt.gz --budget 0.1 [--n 2048] [--windows 2] [--method attnlab] [--pages K] [--out PLAN.json]
     attnlab plan-run --hf MODEL --plan PLAN.json --file test.txt.gz [--n 2048] [--windows 1]
 
 ``plan`` calibrates on the text (exact attention, streamed in blocks of rows), chooses one
 support per (layer, head) under the budget and writes the plan as JSON (by default next to the
 model: ``MODEL/attnlab-plan-<method>-<budget>-<n>.json`` for a model folder).  ``plan-run``
 applies a plan file and prints the perplexity of the planned and of the full model.
+``--pages K``: the plan's planned heads read back K pages of evicted keys per decoding query
+(``Plan.pages``; the method option ``pages=K`` says the same; the prefill, and so plan-run, is unchanged).
 """
 
 from __future__ import annotations
@@ -82,10 +84,12 @@ def register(app: typer.Typer) -> None:
         windows: int = typer.Option(2, "--windows", help="calibration windows"),
         calibrate_mix: Optional[str] = typer.Option(None, "--calibrate-mix", help="synthetic retrieval prompts added to the calibration, a comma list of task:count (tasks of --task); errors on their answer rows"),
         method: str = typer.Option("attnlab", "--method", help="a registered method with a plan file, options as name:key=value, e.g. attnlab-retrieval:tail=T"),
+        pages: int = typer.Option(0, "--pages", help="pages of 16 evicted keys each planned head reads back per decoding query (0 = none)"),
         out: Optional[Path] = typer.Option(None, "--out", help="plan file (.json) [default: next to the model]"),
         force: bool = typer.Option(False, "--force", help="replace an existing plan file"),
     ) -> None:
         """Choose one structured support per (layer, head) from calibration text under a budget; write it as JSON."""
+        from attnlab.llm.eval_grid import parse_method
         from attnlab.llm.loading import check_length
         from attnlab.llm.plan import check_budget
 
@@ -98,10 +102,14 @@ def register(app: typer.Typer) -> None:
         if out is None:
             folder = Path(hf) if Path(hf).is_dir() else Path(".")
             out = folder / f"attnlab-plan-{method.replace(':', '-').replace('=', '')}-{budget:g}-{n}.json"
+        if pages and "pages" in parse_method(method)[1]:
+            raise ValueError(f"--pages {pages}: --method {method} gives its pages already (give one of them)")
         claim_file(out, kind="plan", inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
         check_length(hf, n, "--n")  # from the model's configuration: no weights loaded, no text read
         model, tokenizer = _load(hf)
         p = make_plan(model, tokenizer, calibrate, budget, n, windows, method, calibrate_mix)
+        if pages:
+            p.pages = pages
         p.save(out)
         typer.echo(f"{out}: {p.num_layers}×{p.num_heads} heads, {p.full_heads()} full, "
                    f"{100 * p.fraction(n):.1f} % of the causal entries at n = {n}")

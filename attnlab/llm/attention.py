@@ -15,7 +15,10 @@
   once per prefill and kept for the decoding that follows;
 * decoding (queries after cached keys): a masked softmax over the cached keys; with
   ``attnlab.llm.kv_cache.PlanCache`` the cache holds, per KV head, only what its query heads can
-  still read (window ∪ columns), so one step costs O(w + g) per planned head.
+  still read (window ∪ columns), so one step costs O(w + g) per planned head;
+* read-back (``Plan.pages`` = K > 0): a planned head's decoding query also reads the K pages of largest
+  Quest bound among those holding keys its band and columns miss (``attnlab.llm.pages.read_back``); the
+  keys the cache evicts are kept in its store and joined to the resident ones for the step.
 
 GQA: query head h reads KV head h // (H / H_kv).  The model's own causal and sliding-window
 masks are applied here (transformers builds no mask for an unknown implementation); padded
@@ -30,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.llm.plan import FULL, LAST_Q, Plan
+from attnlab.llm.pages import read_back
 from attnlab.masks import hidden, near, visible
 from attnlab.nn.mechanisms.sliding_window import sliding_window_attention
 
@@ -65,7 +69,7 @@ def estimate_columns(q, k, scaling: float, last_q: int = LAST_Q):
 class LayerRunner:
     """The plan of one layer in executable form, attached to its attention module as ``attnlab_layer``."""
 
-    def __init__(self, heads, layer_idx: int, num_kv_heads: int, sliding_window: int | None = None):
+    def __init__(self, heads, layer_idx: int, num_kv_heads: int, sliding_window: int | None = None, pages: int = 0, page: int = 16):
         self.heads = heads
         self.layer_idx = layer_idx
         self.H, self.H_kv = len(heads), num_kv_heads
@@ -76,6 +80,10 @@ class LayerRunner:
         self.tail = [0 if h.is_full or sliding_window is not None else getattr(h, "tail", 0) for h in heads]
         self.w_decode = torch.where(torch.tensor(self.tail) > 0, FULL, self.w)          # (H,) a head with a tail reads its whole cache
         self.sliding = sliding_window
+        # read-back: the planned heads (no FULL decoding, no sliding layer) read ``pages`` pages of ``page`` keys
+        self.reads = (self.w_decode != FULL) & (pages > 0 and sliding_window is None)   # (H,) bool
+        self.pages, self.page = (int(pages), int(page)) if bool(self.reads.any()) else (0, int(page))
+        self.fetched = None        # (B, H_kv, L) bool: the slots the last decoding step read through its pages
         self.columns = None        # (B, H, g) the columns of the last prefill (−1: empty), kept for decoding
         self.cache = None          # weakref to the PlanCache using this layer
         self.recorder = None       # a calibration.Calibration while calibrating
@@ -197,7 +205,10 @@ class LayerRunner:
         H_kv = k.shape[1]
         qg = q.view(B, H_kv, H // H_kv, n, d)                                              # query head h = g·r + ρ
         s = (qg @ k[:, :, None].transpose(-1, -2)) * scaling                               # (B, H_kv, r, n, L)
-        a = masked_softmax(s, self.allowed(q_pos, k_pos, flags))
+        allowed = self.allowed(q_pos, k_pos, flags)                                        # (B, H_kv, r, n, L)
+        if self.pages:
+            allowed, self.fetched = read_back(q, k, k_pos, q_pos, allowed, self.reads, self.page, self.pages)
+        a = masked_softmax(s, allowed)
         return (a @ v[:, :, None]).view(B, H, n, v.shape[-1])
 
     # ---- what the cache must keep ---------------------------------------------------------------
@@ -243,10 +254,17 @@ def attnlab_attention(module, query, key, value, attention_mask=None, dropout: f
         if layer is not None and m == n == seen:   # first prefill into a PlanCache: the kernel, then compress
             out = runner.prefill(query, key, value, scaling)
             layer.flags = runner.column_flags(layer.positions)                            # the columns' slots, once
+            layer.page = runner.page if runner.pages else None                             # read-back: a store, page summaries
+        elif layer is not None and layer.store_keys is not None:   # read-back: resident ∪ stored keys, the store's slots last
+            key, value, k_pos, flags, stored = layer.joined()
+            out = runner.decode(query, key, value, scaling, q_pos, k_pos, flags)
+            layer.count_read(runner.fetched & stored)
         else:
             out = runner.decode(query, key, value, scaling, q_pos, k_pos, layer.flags if layer is not None else None)
+            if layer is not None and runner.pages:
+                layer.count_read(None)
     if layer is not None and layer.due():
-        layer.evict(runner.keep(layer.positions, layer.seen, layer.flags))
+        layer.evict(runner.keep(layer.positions, layer.seen, layer.flags), store=bool(runner.pages))
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -277,7 +295,8 @@ def apply_plan(model, plan: Plan):
     for mod in mods:
         l = int(mod.layer_idx)
         sw = getattr(mod, "sliding_window", None)
-        mod.attnlab_layer = LayerRunner(plan.heads[l], l, plan.num_kv_heads, int(sw) if sw else None)
+        mod.attnlab_layer = LayerRunner(plan.heads[l], l, plan.num_kv_heads, int(sw) if sw else None,
+                                        getattr(plan, "pages", 0), getattr(plan, "page", 16))
     model.set_attn_implementation(NAME)
     model.attnlab_plan = plan
     return model

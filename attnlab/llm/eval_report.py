@@ -5,8 +5,10 @@
     cells ≥ 80 %                    = (n, d) cells where full attention scores ≥ 0.8: only there a method is compared
 
 Written into the run's folder: ``table.md`` (one row per task, length, method, β, with β measured, KV
-tokens kept, perplexity beside, seconds per prompt with the prompt tokens whose prefill was reused, and the grid's
-wall time from ``wall.jsonl``), ``summary.json`` and ``heatmap-TASK-METHOD-β.png``.
+tokens kept — resident, + stored tokens read back per step, stored off-device (read-back plans,
+``attnlab.llm.greedy``; "–" for rows measured before these fields) —, perplexity beside, seconds per prompt with the
+prompt tokens whose prefill was reused, and the grid's wall time from ``wall.jsonl``), ``summary.json`` and
+``heatmap-TASK-METHOD-β.png``.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def summarise(rows: list[dict], walls: list[dict] | None = None) -> dict:
             "beta": float(np.mean([r["beta"] for r in rs])), "kv_tokens": float(np.mean([r["kv_tokens"] for r in rs])),
             "prefill_s": float(np.mean([r["prefill_s"] for r in rs])), "decode_s": float(np.mean([r["decode_s"] for r in rs])),
             "reused_tokens": float(np.mean([r.get("reused_tokens", 0) for r in rs])),   # rows before issue 25: none reused
-            "ppl": p["ppl"] if p else None,
+            "ppl": p["ppl"] if p else None, **{k: _mean(rs, k) for k in ("kv_read_tokens", "kv_store_tokens")},
         })
     skipped = [{k: r[k] for k in ("method", "budget", "n", "reason")} for r in rows if r.get("kind") == "skipped"]
     return {"table": table, "cells": {"|".join(map(str, k)): float(np.mean(v)) for k, v in cell.items()},
@@ -58,15 +60,21 @@ def summarise(rows: list[dict], walls: list[dict] | None = None) -> dict:
             "wall_s": sum(w["seconds"] for w in walls) if walls else None, "wall_runs": len(walls or [])}
 
 
+def _mean(rows: list[dict], key: str) -> float | None:
+    """Mean of a field over rows; None if a row lacks it (measured before the field existed)."""
+    return float(np.mean([r[key] for r in rows])) if all(key in r for r in rows) else None
+
+
 def _fmt(x, spec: str) -> str:
     return "–" if x is None else format(x, spec)
 
 
 def markdown(summary: dict) -> str:
-    lines = ["| task | n | method | β target | β measured | KV tokens | prompts | accuracy | full ≥ 80 % cells | accuracy there | "
-             "of full | ppl | prefill s | reused tokens | decode s |", "|" + "---|" * 15]
+    lines = ["| task | n | method | β target | β measured | KV tokens | + read/step | stored | prompts | accuracy | full ≥ 80 % cells | "
+             "accuracy there | of full | ppl | prefill s | reused tokens | decode s |", "|" + "---|" * 17]
     for r in summary["table"]:
-        lines.append(f"| {r['task']} | {r['n']} | {r['method']} | {r['budget']:g} | {r['beta']:.3f} | {r['kv_tokens']:.0f} | {r['prompts']} | "
+        lines.append(f"| {r['task']} | {r['n']} | {r['method']} | {r['budget']:g} | {r['beta']:.3f} | {r['kv_tokens']:.0f} | "
+                     f"{_fmt(r.get('kv_read_tokens'), '.1f')} | {_fmt(r.get('kv_store_tokens'), '.0f')} | {r['prompts']} | "
                      f"{100 * r['accuracy']:.1f} % | {r['cells_full_ge_80']} | {_fmt(None if r['accuracy_on_those'] is None else 100 * r['accuracy_on_those'], '.1f')} | "
                      f"{_fmt(None if r['kept_of_full'] is None else 100 * r['kept_of_full'], '.0f')} | {_fmt(r['ppl'], '.3f')} | "
                      f"{r['prefill_s']:.2f} | {r.get('reused_tokens', 0):.0f} | {r['decode_s']:.2f} |")

@@ -5,7 +5,12 @@
 
 Timed apart (prefill seconds, decoding seconds); the cache's bytes after the prefill give the KV
 tokens the decoding policy keeps, per layer and KV head, as the field states a KV budget.  A method whose
-prefill is full attention may take it from a shared full-attention prefill (``prefix_cache``, issue 25).
+prefill is full attention may take it from a shared full-attention prefill (``prefix_cache``, issue 25).  A plan with
+read-back (``Plan.pages``) is stated apart, never hidden in those:
+
+    kv_tokens / kv_bytes              the resident cache (+ page summaries): what a query reads without the store
+    kv_read_tokens                    stored tokens fetched per decoding step, per (layer, KV head)
+    kv_store_tokens / kv_store_bytes  the evicted keys and values kept off-device (the store)
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.llm.kv_cache import kv_bytes
+from attnlab.llm.kv_cache import kv_bytes, read_tokens, store_bytes, store_tokens
 
 __all__ = ["Answer", "greedy_answer", "kv_tokens", "reusable"]
 
@@ -29,6 +34,9 @@ class Answer:
     kv_bytes: int        # keys + values held after the prefill
     kv_tokens: float     # mean tokens kept per (layer, KV head) after the prefill
     reused: int = 0      # prompt tokens whose prefill came from another answer's (prefix_cache.FullPrefill)
+    kv_read_tokens: float = 0.0   # read-back: mean stored tokens fetched per decoding step and (layer, KV head)
+    kv_store_tokens: float = 0.0  # read-back: mean stored (evicted) tokens per (layer, KV head) after the prefill
+    kv_store_bytes: int = 0       # read-back: bytes of the stored keys and values after the prefill (off-device)
 
 
 def _stop_ids(tokenizer) -> set[int]:
@@ -84,7 +92,7 @@ def greedy_answer(model, tokenizer, method, ids: list[int], max_new: int, done=N
             out = model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True, logits_to_keep=1)
             logits, cache = out.logits[0, -1], out.cache
         prefill_s = shared_s + time.perf_counter() - t0
-        held, kept = kv_bytes(cache), kv_tokens(cache)
+        held, kept, stored, stored_bytes = kv_bytes(cache), kv_tokens(cache), store_tokens(cache), store_bytes(cache)
         gen: list[int] = []
         t0 = time.perf_counter()
         for _ in range(max_new):
@@ -96,5 +104,6 @@ def greedy_answer(model, tokenizer, method, ids: list[int], max_new: int, done=N
                 break
             logits = model(input_ids=torch.tensor([[y]]), cache=cache, use_cache=True).logits[0, -1]
         decode_s = time.perf_counter() - t0
+        read = read_tokens(cache)
     text = tokenizer.decode(gen, skip_special_tokens=True)
-    return Answer(text, len(gen), prefill_s, decode_s, held, kept, reused)
+    return Answer(text, len(gen), prefill_s, decode_s, held, kept, reused, read, stored, stored_bytes)

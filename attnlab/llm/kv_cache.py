@@ -14,6 +14,13 @@ model's positions (RoPE) continue as with a full cache.
     cache = PlanCache(model)            # after apply_plan(model, plan)
     model.generate(ids, past_key_values=cache, ...)
     cache.nbytes()                       # bytes of keys + values held
+
+Read-back (``Plan.pages`` > 0, ``attnlab.llm.pages``): the slots an eviction drops are appended to the
+layer's *store* (``store_keys``/``store_values``/``store_pos``, compacted the same way) instead of being
+lost — the off-device copy Quest and InfiniGen keep in host memory; a decoding step joins them after the
+resident slots (``joined``) and its planned heads read the pages their bound chooses.  Accounting keeps
+the two apart: ``kv_bytes`` is the resident cache plus the page summaries (2·d_k values per page and KV
+head), ``store_bytes`` the stored keys and values, ``read_tokens`` the stored tokens fetched per step.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-__all__ = ["EVICT_EVERY", "PlanCache", "PlanLayer", "kv_bytes"]
+__all__ = ["EVICT_EVERY", "PlanCache", "PlanLayer", "kv_bytes", "read_tokens", "store_bytes", "store_tokens"]
 
 EVICT_EVERY = 32  # decoding steps between compactions
 
@@ -35,6 +42,9 @@ class PlanLayer(DynamicLayer):
         self.flags = None      # (B, H_kv, r, L) bool: slot is a column of query head g·r + ρ (set after the prefill)
         self.seen = 0
         self.evicted_at = None  # ``seen`` at the last compaction
+        self.page = None        # read-back: tokens per page (None: evicted keys are dropped)
+        self.store_keys = self.store_values = self.store_pos = None   # (B, H_kv, S, ·), (B, H_kv, S): evicted slots
+        self.fetched = self.steps = 0   # stored tokens read per (batch row, KV head), summed over decoding steps; steps
 
     def update(self, key_states, value_states, *args, **kwargs):
         # key_states: (B, H_kv, n, d) → all cached keys (B, H_kv, L + n, d)
@@ -50,11 +60,15 @@ class PlanLayer(DynamicLayer):
         """Time to compact: right after the prefill, then every ``EVICT_EVERY`` tokens."""
         return self.evicted_at is None or self.seen - self.evicted_at >= EVICT_EVERY
 
-    def evict(self, keep):
-        """Drop the slots with ``keep`` False (B, H_kv, L); KV heads keeping fewer keys are padded with −1 positions."""
+    def evict(self, keep, store: bool = False):
+        """Drop the slots with ``keep`` False (B, H_kv, L); KV heads keeping fewer keys are padded with −1 positions.
+
+        ``store``: the dropped slots go to the store (read-back) instead of being lost."""
         self.evicted_at = self.seen
         if bool(keep.all()):
             return
+        if store:
+            self._store(~keep & (self.positions >= 0))
         L = int(keep.sum(-1).max())
         order = torch.sort((~keep).to(torch.int8), dim=-1, stable=True).indices[..., :L]  # kept slots first, in order
         ok = torch.gather(keep, -1, order)
@@ -65,6 +79,37 @@ class PlanLayer(DynamicLayer):
         self.keys = torch.gather(self.keys, 2, idx.expand(*idx.shape[:3], self.keys.shape[-1]))
         self.values = torch.gather(self.values, 2, idx.expand(*idx.shape[:3], self.values.shape[-1]))
 
+    def _store(self, drop):
+        """Append the slots with ``drop`` True (B, H_kv, L) to the store, compacted (−1: empty)."""
+        S = int(drop.sum(-1).max())
+        order = torch.sort((~drop).to(torch.int8), dim=-1, stable=True).indices[..., :S]  # dropped slots first, in order
+        ok = torch.gather(drop, -1, order)
+        pos = torch.where(ok, torch.gather(self.positions, -1, order), torch.full_like(order, -1))
+        idx = order[..., None]
+        k = torch.gather(self.keys, 2, idx.expand(*idx.shape[:3], self.keys.shape[-1]))
+        v = torch.gather(self.values, 2, idx.expand(*idx.shape[:3], self.values.shape[-1]))
+        if self.store_keys is None:
+            self.store_keys, self.store_values, self.store_pos = k, v, pos
+        else:
+            self.store_keys = torch.cat([self.store_keys, k], 2)
+            self.store_values = torch.cat([self.store_values, v], 2)
+            self.store_pos = torch.cat([self.store_pos, pos], -1)
+
+    def joined(self):
+        """Resident ∪ stored slots for a read-back step: keys, values (B, H_kv, L + S, ·), positions (B, H_kv, L + S),
+        column flags (B, H_kv, r, L + S) (a stored key is no column), and which slots are stored (B, H_kv, L + S)."""
+        L, S = self.keys.shape[2], self.store_keys.shape[2]
+        flags = torch.cat([self.flags, self.flags.new_zeros(*self.flags.shape[:3], S)], -1)
+        stored = torch.arange(L + S, device=self.keys.device).expand(*self.positions.shape[:2], L + S) >= L
+        return (torch.cat([self.keys, self.store_keys], 2), torch.cat([self.values, self.store_values], 2),
+                torch.cat([self.positions, self.store_pos], -1), flags, stored)
+
+    def count_read(self, fetched) -> None:
+        """One decoding step's stored slots read (B, H_kv, L + S) bool (None: none)."""
+        self.steps += 1
+        if fetched is not None:
+            self.fetched += float(fetched.sum()) / (fetched.shape[0] * fetched.shape[1])
+
     def get_seq_length(self) -> int:
         return self.seen
 
@@ -74,6 +119,7 @@ class PlanLayer(DynamicLayer):
     def reset(self) -> None:
         super().reset()
         self.positions, self.flags, self.seen, self.evicted_at = None, None, 0, None
+        self.page, self.store_keys, self.store_values, self.store_pos, self.fetched, self.steps = None, None, None, None, 0, 0
 
     def crop(self, tokens_to_remove: int) -> None:
         raise NotImplementedError("PlanCache cannot be cropped (evicted keys are gone)")
@@ -94,10 +140,33 @@ class PlanCache(Cache):
 
 
 def kv_bytes(cache) -> int:
-    """Bytes of the keys and values a transformers cache holds (any Cache with ``layers``)."""
+    """Bytes of the keys and values a transformers cache holds on the device (any Cache with ``layers``), with a
+    read-back layer's page summaries: 2·d_k values per page of its ``seen`` positions and (batch row, KV head)."""
     total = 0
     for layer in cache.layers:
         for x in (getattr(layer, "keys", None), getattr(layer, "values", None)):
             if isinstance(x, torch.Tensor):
                 total += x.numel() * x.element_size()
+        if getattr(layer, "page", None) and isinstance(layer.keys, torch.Tensor):
+            B, H_kv, _, d = layer.keys.shape
+            total += B * H_kv * -(-layer.seen // layer.page) * 2 * d * layer.keys.element_size()
     return total
+
+
+def store_bytes(cache) -> int:
+    """Bytes of the evicted keys and values kept in the read-back stores (off-device)."""
+    return sum(x.numel() * x.element_size() for layer in cache.layers
+               for x in (getattr(layer, "store_keys", None), getattr(layer, "store_values", None)) if isinstance(x, torch.Tensor))
+
+
+def store_tokens(cache) -> float:
+    """Mean stored tokens per (layer, KV head) (0 for a layer without a store)."""
+    counts = [float((p >= 0).sum()) / (p.shape[0] * p.shape[1]) if isinstance(p := getattr(layer, "store_pos", None), torch.Tensor) else 0.0
+              for layer in cache.layers]
+    return sum(counts) / len(counts) if counts else 0.0
+
+
+def read_tokens(cache) -> float:
+    """Mean stored tokens fetched per decoding step and (layer, KV head) (0 for a layer without read-back)."""
+    counts = [layer.fetched / layer.steps if getattr(layer, "steps", 0) else 0.0 for layer in cache.layers]
+    return sum(counts) / len(counts) if counts else 0.0

@@ -16,6 +16,11 @@ Where a plan comes from: ``attnlab.llm.calibration`` (statistics of the exact at
 (``attnlab.llm.baselines``); how it runs: ``attnlab.llm.attention`` (prefill) and
 ``attnlab.llm.kv_cache`` (decoding).
 
+Read-back (``Plan.pages`` = K > 0, pages of ``Plan.page`` tokens): at decoding, every planned head (not
+full, no tail, not in a sliding layer) also reads the K pages of largest Quest bound U_P(q) among the pages
+holding keys its band and columns do not reach; the keys its cache evicts go to an off-device store
+(``attnlab.llm.pages``, ``attnlab.llm.kv_cache``).  The prefill is unchanged; K = 0 (old plan files): none.
+
 A plan is saved as JSON (``Plan.save``), normally next to the model; ``Plan.check(model)``
 refuses a plan made for another model.
 """
@@ -33,11 +38,23 @@ from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
 from attnlab.support import FULL, Support
 
-__all__ = ["FULL", "LAST_Q", "SINKS", "HeadPlan", "Plan", "cap_to_window", "check_budget", "entries_of", "head_entries",
-           "layer_windows", "model_shape"]
+__all__ = ["FULL", "LAST_Q", "SINKS", "HeadPlan", "Plan", "cap_to_window", "check_budget", "check_pages", "entries_of",
+           "head_entries", "layer_windows", "model_shape"]
 
 SINKS = 4          # key positions 0..SINKS−1 may be fixed columns (attention sinks)
 LAST_Q = 64        # queries that estimate an input's columns (MInference's last_q)
+
+PAGES_MAX = 10**6  # pages read back per decoding query (a sanity bound: 16·10⁶ tokens)
+PAGE_MAX = 1024    # tokens per page
+
+
+def check_pages(pages, page) -> tuple[int, int]:
+    """(K, page): K ∈ [0, PAGES_MAX] pages read back per decoding query, page ∈ [1, PAGE_MAX] tokens each."""
+    for name, x, lo, hi in (("pages", pages, 0, PAGES_MAX), ("page", page, 1, PAGE_MAX)):
+        if isinstance(x, bool) or not isinstance(x, int) or not lo <= x <= hi:
+            raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {x!r}")
+    return pages, page
+
 
 def check_budget(budget: float) -> float:
     """β ∈ (0, 1]: the fraction of causal attention entries a plan may keep."""
@@ -172,8 +189,11 @@ class Plan:
     n: int = 0                       # the length the budget refers to
     meta: dict = field(default_factory=dict)
     windows: list | None = None      # per layer: the model's sliding window (None: full layer); None: no layer slides
+    pages: int = 0                   # K: pages a planned head reads back per decoding query (0: none)
+    page: int = 16                   # tokens per page (``attnlab.llm.pages.PAGE``)
 
     def __post_init__(self):
+        check_pages(self.pages, self.page)
         # a sliding layer never gets more than its window: its heads are capped here, for every way of making a plan
         if self.windows is not None:
             if len(self.windows) != len(self.heads):
@@ -255,7 +275,8 @@ class Plan:
         return {
             "format": "attnlab-plan/1", **self.shape(), "method": self.method, "budget": self.budget, "n": self.n,
             "fraction": self.fraction() if self.n else None, "full_heads": self.full_heads(), "meta": self.meta,
-            "windows": self.windows, "heads": [[h.to_dict() for h in row] for row in self.heads],
+            "windows": self.windows, **({"pages": self.pages, "page": self.page} if self.pages else {}),
+            "heads": [[h.to_dict() for h in row] for row in self.heads],
         }
 
     def save(self, path) -> Path:
@@ -277,7 +298,7 @@ class Plan:
         try:
             heads = [[HeadPlan.from_dict(h) for h in row] for row in d["heads"]]
             plan = cls(heads, int(d["num_kv_heads"]), d.get("method", "attnlab"), float(d.get("budget", 1.0)), int(d.get("n", 0)), d.get("meta", {}),
-                       d.get("windows"))
+                       d.get("windows"), d.get("pages", 0), d.get("page", 16))
             n = d.get("n", 0)
             if isinstance(n, bool) or not isinstance(n, int) or n < 0:
                 raise ValueError(f"n must be an integer >= 0, got {n!r}")

@@ -12,6 +12,8 @@ chosen by ``attnlab.llm.selection.choose_plan`` from a table of the calibration:
     attnlab-err-grad   ``err-grad``: ε_h of layer l times mean ‖∂L/∂x‖² (needs the loss gradients)
     attnlab-delta      ``delta``: minimise Σ_h (g_i · W_h (o_S,i − o_i))² (needs the loss gradients)
 
+Option ``pages`` = K (every variant): at decoding each planned head also reads back the K pages of 16
+evicted keys of largest Quest bound (``Plan.pages``, ``attnlab.llm.pages``; 0, the default: none).
 ``PlanFile`` runs a plan saved by ``attnlab plan``.
 """
 
@@ -26,6 +28,7 @@ class AttnlabPlan(PlanMethod):
     name = "attnlab"
     calibrated = True
     table: str | None = None      # ``choose_plan``'s table (None: its default)
+    options = {"pages": (int, 0, 10**6)}
     prefill = "per head its planned support (band w_h + sink columns + per-input columns), some heads full"
     decoding = "the cache keeps, per KV head, the keys its heads can still read (band + columns)"
 
@@ -36,8 +39,11 @@ class AttnlabPlan(PlanMethod):
             if not (calibration.err_rows and calibration.err.any()):
                 warnings.warn(f"calibration n={calibration.n} holds no option errors (made before them): {self.name} uses "
                               "the mass rule; recalibrate for the output-error rule", stacklevel=2)
-            return choose_plan(calibration, self.budget)
-        return choose_plan(calibration, self.budget, table=self.table, method=self.name)
+            plan = choose_plan(calibration, self.budget)
+        else:
+            plan = choose_plan(calibration, self.budget, table=self.table, method=self.name)
+        plan.pages = int(self.opts.get("pages", 0))
+        return plan
 
 
 def _variant(table: str, grads: bool = False) -> type[AttnlabPlan]:

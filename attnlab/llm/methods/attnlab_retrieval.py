@@ -13,7 +13,9 @@ Two ways to keep them (option ``tail``):
   the context is queried, not on every row: 16 such heads at 2K cost ≈ 0.4 % of the entries, not 6 %.
 
 The other heads read band + columns (their per-input columns chosen from the last queries) and their
-cache keeps what they can still read.  Options ``retrieval_heads`` = k, ``tail`` = T.
+cache keeps what they can still read.  Options ``retrieval_heads`` = k, ``tail`` = T, ``pages`` = K: at
+decoding every planned head also reads back the K pages of 16 evicted keys of largest Quest bound
+(``Plan.pages``, ``attnlab.llm.pages``; 0, the default: none).
 """
 
 import numpy as np
@@ -28,10 +30,11 @@ class AttnlabRetrieval(PlanMethod):
     name = "attnlab-retrieval"
     calibrated = True
     needs_retrieval = True
-    options = {"retrieval_heads": (int, 0, 10**6), "tail": (int, 0, 10**7)}
+    options = {"retrieval_heads": (int, 0, 10**6), "tail": (int, 0, 10**7), "pages": (int, 0, 10**6)}
     prefill = ("the k heads of largest retrieval score read every key from their last T rows (T = 0: all rows); "
                "every head its planned band + columns (knapsack over the rest of β)")
-    decoding = "retrieval heads read (and their KV heads keep) the whole cache; the others keep what their support can still read"
+    decoding = ("retrieval heads read (and their KV heads keep) the whole cache; the others keep what their support can still read "
+                "(pages=K: and read back the K pages of evicted keys of largest bound)")
 
     def make_plan(self, model, n, calibration):
         from attnlab.llm.plan import HeadPlan, tail_entries
@@ -65,4 +68,5 @@ class AttnlabRetrieval(PlanMethod):
                 if not old.is_full and windows[l] is None:
                     plan.heads[l][h] = HeadPlan(old.support, old.dynamic, T)
         plan.meta.update(retrieval_heads=heads, tail=T)
+        plan.pages = int(self.opts.get("pages", 0))
         return plan

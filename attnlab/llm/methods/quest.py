@@ -23,43 +23,11 @@ import torch
 
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import Method
+from attnlab.llm.pages import page_upper_bound, quest_pages  # the page summary and choice, shared with read-back
 
 __all__ = ["DENSE_LAYERS", "Quest", "page_upper_bound", "quest_pages"]
 
 DENSE_LAYERS = 2  # the first layers read every cached key (Quest, section 4)
-
-
-def page_upper_bound(q, k, k_pos, page: int):
-    """U_P(q) for every page P of positions ``[P·page, (P+1)·page)``: q (B, H, n, d), k (B, H_kv, L, d), k_pos (B, H_kv, L) → (B, H, n, P).
-
-    Empty slots (k_pos = −1) belong to no page; a page without a key has U = −inf.
-    """
-    B, H, n, d = q.shape
-    H_kv = k.shape[1]
-    P = int(k_pos.max()) // page + 1
-    pid = torch.where(k_pos >= 0, k_pos // page, torch.full_like(k_pos, P))              # (B, H_kv, L), P: no page
-    idx = pid[..., None].expand(*pid.shape, d)
-    m = torch.full((B, H_kv, P + 1, d), float("inf"), dtype=k.dtype, device=k.device).scatter_reduce(2, idx, k, "amin")
-    M = torch.full((B, H_kv, P + 1, d), float("-inf"), dtype=k.dtype, device=k.device).scatter_reduce(2, idx, k, "amax")
-    m, M = m[:, :, :P], M[:, :, :P]                                                        # (B, H_kv, P, d)
-    empty = torch.isinf(m).all(-1)                                                          # (B, H_kv, P)
-    m, M = m.masked_fill(empty[..., None], 0), M.masked_fill(empty[..., None], 0)
-    r = H // H_kv
-    qg = q.view(B, H_kv, r, n, 1, d)
-    U = torch.maximum(qg * m[:, :, None, None], qg * M[:, :, None, None]).sum(-1)           # (B, H_kv, r, n, P)
-    U = U.masked_fill(empty[:, :, None, None, :], float("-inf"))
-    return U.view(B, H, n, P)
-
-
-def quest_pages(U, q_pos, page: int, pages: int):
-    """Which pages each query reads: U (B, H, n, P), q_pos (n,) → (B, H, n, P) bool, the current page always."""
-    P = U.shape[-1]
-    current = (q_pos // page).view(1, 1, -1, 1)                                            # (1, 1, n, 1)
-    p = torch.arange(P, device=U.device).view(1, 1, 1, P)
-    U = U.masked_fill(p > current, float("-inf")).masked_fill(p == current, float("inf"))  # no future page; the current one first
-    top = torch.topk(U, min(pages, P), dim=-1).indices
-    chosen = torch.zeros(U.shape, dtype=torch.bool, device=U.device).scatter_(-1, top, True)
-    return chosen & (p <= current)
 
 
 def _quest_runner(base, page: int, pages: int):
