@@ -23,7 +23,9 @@ Two ways to feed one eval prompt (kvpress's pipeline takes a context and a quest
   question and answer prefix at the end included, and the first answer token comes from that prefill.
 * ``--split``: ids[:question_at] are prefilled under the press (``model.model``, as the pipeline does),
   ids[question_at:] (question, chat closing, answer prefix) go through the compressed cache uncompressed,
-  positions going on from question_at, as ``KVPressTextGenerationPipeline.generate_answer``.
+  positions going on from question_at, as ``KVPressTextGenerationPipeline.generate_answer``.  ``kv_tokens``
+  counts the compressed context (decoding also reads the n − question_at question tokens); ``prefill_s``
+  includes the question's pass.
 
 Decoding is greedy, positions counted from the uncompressed length, up to the task's max_new tokens,
 stopping at attnlab's stop ids (exported) or once every expected string is in the answer (string_match_all
