@@ -4,6 +4,9 @@
     kept(task, n, method, β)        = acc / acc(full)            (the fraction of full attention's ceiling kept)
     cells ≥ 80 %                    = (n, d) cells where full attention scores ≥ 0.8: only there a method is compared
 
+Rows with a ``reference`` field (another library run on the same prompts, e.g. kvpress by
+``benchmarks/kvpress_eval.py``) are marked † in the table; a field a row lacks (β, timings) shows as –.
+
 Written into the run's folder: ``table.md`` (one row per task, length, method, β, with β measured, KV
 tokens kept — resident, + stored tokens read back per step, stored off-device (read-back plans,
 ``attnlab.llm.greedy``; "–" for rows measured before these fields) —, perplexity beside, seconds per prompt with the
@@ -49,10 +52,10 @@ def summarise(rows: list[dict], walls: list[dict] | None = None) -> dict:
             "task": task, "n": n, "method": method, "budget": budget, "prompts": len(rs), "accuracy": acc,
             "cells_full_ge_80": f"{len(good)}/{len(depths)}", "accuracy_on_those": acc_good,
             "kept_of_full": (acc_good / full_good) if acc_good is not None and full_good else None,
-            "beta": float(np.mean([r["beta"] for r in rs])), "kv_tokens": float(np.mean([r["kv_tokens"] for r in rs])),
-            "prefill_s": float(np.mean([r["prefill_s"] for r in rs])), "decode_s": float(np.mean([r["decode_s"] for r in rs])),
+            **{k: _mean(rs, k) for k in ("beta", "kv_tokens", "prefill_s", "decode_s")},
             "reused_tokens": float(np.mean([r.get("reused_tokens", 0) for r in rs])),   # rows before issue 25: none reused
             "ppl": p["ppl"] if p else None, **{k: _mean(rs, k) for k in ("kv_read_tokens", "kv_store_tokens")},
+            "reference": rs[0].get("reference"),
         })
     skipped = [{k: r[k] for k in ("method", "budget", "n", "reason")} for r in rows if r.get("kind") == "skipped"]
     return {"table": table, "cells": {"|".join(map(str, k)): float(np.mean(v)) for k, v in cell.items()},
@@ -65,6 +68,12 @@ def _mean(rows: list[dict], key: str) -> float | None:
     return float(np.mean([r[key] for r in rows])) if all(key in r for r in rows) else None
 
 
+def _mean(rows: list[dict], key: str) -> float | None:
+    """Mean of ``key`` over the rows that hold it (a reference row may lack β or timings); None if none do."""
+    v = [r[key] for r in rows if r.get(key) is not None]
+    return float(np.mean(v)) if v else None
+
+
 def _fmt(x, spec: str) -> str:
     return "–" if x is None else format(x, spec)
 
@@ -73,11 +82,16 @@ def markdown(summary: dict) -> str:
     lines = ["| task | n | method | β target | β measured | KV tokens | + read/step | stored | prompts | accuracy | full ≥ 80 % cells | "
              "accuracy there | of full | ppl | prefill s | reused tokens | decode s |", "|" + "---|" * 17]
     for r in summary["table"]:
-        lines.append(f"| {r['task']} | {r['n']} | {r['method']} | {r['budget']:g} | {r['beta']:.3f} | {r['kv_tokens']:.0f} | "
+        method = r["method"] + (" †" if r.get("reference") else "")
+        lines.append(f"| {r['task']} | {r['n']} | {method} | {r['budget']:g} | {_fmt(r.get('beta'), '.3f')} | {_fmt(r.get('kv_tokens'), '.0f')} | "
                      f"{_fmt(r.get('kv_read_tokens'), '.1f')} | {_fmt(r.get('kv_store_tokens'), '.0f')} | {r['prompts']} | "
                      f"{100 * r['accuracy']:.1f} % | {r['cells_full_ge_80']} | {_fmt(None if r['accuracy_on_those'] is None else 100 * r['accuracy_on_those'], '.1f')} | "
                      f"{_fmt(None if r['kept_of_full'] is None else 100 * r['kept_of_full'], '.0f')} | {_fmt(r['ppl'], '.3f')} | "
-                     f"{r['prefill_s']:.2f} | {r.get('reused_tokens', 0):.0f} | {r['decode_s']:.2f} |")
+                     f"{_fmt(r.get('prefill_s'), '.2f')} | {r.get('reused_tokens', 0):.0f} | {_fmt(r.get('decode_s'), '.2f')} |")
+    refs = sorted({r["reference"] for r in summary["table"] if r.get("reference")})
+    if refs:
+        lines.append(f"\n† reference rows ({', '.join(refs)}): another library's methods run on the same prompts and scored the same way "
+                     f"(`benchmarks/kvpress_eval.py`); β target = the fraction of the KV kept; – = not measured by that run")
     lines += [f"\n{r['method']} β={r['budget']:g} at n = {r['n']}: not run — {r['reason']}" for r in summary.get("skipped", [])]
     if summary.get("wall_s") is not None:
         lines.append(f"\ngrid wall time: {summary['wall_s']:.1f} s ({summary['wall_runs']} run{'s' if summary['wall_runs'] != 1 else ''}"
