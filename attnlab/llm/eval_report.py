@@ -54,7 +54,7 @@ def summarise(rows: list[dict], walls: list[dict] | None = None) -> dict:
             "kept_of_full": (acc_good / full_good) if acc_good is not None and full_good else None,
             **{k: _mean(rs, k) for k in ("beta", "kv_tokens", "prefill_s", "decode_s")},
             "reused_tokens": float(np.mean([r.get("reused_tokens", 0) for r in rs])),   # rows before issue 25: none reused
-            "ppl": p["ppl"] if p else None, **{k: _mean(rs, k) for k in ("kv_read_tokens", "kv_store_tokens")},
+            "ppl": p["ppl"] if p else None, **{k: _mean(rs, k, every=True) for k in ("kv_read_tokens", "kv_store_tokens")},
             "reference": rs[0].get("reference"),
         })
     skipped = [{k: r[k] for k in ("method", "budget", "n", "reason")} for r in rows if r.get("kind") == "skipped"]
@@ -63,15 +63,11 @@ def summarise(rows: list[dict], walls: list[dict] | None = None) -> dict:
             "wall_s": sum(w["seconds"] for w in walls) if walls else None, "wall_runs": len(walls or [])}
 
 
-def _mean(rows: list[dict], key: str) -> float | None:
-    """Mean of a field over rows; None if a row lacks it (measured before the field existed)."""
-    return float(np.mean([r[key] for r in rows])) if all(key in r for r in rows) else None
-
-
-def _mean(rows: list[dict], key: str) -> float | None:
-    """Mean of ``key`` over the rows that hold it (a reference row may lack β or timings); None if none do."""
+def _mean(rows: list[dict], key: str, every: bool = False) -> float | None:
+    """Mean of ``key`` over the rows that hold it (a reference row may lack β or timings); None if none do,
+    or (``every``) if one lacks it (a row measured before the field existed)."""
     v = [r[key] for r in rows if r.get(key) is not None]
-    return float(np.mean(v)) if v else None
+    return float(np.mean(v)) if v and (not every or len(v) == len(rows)) else None
 
 
 def _fmt(x, spec: str) -> str:
