@@ -32,7 +32,7 @@ def test_mix_windows_are_n_tokens_and_their_rows_predict_the_answer(tiny, text_f
         assert w.ids.shape == (1, n)
         targets = w.ids[0, w.rows + 1]                                  # what the answer rows predict
         text = tok.decode(targets.tolist())
-        assert w.rows[-1] == n - 2 and len(w.rows) >= 2
+        assert w.rows[-1] <= n - 2 and len(w.rows) >= 2
         # the predicted tokens are the answer, and it was stated in the prompt before the rows
         before = tok.decode(w.ids[0, : int(w.rows[0]) + 1].tolist())
         for a in [x.strip() for x in text.split(",") if x.strip()]:

@@ -82,7 +82,7 @@ def test_the_import_adds_scored_reference_rows_and_the_table_marks_them(run, tmp
     assert import_answers(out, out / "answers.jsonl", out / "prompts.json") == []          # a second import adds nothing
     table = (out / "table.md").read_text()
     row = next(line for line in table.splitlines() if "kvpress-snapkv †" in line)
-    assert "| 0.1 | – | 30 | 2 | 50.0 % |" in row and row.endswith("| 0.50 | 0.10 |")
+    assert "| 0.1 | – | 30 | – | – | 2 | 50.0 % |" in row and row.endswith("| 0.50 | 0 | 0.10 |")
     assert "† reference rows (kvpress 0.5.5)" in table and "| full |" in table
     assert (out / "heatmap-niah-kvpress-snapkv-0.1.png").is_file()
 

@@ -68,18 +68,23 @@ def mix_windows(tokenizer, haystack_path, n: int, mix: list[tuple[str, int]]) ->
     for task, count in mix:
         for x in range(count):
             depth = (x + 0.5) / count                                   # spread over the context
-            A = 0
-            for _ in range(4):  # the answer's length in tokens fixes the prompt's: n − |answer|
-                s = TASKS[task].make(tokenizer, hay, n - A, depth, x, MIX_SEED + x)
-                answer = tokenizer(" " + ", ".join(s.answers), add_special_tokens=False).input_ids
-                if len(answer) >= n // 2:
-                    raise UserError(f"--calibrate-mix: the {task} answer ({len(answer)} tokens) does not fit {n} tokens")
-                if len(answer) == A:
-                    break
-                A = len(answer)
-            else:
-                raise UserError(f"--calibrate-mix: no {task} prompt of {n} tokens with its answer")
+            # the answer's length fixes the prompt's (n − |answer|); a task whose answer changes with the
+            # prompt's length (vt) gets the first length's: cut to it, or closed by end-of-text tokens (no rows)
+            first = TASKS[task].make(tokenizer, hay, n, depth, x, MIX_SEED + x)
+            A = len(_answer_ids(tokenizer, first.answers))
+            if A >= n // 2:
+                raise UserError(f"--calibrate-mix: the {task} answer ({A} tokens) does not fit {n} tokens")
+            s = TASKS[task].make(tokenizer, hay, n - A, depth, x, MIX_SEED + x)
+            answer = _answer_ids(tokenizer, s.answers)[:A]
+            R = len(answer)
+            pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else answer[-1]
+            answer += [pad] * (A - R)
             ids = torch.tensor([s.ids + answer], dtype=torch.long)           # (1, n)
-            rows = torch.arange(len(s.ids) - 1, n - 1)                      # the rows that predict the answer
+            rows = torch.arange(len(s.ids) - 1, len(s.ids) - 1 + R)         # the rows that predict the answer
             out.append(MixWindow(task, ids, rows))
     return out
+
+
+def _answer_ids(tokenizer, answers: list[str]) -> list[int]:
+    """The tokens of the answer as the model would write it after the answer prefix."""
+    return tokenizer(" " + ", ".join(answers), add_special_tokens=False).input_ids
