@@ -56,6 +56,18 @@ def test_the_method_keeps_the_top_retrieval_heads(monkeypatch):
         methods.get("attnlab-retrieval", 0.5, heads="2")
 
 
+def test_the_eval_rows_say_how_many_heads_have_tails():
+    """describe() (what an eval row records) counts the heads given tails and the read-back pages of the plan."""
+    cal = _calibration()
+    cal.retrieval = np.array([[0.1, 0.9, 0.0, 0.2], [0.05, 0.3, 0.8, 0.0]])
+    for k, T, pages in ((2, 8, 0), (3, 8, 4), (2, 0, 0)):
+        m = methods.get("attnlab-retrieval", 0.5, retrieval_heads=str(k), tail=str(T), pages=str(pages))
+        m.plan, m.n = m.make_plan(None, cal.n, cal), cal.n
+        d = m.describe()
+        assert d["tail_heads"] == (k if T else 0) and d["pages"] == pages
+        assert d["full_heads"] >= (0 if T else k)
+
+
 def test_retrieval_scores_survive_save_and_load(tmp_path):
     cal = _calibration()
     cal.retrieval = np.arange(8.0).reshape(2, 4)

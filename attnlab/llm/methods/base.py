@@ -175,5 +175,7 @@ class PlanMethod(Method):
     def describe(self) -> dict:
         d = super().describe()
         if getattr(self, "plan", None) is not None:
-            d.update(full_heads=self.plan.full_heads(), fraction=self.plan.fraction(self.n))
+            p = self.plan
+            tails = sum(1 for row in p.heads for h in row if getattr(h, "tail", 0))
+            d.update(full_heads=p.full_heads(), fraction=p.fraction(self.n), tail_heads=tails, pages=int(getattr(p, "pages", 0)))
         return d
