@@ -69,25 +69,26 @@ class PlanLayer(DynamicLayer):
             return
         if store:
             self._store(~keep & (self.positions >= 0))
-        L = int(keep.sum(-1).max())
-        order = torch.sort((~keep).to(torch.int8), dim=-1, stable=True).indices[..., :L]  # kept slots first, in order
-        ok = torch.gather(keep, -1, order)
-        self.positions = torch.where(ok, torch.gather(self.positions, -1, order), torch.full_like(order, -1))
+        order, ok, self.keys, self.values, self.positions = self._gather(keep)
         if self.flags is not None:
+            L = order.shape[-1]
             self.flags = torch.gather(self.flags, -1, order[:, :, None, :].expand(*self.flags.shape[:3], L)) & ok[:, :, None, :]
-        idx = order[..., None]
-        self.keys = torch.gather(self.keys, 2, idx.expand(*idx.shape[:3], self.keys.shape[-1]))
-        self.values = torch.gather(self.values, 2, idx.expand(*idx.shape[:3], self.values.shape[-1]))
 
-    def _store(self, drop):
-        """Append the slots with ``drop`` True (B, H_kv, L) to the store, compacted (−1: empty)."""
-        S = int(drop.sum(-1).max())
-        order = torch.sort((~drop).to(torch.int8), dim=-1, stable=True).indices[..., :S]  # dropped slots first, in order
-        ok = torch.gather(drop, -1, order)
+    def _gather(self, take):
+        """The slots with ``take`` True (B, H_kv, L), compacted in order: (order, ok, keys, values, positions), each KV head
+        padded to the longest with empty slots (ok False, position −1); order (B, H_kv, L') the source slots."""
+        L = int(take.sum(-1).max())
+        order = torch.sort((~take).to(torch.int8), dim=-1, stable=True).indices[..., :L]  # taken slots first, in order
+        ok = torch.gather(take, -1, order)
         pos = torch.where(ok, torch.gather(self.positions, -1, order), torch.full_like(order, -1))
         idx = order[..., None]
         k = torch.gather(self.keys, 2, idx.expand(*idx.shape[:3], self.keys.shape[-1]))
         v = torch.gather(self.values, 2, idx.expand(*idx.shape[:3], self.values.shape[-1]))
+        return order, ok, k, v, pos
+
+    def _store(self, drop):
+        """Append the slots with ``drop`` True (B, H_kv, L) to the store, compacted (−1: empty)."""
+        _, _, k, v, pos = self._gather(drop)
         if self.store_keys is None:
             self.store_keys, self.store_values, self.store_pos = k, v, pos
         else:
