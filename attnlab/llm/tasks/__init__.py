@@ -11,11 +11,11 @@ key), ``niah-multiquery`` (4 keys asked), ``vt`` (variable tracking, 1 chain of 
 from attnlab.llm.tasks.common_words import CommonWords
 from attnlab.llm.tasks.haystack import NOISE, Haystack
 from attnlab.llm.tasks.niah import NIAH
-from attnlab.llm.tasks.prompt import Sample, assemble, chat_parts
+from attnlab.llm.tasks.prompt import Sample, assemble, chat_parts, sample_key
 from attnlab.llm.tasks.scoring import string_match_all
 from attnlab.llm.tasks.variable_tracking import VariableTracking
 
-__all__ = ["NOISE", "TASKS", "Haystack", "Sample", "assemble", "chat_parts", "string_match_all"]
+__all__ = ["NOISE", "TASKS", "Haystack", "Sample", "assemble", "chat_parts", "sample_key", "string_match_all"]
 
 TASKS = {
     "niah": NIAH("niah"),

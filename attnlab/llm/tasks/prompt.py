@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from attnlab.errors import UserError
 from attnlab.llm.tasks.haystack import Haystack
 
-__all__ = ["Sample", "assemble", "chat_parts"]
+__all__ = ["Sample", "assemble", "chat_parts", "sample_key"]
 
 
 @dataclass
@@ -34,8 +34,13 @@ class Sample:
 
     @property
     def key(self) -> str:
-        d = "-" if self.depth is None else f"{self.depth:.4f}"
-        return f"{self.task}|{self.length}|{d}|{self.index}"
+        return sample_key(self.task, self.length, self.depth, self.index)
+
+
+def sample_key(task: str, length: int, depth: float | None, index: int) -> str:
+    """A prompt's key in results files, known before the prompt is made: ``task|length|depth|index``."""
+    d = "-" if depth is None else f"{depth:.4f}"
+    return f"{task}|{length}|{d}|{index}"
 
 
 def chat_parts(tokenizer) -> tuple[str, str]:
