@@ -35,7 +35,7 @@ from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
 from attnlab.llm import methods as registry
 from attnlab.llm.greedy import greedy_answer
-from attnlab.llm.tasks import TASKS, Haystack, string_match_all
+from attnlab.llm.tasks import TASKS, Haystack, sample_key, string_match_all
 
 __all__ = ["EvalSettings", "depth_grid", "read_results", "run_eval"]
 
@@ -132,18 +132,21 @@ def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, me
         return None
     path = out / f"calibration-{n}.npz"
     cal = Calibration.load(path) if path.exists() else None
+    text = None   # the calibration text's windows, tokenised once for the calibration and the pattern search
     if cal is None:
         shape = model_shape(model)
         cands = sorted({c for m in need for c in (m.calibration_candidates(shape, n) or [])})
-        windows = token_windows(tokenizer, settings.calibrate, n, settings.calibrate_windows)
-        windows += mix_windows(tokenizer, settings.calibrate, n, parse_mix(settings.calibrate_mix))
+        text = token_windows(tokenizer, settings.calibrate, n, settings.calibrate_windows)
+        windows = text + mix_windows(tokenizer, settings.calibrate, n, parse_mix(settings.calibrate_mix))
         cal = calibrate(model, windows, cands or None, grads=any(m.calibration_grads for m in need))
         cal.save(path)
     keys = sorted({K for m in need for K in (m.calibration_pattern_keys(n) or [])} - set(cal.pattern_keys))
     if keys:   # MInference's pattern search at budgets the calibration lacks (one more exact pass over its text windows, no mix)
         from attnlab.llm.pattern_search import add_patterns
 
-        add_patterns(cal, model, token_windows(tokenizer, settings.calibrate, n, settings.calibrate_windows), keys)
+        if text is None:
+            text = token_windows(tokenizer, settings.calibrate, n, settings.calibrate_windows)
+        add_patterns(cal, model, text, keys)
         cal.save(path)
     if any(m.needs_retrieval for m in need) and not cal.retrieval.any():
         cal.retrieval = retrieval_calibration(model, tokenizer, n)
@@ -348,9 +351,10 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
                     for run in shared:
                         if key in run.todo:
                             answer(run, key)
-                for run in shared + [r for r in ready if r not in shared]:   # the others method by method, as before
-                    for key in run.todo if run not in shared else ():
-                        answer(run, key)
+                for run in shared + [r for r in ready if r not in shared]:
+                    if run not in shared:   # the others method by method, as before
+                        for key in run.todo:
+                            answer(run, key)
                     if run.ppl_key is not None:
                         emit(_perplexity_row(model, tokenizer, settings, run.method, run.name, run.budget, n, run.beta, run.ppl_key))
         finally:
@@ -376,7 +380,7 @@ def _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit) -> l
     for name, budget, method in runs:
         prefix = f"{name}|{budget:g}|"
         todo = {(t, d, s): None for (t, d, s) in samples
-                if f"{prefix}{t}|{n}|{'-' if d is None else f'{d:.4f}'}|{s}" not in done}
+                if prefix + sample_key(t, n, d, s) not in done}
         ppl_key = f"ppl|{name}|{budget:g}|{n}|{settings.ppl_windows}"
         ppl_key = ppl_key if settings.ppl and ppl_key not in done else None
         if not todo and ppl_key is None:

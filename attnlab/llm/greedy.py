@@ -83,8 +83,8 @@ def greedy_answer(model, tokenizer, method, ids: list[int], max_new: int, done=N
         if not made:
             reused = len(ids) - method.reuse_tail(len(ids))
     with method.applied(model):
-        t0 = time.perf_counter()
         if reuse:
+            t0 = time.perf_counter()
             logits, cache = prefixes.resume(model, method, ids)
         else:
             cache = method.new_cache(model)
