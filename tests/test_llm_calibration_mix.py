@@ -57,3 +57,13 @@ def test_the_mix_changes_the_option_errors_and_only_through_the_answer_rows(tiny
     # and the answer rows are not the evenly spread rows: measuring the same window on those gives another table
     spread = calibrate(model, [w.ids for w in wins])
     assert not np.allclose(spread.err, alone.err)
+
+
+def test_attnlab_plan_calibrates_what_each_method_needs(tiny, text_file):
+    """`attnlab plan` builds its calibration as eval does: MInference's pattern search, the mix in the plan's meta."""
+    _, model, tok = tiny
+    from attnlab.cli.plan import make_plan
+
+    make_plan(model, tok, text_file, 0.3, 400, 1, "minference")                 # needs the pattern search
+    p = make_plan(model, tok, text_file, 0.5, 400, 1, "attnlab-retrieval:retrieval_heads=2", "niah:1")
+    assert p.meta["calibrate_mix"] == "niah:1" and len(p.meta["retrieval_heads"]) == 2

@@ -49,24 +49,16 @@ def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows:
     ``model`` on ``windows`` windows of n tokens of ``calibrate`` (with the candidates and gradients it asks for),
     and on the synthetic retrieval prompts of ``mix`` (``calibration_mix``), written into the plan's meta."""
     from attnlab.llm import methods
-    from attnlab.llm.calibration import calibrate as run_calibration
-    from attnlab.llm.calibration_mix import mix_windows, parse_mix
-    from attnlab.llm.plan import model_shape
+    from attnlab.llm.eval_grid import build_calibration, parse_method
     from attnlab.llm.text_windows import token_windows
-
-    from attnlab.llm.eval_grid import parse_method
 
     name, opts = parse_method(method)
     m = methods.get(name, budget, **opts)
-    ids = token_windows(tokenizer, calibrate, n, windows)   # the calibration text is checked for every method
-    ids += mix_windows(tokenizer, calibrate, n, parse_mix(mix))
     cal = None
     if m.calibrated:
-        cal = run_calibration(model, ids, m.calibration_candidates(model_shape(model), n), grads=m.calibration_grads)
-    if m.needs_retrieval:   # retrieval scores per head on synthetic copy prompts, as eval measures them
-        from attnlab.llm.eval_grid import retrieval_calibration
-
-        cal.retrieval = retrieval_calibration(model, tokenizer, n)
+        cal, _ = build_calibration(model, tokenizer, [m], n, calibrate, windows, mix)
+    else:
+        token_windows(tokenizer, calibrate, n, windows)   # the calibration text is checked for every method
     p = m.make_plan(model, n, cal)
     if mix and hasattr(p, "meta"):
         p.meta["calibrate_mix"] = mix

@@ -122,36 +122,49 @@ def _claim(out: Path, settings: EvalSettings) -> None:
 
 def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, methods: list):
     """The calibration at length n (``out/calibration-n.npz``, made once), for the calibrated methods."""
-    from attnlab.llm.calibration import Calibration, calibrate
+    from attnlab.llm.calibration import Calibration
+
+    if not any(m.calibrated for m in methods):
+        return None
+    path = out / f"calibration-{n}.npz"
+    old = Calibration.load(path) if path.exists() else None
+    cal, changed = build_calibration(model, tokenizer, methods, n, settings.calibrate, settings.calibrate_windows,
+                                     settings.calibrate_mix, old)
+    if changed:
+        cal.save(path)
+    return cal
+
+
+def build_calibration(model, tokenizer, methods: list, n: int, text_path, windows: int, mix: str | None = None, cal=None):
+    """What the calibrated ``methods`` need at length n, on ``windows`` windows of ``text_path`` (+ the ``mix``
+    prompts, ``calibration_mix``): the statistics (unless ``cal`` holds them), MInference's pattern search at the
+    keys it lacks, the retrieval scores.  Returns (calibration, whether anything was measured)."""
+    from attnlab.llm.calibration import calibrate
     from attnlab.llm.calibration_mix import mix_windows, parse_mix
     from attnlab.llm.plan import model_shape
     from attnlab.llm.text_windows import token_windows
 
     need = [m for m in methods if m.calibrated]
-    if not need:
-        return None
-    path = out / f"calibration-{n}.npz"
-    cal = Calibration.load(path) if path.exists() else None
     text = None   # the calibration text's windows, tokenised once for the calibration and the pattern search
+    changed = cal is None
     if cal is None:
         shape = model_shape(model)
         cands = sorted({c for m in need for c in (m.calibration_candidates(shape, n) or [])})
-        text = token_windows(tokenizer, settings.calibrate, n, settings.calibrate_windows)
-        windows = text + mix_windows(tokenizer, settings.calibrate, n, parse_mix(settings.calibrate_mix))
-        cal = calibrate(model, windows, cands or None, grads=any(m.calibration_grads for m in need))
-        cal.save(path)
+        text = token_windows(tokenizer, text_path, n, windows)
+        cal = calibrate(model, text + mix_windows(tokenizer, text_path, n, parse_mix(mix)), cands or None,
+                        grads=any(m.calibration_grads for m in need))
     keys = sorted({K for m in need for K in (m.calibration_pattern_keys(n) or [])} - set(cal.pattern_keys))
     if keys:   # MInference's pattern search at budgets the calibration lacks (one more exact pass over its text windows, no mix)
         from attnlab.llm.pattern_search import add_patterns
 
         if text is None:
-            text = token_windows(tokenizer, settings.calibrate, n, settings.calibrate_windows)
+            text = token_windows(tokenizer, text_path, n, windows)
         add_patterns(cal, model, text, keys)
-        cal.save(path)
+        changed = True
     if any(m.needs_retrieval for m in need) and not cal.retrieval.any():
         cal.retrieval = retrieval_calibration(model, tokenizer, n)
-        cal.save(path)
-    return cal
+        changed = True
+    return cal, changed
 
 
 RETRIEVAL_N, RETRIEVAL_PROMPTS, RETRIEVAL_SEED = 512, 6, 7  # needle prompts of the retrieval scores (never the eval's)
