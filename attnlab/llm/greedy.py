@@ -52,10 +52,9 @@ def kv_tokens(cache) -> float:
     """Mean tokens held per (layer, KV head): a ``PlanLayer``'s filled slots, else the cached length."""
     counts = []
     for layer in cache.layers:
-        pos = getattr(layer, "positions", None)
         keys = getattr(layer, "keys", None)
-        if isinstance(pos, torch.Tensor):
-            counts.append(float((pos >= 0).sum()) / (pos.shape[0] * pos.shape[1]))
+        if isinstance(getattr(layer, "positions", None), torch.Tensor):
+            counts.append(layer.tokens())
         elif isinstance(keys, torch.Tensor) and keys.dim() == 4:
             counts.append(float(keys.shape[2]))
     return sum(counts) / len(counts) if counts else 0.0
