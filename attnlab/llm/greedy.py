@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.llm.kv_cache import kv_bytes, read_tokens, store_bytes, store_tokens
+from attnlab.llm.kv_cache import PlanLayer, kv_bytes, read_tokens, store_bytes, store_tokens
 
 __all__ = ["Answer", "greedy_answer", "kv_tokens", "reusable"]
 
@@ -53,8 +53,8 @@ def kv_tokens(cache) -> float:
     counts = []
     for layer in cache.layers:
         keys = getattr(layer, "keys", None)
-        if isinstance(getattr(layer, "positions", None), torch.Tensor):
-            counts.append(layer.tokens())
+        if isinstance(layer, PlanLayer):
+            counts.append(layer.tokens() if layer.slabs else 0.0)
         elif isinstance(keys, torch.Tensor) and keys.dim() == 4:
             counts.append(float(keys.shape[2]))
     return sum(counts) / len(counts) if counts else 0.0

@@ -187,7 +187,7 @@ class PlanLayer(DynamicLayer):
 
     def update(self, key_states, value_states, *args, **kwargs):
         # key_states: (B, H_kv, n, d) → slab 0's cached keys and values (B, H_s, L + n, ·)
-        self.is_initialized = True
+        self.is_initialized, self.device = True, key_states.device
         B, H_kv, n, _ = key_states.shape
         self.num_kv_heads = H_kv
         if not self.slabs:
