@@ -314,12 +314,18 @@ def attnlab_attention(module, query, key, value, attention_mask=None, dropout: f
             k_pos = torch.arange(m, device=key.device).expand(key.shape[0], key.shape[1], m)
             out = runner.decode(query, key, value, scaling, q_pos, k_pos)
     if layer is not None and layer.due():
+        store = bool(runner.pages)
         if layer.evicted_at is None and len(layer.slabs) == 1:   # the first compaction: ragged by KV head, if heads differ
-            kept = runner.keep(layer.positions, layer.seen, layer.flags).sum(-1).amax(0)  # (H_kv,) slots each KV head keeps
+            keep = runner.keep(layer.positions, layer.seen, layer.flags)                  # (B, H_kv, L), once: keep may consume state
+            kept = keep.sum(-1).amax(0)                                                   # (H_kv,) slots each KV head keeps
             if int(kept.max()) * len(kept) > RAGGED * int(kept.sum()):
                 layer.split(runner.whole_kv())
-        layer.compact(lambda slab: runner.keep(slab.positions, layer.seen, slab.flags, slab.kv if len(layer.slabs) > 1 else None),
-                      store=bool(runner.pages))
+                layer.compact(lambda slab: keep[:, slab.kv.to(keep.device)], store)
+            else:
+                layer.evict(keep, store)
+        else:
+            layer.compact(lambda slab: runner.keep(slab.positions, layer.seen, slab.flags, slab.kv if len(layer.slabs) > 1 else None),
+                          store)
     return out.transpose(1, 2).contiguous(), None
 
 

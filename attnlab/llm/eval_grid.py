@@ -358,18 +358,19 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
                           "kv_store_tokens": ans.kv_store_tokens, "kv_store_bytes": ans.kv_store_bytes,
                           **{k: v for k, v in method.describe().items() if k in ("full_heads", "tail_heads", "pages", "pattern_counts")}})
 
-                ready = _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit)
-                shared = [r for r in ready if prefixes is not None and r.method.prefill_reuse]
-                for key in samples:  # prompts outer, the sharing methods inner: one full-attention prefill serves them all
-                    for run in shared:
-                        if key in run.todo:
-                            answer(run, key)
-                for run in shared + [r for r in ready if r not in shared]:
-                    if run not in shared:   # the others method by method, as before
-                        for key in run.todo:
-                            answer(run, key)
-                    if run.ppl_key is not None:
-                        emit(_perplexity_row(model, tokenizer, settings, run.method, run.name, run.budget, n, run.beta, run.ppl_key))
+                for calibrated in (False, True):   # the methods without a calibration are answered before it is made
+                    ready = _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, calibrated)
+                    shared = [r for r in ready if prefixes is not None and r.method.prefill_reuse]
+                    for key in samples:  # prompts outer, the sharing methods inner: one full-attention prefill serves them all
+                        for run in shared:
+                            if key in run.todo:
+                                answer(run, key)
+                    for run in shared + [r for r in ready if r not in shared]:
+                        if run not in shared:   # the others method by method, as before
+                            for key in run.todo:
+                                answer(run, key)
+                        if run.ppl_key is not None:
+                            emit(_perplexity_row(model, tokenizer, settings, run.method, run.name, run.budget, n, run.beta, run.ppl_key))
         finally:
             if measured:
                 _log_wall(out, t_start, measured, reuse)
@@ -386,11 +387,14 @@ class Run(NamedTuple):
     beta: float             # β measured: Method.prefill_fraction(n)
 
 
-def _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit) -> list[Run]:
-    """The (method, β) runs at length n with something left to measure, prepared (a run the method refuses: a skipped row)."""
+def _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, calibrated: bool) -> list[Run]:
+    """The (method, β) runs at length n with something left to measure whose method is ``calibrated`` or not, prepared
+    (a run the method refuses: a skipped row)."""
     runs = [(name, b, _method(settings, name, b)) for name, b in settings.runs()]
     cal, ready = None, []
     for name, budget, method in runs:
+        if method.calibrated != calibrated:
+            continue
         prefix = f"{name}|{budget:g}|"
         todo = {(t, d, s): None for (t, d, s) in samples
                 if prefix + sample_key(t, n, d, s) not in done}
