@@ -151,7 +151,7 @@ class LayerRunner:
         hs = torch.tensor(need, device=device)
         w = self.w.to(device)[hs]                                                             # (|need|,)
         want = torch.tensor([self.slashes[h] for h in need], device=device)                   # (|need|,)
-        picked = top_slashes(slash_mass(rows.float()), w, want)                                     # (B, |need|, ≤ s)
+        picked = top_slashes(slash_mass(rows.float()), w, want)                               # (B, |need|, ≤ s)
         diags[:, hs, : picked.shape[-1]] = picked
         return diags
 
