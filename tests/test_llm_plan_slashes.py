@@ -233,6 +233,12 @@ def test_cli_plan_writes_the_slashes_and_refuses_bad_input(model_dir, tmp_path, 
         code, _, err = cli(capsys, monkeypatch, *base, *extra, "--out", x)
         assert code == 2 and err.count("\n") == 1 and "slashes" in err, (extra, err)
         assert not x.exists()
+    for m in ("attnlab-retrieval:slashes=-1", "attnlab:slashes=x"):     # attnlab eval refuses them before the model loads
+        x = tmp_path / "eval"
+        code, _, err = cli(capsys, monkeypatch, "eval", "--hf", model_dir, "--task", "niah", "--lengths", "300", "--method", m,
+                           "--budget", "0.1", "--calibrate", text, "--out", x)
+        assert code == 2 and err.count("\n") == 1 and "slashes" in err, err
+        assert not x.exists()
     d = json.loads(out.read_text())
     d["heads"][0][0]["slashes"] = "x"
     (tmp_path / "bad.json").write_text(json.dumps(d))
