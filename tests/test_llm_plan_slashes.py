@@ -44,8 +44,9 @@ def dense_reference(q, k, v, scaling, w, columns, diagonals):
     return out
 
 
-def direct_slashes(q, k, kv_of, scaling, w, s):
-    """The top-s offsets δ < −w of Σ_r â_{r, p_r + δ} over the last LAST_Q queries, one head and row at a time (numpy)."""
+def direct_slashes(q, k, kv_of, scaling, w, s, columns):
+    """The top-s offsets δ < −w of Σ_r â_{r, p_r + δ} over the last LAST_Q queries and the keys off the head's
+    columns, one head and row at a time (numpy)."""
     B, H, n, _ = q.shape
     nq = min(LAST_Q, n)
     out = {}
@@ -59,8 +60,9 @@ def direct_slashes(q, k, kv_of, scaling, w, s):
                 sc = qq[p] @ kk[: p + 1].T * scaling
                 a = np.exp(sc - sc.max())
                 a /= a.sum()
+                held = set(columns[b, h].tolist())
                 for j in range(p + 1):
-                    mass[p - j] += a[j]
+                    mass[p - j] += 0.0 if j in held else a[j]
             d = [x for x in np.argsort(-mass, kind="stable") if x > w[h] and mass[x] > 0][: s[h]]
             out[b, h] = sorted(-x for x in d)
     return out
@@ -79,7 +81,8 @@ def test_prefill_with_slashes_equals_the_dense_reference_and_picks_the_top_lines
     out = runner.prefill(q, k, v, 0.3)
     ref = dense_reference(q, k, v, 0.3, runner.w.tolist(), runner.columns, runner.diagonals)
     assert (out - ref).abs().max() < 1e-5
-    want = direct_slashes(q, k, runner.kv_of.tolist(), 0.3, runner.w.tolist(), [0 if w < 0 else s for w, s in zip(ws, slashes)])
+    want = direct_slashes(q, k, runner.kv_of.tolist(), 0.3, runner.w.tolist(), [0 if w < 0 else s for w, s in zip(ws, slashes)],
+                          runner.columns)
     for (b, h), deltas in want.items():
         got = runner.diagonals[b, h]
         assert sorted(got[got != NO_DIAGONAL].tolist()) == deltas

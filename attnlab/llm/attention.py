@@ -14,7 +14,8 @@
   ``LAST_Q`` queries of the input (``estimate_columns``, MInference's vertical estimate), chosen
   once per prefill and kept for the decoding that follows;
 * Δ_h (``HeadPlan.slashes`` = s > 0): the s diagonals δ < −w_h of largest mass from the same last
-  queries (MInference's slash estimate, ``attnlab.llm.slash_lines``), read by the prefill only: the kernel
+  queries, off the keys T_h holds (MInference's slash estimate, ``attnlab.llm.slash_lines``; ``choose_slashes``),
+  read by the prefill only: the kernel
   takes them as per-chunk extra keys (chunks of ``SLASH_CHUNK`` queries); decoding does not read them;
 * decoding (queries after cached keys): a masked softmax over the cached keys; with
   ``attnlab.llm.kv_cache.PlanCache`` the cache holds, per KV head, only what its query heads can
@@ -46,7 +47,7 @@ try:  # the kernel's own chunk of queries (extra keys are given per chunk)
 except ImportError:  # pragma: no cover - the kernel before its rewrite
     from attnlab.nn.mechanisms.sliding_window import chunk_size
 from attnlab.nn.softmax import masked_softmax
-from attnlab.support import NO_DIAGONAL, Support
+from attnlab.support import NO_DIAGONAL, Support, column_mask
 
 __all__ = ["NAME", "LayerRunner", "apply_plan", "attnlab_attention", "attention_modules", "estimate_columns", "last_query_rows",
            "plan_reference", "register", "remove_plan"]
@@ -119,11 +120,8 @@ class LayerRunner:
             else:
                 hs = torch.tensor(need, device=q.device)
                 rows = last_query_rows(q[:, hs], k[:, self.kv_of[hs].to(k.device)], scaling)    # (B, |need|, nq, m)
-        self.diagonals = self.choose_slashes(rows, need, B, m, q.device)
-        if g == 0:
-            return cols
-        scores = rows.sum(-2) if rows is not None else None                                     # (B, |need|, m)
-        for h in range(H):
+        scores = rows.sum(-2) if rows is not None and g else None                               # (B, |need|, m)
+        for h in range(H if g else 0):
             fixed = [t for t in self.fixed[h] if t < m]
             if fixed:
                 cols[:, h, : len(fixed)] = torch.tensor(fixed, device=q.device)
@@ -137,21 +135,29 @@ class LayerRunner:
                 top = torch.topk(sc, d, dim=-1)
                 pick = torch.where(top.values >= 0, top.indices, torch.full_like(top.indices, -1))
                 cols[:, h, len(fixed) : len(fixed) + d] = pick
+        self.diagonals = self.choose_slashes(rows, need, cols)
         return cols
 
-    def choose_slashes(self, rows, need: list[int], B: int, m: int, device):
-        """Δ_h per batch row: the ``slashes`` offsets δ < −w_h of largest last-query mass, ``(B, H, s)`` (NO_DIAGONAL: empty).
+    def choose_slashes(self, rows, need: list[int], cols):
+        """Δ_h per batch row: the ``slashes`` offsets δ < −w_h of largest last-query mass off the head's columns,
+        ``(B, H, s)`` (NO_DIAGONAL: empty):
 
-        rows: (B, |need|, nq, m) the last queries' attention of the heads ``need``; one batched estimate for all heads.
+            σ_h(d) = Σ_r â_{r, p_r − d} · 1[p_r − d ∉ T_h]      (``slash_lines.slash_mass`` of the rows without T_h)
+
+        The keys T_h holds are left out: the head reads them already, and a sink's mass (large on every last query,
+        at a different distance from each) would otherwise pick lines through the sink that only the last rows reach.
+        rows: (B, |need|, nq, m) the last queries' attention of the heads ``need``; cols: (B, H, g) T_h (−1: empty).
+        One batched estimate for all heads of the layer.
         """
-        s = max(self.slashes, default=0)
+        B, device, s = cols.shape[0], cols.device, max(self.slashes, default=0)
         diags = torch.full((B, self.H, s), NO_DIAGONAL, dtype=torch.long, device=device)
         if s == 0:
             return diags
         hs = torch.tensor(need, device=device)
         w = self.w.to(device)[hs]                                                             # (|need|,)
         want = torch.tensor([self.slashes[h] for h in need], device=device)                   # (|need|,)
-        picked = top_slashes(slash_mass(rows.float()), w, want)                               # (B, |need|, ≤ s)
+        held = column_mask(cols[:, hs], rows.shape[-1])                                       # (B, |need|, m)
+        picked = top_slashes(slash_mass(rows.float().masked_fill(held[:, :, None, :], 0.0)), w, want)  # (B, |need|, ≤ s)
         diags[:, hs, : picked.shape[-1]] = picked
         return diags
 

@@ -10,7 +10,8 @@
   largest attention mass from the last ``LAST_Q`` queries (``attention.estimate_columns``);
 * D(x) = {(i, j) : j − i ∈ Δ(x)}: ``slashes`` diagonals δ < −w (beyond the band) chosen *per input* at the
   prefill as MInference's slash lines: the offsets of largest mass Σ_r â_{r, p_r + δ} from the same last
-  queries (``attnlab.llm.slash_lines``).  Prefill only: decoding reads band + columns (+ tail) as before.
+  queries, over the keys the head's columns do not hold (``attention.LayerRunner.choose_slashes``,
+  ``attnlab.llm.slash_lines``).  Prefill only: decoding reads band + columns (+ tail) as before.
 
 A plan's cost is its entries: |B_w ∩ causal| = n(w+1) − w(w+1)/2 plus ≤ n − w − 1 per column and per slash
 line (``entries_of``); its budget β is a fraction of the causal entries L·H·n(n+1)/2 of all heads.

@@ -5,8 +5,9 @@ how the chunked kernel reads them beside a band and columns.
                                                                 â_r: the causal softmax row of the query at position p_r)
     Δ(x) = the s offsets δ = −d with d > w of largest σ_d > 0   (the band B_w holds d ≤ w; a line of no mass is left empty)
 
-One estimate serves both users: ``sparse_patterns.vertical_slash`` (MInference's vertical-slash pattern) and
-``attention.LayerRunner`` (a plan head's ``HeadPlan.slashes``, from the same last-query rows as its dynamic columns).
+One estimate serves both users: ``sparse_patterns.vertical_slash`` (MInference's vertical-slash pattern, on the
+rows as they are) and ``attention.LayerRunner`` (a plan head's ``HeadPlan.slashes``, from the same last-query rows as
+its dynamic columns, with the keys its columns hold set to 0: ``LayerRunner.choose_slashes``).
 ``kernel_extras`` turns a batch of heads' columns T and diagonals Δ into the extra keys of the chunked kernel
 (``nn.mechanisms.sliding_window``): the columns as keys shared by a chunk, the diagonals as one key per
 (diagonal, query) of the chunk (``Support.kernel_diagonal_extras``: a key a column already holds is read once).
