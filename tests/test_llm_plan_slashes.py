@@ -247,3 +247,21 @@ def test_cli_plan_writes_the_slashes_and_refuses_bad_input(model_dir, tmp_path, 
     (tmp_path / "bad.json").write_text(json.dumps(d))
     code, _, err = cli(capsys, monkeypatch, "plan-run", "--hf", model_dir, "--plan", tmp_path / "bad.json", "--file", text, "--n", "300")
     assert code == 2 and err.count("\n") == 1 and "slashes must be an integer" in err, err
+
+
+def test_a_sink_column_does_not_draw_the_lines():
+    """A sink (key 0, most of every last query's mass) puts MInference's top lines through it — δ = −p_r, reachable
+    from the last rows only; a plan head holding the sink as a column estimates its lines without it."""
+    from attnlab.llm.attention import last_query_rows
+
+    n, g = 200, torch.Generator().manual_seed(3)
+    q, k, v = torch.randn(1, 1, n, 16, generator=g), torch.randn(1, 1, n, 16, generator=g), torch.randn(1, 1, n, 16, generator=g)
+    u = torch.nn.functional.normalize(torch.randn(16, generator=g), dim=0) * 6
+    q[0, 0, -LAST_Q:] += u                                                           # every last query looks at key 0
+    k[0, 0, 0] = u
+    sink_lines = set(range(-(n - 1), -(n - LAST_Q) + 1))
+    plain = top_slashes(slash_mass(last_query_rows(q, k, 0.3)), 4, 3)[0, 0].tolist()
+    assert set(plain) <= sink_lines                                                  # the rows as they are: sink lines
+    runner = LayerRunner([head(4, (0,), 0, slashes=3)], 0, 1)
+    runner.prefill(q, k, v, 0.3)
+    assert not set(runner.diagonals[0, 0].tolist()) & sink_lines
