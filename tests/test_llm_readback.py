@@ -117,7 +117,8 @@ def test_an_evicted_needle_is_read_back_through_its_page():
     layer.evict(runner.keep(layer.positions, L, layer.flags), store=True)
     assert layer.positions.tolist() == [[list(range(L - w, L))] * 2]          # the band alone stays resident
     assert needle in layer.store_pos[0, 0].tolist()
-    keys, values, pos, flags, stored = layer.joined()
+    (part,) = layer.parts()                                                    # resident ∪ stored, the store's slots last
+    keys, values, pos, flags, stored = part.keys, part.values, part.positions, part.flags, part.stored
     q = torch.zeros(1, 4, 1, d)
     q[0, 0, 0] = 1.0                                                           # head 0 asks along the needle
     q[0, 1, 0] = -1.0                                                          # head 1 (same KV head) for the other fact
@@ -219,7 +220,8 @@ def test_a_sink_column_does_not_take_a_page():
     layer.flags = runner.column_flags(layer.positions)
     layer.page = runner.page
     layer.evict(runner.keep(layer.positions, L, layer.flags), store=True)
-    keys, values, pos, flags, stored = layer.joined()
+    (part,) = layer.parts()                                                    # resident ∪ stored, the store's slots last
+    keys, values, pos, flags, stored = part.keys, part.values, part.positions, part.flags, part.stored
     q = torch.zeros(1, 4, 1, d)
     q[0, 0, 0] = -1.0                                                          # along the fact at 40 (k = −3)
     assert int(torch.argmax(page_upper_bound(q, keys, pos, 16)[0, 0, 0])) == 0  # Quest's own summary: the sink's page

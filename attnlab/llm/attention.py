@@ -53,6 +53,7 @@ __all__ = ["NAME", "LayerRunner", "apply_plan", "attnlab_attention", "attention_
            "plan_reference", "register", "remove_plan"]
 
 NAME = "attnlab"
+RAGGED = 1.0625    # a layer's cache splits by KV head when padding them to one length would hold > 1/16 more slots
 
 
 def estimate_columns(q, k, scaling: float, last_q: int = LAST_Q):
@@ -214,57 +215,111 @@ class LayerRunner:
         return out
 
     # ---- decoding: masked softmax over the cached keys -----------------------------------------
-    def column_flags(self, k_pos):
-        """Which cached slots are columns of each query head: k_pos (B, H_kv, L) → (B, H_kv, r, L) bool, r = H / H_kv.
+    def column_flags(self, k_pos, kv=None):
+        """Which cached slots are columns of each query head: k_pos (B, H_s, L) → (B, H_s, r, L) bool, r = H / H_kv.
 
-        Computed once per prefill (``PlanLayer.flags`` then carries them through decoding and eviction).
+        ``kv`` (H_s,): the KV heads of k_pos (None: all, in order).  Computed once per prefill (``PlanLayer.flags``
+        then carries them through decoding and eviction).
         """
-        B, H_kv, L = k_pos.shape
-        flags = torch.zeros(B, self.H, L, dtype=torch.bool, device=k_pos.device)
+        B, H_s, L = k_pos.shape
+        r = self.H // self.H_kv
+        flags = torch.zeros(B, H_s * r, L, dtype=torch.bool, device=k_pos.device)
         if self.sliding is None and self.columns is not None and self.columns.shape[-1]:
-            cols = self.columns.to(k_pos.device).expand(B, -1, -1)                        # (B, H, g), −1: empty
-            pos = k_pos[:, self.kv_of.to(k_pos.device)]                                    # (B, H, L)
+            hq = self.query_heads(kv).to(self.columns.device)
+            cols = self.columns[:, hq].to(k_pos.device).expand(B, -1, -1)                  # (B, H_s·r, g), −1: empty
+            pos = k_pos.repeat_interleave(r, dim=1)                                         # (B, H_s·r, L)
             flags = (pos[..., None] == cols[:, :, None, :]).any(-1) & (pos >= 0)
-        return flags.view(B, H_kv, self.H // H_kv, L)
+        return flags.view(B, H_s, r, L)
 
-    def allowed(self, q_pos, k_pos, flags=None):
-        """S_h(i) over cached keys: q_pos (n,), k_pos (B, H_kv, L) (−1: empty slot) → (B, H_kv, r, n, L) bool.
+    def query_heads(self, kv=None):
+        """The query heads of the KV heads ``kv`` (H_s,) in order: g·r + ρ (None: all H)."""
+        if kv is None:
+            return torch.arange(self.H)
+        r = self.H // self.H_kv
+        return (kv.cpu()[:, None] * r + torch.arange(r)[None, :]).reshape(-1)
 
-        ``flags`` (B, H_kv, r, L): the column slots of each query head (``column_flags``; computed if None).
+    def per_kv(self, x, kv=None):
+        """A per-query-head tensor (H,) as (H_s, r), the rows of the KV heads ``kv`` (None: all)."""
+        x = x.view(self.H_kv, self.H // self.H_kv)
+        return x if kv is None else x[kv.cpu()]
+
+    def whole_kv(self):
+        """(H_kv,) bool: the KV heads some query head of which reads every key at decoding (full, or a retrieval tail)."""
+        return (self.per_kv(self.w_decode) == FULL).any(1) & (self.sliding is None)
+
+    def allowed(self, q_pos, k_pos, flags=None, kv=None):
+        """S_h(i) over cached keys: q_pos (n,), k_pos (B, H_s, L) (−1: empty slot) → (B, H_s, r, n, L) bool.
+
+        ``flags`` (B, H_s, r, L): the column slots of each query head (``column_flags``; computed if None);
+        ``kv`` (H_s,): the KV heads of k_pos (None: all).
         """
-        B, H_kv, L = k_pos.shape
-        r = self.H // H_kv
-        flags = self.column_flags(k_pos) if flags is None else flags
+        B, H_s, L = k_pos.shape
+        r = self.H // self.H_kv
+        flags = self.column_flags(k_pos, kv) if flags is None else flags
         i = q_pos.view(1, 1, 1, -1, 1)
-        j = k_pos[:, :, None, None, :]                                                     # (B, H_kv, 1, 1, L)
-        w = self.w_decode.to(k_pos.device).view(1, H_kv, r, 1, 1)
+        j = k_pos[:, :, None, None, :]                                                     # (B, H_s, 1, 1, L)
+        w = self.per_kv(self.w_decode, kv).to(k_pos.device).view(1, H_s, r, 1, 1)
         return (j >= 0) & visible(i, j, self.sliding) & ((w == FULL) | near(i, j, w) | flags[:, :, :, None, :])
 
-    def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None):
-        """q: (B, H, n, d_k) at positions q_pos (n,); k, v: (B, H_kv, L, ·) at k_pos (B, H_kv, L) → (B, H, n, d_v).
+    @staticmethod
+    def attend(q, k, v, scaling, allowed):
+        """softmax over the ``allowed`` keys: q (B, H_s·r, n, d_k), k, v (B, H_s, L, ·), allowed (B, H_s, r, n, L) (None: all).
 
-        GQA without copies: the r = H / H_kv query heads of a KV head are one batch of its keys.
+        GQA without copies: the r query heads of a KV head are the r·n rows of one product with its keys (a
+        broadcast ``(B, H_s, r, n, d) @ (B, H_s, 1, d, L)`` would copy every key r times a step).
         """
         B, H, n, d = q.shape
-        H_kv = k.shape[1]
-        qg = q.view(B, H_kv, H // H_kv, n, d)                                              # query head h = g·r + ρ
-        s = (qg @ k[:, :, None].transpose(-1, -2)) * scaling                               # (B, H_kv, r, n, L)
-        allowed = self.allowed(q_pos, k_pos, flags)                                        # (B, H_kv, r, n, L)
-        if self.pages:
-            allowed, self.fetched = read_back(q, k, k_pos, q_pos, allowed, self.reads, self.page, self.pages)
+        H_s, L = k.shape[1], k.shape[2]
+        r = H // H_s
+        s = ((q.reshape(B, H_s, r * n, d) @ k.transpose(-1, -2)) * scaling).view(B, H_s, r, n, L)   # (B, H_s, r, n, L)
         a = masked_softmax(s, allowed)
-        return (a @ v[:, :, None]).view(B, H, n, v.shape[-1])
+        return (a.view(B, H_s, r * n, L) @ v).view(B, H, n, v.shape[-1])
+
+    def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None, kv=None):
+        """q: (B, H_s·r, n, d_k) at positions q_pos (n,); k, v: (B, H_s, L, ·) at k_pos (B, H_s, L) → (B, H_s·r, n, d_v).
+
+        ``kv`` (H_s,): which KV heads k, v are, q holding their query heads (None: all of them).
+        """
+        allowed = self.allowed(q_pos, k_pos, flags, kv)                                    # (B, H_s, r, n, L)
+        if self.pages:
+            reads = self.reads if kv is None else self.per_kv(self.reads, kv).reshape(-1)
+            allowed, self.fetched = read_back(q, k, k_pos, q_pos, allowed, reads, self.page, self.pages)
+        return self.attend(q, k, v, scaling, allowed)
+
+    def decode_parts(self, q, parts, scaling, q_pos):
+        """q: (B, H, n, d_k) over a cache's ``parts`` (``kv_cache.Part``: KV heads with their keys) → (out (B, H, n, d_v),
+        how many stored slots the step read through pages, summed over (batch row, KV head); None: no store)."""
+        fetched = None
+        if len(parts) == 1:                                                                # an unsplit layer: every KV head
+            p = parts[0]
+            out = self.decode(q, p.keys, p.values, scaling, q_pos, p.positions, p.flags)
+            if p.stored is not None and self.pages:
+                fetched = float((self.fetched & p.stored).sum())
+            return out, fetched
+        B, H, n, _ = q.shape
+        out = q.new_empty(B, H, n, parts[0].values.shape[-1])
+        for p in parts:
+            hq = self.query_heads(p.kv).to(q.device)
+            if p.whole and n == 1 and bool((self.per_kv(self.w_decode, p.kv) == FULL).all()):
+                out[:, hq] = self.attend(q[:, hq], p.keys, p.values, scaling, None)   # every key, all before the query
+                continue
+            out[:, hq] = self.decode(q[:, hq], p.keys, p.values, scaling, q_pos, p.positions, p.flags, kv=p.kv)
+            if p.stored is not None and self.pages:
+                fetched = (fetched or 0.0) + float((self.fetched & p.stored).sum())
+        return out, fetched
 
     # ---- what the cache must keep ---------------------------------------------------------------
-    def keep(self, k_pos, seen: int, flags=None):
-        """Which cached keys (B, H_kv, L) some query at position ≥ ``seen`` of this layer can still read.
+    def keep(self, k_pos, seen: int, flags=None, kv=None):
+        """Which cached keys (B, H_s, L) of the KV heads ``kv`` (None: all) some query at position ≥ ``seen`` of this
+        layer can still read.
 
             keep(j) = ∃ h of the KV head: w_h = FULL ∨ j ≥ seen − w_h ∨ j ∈ T_h     (w_h capped by a sliding window)
         """
-        B, H_kv, L = k_pos.shape
-        r = self.H // H_kv
-        w = torch.tensor([FULL if self.tail[h] else self.effective_w(h, seen) for h in range(self.H)], device=k_pos.device).view(1, H_kv, r, 1)
-        flags = self.column_flags(k_pos) if flags is None else flags                      # (B, H_kv, r, L)
+        B, H_s, L = k_pos.shape
+        r = self.H // self.H_kv
+        w = torch.tensor([FULL if self.tail[h] else self.effective_w(h, seen) for h in range(self.H)])
+        w = self.per_kv(w, kv).to(k_pos.device).view(1, H_s, r, 1)
+        flags = self.column_flags(k_pos, kv) if flags is None else flags                  # (B, H_s, r, L)
         mine = (w == FULL) | near(seen, k_pos[:, :, None, :], w) | flags
         return mine.any(2) & (k_pos >= 0)
 
@@ -291,24 +346,24 @@ def attnlab_attention(module, query, key, value, attention_mask=None, dropout: f
     else:
         seen = layer.seen if layer is not None else m
         q_pos = torch.arange(seen - n, seen, device=query.device)
-        if layer is not None:
-            k_pos = layer.positions
-        else:
-            k_pos = torch.arange(m, device=key.device).expand(key.shape[0], key.shape[1], m)
         if layer is not None and m == n == seen:   # first prefill into a PlanCache: the kernel, then compress
             out = runner.prefill(query, key, value, scaling)
             layer.flags = runner.column_flags(layer.positions)                            # the columns' slots, once
             layer.page = runner.page if runner.pages else None                             # read-back: a store, page summaries
-        elif layer is not None and layer.store_keys is not None:   # read-back: resident ∪ stored keys, the store's slots last
-            key, value, k_pos, flags, stored = layer.joined()
-            out = runner.decode(query, key, value, scaling, q_pos, k_pos, flags)
-            layer.count_read(runner.fetched & stored)
-        else:
-            out = runner.decode(query, key, value, scaling, q_pos, k_pos, layer.flags if layer is not None else None)
-            if layer is not None and runner.pages:
-                layer.count_read(None)
+        elif layer is not None:   # each part of the cache with its query heads (the store's slots joined last)
+            out, fetched = runner.decode_parts(query, layer.parts(), scaling, q_pos)
+            if runner.pages:
+                layer.count_read(fetched)
+        else:   # queries after keys from elsewhere (no PlanCache): every key at its position
+            k_pos = torch.arange(m, device=key.device).expand(key.shape[0], key.shape[1], m)
+            out = runner.decode(query, key, value, scaling, q_pos, k_pos)
     if layer is not None and layer.due():
-        layer.evict(runner.keep(layer.positions, layer.seen, layer.flags), store=bool(runner.pages))
+        if layer.evicted_at is None and len(layer.slabs) == 1:   # the first compaction: ragged by KV head, if heads differ
+            kept = runner.keep(layer.positions, layer.seen, layer.flags).sum(-1).amax(0)  # (H_kv,) slots each KV head keeps
+            if int(kept.max()) * len(kept) > RAGGED * int(kept.sum()):
+                layer.split(runner.whole_kv())
+        layer.compact(lambda slab: runner.keep(slab.positions, layer.seen, slab.flags, slab.kv if len(layer.slabs) > 1 else None),
+                      store=bool(runner.pages))
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.llm.kv_cache import kv_bytes, read_tokens, store_bytes, store_tokens
+from attnlab.llm.kv_cache import PlanLayer, kv_bytes, read_tokens, store_bytes, store_tokens
 
 __all__ = ["Answer", "greedy_answer", "kv_tokens", "reusable"]
 
@@ -52,10 +52,9 @@ def kv_tokens(cache) -> float:
     """Mean tokens held per (layer, KV head): a ``PlanLayer``'s filled slots, else the cached length."""
     counts = []
     for layer in cache.layers:
-        pos = getattr(layer, "positions", None)
         keys = getattr(layer, "keys", None)
-        if isinstance(pos, torch.Tensor):
-            counts.append(float((pos >= 0).sum()) / (pos.shape[0] * pos.shape[1]))
+        if isinstance(layer, PlanLayer):
+            counts.append(layer.tokens() if layer.slabs else 0.0)
         elif isinstance(keys, torch.Tensor) and keys.dim() == 4:
             counts.append(float(keys.shape[2]))
     return sum(counts) / len(counts) if counts else 0.0

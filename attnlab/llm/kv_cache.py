@@ -1,15 +1,26 @@
 """A KV cache that keeps, per KV head, only the keys its query heads can still read: O(w + g) per planned head.
 
     keep(j) = j ∈ T_h  ∨  j ≥ t − w_h     for some query head h of the KV head (t: the next position)
-            = everything                  if one of them is full
+            = everything                  if one of them is full (or reads its whole cache: a retrieval tail)
 
 After the prefill, and then every ``EVICT_EVERY`` decoding steps, each layer of a planned model
 (``attention.apply_plan``) drops the cached keys and values no future query can attend to (in
 between, keys that left a window stay cached but masked: at most ``EVICT_EVERY`` extra slots per
-KV head, and no compaction copy per token); what stays is stored compacted, ``(B, H_kv, L, d)``
-with the absolute position of every slot in ``positions`` ``(B, H_kv, L)`` (−1: an empty slot,
+KV head, and no compaction copy per token); what stays is stored compacted, ``(B, H_p, L, d)``
+with the absolute position of every slot in ``positions`` ``(B, H_p, L)`` (−1: an empty slot,
 when KV heads keep different numbers of keys).  ``seen`` counts the tokens processed, so the
 model's positions (RoPE) continue as with a full cache.
+
+Ragged by KV head where it matters: a KV head one of whose query heads reads everything keeps every
+key, the others w + g.  Padding them to one length would hold the whole context for every KV head of
+such a layer, so at the first compaction a layer whose KV heads keep different numbers of keys splits
+(``split``) into *slabs* (``Slab``): its whole KV heads in one that is never compacted, each other KV head
+in one of its own.  ``parts()`` gives each
+slab's keys for one decoding step (the attention runs slab by slab); an unsplit layer is one slab.
+
+Appending a token writes into spare room kept after the last slot (``EVICT_EVERY`` slots, the
+appends between two compactions), not a concatenation of the whole cache per step: ``keys`` is a
+view of the first L slots of a larger buffer, and ``kv_bytes`` counts the buffers as allocated.
 
     cache = PlanCache(model)            # after apply_plan(model, plan)
     model.generate(ids, past_key_values=cache, ...)
@@ -18,53 +29,89 @@ model's positions (RoPE) continue as with a full cache.
 Read-back (``Plan.pages`` > 0, ``attnlab.llm.pages``): the slots an eviction drops are appended to the
 layer's *store* (``store_keys``/``store_values``/``store_pos``, compacted the same way) instead of being
 lost — the off-device copy Quest and InfiniGen keep in host memory; a decoding step joins them after the
-resident slots (``joined``) and its planned heads read the pages their bound chooses.  Accounting keeps
+resident slots (``parts``) and its planned heads read the pages their bound chooses.  Accounting keeps
 the two apart: ``kv_bytes`` is the resident cache plus the page summaries (2·d_k values per page and KV
 head), ``store_bytes`` the stored keys and values, ``read_tokens`` the stored tokens fetched per step.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-__all__ = ["EVICT_EVERY", "PlanCache", "PlanLayer", "kv_bytes", "read_tokens", "store_bytes", "store_tokens"]
+__all__ = ["EVICT_EVERY", "Part", "PlanCache", "PlanLayer", "Slab", "kv_bytes", "read_tokens", "store_bytes", "store_tokens"]
 
-EVICT_EVERY = 32  # decoding steps between compactions
+EVICT_EVERY = 32  # decoding steps between compactions (and the spare slots kept after the last one)
 
 
-class PlanLayer(DynamicLayer):
-    """One layer's compacted keys and values with their positions."""
+def _append(x, new, dim: int):
+    """``x`` followed by ``new`` along ``dim``, written into the spare room of x's buffer when x is the first L slots
+    of one (a view this function made) with room for ``new``; else into a new buffer with min(``EVICT_EVERY``,
+    ⌈(L + t)/16⌉) empty slots after the last (≤ 1/16 more memory; a copy every ≥ L/16 appends).  x None: ``new``
+    alone.  Returns the view of the filled slots."""
+    L, t = (0 if x is None else x.shape[dim]), new.shape[dim]
+    buf = None if x is None else x._base
+    if buf is None or buf.dim() != x.dim() or x.storage_offset() != 0 or buf.stride() != x.stride() or buf.shape[dim] < L + t:
+        shape = list(new.shape)
+        shape[dim] = L + t + min(EVICT_EVERY, -(-(L + t) // 16))
+        buf = new.new_empty(shape)
+        if L:
+            buf.narrow(dim, 0, L).copy_(x)
+    buf.narrow(dim, L, t).copy_(new)
+    return buf.narrow(dim, 0, L + t)
 
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.positions = None  # (B, H_kv, L) long
-        self.flags = None      # (B, H_kv, r, L) bool: slot is a column of query head g·r + ρ (set after the prefill)
-        self.seen = 0
-        self.evicted_at = None  # ``seen`` at the last compaction
-        self.page = None        # read-back: tokens per page (None: evicted keys are dropped)
-        self.store_keys = self.store_values = self.store_pos = None   # (B, H_kv, S, ·), (B, H_kv, S): evicted slots
-        self.fetched = self.steps = 0   # stored tokens read per (batch row, KV head), summed over decoding steps; steps
 
-    def update(self, key_states, value_states, *args, **kwargs):
-        # key_states: (B, H_kv, n, d) → all cached keys (B, H_kv, L + n, d)
-        B, H_kv, n, _ = key_states.shape
-        new = torch.arange(self.seen, self.seen + n, device=key_states.device).expand(B, H_kv, n)
-        self.positions = new.clone() if self.positions is None else torch.cat([self.positions, new], dim=-1)
-        self.seen += n
-        if self.flags is not None:  # new tokens are no columns (columns are chosen at the prefill)
-            self.flags = torch.cat([self.flags, self.flags.new_zeros(*self.flags.shape[:3], n)], dim=-1)
-        return super().update(key_states, value_states, *args, **kwargs)
+def _held(x) -> int:
+    """Bytes allocated for ``x``: its buffer's, spare room included."""
+    return x.untyped_storage().nbytes()
 
-    def due(self) -> bool:
-        """Time to compact: right after the prefill, then every ``EVICT_EVERY`` tokens."""
-        return self.evicted_at is None or self.seen - self.evicted_at >= EVICT_EVERY
+
+@dataclass
+class Part:
+    """One decoding step's view of some KV heads ``kv`` (H_s,) of a layer: keys, values (B, H_s, L, ·), positions
+    (B, H_s, L) (−1: empty), column flags (B, H_s, r, L), which slots come from the read-back store (None: none),
+    and whether they are every key in order (a whole slab)."""
+
+    kv: torch.Tensor
+    keys: torch.Tensor
+    values: torch.Tensor
+    positions: torch.Tensor
+    flags: torch.Tensor | None
+    stored: torch.Tensor | None = None
+    whole: bool = False      # every key 0 … seen − 1 in order, none evicted
+
+
+class Slab:
+    """Some KV heads ``kv`` (H_s,) of a layer, padded to one length: keys, values (B, H_s, L, d) (views with spare
+    room), positions (B, H_s, L) (−1: empty), column flags (B, H_s, r, L), and the read-back store of their evicted
+    slots.  ``whole``: they keep every key (never compacted)."""
+
+    def __init__(self, kv, keys, values, positions, flags=None, whole: bool = False):
+        self.kv, self.keys, self.values, self.positions, self.flags, self.whole = kv, keys, values, positions, flags, whole
+        self.store_keys = self.store_values = self.store_pos = None   # (B, H_s, S, ·), (B, H_s, S): evicted slots
+
+    def append(self, key_states, value_states, seen: int):
+        """The new tokens of these KV heads (B, H_s, n, ·) at positions seen … seen + n − 1; no new token is a column."""
+        B, H_s, n, _ = key_states.shape
+        new = torch.arange(seen, seen + n, device=key_states.device).expand(B, H_s, n)
+        self.positions = _append(self.positions, new, 2)
+        if self.flags is not None:
+            self.flags = _append(self.flags, self.flags.new_zeros(*self.flags.shape[:3], n), 3)
+        self.keys = _append(self.keys, key_states, 2)
+        self.values = _append(self.values, value_states, 2)
+
+    def take(self, idx, whole: bool = False) -> "Slab":
+        """The KV heads at indices ``idx`` of this slab (before any eviction), as a slab of their own."""
+        i = idx.to(self.keys.device)
+        return Slab(self.kv[idx], self.keys[:, i], self.values[:, i], self.positions[:, i],
+                    None if self.flags is None else self.flags[:, i], whole)
 
     def evict(self, keep, store: bool = False):
-        """Drop the slots with ``keep`` False (B, H_kv, L); KV heads keeping fewer keys are padded with −1 positions.
+        """Drop the slots with ``keep`` False (B, H_s, L); KV heads keeping fewer keys are padded with −1 positions.
 
         ``store``: the dropped slots go to the store (read-back) instead of being lost."""
-        self.evicted_at = self.seen
         if bool(keep.all()):
             return
         if store:
@@ -75,8 +122,8 @@ class PlanLayer(DynamicLayer):
             self.flags = torch.gather(self.flags, -1, order[:, :, None, :].expand(*self.flags.shape[:3], L)) & ok[:, :, None, :]
 
     def _gather(self, take):
-        """The slots with ``take`` True (B, H_kv, L), compacted in order: (order, ok, keys, values, positions), each KV head
-        padded to the longest with empty slots (ok False, position −1); order (B, H_kv, L') the source slots."""
+        """The slots with ``take`` True (B, H_s, L), compacted in order: (order, ok, keys, values, positions), each KV head
+        padded to the longest with empty slots (ok False, position −1); order (B, H_s, L') the source slots."""
         L = int(take.sum(-1).max())
         order = torch.sort((~take).to(torch.int8), dim=-1, stable=True).indices[..., :L]  # taken slots first, in order
         ok = torch.gather(take, -1, order)
@@ -87,7 +134,7 @@ class PlanLayer(DynamicLayer):
         return order, ok, k, v, pos
 
     def _store(self, drop):
-        """Append the slots with ``drop`` True (B, H_kv, L) to the store, compacted (−1: empty)."""
+        """Append the slots with ``drop`` True (B, H_s, L) to the store, compacted (−1: empty)."""
         _, _, k, v, pos = self._gather(drop)
         if self.store_keys is None:
             self.store_keys, self.store_values, self.store_pos = k, v, pos
@@ -96,20 +143,120 @@ class PlanLayer(DynamicLayer):
             self.store_values = torch.cat([self.store_values, v], 2)
             self.store_pos = torch.cat([self.store_pos, pos], -1)
 
-    def joined(self):
-        """Resident ∪ stored slots for a read-back step: keys, values (B, H_kv, L + S, ·), positions (B, H_kv, L + S),
-        column flags (B, H_kv, r, L + S) (a stored key is no column), and which slots are stored (B, H_kv, L + S)."""
+    def part(self) -> Part:
+        """What a decoding step reads: the resident slots, joined with the store's (its slots last; a stored key is no
+        column) when there is one."""
+        if self.store_keys is None:
+            return Part(self.kv, self.keys, self.values, self.positions, self.flags, whole=self.whole)
         L, S = self.keys.shape[2], self.store_keys.shape[2]
-        flags = torch.cat([self.flags, self.flags.new_zeros(*self.flags.shape[:3], S)], -1)
+        flags = None if self.flags is None else torch.cat([self.flags, self.flags.new_zeros(*self.flags.shape[:3], S)], -1)
         stored = torch.arange(L + S, device=self.keys.device).expand(*self.positions.shape[:2], L + S) >= L
-        return (torch.cat([self.keys, self.store_keys], 2), torch.cat([self.values, self.store_values], 2),
-                torch.cat([self.positions, self.store_pos], -1), flags, stored)
+        return Part(self.kv, torch.cat([self.keys, self.store_keys], 2), torch.cat([self.values, self.store_values], 2),
+                    torch.cat([self.positions, self.store_pos], -1), flags, stored)
+
+
+def _one(name: str):
+    """A PlanLayer attribute of its only slab (an unsplit layer: every KV head in one; what tests and baselines read)."""
+
+    def get(self):
+        return getattr(self.slabs[0], name) if self.slabs else None
+
+    def put(self, x):
+        if self.slabs:
+            if len(self.slabs) > 1:
+                raise AttributeError(f"a split PlanLayer has no single {name}: read its slabs")
+            setattr(self.slabs[0], name, x)
+
+    return property(get, put)
+
+
+class PlanLayer(DynamicLayer):
+    """One layer's compacted keys and values with their positions, in slabs of KV heads (one until ``split``)."""
+
+    keys, values, positions, flags = _one("keys"), _one("values"), _one("positions"), _one("flags")
+    store_keys, store_values, store_pos = _one("store_keys"), _one("store_values"), _one("store_pos")
+
+    def __init__(self, **kwargs):
+        self.slabs: list[Slab] = []   # every KV head in exactly one; slab 0 returned by ``update``
+        super().__init__(**kwargs)
+        self.num_kv_heads = 0
+        self.seen = 0
+        self.evicted_at = None  # ``seen`` at the last compaction
+        self.page = None        # read-back: tokens per page (None: evicted keys are dropped)
+        self.fetched = self.steps = 0   # stored tokens read per (batch row, KV head), summed over decoding steps; steps
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        # key_states: (B, H_kv, n, d) → slab 0's cached keys and values (B, H_s, L + n, ·)
+        self.is_initialized, self.device = True, key_states.device
+        B, H_kv, n, _ = key_states.shape
+        self.num_kv_heads = H_kv
+        if not self.slabs:
+            self.slabs = [Slab(torch.arange(H_kv), None, None, None)]
+        for slab in self.slabs:
+            i = slab.kv.to(key_states.device)
+            k, v = (key_states, value_states) if len(self.slabs) == 1 else (key_states[:, i], value_states[:, i])
+            slab.append(k, v, self.seen)
+        self.seen += n
+        return self.slabs[0].keys, self.slabs[0].values
+
+    def due(self) -> bool:
+        """Time to compact: right after the prefill, then every ``EVICT_EVERY`` tokens."""
+        return self.evicted_at is None or self.seen - self.evicted_at >= EVICT_EVERY
+
+    def split(self, whole) -> None:
+        """Ragged by KV head, before any eviction: the KV heads with ``whole`` True (H_kv,) bool in one slab that keeps
+        every key, each other KV head in a slab of its own (no padding to another head's length)."""
+        assert len(self.slabs) == 1 and self.evicted_at is None and self.slabs[0].store_keys is None
+        (one,) = self.slabs
+        w = torch.nonzero(whole).view(-1) if bool(whole.any()) and not bool(whole.all()) else whole.new_zeros(0, dtype=torch.long)
+        self.slabs = ([one.take(w, whole=True)] if w.numel() else []) + [one.take(g.view(1)) for g in torch.nonzero(~whole).view(-1)]
+
+    def evict(self, keep, store: bool = False):
+        """Compact an unsplit layer: drop the slots with ``keep`` False (B, H_kv, L) (``Slab.evict``)."""
+        assert len(self.slabs) == 1, "a split layer is compacted slab by slab (compact)"
+        self.evicted_at = self.seen
+        self.slabs[0].evict(keep, store)
+
+    def compact(self, keep_of, store: bool = False):
+        """Compact every slab that does not keep everything: ``keep_of(slab)`` → its slots to keep (B, H_s, L)."""
+        self.evicted_at = self.seen
+        for slab in self.slabs:
+            if not slab.whole:
+                slab.evict(keep_of(slab), store)
+
+    def parts(self) -> list[Part]:
+        """What one decoding step reads, slab by slab (``Slab.part``)."""
+        return [slab.part() for slab in self.slabs]
 
     def count_read(self, fetched) -> None:
-        """One decoding step's stored slots read (B, H_kv, L + S) bool (None: none)."""
+        """One decoding step's count of stored slots read, summed over slabs and (batch row, KV head) (None: none)."""
         self.steps += 1
         if fetched is not None:
-            self.fetched += float(fetched.sum()) / (fetched.shape[0] * fetched.shape[1])
+            self.fetched += float(fetched) / (self.batch() * self.num_kv_heads)
+
+    def batch(self) -> int:
+        return self.slabs[0].keys.shape[0]
+
+    def tokens(self) -> float:
+        """Mean filled slots per (batch row, KV head), over every slab."""
+        return sum(float((s.positions >= 0).sum()) for s in self.slabs) / (self.batch() * self.num_kv_heads)
+
+    def held_bytes(self) -> int:
+        """Bytes allocated for the resident keys and values (spare room included) with a read-back slab's page
+        summaries: 2·d_k values per page of the ``seen`` positions and (batch row, KV head)."""
+        total = sum(_held(x) for s in self.slabs for x in (s.keys, s.values))
+        if self.page:
+            for s in self.slabs:
+                if not s.whole:
+                    B, H_s, _, d = s.keys.shape
+                    total += B * H_s * -(-self.seen // self.page) * 2 * d * s.keys.element_size()
+        return total
+
+    def stored_bytes(self) -> int:
+        return sum(x.numel() * x.element_size() for s in self.slabs for x in (s.store_keys, s.store_values) if x is not None)
+
+    def stored_tokens(self) -> float:
+        return sum(float((s.store_pos >= 0).sum()) for s in self.slabs if s.store_pos is not None) / (self.batch() * self.num_kv_heads)
 
     def get_seq_length(self) -> int:
         return self.seen
@@ -118,9 +265,9 @@ class PlanLayer(DynamicLayer):
         return self.seen + query_length, 0
 
     def reset(self) -> None:
-        super().reset()
-        self.positions, self.flags, self.seen, self.evicted_at = None, None, 0, None
-        self.page, self.store_keys, self.store_values, self.store_pos, self.fetched, self.steps = None, None, None, None, 0, 0
+        self.slabs = []
+        self.is_initialized = False
+        self.seen, self.evicted_at, self.page, self.fetched, self.steps = 0, None, None, 0, 0
 
     def crop(self, tokens_to_remove: int) -> None:
         raise NotImplementedError("PlanCache cannot be cropped (evicted keys are gone)")
@@ -141,29 +288,26 @@ class PlanCache(Cache):
 
 
 def kv_bytes(cache) -> int:
-    """Bytes of the keys and values a transformers cache holds on the device (any Cache with ``layers``), with a
-    read-back layer's page summaries: 2·d_k values per page of its ``seen`` positions and (batch row, KV head)."""
+    """Bytes of the keys and values a transformers cache holds on the device (any Cache with ``layers``; a
+    ``PlanLayer``'s buffers as allocated, with its read-back page summaries)."""
     total = 0
     for layer in cache.layers:
-        for x in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-            if isinstance(x, torch.Tensor):
-                total += x.numel() * x.element_size()
-        if getattr(layer, "page", None) and isinstance(layer.keys, torch.Tensor):
-            B, H_kv, _, d = layer.keys.shape
-            total += B * H_kv * -(-layer.seen // layer.page) * 2 * d * layer.keys.element_size()
+        if isinstance(layer, PlanLayer):
+            total += layer.held_bytes() if layer.slabs else 0
+        else:
+            total += sum(x.numel() * x.element_size() for x in (getattr(layer, "keys", None), getattr(layer, "values", None))
+                         if isinstance(x, torch.Tensor))
     return total
 
 
 def store_bytes(cache) -> int:
     """Bytes of the evicted keys and values kept in the read-back stores (off-device)."""
-    return sum(x.numel() * x.element_size() for layer in cache.layers
-               for x in (getattr(layer, "store_keys", None), getattr(layer, "store_values", None)) if isinstance(x, torch.Tensor))
+    return sum(layer.stored_bytes() for layer in cache.layers if isinstance(layer, PlanLayer) and layer.slabs)
 
 
 def store_tokens(cache) -> float:
     """Mean stored tokens per (layer, KV head) (0 for a layer without a store)."""
-    counts = [float((p >= 0).sum()) / (p.shape[0] * p.shape[1]) if isinstance(p := getattr(layer, "store_pos", None), torch.Tensor) else 0.0
-              for layer in cache.layers]
+    counts = [layer.stored_tokens() if isinstance(layer, PlanLayer) and layer.slabs else 0.0 for layer in cache.layers]
     return sum(counts) / len(counts) if counts else 0.0
 
 

@@ -33,7 +33,6 @@ DENSE_LAYERS = 2  # the first layers read every cached key (Quest, section 4)
 def _quest_runner(base, page: int, pages: int):
     """The layer's full-attention runner whose decoding reads only the chosen pages (dense in the first layers)."""
     from attnlab.llm.attention import LayerRunner
-    from attnlab.nn.softmax import masked_softmax
 
     class QuestRunner(LayerRunner):
         def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None):
@@ -47,10 +46,7 @@ def _quest_runner(base, page: int, pages: int):
             pid = (k_pos // page).clamp(0, chosen.shape[-1] - 1)                            # (B, H_kv, L)
             read = torch.gather(chosen.view(B, H_kv, r, n, -1), -1,
                                 pid[:, :, None, None, :].expand(B, H_kv, r, n, L))          # (B, H_kv, r, n, L)
-            allowed = self.allowed(q_pos, k_pos, flags) & read
-            qg = q.view(B, H_kv, r, n, d)
-            s = (qg @ k[:, :, None].transpose(-1, -2)) * scaling                            # (B, H_kv, r, n, L)
-            return (masked_softmax(s, allowed) @ v[:, :, None]).view(B, H, n, v.shape[-1])
+            return self.attend(q, k, v, scaling, self.allowed(q_pos, k_pos, flags) & read)
 
     runner = QuestRunner.__new__(QuestRunner)
     runner.__dict__.update(base.__dict__)

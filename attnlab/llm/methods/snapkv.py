@@ -84,8 +84,8 @@ def _snap_runner(base, window: int, kernel: int, compression: float):
                 self.selected = (m, snapkv_keep(q[:, :, q.shape[2] - window :], k, scaling, kernel, int(m * (1 - compression))))
             return out
 
-        def keep(self, k_pos, seen, flags=None):
-            keep = super().keep(k_pos, seen, flags)
+        def keep(self, k_pos, seen, flags=None, kv=None):
+            keep = super().keep(k_pos, seen, flags, kv)
             sel = getattr(self, "selected", None)
             if sel is not None and sel[0] == seen:                                       # right after that prefill
                 keep = keep & torch.gather(sel[1], -1, k_pos.clamp_min(0))
