@@ -124,6 +124,7 @@ RULES: dict[str, Rule] = {
     "plan.n": Rule(int, 2, 2**20),
     "plan.method": Rule(str, parse="attnlab.llm.eval_grid:parse_plan_method"),  # NAME or NAME:key=value (attnlab-retrieval:tail=32)
     "plan.pages": Rule(int, 0, 10**6, note="(0 = none)"),  # = attnlab.llm.plan.PAGES_MAX (not imported: it pulls in torch)
+    "plan.slashes": Rule(int, 0, 10**4, note="(0 = none)"),  # = attnlab.llm.plan.SLASHES_MAX (not imported: it pulls in torch)
     "plan-run.n": Rule(int, 2, 2**20),
     "windows": Rule(int, 1, 10**4),
     # attnlab eval (the lengths against the model's context once it is known: attnlab.llm.eval_grid)

@@ -1,6 +1,6 @@
 """``attnlab plan`` and ``attnlab plan-run``: per-head structured plans of a real LLM.
 
-    attnlab plan --hf MODEL --calibrate train.txt.gz --budget 0.1 [--n 2048] [--windows 2] [--method attnlab] [--pages K] [--out PLAN.json]
+    attnlab plan --hf MODEL --calibrate train.txt.gz --budget 0.1 [--n 2048] [--windows 2] [--method attnlab] [--pages K] [--slashes S] [--out PLAN.json]
     attnlab plan-run --hf MODEL --plan PLAN.json --file test.txt.gz [--n 2048] [--windows 1]
 
 ``plan`` calibrates on the text (exact attention, streamed in blocks of rows), chooses one
@@ -9,6 +9,9 @@ model: ``MODEL/attnlab-plan-<method>-<budget>-<n>.json`` for a model folder).  `
 applies a plan file and prints the perplexity of the planned and of the full model.
 ``--pages K``: the plan's planned heads read back K pages of evicted keys per decoding query
 (``Plan.pages``; the method option ``pages=K`` says the same; the prefill, and so plan-run, is unchanged).
+``--slashes S``: every planned head also reads, at the prefill, the S diagonals beyond its band of largest mass from
+the last queries, chosen per input (``HeadPlan.slashes``); the method option ``slashes=S`` says the same: the method
+takes their entries from the budget before choosing the rest (attnlab and attnlab-retrieval take it).
 """
 
 from __future__ import annotations
@@ -44,16 +47,18 @@ def _load(spec: str):
     return AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval(), AutoTokenizer.from_pretrained(folder)
 
 
-def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows: int, method: str, mix: str | None = None):
+def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows: int, method: str, mix: str | None = None,
+              slashes: int = 0):
     """The plan of the registered ``method`` at ``budget`` and length n; a calibrated method first calibrates
     ``model`` on ``windows`` windows of n tokens of ``calibrate`` (with the candidates and gradients it asks for),
-    and on the synthetic retrieval prompts of ``mix`` (``calibration_mix``), written into the plan's meta."""
+    and on the synthetic retrieval prompts of ``mix`` (``calibration_mix``), written into the plan's meta.
+    ``slashes`` > 0: the method's option ``slashes`` (a method without it refuses)."""
     from attnlab.llm import methods
     from attnlab.llm.eval_grid import build_calibration, parse_method
     from attnlab.llm.text_windows import token_windows
 
     name, opts = parse_method(method)
-    m = methods.get(name, budget, **opts)
+    m = methods.get(name, budget, **opts, **({"slashes": slashes} if slashes else {}))
     cal = None
     if m.calibrated:
         cal, _ = build_calibration(model, tokenizer, [m], n, calibrate, windows, mix)
@@ -77,6 +82,7 @@ def register(app: typer.Typer) -> None:
         calibrate_mix: Optional[str] = typer.Option(None, "--calibrate-mix", help="synthetic retrieval prompts added to the calibration, a comma list of task:count (tasks of --task); errors on their answer rows"),
         method: str = typer.Option("attnlab", "--method", help="a registered method with a plan file, options as name:key=value, e.g. attnlab-retrieval:tail=T"),
         pages: int = typer.Option(0, "--pages", help="pages of 16 evicted keys each planned head reads back per decoding query (0 = none)"),
+        slashes: int = typer.Option(0, "--slashes", help="diagonals beyond its band each planned head reads at the prefill, chosen per input from the last queries; their entries come out of the budget (0 = none)"),
         out: Optional[Path] = typer.Option(None, "--out", help="plan file (.json) [default: next to the model]"),
         force: bool = typer.Option(False, "--force", help="replace an existing plan file"),
     ) -> None:
@@ -94,16 +100,24 @@ def register(app: typer.Typer) -> None:
         if out is None:
             folder = Path(hf) if Path(hf).is_dir() else Path(".")
             out = folder / f"attnlab-plan-{method.replace(':', '-').replace('=', '')}-{budget:g}-{n}.json"
-        if pages and "pages" in parse_method(method)[1]:
+        name, opts = parse_method(method)
+        if pages and "pages" in opts:
             raise ValueError(f"--pages {pages}: --method {method} gives its pages already (give one of them)")
+        if slashes and "slashes" in opts:
+            raise ValueError(f"--slashes {slashes}: --method {method} gives its slashes already (give one of them)")
+        if slashes:   # a method without the option refuses here, before the model loads
+            from attnlab.llm import methods
+
+            methods.get(name, budget, **opts, slashes=slashes)
         claim_file(out, kind="plan", inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
         check_length(hf, n, "--n")  # from the model's configuration: no weights loaded, no text read
         model, tokenizer = _load(hf)
-        p = make_plan(model, tokenizer, calibrate, budget, n, windows, method, calibrate_mix)
+        p = make_plan(model, tokenizer, calibrate, budget, n, windows, method, calibrate_mix, slashes)
         if pages:
             p.pages = pages
         p.save(out)
-        typer.echo(f"{out}: {p.num_layers}×{p.num_heads} heads, {p.full_heads()} full, "
+        lines = f"{p.slash_heads()} with {max(h.slashes for r in p.heads for h in r)} slash lines, " if p.slash_heads() else ""
+        typer.echo(f"{out}: {p.num_layers}×{p.num_heads} heads, {p.full_heads()} full, {lines}"
                    f"{100 * p.fraction(n):.1f} % of the causal entries at n = {n}")
 
     @app.command("plan-run")

@@ -1,7 +1,7 @@
 """attnlab's attention inside Hugging Face models: each head runs its plan (``transformers.AttentionInterface``).
 
     out_i = Σ_{j ∈ S_h(i)} α_ij v_j,   α_ij = softmax_{j ∈ S_h(i)}(q_i·k_j · scaling),
-    S_h(i) = {j ≤ i : i − j ≤ w_h} ∪ {j ≤ i : j ∈ T_h}        (planned head; full head: {j ≤ i})
+    S_h(i) = {j ≤ i : i − j ≤ w_h} ∪ {j ≤ i : j ∈ T_h} ∪ {j ≤ i : j − i ∈ Δ_h}   (planned head; full head: {j ≤ i})
 
 ``apply_plan(model, plan)`` registers the function ``attnlab_attention`` under the name
 ``"attnlab"`` and switches the model to it (``model.set_attn_implementation("attnlab")``), so
@@ -13,6 +13,10 @@
 * T_h = the plan's fixed columns ∪ the ``dynamic`` keys of largest attention mass from the last
   ``LAST_Q`` queries of the input (``estimate_columns``, MInference's vertical estimate), chosen
   once per prefill and kept for the decoding that follows;
+* Δ_h (``HeadPlan.slashes`` = s > 0): the s diagonals δ < −w_h of largest mass from the same last
+  queries, off the keys T_h holds (MInference's slash estimate, ``attnlab.llm.slash_lines``; ``choose_slashes``),
+  read by the prefill only: the kernel
+  takes them as per-chunk extra keys (chunks of ``SLASH_CHUNK`` queries); decoding does not read them;
 * decoding (queries after cached keys): a masked softmax over the cached keys; with
   ``attnlab.llm.kv_cache.PlanCache`` the cache holds, per KV head, only what its query heads can
   still read (window ∪ columns), so one step costs O(w + g) per planned head;
@@ -34,6 +38,7 @@ import torch.nn.functional as F
 
 from attnlab.llm.plan import FULL, LAST_Q, Plan
 from attnlab.llm.pages import read_back
+from attnlab.llm.slash_lines import SLASH_CHUNK, kernel_extras, slash_mass, top_slashes
 from attnlab.masks import hidden, near, visible
 from attnlab.nn.mechanisms.sliding_window import sliding_window_attention
 
@@ -42,16 +47,22 @@ try:  # the kernel's own chunk of queries (extra keys are given per chunk)
 except ImportError:  # pragma: no cover - the kernel before its rewrite
     from attnlab.nn.mechanisms.sliding_window import chunk_size
 from attnlab.nn.softmax import masked_softmax
+from attnlab.support import NO_DIAGONAL, Support, column_mask
 
-__all__ = ["NAME", "LayerRunner", "apply_plan", "attnlab_attention", "attention_modules", "estimate_columns", "plan_reference", "register",
-           "remove_plan"]
+__all__ = ["NAME", "LayerRunner", "apply_plan", "attnlab_attention", "attention_modules", "estimate_columns", "last_query_rows",
+           "plan_reference", "register", "remove_plan"]
 
 NAME = "attnlab"
 RAGGED = 1.0625    # a layer's cache splits by KV head when padding them to one length would hold > 1/16 more slots
 
 
 def estimate_columns(q, k, scaling: float, last_q: int = LAST_Q):
-    """Column scores Σ_{i among the last ``last_q`` queries} a_it (causal): ``(B, H, m)``.
+    """Column scores Σ_{i among the last ``last_q`` queries} a_it (causal): ``(B, H, m)`` (``last_query_rows`` summed)."""
+    return last_query_rows(q, k, scaling, last_q).sum(-2)
+
+
+def last_query_rows(q, k, scaling: float, last_q: int = LAST_Q):
+    """a_it = softmax_{t ≤ i}(q_i·k_t · scaling) of the last ``last_q`` queries i (causal): ``(B, H, nq, m)``.
 
     q: (B, H, n, d_k), k: (B, H_kv, m, d_k) with H a multiple of H_kv (GQA: query head h reads KV head
     h // (H / H_kv); the keys are not copied); the queries sit at positions m − n … m − 1.
@@ -64,7 +75,7 @@ def estimate_columns(q, k, scaling: float, last_q: int = LAST_Q):
     a = torch.arange(nq, device=q.device)
     future = hidden(a[:, None], a[None, :])                                      # (nq, nq) key m − nq + b after query m − nq + a
     s[..., m - nq :].masked_fill_(future, float("-inf"))
-    return torch.softmax(s, dim=-1).sum(-2)
+    return torch.softmax(s, dim=-1)
 
 
 class LayerRunner:
@@ -79,6 +90,7 @@ class LayerRunner:
         self.fixed = [h.columns for h in heads]
         self.dynamic = [0 if h.is_full else h.dynamic for h in heads]
         self.tail = [0 if h.is_full or sliding_window is not None else getattr(h, "tail", 0) for h in heads]
+        self.slashes = [0 if h.is_full or sliding_window is not None else getattr(h, "slashes", 0) for h in heads]
         self.w_decode = torch.where(torch.tensor(self.tail) > 0, FULL, self.w)          # (H,) a head with a tail reads its whole cache
         self.sliding = sliding_window
         # read-back: the planned heads (no FULL decoding, no sliding layer) read ``pages`` pages of ``page`` keys
@@ -86,6 +98,7 @@ class LayerRunner:
         self.pages, self.page = (int(pages), int(page)) if bool(self.reads.any()) else (0, int(page))
         self.fetched = None        # (B, H_kv, L) bool: the slots the last decoding step read through its pages
         self.columns = None        # (B, H, g) the columns of the last prefill (−1: empty), kept for decoding
+        self.diagonals = None      # (B, H, s) the slash offsets δ of the last prefill (NO_DIAGONAL: empty), prefill only
         self.cache = None          # weakref to the PlanCache using this layer
         self.recorder = None       # a calibration.Calibration while calibrating
 
@@ -93,28 +106,28 @@ class LayerRunner:
     def choose_columns(self, q, k, scaling):
         """T_h per batch row: fixed columns, then the ``dynamic`` best by the last-query estimate; ``(B, H, g)``.
 
-        q: (B, H, n, d_k), k: (B, H_kv, m, d_k) (query head h reads KV head ``kv_of[h]``).
+        q: (B, H, n, d_k), k: (B, H_kv, m, d_k) (query head h reads KV head ``kv_of[h]``).  Also sets
+        ``self.diagonals`` (B, H, s): each head's ``slashes`` lines (``choose_slashes``), from the same rows.
         """
         B, H, _, _ = q.shape
         m = k.shape[2]
         g = max((len(f) + d for f, d in zip(self.fixed, self.dynamic)), default=0)
         cols = torch.full((B, H, g), -1, dtype=torch.long, device=q.device)
-        if g == 0:
-            return cols
-        need = [h for h in range(H) if self.dynamic[h] > 0]
-        scores = None
-        if need:
+        need = [h for h in range(H) if self.dynamic[h] > 0 or self.slashes[h] > 0]
+        rows = None
+        if need:   # one softmax of the last queries per layer, for the columns and the slashes alike
             if len(need) == H:   # every head: grouped by KV head, no copied keys
-                scores = estimate_columns(q, k, scaling)                                     # (B, H, m)
+                rows = last_query_rows(q, k, scaling)                                           # (B, H, nq, m)
             else:
                 hs = torch.tensor(need, device=q.device)
-                scores = estimate_columns(q[:, hs], k[:, self.kv_of[hs].to(k.device)], scaling)  # (B, |need|, m)
-        for h in range(H):
+                rows = last_query_rows(q[:, hs], k[:, self.kv_of[hs].to(k.device)], scaling)    # (B, |need|, nq, m)
+        scores = rows.sum(-2) if rows is not None and g else None                               # (B, |need|, m)
+        for h in range(H if g else 0):
             fixed = [t for t in self.fixed[h] if t < m]
             if fixed:
                 cols[:, h, : len(fixed)] = torch.tensor(fixed, device=q.device)
             if self.dynamic[h] > 0:
-                sc = scores[:, h if len(need) == H else need.index(h)].clone()         # (B, m)
+                sc = scores[:, need.index(h)].clone()                                  # (B, m)
                 w = int(self.w[h])
                 sc[:, max(0, m - w - 1) :] = -1.0                                      # the last rows' band holds these anyway
                 if fixed:
@@ -123,7 +136,31 @@ class LayerRunner:
                 top = torch.topk(sc, d, dim=-1)
                 pick = torch.where(top.values >= 0, top.indices, torch.full_like(top.indices, -1))
                 cols[:, h, len(fixed) : len(fixed) + d] = pick
+        self.diagonals = self.choose_slashes(rows, need, cols)
         return cols
+
+    def choose_slashes(self, rows, need: list[int], cols):
+        """Δ_h per batch row: the ``slashes`` offsets δ < −w_h of largest last-query mass off the head's columns,
+        ``(B, H, s)`` (NO_DIAGONAL: empty):
+
+            σ_h(d) = Σ_r â_{r, p_r − d} · 1[p_r − d ∉ T_h]      (``slash_lines.slash_mass`` of the rows without T_h)
+
+        The keys T_h holds are left out: the head reads them already, and a sink's mass (large on every last query,
+        at a different distance from each) would otherwise pick lines through the sink that only the last rows reach.
+        rows: (B, |need|, nq, m) the last queries' attention of the heads ``need``; cols: (B, H, g) T_h (−1: empty).
+        One batched estimate for all heads of the layer.
+        """
+        B, device, s = cols.shape[0], cols.device, max(self.slashes, default=0)
+        diags = torch.full((B, self.H, s), NO_DIAGONAL, dtype=torch.long, device=device)
+        if s == 0:
+            return diags
+        hs = torch.tensor(need, device=device)
+        w = self.w.to(device)[hs]                                                             # (|need|,)
+        want = torch.tensor([self.slashes[h] for h in need], device=device)                   # (|need|,)
+        held = column_mask(cols[:, hs], rows.shape[-1])                                       # (B, |need|, m)
+        picked = top_slashes(slash_mass(rows.float().masked_fill(held[:, :, None, :], 0.0)), w, want)  # (B, |need|, ≤ s)
+        diags[:, hs, : picked.shape[-1]] = picked
+        return diags
 
     def effective_w(self, h: int, n: int) -> int:
         """Half-width actually run: the plan's w, capped by the model's sliding window (FULL → window − 1)."""
@@ -152,6 +189,13 @@ class LayerRunner:
                 continue
             cols = self.columns[:, idx]
             cols = cols[..., : int((cols >= 0).sum(-1).max()) if cols.numel() else 0]  # drop all-empty slots
+            diags = self.diagonals[:, idx]
+            diags = diags[..., : int((diags != NO_DIAGONAL).sum(-1).max()) if diags.numel() else 0]
+            if diags.shape[-1]:   # slash lines: columns + diagonals as per-chunk extras (a key a column holds read once)
+                e_idx, e_own, e_logit = kernel_extras(Support(w=w, columns=cols, diagonals=diags), n, SLASH_CHUNK)
+                out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=e_idx, extra_own=e_own,
+                                                       extra_logit=e_logit.to(q.dtype), unique=True, chunk=SLASH_CHUNK, scale=scaling)
+                continue
             extra_idx = extra_own = None
             if cols.shape[-1]:
                 c = chunk_size(w)

@@ -1,16 +1,20 @@
 """A per-head plan of a real LLM: one structured support per (layer, head), its data and its JSON.
 
     plan[l][h] = FULL                                   (the head keeps every causal entry)
-               | S_lh = B_{w,0} ∪ (rows × (T_fixed ∪ T_dyn(x)))
+               | S_lh = B_{w,0} ∪ (rows × (T_fixed ∪ T_dyn(x))) ∪ D(x)     (D(x): prefill only)
 
 * B_{w,0}: the causal band j ∈ [i − w, i] (offset 0: a causal LM's band ends on the diagonal);
 * T_fixed: key positions that are columns in most calibration windows — the attention sinks
   (positions < ``SINKS``), stored in the plan;
 * T_dyn(x): ``dynamic`` further columns chosen *per input* as MInference does: the keys with the
-  largest attention mass from the last ``LAST_Q`` queries (``attention.estimate_columns``).
+  largest attention mass from the last ``LAST_Q`` queries (``attention.estimate_columns``);
+* D(x) = {(i, j) : j − i ∈ Δ(x)}: ``slashes`` diagonals δ < −w (beyond the band) chosen *per input* at the
+  prefill as MInference's slash lines: the offsets of largest mass Σ_r â_{r, p_r + δ} from the same last
+  queries, over the keys the head's columns do not hold (``attention.LayerRunner.choose_slashes``,
+  ``attnlab.llm.slash_lines``).  Prefill only: decoding reads band + columns (+ tail) as before.
 
-A plan's cost is its entries: |B_w ∩ causal| = n(w+1) − w(w+1)/2 plus ≤ n − w − 1 per column
-(``entries_of``); its budget β is a fraction of the causal entries L·H·n(n+1)/2 of all heads.
+A plan's cost is its entries: |B_w ∩ causal| = n(w+1) − w(w+1)/2 plus ≤ n − w − 1 per column and per slash
+line (``entries_of``); its budget β is a fraction of the causal entries L·H·n(n+1)/2 of all heads.
 Where a plan comes from: ``attnlab.llm.calibration`` (statistics of the exact attention on text),
 ``attnlab.llm.selection`` (``choose_plan``: the knapsack under the budget), the baselines
 (``attnlab.llm.baselines``); how it runs: ``attnlab.llm.attention`` (prefill) and
@@ -38,14 +42,15 @@ from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
 from attnlab.support import FULL, Support
 
-__all__ = ["FULL", "LAST_Q", "SINKS", "HeadPlan", "Plan", "cap_to_window", "check_budget", "check_pages", "entries_of",
-           "head_entries", "layer_windows", "model_shape"]
+__all__ = ["FULL", "LAST_Q", "SINKS", "SLASHES_MAX", "HeadPlan", "Plan", "cap_to_window", "check_budget", "check_pages",
+           "entries_of", "head_entries", "layer_windows", "model_shape", "slash_fraction", "with_slashes"]
 
 SINKS = 4          # key positions 0..SINKS−1 may be fixed columns (attention sinks)
 LAST_Q = 64        # queries that estimate an input's columns (MInference's last_q)
 
 PAGES_MAX = 10**6  # pages read back per decoding query (a sanity bound: 16·10⁶ tokens)
 PAGE_MAX = 1024    # tokens per page
+SLASHES_MAX = 10**4  # slash lines per head (a sanity bound)
 
 
 def check_pages(pages, page) -> tuple[int, int]:
@@ -88,15 +93,16 @@ def layer_windows(cfg) -> list[int | None] | None:
     return [int(window) if t == "sliding_attention" else None for t in types]
 
 
-def entries_of(w: int, columns: int, dynamic: int, n: int) -> int:
-    """Causal entries of band B_w plus columns at length n (columns counted off the band, as an upper bound).
+def entries_of(w: int, columns: int, dynamic: int, n: int, slashes: int = 0) -> int:
+    """Causal entries of band B_w plus columns and slash lines at length n (counted off the band, an upper bound).
 
-        |B_w ∩ causal| = Σ_i (min(i, w) + 1) = n(w+1) − w(w+1)/2   (w < n),  a column adds ≤ n − w − 1 rows.
+        |B_w ∩ causal| = Σ_i (min(i, w) + 1) = n(w+1) − w(w+1)/2   (w < n),
+        a column adds ≤ n − w − 1 rows, a diagonal δ < −w adds n − |δ| ≤ n − w − 1 entries.
     """
     if w == FULL or w >= n - 1:
         return n * (n + 1) // 2
     band = n * (w + 1) - w * (w + 1) // 2
-    return band + (columns + dynamic) * max(0, n - w - 1)
+    return band + (columns + dynamic + slashes) * max(0, n - w - 1)
 
 
 def tail_entries(w: int, tail: int, n: int) -> int:
@@ -107,28 +113,46 @@ def tail_entries(w: int, tail: int, n: int) -> int:
     return int(((i + 1) - np.minimum(i + 1, w + 1)).sum())
 
 
-def head_entries(w: int, columns: int, dynamic: int, n: int, window: int | None = None) -> int:
+def head_entries(w: int, columns: int, dynamic: int, n: int, window: int | None = None, slashes: int = 0) -> int:
     """Entries a head runs at length n: ``entries_of``, or in a sliding layer (window W) the band
-    B_{min(w, W−1)} alone (FULL → W − 1; the model masks every key with i − j ≥ W, columns included)."""
+    B_{min(w, W−1)} alone (FULL → W − 1; the model masks every key with i − j ≥ W, columns and slashes included)."""
     if window is None:
-        return entries_of(w, columns, dynamic, n)
+        return entries_of(w, columns, dynamic, n, slashes)
     return entries_of(window - 1 if w == FULL else min(w, window - 1), 0, 0, n)
 
 
 def cap_to_window(head: "HeadPlan", window: int | None) -> "HeadPlan":
-    """A sliding layer's head: its band capped at the window, no columns (they would fall outside it)."""
+    """A sliding layer's head: its band capped at the window, no columns nor slashes (they would fall outside it)."""
     if window is None:
         return head
     w = window - 1 if head.is_full else min(head.w, window - 1)
-    if w == head.w and not head.columns and not head.dynamic and not head.tail:
+    if w == head.w and not head.columns and not head.dynamic and not head.tail and not head.slashes:
         return head
     return HeadPlan(Support(w=int(w), columns=np.zeros(0, dtype=np.int64)), 0)
 
 
+def slash_fraction(windows: list | None, num_layers: int, num_heads: int, slashes: int, n: int) -> float:
+    """What ``slashes`` lines on every head of the layers without a sliding window may cost, as a fraction of the
+    causal entries L·H·n(n+1)/2: s·(n − 1) per head (a line δ < −w holds ≤ n − w − 1 ≤ n − 1 entries; the bound
+    the methods take from β before the knapsack, since they do not yet know each head's w)."""
+    free = sum(1 for w in (windows or [None] * num_layers) if w is None)
+    return free * num_heads * slashes * max(0, n - 1) / (num_layers * num_heads * n * (n + 1) / 2)
+
+
+def with_slashes(plan: "Plan", slashes: int) -> "Plan":
+    """``plan`` with ``slashes`` lines on every planned head (not full, not in a sliding layer); in place, returned."""
+    for l, row in enumerate(plan.heads):
+        if plan.window(l) is None:
+            plan.heads[l] = [h if h.is_full else HeadPlan(h.support, h.dynamic, h.tail, int(slashes)) for h in row]
+    return plan
+
+
 @dataclass(frozen=True)
 class HeadPlan:
-    """One head: its support (band w, fixed columns), ``dynamic`` columns chosen per input, and ``tail``.
+    """One head: its support (band w, fixed columns), ``dynamic`` columns chosen per input, ``tail`` and ``slashes``.
 
+    ``slashes`` = s > 0: at the prefill the head also reads the s diagonals δ < −w of largest mass from the last
+    ``LAST_Q`` queries, chosen per input (``attnlab.llm.slash_lines``); decoding does not read them (prefill only).
     ``tail`` = T > 0: the last T query rows of a prefill read every causal key, and at decoding the head
     reads its whole cache — a retrieval head's support: the rows that ask (the question, the answer) see
     the whole context, the others their band (``tail_entries``).
@@ -137,6 +161,7 @@ class HeadPlan:
     support: Support
     dynamic: int = 0
     tail: int = 0
+    slashes: int = 0
 
     @classmethod
     def full(cls) -> "HeadPlan":
@@ -155,27 +180,31 @@ class HeadPlan:
         return [int(c) for c in np.asarray(self.support.columns).reshape(-1) if c >= 0]
 
     def entries(self, n: int) -> int:
-        return entries_of(self.w, len(self.columns), self.dynamic, n) + tail_entries(self.w, self.tail, n)
+        return entries_of(self.w, len(self.columns), self.dynamic, n, self.slashes) + tail_entries(self.w, self.tail, n)
 
     def to_dict(self) -> dict:
-        return {**self.support.to_dict(), "dynamic": int(self.dynamic), **({"tail": int(self.tail)} if self.tail else {})}
+        return {**self.support.to_dict(), "dynamic": int(self.dynamic), **({"tail": int(self.tail)} if self.tail else {}),
+                **({"slashes": int(self.slashes)} if self.slashes else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "HeadPlan":
         d = dict(d)
         dynamic = d.pop("dynamic", 0)
         tail = d.pop("tail", 0)
+        slashes = d.pop("slashes", 0)
         support = Support.from_dict(d)
         if not isinstance(support.w, int) or not isinstance(dynamic, int) or dynamic < 0 or support.w < FULL:
             raise ValueError(f"head plan: w must be an integer >= -1 and dynamic >= 0, got {d}")
         if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
             raise ValueError(f"head plan: tail must be an integer >= 0, got {tail!r}")
+        if isinstance(slashes, bool) or not isinstance(slashes, int) or not 0 <= slashes <= SLASHES_MAX:
+            raise ValueError(f"head plan: slashes must be an integer in [0, {SLASHES_MAX}], got {slashes!r}")
         cols = np.asarray(support.columns).reshape(-1)
         if (cols < 0).any() or len(set(cols.tolist())) != cols.size:
             raise ValueError(f"head plan: columns must be distinct key positions >= 0, got {cols.tolist()}")
         if int(support.offset) != 0 or support.residual:
             raise ValueError("head plan: only offset 0 and residual 0 are executed (causal band ending on the diagonal)")
-        return cls(support, dynamic, tail)
+        return cls(support, dynamic, tail, slashes)
 
 
 @dataclass
@@ -231,11 +260,15 @@ class Plan:
         """
         n = n or self.n
         total = self.num_layers * self.num_heads * n * (n + 1) // 2
-        return sum(head_entries(h.w, len(h.columns), h.dynamic, n, self.window(l)) + tail_entries(h.w, h.tail, n)
+        return sum(head_entries(h.w, len(h.columns), h.dynamic, n, self.window(l), h.slashes) + tail_entries(h.w, h.tail, n)
                    for l, row in enumerate(self.heads) for h in row) / total
 
     def full_heads(self) -> int:
         return sum(h.is_full for row in self.heads for h in row)
+
+    def slash_heads(self) -> int:
+        """Heads that read slash lines at the prefill (planned, not in a sliding layer)."""
+        return sum(bool(h.slashes) and not h.is_full for row in self.heads for h in row)
 
     def shape(self) -> dict:
         return {"num_layers": self.num_layers, "num_heads": self.num_heads, "num_kv_heads": self.num_kv_heads}

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import torch
 
+from attnlab.llm.slash_lines import SLASH_CHUNK
+
 __all__ = ["BLOCK", "PATTERNS", "block_choice", "block_mask", "budget_keys", "entries", "lambda_mask", "last_rows", "run_block", "run_lambda", "run_vs", "settings", "vertical_slash"]
 
 BLOCK = 64                       # MInference's block_size_M = block_size_N
@@ -81,27 +83,16 @@ def vertical_slash(q, k, scaling: float, v: int, s: int, a=None):
 
     Returns (w, columns (B, v), diagonals (B, s − w − 1)) with the forced lines included; offsets δ ≤ −w − 1.
     """
-    from attnlab.support import NO_DIAGONAL
+    from attnlab.llm.slash_lines import slash_mass, top_slashes
 
     a = last_rows(q, k, scaling) if a is None else a                                  # (B, nq, n)
     B, nq, n = a.shape
-    p = torch.arange(n - nq, n, device=a.device)                                     # (nq,) positions of the last queries
-    j = torch.arange(n, device=a.device)
     vert = a.sum(1)                                                                   # (B, n)
     vert[:, : min(FIRST_COLUMNS, v)] = float("inf")
     cols = torch.topk(vert, min(v, n), -1).indices if v else vert.new_zeros(B, 0, dtype=torch.long)
-    dist = (p[:, None] - j[None, :]).expand(B, nq, n)                                 # −δ = p_r − j ≥ 0 where allowed
-    slash = torch.zeros(B, n, device=a.device).scatter_add_(-1, dist.clamp_min(0).reshape(B, -1),
-                                                            torch.where(dist >= 0, a, 0.0).reshape(B, -1))  # (B, n): mass at distance −δ
     near = min(NEAR_SLASHES, s, n)
     w = max(near - 1, 0)
-    far = max(0, min(s, n) - near)
-    if far:
-        slash[:, : w + 1] = -1.0                                                      # the band holds these
-        top = torch.topk(slash, far, -1)
-        diags = torch.where(top.values > 0, -top.indices, torch.full_like(top.indices, NO_DIAGONAL))
-    else:
-        diags = torch.zeros(B, 0, dtype=torch.long, device=a.device)
+    diags = top_slashes(slash_mass(a), w, max(0, min(s, n) - near))                   # (B, s − w − 1): offsets δ ≤ −w − 1
     return w, cols, diags
 
 
@@ -172,7 +163,7 @@ def lambda_mask(n: int, sinks: int, w: int, device=None):
     return (j <= i) & ((j < sinks) | (i - j <= w))
 
 
-VS_CHUNK = 8        # queries per kernel chunk: each slash line costs c scores per query (one owned)
+VS_CHUNK = SLASH_CHUNK  # queries per kernel chunk: each slash line costs c scores per query (one owned)
 
 
 def run_vs(q, k, v, scaling: float, vertical: int, slash: int):
@@ -183,6 +174,7 @@ def run_vs(q, k, v, scaling: float, vertical: int, slash: int):
     """
     import torch.nn.functional as F
 
+    from attnlab.llm.slash_lines import kernel_extras
     from attnlab.nn.mechanisms.sliding_window import sliding_window_attention
     from attnlab.support import Support
 
@@ -191,14 +183,9 @@ def run_vs(q, k, v, scaling: float, vertical: int, slash: int):
     sup = Support(w=w, columns=cols, diagonals=diags)
     if w >= n - 1:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling), sup
+    idx, own, logit = kernel_extras(sup, n, VS_CHUNK)                                  # (B, T, e), (B, 1, c, e), (B, T, e)
+    idx, own, logit = idx[:, None], own[:, None], logit[:, None].to(q.dtype)
     c = VS_CHUNK
-    T = -(-n // c)
-    c_idx = sup.kernel_extra_idx(n, c)[:, None]                                       # (B, 1, T, v)
-    c_own = sup.kernel_extra_own()[:, None].expand(B, 1, 1, c, cols.shape[-1])
-    d_idx, d_own, d_logit = sup.kernel_diagonal_extras(n, n, c)                        # (B, T, s·c), (1,1,1,c,s·c), (B, T, s·c)
-    idx = torch.cat([c_idx, d_idx[:, None]], -1)
-    own = torch.cat([c_own, d_own.expand(B, 1, 1, c, d_own.shape[-1])], -1)
-    logit = torch.cat([torch.zeros(B, 1, T, cols.shape[-1], device=q.device), d_logit[:, None]], -1).to(q.dtype)
     out = sliding_window_attention(q, k, v, w, causal=True, extra_idx=idx, extra_own=own, extra_logit=logit, unique=True,
                                    chunk=c, scale=scaling)
     return out, sup

@@ -14,6 +14,9 @@ chosen by ``attnlab.llm.selection.choose_plan`` from a table of the calibration:
 
 Option ``pages`` = K (every variant): at decoding each planned head also reads back the K pages of 16
 evicted keys of largest Quest bound (``Plan.pages``, ``attnlab.llm.pages``; 0, the default: none).
+Option ``slashes`` = s (every variant): at the prefill each planned head (not full, not in a sliding layer) also
+reads the s diagonals δ < −w of largest mass from its last queries, chosen per input (``HeadPlan.slashes``;
+prefill only); their bound s·(n − 1) entries per head (``plan.slash_fraction``) is taken from β before the knapsack.
 ``PlanFile`` runs a plan saved by ``attnlab plan``.
 """
 
@@ -28,22 +31,33 @@ class AttnlabPlan(PlanMethod):
     name = "attnlab"
     calibrated = True
     table: str | None = None      # ``choose_plan``'s table (None: its default)
-    options = {"pages": (int, 0, 10**6)}
-    prefill = "per head its planned support (band w_h + sink columns + per-input columns), some heads full"
-    decoding = "the cache keeps, per KV head, the keys its heads can still read (band + columns)"
+    options = {"pages": (int, 0, 10**6), "slashes": (int, 0, 10**4)}
+    prefill = ("per head its planned support (band w_h + sink columns + per-input columns; slashes=s: + s per-input "
+               "diagonals), some heads full")
+    decoding = "the cache keeps, per KV head, the keys its heads can still read (band + columns; slash lines are prefill-only)"
 
     def make_plan(self, model, n, calibration):
+        from attnlab.errors import UserError
+        from attnlab.llm.plan import slash_fraction, with_slashes
         from attnlab.llm.selection import choose_plan
 
+        s = int(self.opts.get("slashes", 0))
+        shape = calibration.shape
+        lines = slash_fraction(shape.get("windows"), shape["num_layers"], shape["num_heads"], s, n or calibration.n)
+        if lines and lines >= self.budget:
+            raise UserError(f"budget {self.budget}: below {s} slash lines per head ({lines:.4f} of the entries at n = {n})")
         if self.table is None:
             if not (calibration.err_rows and calibration.err.any()):
                 warnings.warn(f"calibration n={calibration.n} holds no option errors (made before them): {self.name} uses "
                               "the mass rule; recalibrate for the output-error rule", stacklevel=2)
-            plan = choose_plan(calibration, self.budget)
+            plan = choose_plan(calibration, self.budget - lines)
         else:
-            plan = choose_plan(calibration, self.budget, table=self.table, method=self.name)
+            plan = choose_plan(calibration, self.budget - lines, table=self.table, method=self.name)
+        plan.budget = self.budget
+        if s:
+            plan.meta["slashes"] = s
         plan.pages = int(self.opts.get("pages", 0))
-        return plan
+        return with_slashes(plan, s) if s else plan
 
 
 def _variant(table: str, grads: bool = False) -> type[AttnlabPlan]:
