@@ -38,7 +38,7 @@ import torch.nn.functional as F
 
 from attnlab.llm.plan import FULL, LAST_Q, Plan
 from attnlab.llm.pages import read_back
-from attnlab.llm.slash_lines import SLASH_CHUNK, kernel_extras, slash_mass, top_slashes
+from attnlab.llm.slash_lines import SLASH_CHUNK, kernel_extras, last_query_rows, slash_mass, top_slashes
 from attnlab.masks import hidden, near, visible
 from attnlab.nn.mechanisms.sliding_window import sliding_window_attention
 
@@ -59,23 +59,6 @@ RAGGED = 1.0625    # a layer's cache splits by KV head when padding them to one 
 def estimate_columns(q, k, scaling: float, last_q: int = LAST_Q):
     """Column scores Σ_{i among the last ``last_q`` queries} a_it (causal): ``(B, H, m)`` (``last_query_rows`` summed)."""
     return last_query_rows(q, k, scaling, last_q).sum(-2)
-
-
-def last_query_rows(q, k, scaling: float, last_q: int = LAST_Q):
-    """a_it = softmax_{t ≤ i}(q_i·k_t · scaling) of the last ``last_q`` queries i (causal): ``(B, H, nq, m)``.
-
-    q: (B, H, n, d_k), k: (B, H_kv, m, d_k) with H a multiple of H_kv (GQA: query head h reads KV head
-    h // (H / H_kv); the keys are not copied); the queries sit at positions m − n … m − 1.
-    """
-    B, H, n, d = q.shape
-    H_kv, m = k.shape[1], k.shape[2]
-    nq = min(last_q, n)
-    qg = q[:, :, n - nq :].reshape(B, H_kv, (H // H_kv) * nq, d)                # the query heads of a KV head, stacked
-    s = ((qg @ k.transpose(-1, -2)) * scaling).view(B, H, nq, m)               # (B, H, nq, m)
-    a = torch.arange(nq, device=q.device)
-    future = hidden(a[:, None], a[None, :])                                      # (nq, nq) key m − nq + b after query m − nq + a
-    s[..., m - nq :].masked_fill_(future, float("-inf"))
-    return torch.softmax(s, dim=-1)
 
 
 class LayerRunner:

@@ -7,7 +7,8 @@ how the chunked kernel reads them beside a band and columns.
 
 One estimate serves both users: ``sparse_patterns.vertical_slash`` (MInference's vertical-slash pattern, on the
 rows as they are) and ``attention.LayerRunner`` (a plan head's ``HeadPlan.slashes``, from the same last-query rows as
-its dynamic columns, with the keys its columns hold set to 0: ``LayerRunner.choose_slashes``).
+its dynamic columns, with the keys its columns hold set to 0: ``LayerRunner.choose_slashes``); both read the rows
+â of ``last_query_rows`` (the columns' estimate ``attention.estimate_columns`` too).
 ``kernel_extras`` turns a batch of heads' columns T and diagonals Δ into the extra keys of the chunked kernel
 (``nn.mechanisms.sliding_window``): the columns as keys shared by a chunk, the diagonals as one key per
 (diagonal, query) of the chunk (``Support.kernel_diagonal_extras``: a key a column already holds is read once).
@@ -17,12 +18,30 @@ from __future__ import annotations
 
 import torch
 
+from attnlab.llm.plan import LAST_Q
+from attnlab.masks import hidden
 from attnlab.support import NO_DIAGONAL, Support
 
-__all__ = ["SLASH_CHUNK", "kernel_extras", "slash_mass", "top_slashes"]
+__all__ = ["SLASH_CHUNK", "kernel_extras", "last_query_rows", "slash_mass", "top_slashes"]
 
 SLASH_CHUNK = 8    # queries per kernel chunk when diagonals are read: each diagonal costs c scores per query (one owned)
 
+
+def last_query_rows(q, k, scaling: float, last_q: int = LAST_Q):
+    """a_it = softmax_{t ≤ i}(q_i·k_t · scaling) of the last ``last_q`` queries i (causal): ``(B, H, nq, m)``.
+
+    q: (B, H, n, d_k), k: (B, H_kv, m, d_k) with H a multiple of H_kv (GQA: query head h reads KV head
+    h // (H / H_kv); the keys are not copied); the queries sit at positions m − n … m − 1.
+    """
+    B, H, n, d = q.shape
+    H_kv, m = k.shape[1], k.shape[2]
+    nq = min(last_q, n)
+    qg = q[:, :, n - nq :].reshape(B, H_kv, (H // H_kv) * nq, d)                # the query heads of a KV head, stacked
+    s = ((qg @ k.transpose(-1, -2)) * scaling).view(B, H, nq, m)               # (B, H, nq, m)
+    a = torch.arange(nq, device=q.device)
+    future = hidden(a[:, None], a[None, :])                                      # (nq, nq) key m − nq + b after query m − nq + a
+    s[..., m - nq :].masked_fill_(future, float("-inf"))
+    return torch.softmax(s, dim=-1)
 
 def slash_mass(a):
     """σ (…, m): the mass of the last queries on each distance d = p_r − j, from their rows a (…, nq, m).

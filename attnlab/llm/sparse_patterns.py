@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from attnlab.llm.plan import LAST_Q  # the queries that estimate the lines (MInference's last_q)
 from attnlab.llm.slash_lines import SLASH_CHUNK
 
 __all__ = ["BLOCK", "PATTERNS", "block_choice", "block_mask", "budget_keys", "entries", "lambda_mask", "last_rows", "run_block", "run_lambda", "run_vs", "settings", "vertical_slash"]
@@ -63,19 +64,16 @@ def entries(pattern: str, opts: dict, n: int) -> int:
     return int((others * BLOCK + i - t * BLOCK + 1).sum())
 
 
-LAST_Q = 64        # the queries that estimate the lines (MInference's last_q)
 FIRST_COLUMNS = 30  # vertical[..., :30] = inf
 NEAR_SLASHES = 100  # slash[..., -100:] = inf
 
 
 def last_rows(q, k, scaling: float):
-    """â_rj = softmax_{j ≤ p_r}(q_{p_r}·k_j · scaling) of the last min(64, n) queries: q, k (B, n, d) → (B, nq, n)."""
-    B, n, d = q.shape
-    nq = min(LAST_Q, n)
-    p = torch.arange(n - nq, n, device=q.device)                                     # (nq,) positions of the last queries
-    sc = (q[:, n - nq :].float() @ k.float().transpose(-1, -2)) * scaling             # (B, nq, n)
-    j = torch.arange(n, device=q.device)
-    return torch.softmax(sc.masked_fill(j[None, None, :] > p[None, :, None], float("-inf")), -1)
+    """â_rj = softmax_{j ≤ p_r}(q_{p_r}·k_j · scaling) of the last min(64, n) queries: q, k (B, n, d) → (B, nq, n)
+    (one head's ``slash_lines.last_query_rows``, in float32)."""
+    from attnlab.llm.slash_lines import last_query_rows
+
+    return last_query_rows(q[:, None].float(), k[:, None].float(), scaling, LAST_Q)[:, 0]
 
 
 def vertical_slash(q, k, scaling: float, v: int, s: int, a=None):
