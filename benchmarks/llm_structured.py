@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from attnlab.allocator import keep_freed_memory  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.calibration import ERR_ROWS, Calibration, calibrate  # noqa: E402
+from attnlab.llm.eval_grid import retrieval_calibration  # noqa: E402
 from attnlab.llm.kv_cache import kv_bytes  # noqa: E402
 from attnlab.llm.perplexity import perplexity  # noqa: E402
 from attnlab.llm.plan import model_shape  # noqa: E402
@@ -98,6 +99,9 @@ def cmd_ppl(args):
             print(f"{path}: no calibration at n = {n} (run calibrate first; {', '.join(need)} need it)", file=sys.stderr)
             sys.exit(2)
         cal = Calibration.load(path) if path.exists() else None
+        if cal is not None and any(methods.get(m).needs_retrieval for m in args.methods) and not cal.retrieval.any():
+            cal.retrieval = retrieval_calibration(model, tok, n)   # attnlab-retrieval's scores, made once (as attnlab eval does)
+            cal.save(path)
         windows = token_windows(tok, split_file(args.data, args.split), n, args.windows)
         done = set()
         if (out / "ppl.jsonl").exists():

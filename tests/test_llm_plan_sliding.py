@@ -206,3 +206,20 @@ def test_llama_has_no_output_norm():
 
     cfg = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
     assert output_norms(LlamaForCausalLM(cfg)) == [None, None]
+
+
+def test_the_benchmarks_ppl_makes_the_retrieval_scores_attnlab_retrieval_reads(gemma_dir, tmp_path, monkeypatch):
+    bench = _benchmark()
+    if not (bench.DATA / "train.txt.gz").exists():
+        pytest.skip("no shakespeare data")
+    from attnlab.llm.calibration import Calibration
+
+    common = ["--model", str(gemma_dir), "--out", str(tmp_path), "--lengths", "160", "--windows", "1", "--budgets", "0.5"]
+    monkeypatch.setattr("sys.argv", ["llm_structured.py", "calibrate", *common])
+    bench.main()
+    assert not Calibration.load(tmp_path / "calibration-160.npz").retrieval.any()      # calibrate alone makes none
+    monkeypatch.setattr("sys.argv", ["llm_structured.py", "ppl", *common, "--methods", "attnlab-retrieval"])
+    bench.main()
+    assert Calibration.load(tmp_path / "calibration-160.npz").retrieval.any()          # made once, kept with the calibration
+    rows = [json.loads(x) for x in (tmp_path / "ppl.jsonl").read_text().splitlines()]
+    assert rows[-1]["method"].startswith("attnlab-retrieval") and np.isfinite(rows[-1]["ppl"])
