@@ -223,3 +223,19 @@ def test_the_benchmarks_ppl_makes_the_retrieval_scores_attnlab_retrieval_reads(g
     assert Calibration.load(tmp_path / "calibration-160.npz").retrieval.any()          # made once, kept with the calibration
     rows = [json.loads(x) for x in (tmp_path / "ppl.jsonl").read_text().splitlines()]
     assert rows[-1]["method"].startswith("attnlab-retrieval") and np.isfinite(rows[-1]["ppl"])
+
+
+def test_a_sliding_floor_keeps_every_sliding_band_at_least_that_wide(gemma):
+    from attnlab.errors import UserError
+
+    n, budget = 512, 0.08
+    ids = [torch.randint(0, 100, (1, n), generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    cal = calibrate(gemma, ids)
+    free = choose_plan(cal, budget)
+    floor = choose_plan(cal, budget, sliding_floor=24)
+    assert min(h.w for l in range(5) for h in free.heads[l]) < 24                     # the knapsack cuts some sliding band below 24
+    assert all(h.w >= 24 for l in range(5) for h in floor.heads[l])                    # the floor holds in every sliding layer
+    assert floor.fraction(n) <= budget + 1e-9
+    assert all(h.w == W - 1 for l in range(5) for h in choose_plan(cal, 0.2, sliding_floor=10**6).heads[l])  # capped at the window
+    with pytest.raises(UserError, match="below the cheapest plan"):                  # a floor the budget cannot hold: one line
+        choose_plan(cal, budget, sliding_floor=10**6)

@@ -86,7 +86,7 @@ def knapsack(gain: np.ndarray, cost: np.ndarray, limit: float) -> np.ndarray:
 
 
 def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: str | None = None, method: str = "attnlab",
-                keep_full: np.ndarray | None = None) -> Plan:
+                keep_full: np.ndarray | None = None, sliding_floor: int = 0) -> Plan:
     """The plan of best total objective with Σ entries ≤ β · L·H·n(n+1)/2 (module docstring), by ``table``
     (default: ``err-rel`` when the calibration holds option errors, else ``fit``):
 
@@ -101,7 +101,9 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     * ``delta``: minimise Σ_h δ_h, the squared first-order change of the loss (``Calibration.delta``);
 
     Full heads are an option of every head (gain: mass 1, error 0); ``keep_full`` (L, H) bool: heads that
-    must stay full (retrieval heads) — their other options are not offered, the knapsack spends the rest.
+    must stay full (retrieval heads) — their other options are not offered, the knapsack spends the rest;
+    ``sliding_floor`` F: a head of a sliding layer is offered only bands w ≥ min(F, window − 1) (the sum of
+    per-head errors does not see what short bands in several sliding layers cost together).
     (Maximising Σ log μ_h instead was tried: SmolLM2 at 8K, dev text, β = 5 % / 10 %: perplexity
     32.94 / 28.43 vs 33.02 / 28.43 — no gain, not kept.  Same setting, one 8K calibration window:
     fit 33.03 / 28.43, err-rel 30.39 / 27.98 (128 rows; 31.43 / 28.49 with 64, 30.81 / 27.77 with 256),
@@ -148,6 +150,9 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     for l, win in enumerate(windows):
         if win is not None:  # a sliding layer runs its band alone: options with columns are not offered
             gain[l][:, columned] = -np.inf
+            if sliding_floor:
+                short = np.array([cal.w_grid[x] < min(sliding_floor, win - 1) for _, x, _ in options] + [False])
+                gain[l][:, short] = -np.inf
     if keep_full is not None:
         gain[np.asarray(keep_full, dtype=bool), :-1] = -np.inf
     order = np.argsort(cost, axis=-1, kind="stable")[:, None, :].repeat(H, 1)   # (L, H, O) cheapest first: ties go to the cheaper

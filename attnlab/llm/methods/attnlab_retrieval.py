@@ -18,7 +18,8 @@ decoding every planned head also reads back the K pages of 16 evicted keys of la
 (``Plan.pages``, ``attnlab.llm.pages``; 0, the default: none); ``slashes`` = s: at the prefill every planned
 head (not full, not in a sliding layer) also reads the s diagonals δ < −w of largest mass from its last queries,
 chosen per input (``HeadPlan.slashes``, ``attnlab.llm.slash_lines``; prefill only).  Their bound s·(n − 1) per
-head (``plan.slash_fraction``) is taken from β before the knapsack, as the tails' is.
+head (``plan.slash_fraction``) is taken from β before the knapsack, as the tails' is.  ``sliding_floor`` = F:
+a head of a sliding layer (Gemma-3) gets a band of at least min(F, window − 1) keys (``choose_plan``).
 """
 
 import numpy as np
@@ -33,7 +34,8 @@ class AttnlabRetrieval(PlanMethod):
     name = "attnlab-retrieval"
     calibrated = True
     needs_retrieval = True
-    options = {"retrieval_heads": (int, 0, 10**6), "tail": (int, 0, 10**7), "pages": (int, 0, 10**6), "slashes": (int, 0, 10**4)}
+    options = {"retrieval_heads": (int, 0, 10**6), "tail": (int, 0, 10**7), "pages": (int, 0, 10**6), "slashes": (int, 0, 10**4),
+               "sliding_floor": (int, 0, 10**7)}
     prefill = ("the k heads of largest retrieval score read every key from their last T rows (T = 0: all rows); "
                "every head its planned band + columns (knapsack over the rest of β); slashes=s: and s per-input diagonals")
     decoding = ("retrieval heads read (and their KV heads keep) the whole cache; the others keep what their support can still read "
@@ -55,13 +57,14 @@ class AttnlabRetrieval(PlanMethod):
             keep.reshape(-1)[np.argsort(-r.reshape(-1), kind="stable")[:k]] = True
         heads = [[int(l), int(h)] for l, h in zip(*np.nonzero(keep))]
         s = int(self.opts.get("slashes", 0))
+        floor = int(self.opts.get("sliding_floor", 0))
         windows = calibration.shape.get("windows") or [None] * r.shape[0]
         L, H = r.shape
         lines = slash_fraction(windows, L, H, s, n)
         if lines and lines >= self.budget:
             raise UserError(f"budget {self.budget}: below {s} slash lines per head ({lines:.4f} of the entries at n = {n})")
         if not T:
-            plan = choose_plan(calibration, self.budget - lines, n, keep_full=keep, method=self.name)
+            plan = choose_plan(calibration, self.budget - lines, n, keep_full=keep, method=self.name, sliding_floor=floor)
         else:
             total = L * H * n * (n + 1) / 2
             # a tail costs at most its rows' off-band keys (w = 0); sliding layers run no tail
@@ -69,12 +72,12 @@ class AttnlabRetrieval(PlanMethod):
             if spend + lines >= self.budget:
                 raise UserError(f"budget {self.budget}: below the {k} retrieval heads' tails of {T} rows ({spend:.4f} of the entries at n = {n})"
                                 + (f" and {s} slash lines per head ({lines:.4f})" if s else ""))
-            plan = choose_plan(calibration, self.budget - spend - lines, n, method=self.name)
+            plan = choose_plan(calibration, self.budget - spend - lines, n, method=self.name, sliding_floor=floor)
             for l, h in heads:
                 old = plan.heads[l][h]
                 if not old.is_full and windows[l] is None:
                     plan.heads[l][h] = HeadPlan(old.support, old.dynamic, T)
         plan.budget = self.budget
-        plan.meta.update(retrieval_heads=heads, tail=T, **({"slashes": s} if s else {}))
+        plan.meta.update(retrieval_heads=heads, tail=T, **({"slashes": s} if s else {}), **({"sliding_floor": floor} if floor else {}))
         plan.pages = int(self.opts.get("pages", 0))
         return with_slashes(plan, s) if s else plan
