@@ -15,7 +15,6 @@ sys.path.insert(0, __import__("os").path.dirname(__file__))
 from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.attention import LayerRunner, apply_plan, attention_modules  # noqa: E402
-from attnlab.llm.calibration import Calibration  # noqa: E402
 from attnlab.llm.plan import LAST_Q, HeadPlan, Plan, entries_of, slash_fraction  # noqa: E402
 from attnlab.llm.slash_lines import slash_mass, top_slashes  # noqa: E402
 from attnlab.support import NO_DIAGONAL, Support, diagonal_mask  # noqa: E402
@@ -125,12 +124,11 @@ def test_entries_json_roundtrip_and_old_files_unchanged(tmp_path):
             Plan.load(tmp_path / "bad.json")
 
 
-def _calibration(L=2, H=4, n=128, seed=0):
-    cal = Calibration({"num_layers": L, "num_heads": H, "num_kv_heads": H // 2}, n)
-    g = torch.Generator().manual_seed(seed)
-    for layer in range(L):
-        q, k, v = (torch.randn(1, H, n, 8, generator=g) for _ in range(3))
-        cal.observe(layer, q, k, v, 0.35)
+def _calibration():
+    """The retrieval tests' random calibration (2 layers × 4 heads, n = 128) with retrieval scores."""
+    from test_llm_retrieval_plan import _calibration as random_calibration
+
+    cal = random_calibration()
     cal.retrieval = np.array([[0.1, 0.9, 0.0, 0.2], [0.05, 0.3, 0.8, 0.0]])
     return cal
 
