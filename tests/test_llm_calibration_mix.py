@@ -65,5 +65,6 @@ def test_attnlab_plan_calibrates_what_each_method_needs(tiny, text_file):
     from attnlab.cli.plan import make_plan
 
     make_plan(model, tok, text_file, 0.3, 400, 1, "minference")                 # needs the pattern search
-    p = make_plan(model, tok, text_file, 0.5, 400, 1, "attnlab-retrieval:retrieval_heads=2", "niah:1")
+    p = make_plan(model, tok, text_file, 0.5, 400, 1, "attnlab-retrieval:retrieval_heads=2:blocks=2", "niah:1")
     assert p.meta["calibrate_mix"] == "niah:1" and len(p.meta["retrieval_heads"]) == 2
+    assert p.meta["blocks"] == 2 and p.block_heads() == 2 and p.fraction(400) <= 0.5   # the key blocks: a plan field, in β

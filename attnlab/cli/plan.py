@@ -117,6 +117,7 @@ def register(app: typer.Typer) -> None:
             p.pages = pages
         p.save(out)
         lines = f"{p.slash_heads()} with {max(h.slashes for r in p.heads for h in r)} slash lines, " if p.slash_heads() else ""
+        lines += f"{p.block_heads()} with {max(h.blocks for r in p.heads for h in r)} key blocks, " if p.block_heads() else ""
         typer.echo(f"{out}: {p.num_layers}×{p.num_heads} heads, {p.full_heads()} full, {lines}"
                    f"{100 * p.fraction(n):.1f} % of the causal entries at n = {n}")
 

@@ -17,6 +17,9 @@
   queries, off the keys T_h holds (MInference's slash estimate, ``attnlab.llm.slash_lines``; ``choose_slashes``),
   read by the prefill only: the kernel
   takes them as per-chunk extra keys (chunks of ``SLASH_CHUNK`` queries); decoding does not read them;
+* key blocks (``HeadPlan.blocks`` = K > 0): each block of ``BLOCK`` queries also reads the K blocks of ``BLOCK``
+  keys of largest pooled score q̄·k̄ (``attnlab.llm.key_blocks``, chosen per input); the kernel takes them as
+  per-chunk extras; at decoding such a head reads its whole cache;
 * decoding (queries after cached keys): a masked softmax over the cached keys; with
   ``attnlab.llm.kv_cache.PlanCache`` the cache holds, per KV head, only what its query heads can
   still read (window ∪ columns), so one step costs O(w + g) per planned head;
@@ -36,6 +39,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
+from attnlab.llm.key_blocks import BLOCK, block_extras, top_blocks
 from attnlab.llm.plan import FULL, LAST_Q, Plan
 from attnlab.llm.pages import read_back
 from attnlab.llm.slash_lines import SLASH_CHUNK, kernel_extras, last_query_rows, slash_mass, top_slashes
@@ -74,7 +78,9 @@ class LayerRunner:
         self.dynamic = [0 if h.is_full else h.dynamic for h in heads]
         self.tail = [0 if h.is_full or sliding_window is not None else getattr(h, "tail", 0) for h in heads]
         self.slashes = [0 if h.is_full or sliding_window is not None else getattr(h, "slashes", 0) for h in heads]
-        self.w_decode = torch.where(torch.tensor(self.tail) > 0, FULL, self.w)          # (H,) a head with a tail reads its whole cache
+        self.blocks = [0 if h.is_full or sliding_window is not None else getattr(h, "blocks", 0) for h in heads]
+        self.whole = torch.tensor([t > 0 or b > 0 for t, b in zip(self.tail, self.blocks)])   # (H,) reads its whole cache at decoding
+        self.w_decode = torch.where(self.whole, FULL, self.w)                            # (H,) a tail or key blocks: every cached key
         self.sliding = sliding_window
         # read-back: the planned heads (no FULL decoding, no sliding layer) read ``pages`` pages of ``page`` keys
         self.reads = (self.w_decode != FULL) & (pages > 0 and sliding_window is None)   # (H,) bool
@@ -161,10 +167,10 @@ class LayerRunner:
         if self.sliding is not None:  # a sliding layer's columns would be masked by the model: band only
             self.columns = self.columns[..., :0]
         out = q.new_empty(B, H, n, v.shape[-1])
-        groups: dict[int, list[int]] = {}
+        groups: dict[tuple[int, int], list[int]] = {}
         for h in range(H):
-            groups.setdefault(self.effective_w(h, n), []).append(h)
-        for w, hs in groups.items():
+            groups.setdefault((self.effective_w(h, n), self.blocks[h]), []).append(h)
+        for (w, K), hs in groups.items():
             idx = torch.tensor(hs, device=q.device)
             k_g, v_g = k[:, kv_of[idx]], v[:, kv_of[idx]]                                   # (B, |hs|, n, ·): GQA, read once
             if w == FULL or w >= n - 1:
@@ -172,6 +178,11 @@ class LayerRunner:
                 continue
             cols = self.columns[:, idx]
             cols = cols[..., : int((cols >= 0).sum(-1).max()) if cols.numel() else 0]  # drop all-empty slots
+            if K:   # key blocks chosen per block of BLOCK queries (key_blocks), the columns beside them
+                e_idx, e_own = block_extras(top_blocks(q[:, idx], k_g, [w] * len(hs), K), cols, n)
+                out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=e_idx, extra_own=e_own,
+                                                       chunk=BLOCK, scale=scaling)
+                continue
             diags = self.diagonals[:, idx]
             diags = diags[..., : int((diags != NO_DIAGONAL).sum(-1).max()) if diags.numel() else 0]
             if diags.shape[-1]:   # slash lines: columns + diagonals as per-chunk extras (a key a column holds read once)
@@ -227,7 +238,7 @@ class LayerRunner:
         return x if kv is None else x[kv.cpu()]
 
     def whole_kv(self):
-        """(H_kv,) bool: the KV heads some query head of which reads every key at decoding (full, or a retrieval tail)."""
+        """(H_kv,) bool: the KV heads some query head of which reads every key at decoding (full, a retrieval tail, key blocks)."""
         return (self.per_kv(self.w_decode) == FULL).any(1) & (self.sliding is None)
 
     def allowed(self, q_pos, k_pos, flags=None, kv=None):
@@ -300,7 +311,7 @@ class LayerRunner:
         """
         B, H_s, L = k_pos.shape
         r = self.H // self.H_kv
-        w = torch.tensor([FULL if self.tail[h] else self.effective_w(h, seen) for h in range(self.H)])
+        w = torch.tensor([FULL if self.whole[h] else self.effective_w(h, seen) for h in range(self.H)])
         w = self.per_kv(w, kv).to(k_pos.device).view(1, H_s, r, 1)
         flags = self.column_flags(k_pos, kv) if flags is None else flags                  # (B, H_s, r, L)
         mine = (w == FULL) | near(seen, k_pos[:, :, None, :], w) | flags

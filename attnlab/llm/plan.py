@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
+from attnlab.llm.key_blocks import BLOCK, BLOCKS_MAX
 from attnlab.support import FULL, Support
 
 __all__ = ["FULL", "LAST_Q", "SINKS", "SLASHES_MAX", "HeadPlan", "Plan", "cap_to_window", "check_budget", "check_pages",
@@ -93,16 +94,18 @@ def layer_windows(cfg) -> list[int | None] | None:
     return [int(window) if t == "sliding_attention" else None for t in types]
 
 
-def entries_of(w: int, columns: int, dynamic: int, n: int, slashes: int = 0) -> int:
-    """Causal entries of band B_w plus columns and slash lines at length n (counted off the band, an upper bound).
+def entries_of(w: int, columns: int, dynamic: int, n: int, slashes: int = 0, blocks: int = 0) -> int:
+    """Causal entries of band B_w plus columns, slash lines and key blocks at length n (counted off the band, an
+    upper bound).
 
         |B_w ∩ causal| = Σ_i (min(i, w) + 1) = n(w+1) − w(w+1)/2   (w < n),
-        a column adds ≤ n − w − 1 rows, a diagonal δ < −w adds n − |δ| ≤ n − w − 1 entries.
+        a column adds ≤ n − w − 1 rows, a diagonal δ < −w adds n − |δ| ≤ n − w − 1 entries,
+        K key blocks per query block add ≤ K·b keys to each of the n − w − 1 rows that have keys off the band.
     """
     if w == FULL or w >= n - 1:
         return n * (n + 1) // 2
     band = n * (w + 1) - w * (w + 1) // 2
-    return band + (columns + dynamic + slashes) * max(0, n - w - 1)
+    return min(n * (n + 1) // 2, band + (columns + dynamic + slashes + blocks * BLOCK) * max(0, n - w - 1))
 
 
 def tail_entries(w: int, tail: int, n: int) -> int:
@@ -113,11 +116,11 @@ def tail_entries(w: int, tail: int, n: int) -> int:
     return int(((i + 1) - np.minimum(i + 1, w + 1)).sum())
 
 
-def head_entries(w: int, columns: int, dynamic: int, n: int, window: int | None = None, slashes: int = 0) -> int:
+def head_entries(w: int, columns: int, dynamic: int, n: int, window: int | None = None, slashes: int = 0, blocks: int = 0) -> int:
     """Entries a head runs at length n: ``entries_of``, or in a sliding layer (window W) the band
     B_{min(w, W−1)} alone (FULL → W − 1; the model masks every key with i − j ≥ W, columns and slashes included)."""
     if window is None:
-        return entries_of(w, columns, dynamic, n, slashes)
+        return entries_of(w, columns, dynamic, n, slashes, blocks)
     return entries_of(window - 1 if w == FULL else min(w, window - 1), 0, 0, n)
 
 
@@ -126,7 +129,7 @@ def cap_to_window(head: "HeadPlan", window: int | None) -> "HeadPlan":
     if window is None:
         return head
     w = window - 1 if head.is_full else min(head.w, window - 1)
-    if w == head.w and not head.columns and not head.dynamic and not head.tail and not head.slashes:
+    if w == head.w and not head.columns and not head.dynamic and not head.tail and not head.slashes and not head.blocks:
         return head
     return HeadPlan(Support(w=int(w), columns=np.zeros(0, dtype=np.int64)), 0)
 
@@ -143,7 +146,7 @@ def with_slashes(plan: "Plan", slashes: int) -> "Plan":
     """``plan`` with ``slashes`` lines on every planned head (not full, not in a sliding layer); in place, returned."""
     for l, row in enumerate(plan.heads):
         if plan.window(l) is None:
-            plan.heads[l] = [h if h.is_full else HeadPlan(h.support, h.dynamic, h.tail, int(slashes)) for h in row]
+            plan.heads[l] = [h if h.is_full else replace(h, slashes=int(slashes)) for h in row]
     return plan
 
 
@@ -156,12 +159,16 @@ class HeadPlan:
     ``tail`` = T > 0: the last T query rows of a prefill read every causal key, and at decoding the head
     reads its whole cache — a retrieval head's support: the rows that ask (the question, the answer) see
     the whole context, the others their band (``tail_entries``).
+    ``blocks`` = K > 0: at the prefill each block of ``BLOCK`` queries also reads the K blocks of ``BLOCK`` keys of
+    largest pooled score, chosen per input (``attnlab.llm.key_blocks``), and at decoding the head reads its whole
+    cache — a retrieval head whose every row may need a far key (multi-key needles), not only the rows that ask.
     """
 
     support: Support
     dynamic: int = 0
     tail: int = 0
     slashes: int = 0
+    blocks: int = 0
 
     @classmethod
     def full(cls) -> "HeadPlan":
@@ -180,11 +187,16 @@ class HeadPlan:
         return [int(c) for c in np.asarray(self.support.columns).reshape(-1) if c >= 0]
 
     def entries(self, n: int) -> int:
-        return entries_of(self.w, len(self.columns), self.dynamic, n, self.slashes) + tail_entries(self.w, self.tail, n)
+        return entries_of(self.w, len(self.columns), self.dynamic, n, self.slashes, self.blocks) + tail_entries(self.w, self.tail, n)
+
+    @property
+    def reads_whole_cache(self) -> bool:
+        """At decoding the head reads every cached key: full, a retrieval tail, or key blocks."""
+        return self.is_full or bool(self.tail) or bool(self.blocks)
 
     def to_dict(self) -> dict:
         return {**self.support.to_dict(), "dynamic": int(self.dynamic), **({"tail": int(self.tail)} if self.tail else {}),
-                **({"slashes": int(self.slashes)} if self.slashes else {})}
+                **({"slashes": int(self.slashes)} if self.slashes else {}), **({"blocks": int(self.blocks)} if self.blocks else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "HeadPlan":
@@ -192,6 +204,7 @@ class HeadPlan:
         dynamic = d.pop("dynamic", 0)
         tail = d.pop("tail", 0)
         slashes = d.pop("slashes", 0)
+        blocks = d.pop("blocks", 0)
         support = Support.from_dict(d)
         if not isinstance(support.w, int) or not isinstance(dynamic, int) or dynamic < 0 or support.w < FULL:
             raise ValueError(f"head plan: w must be an integer >= -1 and dynamic >= 0, got {d}")
@@ -199,12 +212,14 @@ class HeadPlan:
             raise ValueError(f"head plan: tail must be an integer >= 0, got {tail!r}")
         if isinstance(slashes, bool) or not isinstance(slashes, int) or not 0 <= slashes <= SLASHES_MAX:
             raise ValueError(f"head plan: slashes must be an integer in [0, {SLASHES_MAX}], got {slashes!r}")
+        if isinstance(blocks, bool) or not isinstance(blocks, int) or not 0 <= blocks <= BLOCKS_MAX:
+            raise ValueError(f"head plan: blocks must be an integer in [0, {BLOCKS_MAX}], got {blocks!r}")
         cols = np.asarray(support.columns).reshape(-1)
         if (cols < 0).any() or len(set(cols.tolist())) != cols.size:
             raise ValueError(f"head plan: columns must be distinct key positions >= 0, got {cols.tolist()}")
         if int(support.offset) != 0 or support.residual:
             raise ValueError("head plan: only offset 0 and residual 0 are executed (causal band ending on the diagonal)")
-        return cls(support, dynamic, tail, slashes)
+        return cls(support, dynamic, tail, slashes, blocks)
 
 
 @dataclass
@@ -260,11 +275,15 @@ class Plan:
         """
         n = n or self.n
         total = self.num_layers * self.num_heads * n * (n + 1) // 2
-        return sum(head_entries(h.w, len(h.columns), h.dynamic, n, self.window(l), h.slashes) + tail_entries(h.w, h.tail, n)
+        return sum(head_entries(h.w, len(h.columns), h.dynamic, n, self.window(l), h.slashes, h.blocks) + tail_entries(h.w, h.tail, n)
                    for l, row in enumerate(self.heads) for h in row) / total
 
     def full_heads(self) -> int:
         return sum(h.is_full for row in self.heads for h in row)
+
+    def block_heads(self) -> int:
+        """Heads that read key blocks chosen per query block at the prefill (planned, not in a sliding layer)."""
+        return sum(bool(h.blocks) and not h.is_full for l, row in enumerate(self.heads) for h in row if self.window(l) is None)
 
     def slash_heads(self) -> int:
         """Heads that read slash lines at the prefill (planned, not in a sliding layer)."""

@@ -20,11 +20,16 @@ head (not full, not in a sliding layer) also reads the s diagonals δ < −w of 
 chosen per input (``HeadPlan.slashes``, ``attnlab.llm.slash_lines``; prefill only).  Their bound s·(n − 1) per
 head (``plan.slash_fraction``) is taken from β before the knapsack, as the tails' is.  ``sliding_floor`` = F:
 a head of a sliding layer (Gemma-3) gets a band of at least min(F, window − 1) keys (``choose_plan``).
+``blocks`` = K (with a tail): each retrieval head also reads, on every prefill row, the K blocks of 16 keys of
+largest pooled score for its block of 16 queries, chosen per input (``HeadPlan.blocks``, ``attnlab.llm.key_blocks``);
+their bound K·16·(n − 1) per head is taken from β before the knapsack.  Multi-key needles need it: the rows of a
+later needle must see the earlier ones in the heads that retrieve, not only the rows that ask.
 """
 
 import numpy as np
 
 from attnlab.errors import UserError
+from attnlab.llm.key_blocks import BLOCK, BLOCKS_MAX
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import PlanMethod
 
@@ -35,9 +40,10 @@ class AttnlabRetrieval(PlanMethod):
     calibrated = True
     needs_retrieval = True
     options = {"retrieval_heads": (int, 0, 10**6), "tail": (int, 0, 10**7), "pages": (int, 0, 10**6), "slashes": (int, 0, 10**4),
-               "sliding_floor": (int, 0, 10**7)}
-    prefill = ("the k heads of largest retrieval score read every key from their last T rows (T = 0: all rows); "
-               "every head its planned band + columns (knapsack over the rest of β); slashes=s: and s per-input diagonals")
+               "sliding_floor": (int, 0, 10**7), "blocks": (int, 0, BLOCKS_MAX)}
+    prefill = ("the k heads of largest retrieval score read every key from their last T rows (T = 0: all rows; blocks=K: and "
+               "on every row the K key blocks of 16 of largest pooled score); every head its planned band + columns "
+               "(knapsack over the rest of β); slashes=s: and s per-input diagonals")
     decoding = ("retrieval heads read (and their KV heads keep) the whole cache; the others keep what their support can still read "
                 "(pages=K: and read back the K pages of evicted keys of largest bound; slash lines are not read at decoding)")
 
@@ -47,6 +53,9 @@ class AttnlabRetrieval(PlanMethod):
 
         k = int(self.opts.get("retrieval_heads", 16))
         T = int(self.opts.get("tail", 64))
+        K = int(self.opts.get("blocks", 0))
+        if K and not T:
+            raise UserError(f"--method {self.name}: blocks={K} needs tail > 0 (tail=0 keeps the retrieval heads full: nothing to choose)")
         r = np.asarray(calibration.retrieval, dtype=np.float64)                     # (L, H)
         if k and not r.any():
             raise UserError(f"--method {self.name}: the calibration holds no retrieval scores (made before them); recalibrate")
@@ -69,15 +78,19 @@ class AttnlabRetrieval(PlanMethod):
             total = L * H * n * (n + 1) / 2
             # a tail costs at most its rows' off-band keys (w = 0); sliding layers run no tail
             spend = sum(tail_entries(0, T, n) for l, _ in heads if windows[l] is None) / total
+            # key blocks: ≤ K·b keys off the band on each of a head's rows (w = 0: the bound before the knapsack knows w)
+            spend += sum(min(K * BLOCK, n) * (n - 1) for l, _ in heads if windows[l] is None) / total
             if spend + lines >= self.budget:
-                raise UserError(f"budget {self.budget}: below the {k} retrieval heads' tails of {T} rows ({spend:.4f} of the entries at n = {n})"
+                raise UserError(f"budget {self.budget}: below the {k} retrieval heads' tails of {T} rows"
+                                + (f" and {K} key blocks" if K else "") + f" ({spend:.4f} of the entries at n = {n})"
                                 + (f" and {s} slash lines per head ({lines:.4f})" if s else ""))
             plan = choose_plan(calibration, self.budget - spend - lines, n, method=self.name, sliding_floor=floor)
             for l, h in heads:
                 old = plan.heads[l][h]
                 if not old.is_full and windows[l] is None:
-                    plan.heads[l][h] = HeadPlan(old.support, old.dynamic, T)
+                    plan.heads[l][h] = HeadPlan(old.support, old.dynamic, T, 0, K)
         plan.budget = self.budget
-        plan.meta.update(retrieval_heads=heads, tail=T, **({"slashes": s} if s else {}), **({"sliding_floor": floor} if floor else {}))
+        plan.meta.update(retrieval_heads=heads, tail=T, **({"slashes": s} if s else {}), **({"sliding_floor": floor} if floor else {}),
+                         **({"blocks": K} if K else {}))
         plan.pages = int(self.opts.get("pages", 0))
         return with_slashes(plan, s) if s else plan

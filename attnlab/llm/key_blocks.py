@@ -1,0 +1,73 @@
+"""Key blocks chosen per query block: the per-query part of a retrieval head's support (MInference's block-sparse
+estimate, at blocks of b = ``BLOCK`` tokens).
+
+A head with ``HeadPlan.blocks`` = K reads, beside its band and columns, for each block I_t of b queries the K
+blocks J of b keys of largest pooled score:
+
+    q̄_t = mean_{i ∈ I_t} q_i,   k̄_J = mean_{j ∈ J} k_j,   ŝ_tJ = q̄_t · k̄_J          (O((n/b)²·d) per head)
+    B_t(x) = the K blocks J < t of largest ŝ_tJ that the band does not hold for every row of I_t
+    S_h(i) = B_w(i) ∪ T_h ∪ ⋃_{J ∈ B_t(x)} J     for i ∈ I_t
+
+Why: a static support keeps a head's band and a few columns on every row, and the rows that need far keys
+change with the input.  Multi-key needles showed it (``.notes``, README *multi-key*): the rows of a later
+distractor needle must see the earlier needles (the template repeats), in the heads that retrieve, or the
+model copies a distractor's value.  Full rows there (every key) fix it, so does each row's own top-128; a
+whole row of 64 queries pooled does not (the needle's 20 rows drown in it); blocks of 16 do.
+
+``block_extras`` turns the choice into the chunked kernel's per-chunk extra keys (chunks of b queries), the
+head's columns first; the kernel drops keys its band holds and reads a key a column already holds once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["BLOCK", "BLOCKS_MAX", "block_extras", "top_blocks"]
+
+BLOCK = 16          # b: tokens per query block and per key block (the kernel's chunk for such heads)
+BLOCKS_MAX = 4096   # K: key blocks per query block (a sanity bound)
+
+
+def top_blocks(q, k, w, K: int, b: int = BLOCK):
+    """B_t(x): ``(B, H, T, K)`` key-block indices (−1: empty), T = ⌈n / b⌉ query blocks.
+
+    q: (B, H, n, d_k) the heads' queries, k: (B, H, n, d_k) their keys (one KV head per query head, GQA
+    resolved by the caller); w (H,) the heads' band half-widths.  A key block J is a candidate for query
+    block t when it lies before the block (J < t) and some row of I_t does not reach all of J through its
+    band: J·b < t·b + b − 1 − w (row t·b + b − 1 is the last of the block; its band starts at i − w).
+    """
+    B, H, n, d = q.shape
+    T = -(-n // b)
+    pad = T * b - n
+    qp = torch.nn.functional.pad(q, (0, 0, 0, pad)) if pad else q
+    kp = torch.nn.functional.pad(k, (0, 0, 0, pad)) if pad else k
+    rows = torch.full((T,), float(b), device=q.device)
+    rows[-1] = b - pad                                                                   # the last block may be short
+    q_bar = qp.reshape(B, H, T, b, d).sum(-2) / rows[:, None]                            # (B, H, T, d)
+    k_bar = kp.reshape(B, H, T, b, d).sum(-2) / rows[:, None]                            # (B, H, T, d)
+    s = q_bar @ k_bar.transpose(-1, -2)                                                  # (B, H, T, T): ŝ_tJ
+    t = torch.arange(T, device=q.device)
+    w_ = torch.as_tensor(w, device=q.device).view(1, H, 1, 1)
+    ok = (t[None, :] < t[:, None]).view(1, 1, T, T) & (t.view(1, 1, 1, T) * b < t.view(1, 1, T, 1) * b + b - 1 - w_)
+    s = s.masked_fill(~ok, float("-inf"))
+    K = min(int(K), T)
+    if K == 0:
+        return torch.zeros(B, H, T, 0, dtype=torch.long, device=q.device)
+    top = torch.topk(s, K, dim=-1)
+    return torch.where(torch.isfinite(top.values), top.indices, torch.full_like(top.indices, -1))
+
+
+def block_extras(blocks, cols, n: int, b: int = BLOCK):
+    """The kernel's extras for chunks of b queries: columns T_h then the K·b keys of the chosen blocks.
+
+    blocks (B, H, T, K) from ``top_blocks`` (−1: empty), cols (B, H, g) the heads' columns (−1: empty).
+    Returns extra_idx (B, H, T, g + K·b) key positions and extra_own (B, H, T, 1, g + K·b) bool (an empty slot
+    or a key beyond n is owned by no query).
+    """
+    B, H, T, K = blocks.shape
+    g = cols.shape[-1]
+    keys = (blocks.clamp_min(0)[..., None] * b + torch.arange(b, device=blocks.device)).reshape(B, H, T, K * b)
+    ok = ((blocks >= 0)[..., None].expand(B, H, T, K, b).reshape(B, H, T, K * b)) & (keys < n)
+    idx = torch.cat([cols.clamp_min(0)[:, :, None, :].expand(B, H, T, g), keys.clamp_max(n - 1)], -1)
+    own = torch.cat([(cols >= 0)[:, :, None, :].expand(B, H, T, g), ok], -1)
+    return idx, own[:, :, :, None, :]

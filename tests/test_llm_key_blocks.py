@@ -1,0 +1,184 @@
+"""Key blocks chosen per query block (``HeadPlan.blocks``, ``attnlab.llm.key_blocks``): the blocks are those of
+largest pooled score that the band does not hold, the kernel runs band ∪ columns ∪ blocks exactly, a head with
+blocks reads its whole cache at decoding, the plan file and the method carry the field, bad values are refused."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, __import__("os").path.dirname(__file__))
+
+from attnlab.errors import UserError  # noqa: E402
+from attnlab.llm import methods  # noqa: E402
+from attnlab.llm.attention import LayerRunner, apply_plan, attention_modules  # noqa: E402
+from attnlab.llm.key_blocks import BLOCK, block_extras, top_blocks  # noqa: E402
+from attnlab.llm.plan import HeadPlan, Plan, entries_of  # noqa: E402
+from attnlab.support import Support  # noqa: E402
+
+
+def head(w, fixed=(), dynamic=0, tail=0, blocks=0):
+    return HeadPlan(Support(w=w, columns=np.asarray(fixed, dtype=np.int64)), dynamic, tail, 0, blocks)
+
+
+def direct_blocks(q, k, w, K, b=BLOCK):
+    """B_t for one head, a query block at a time (numpy): the K blocks J < t with J·b < t·b + b − 1 − w of largest
+    q̄_t·k̄_J (ties: the earlier block, as the stable sort)."""
+    n = q.shape[0]
+    T = -(-n // b)
+    qb = [q[t * b:(t + 1) * b].mean(0) for t in range(T)]
+    kb = [k[t * b:(t + 1) * b].mean(0) for t in range(T)]
+    out = []
+    for t in range(T):
+        cand = [J for J in range(t) if J * b < t * b + b - 1 - w]
+        s = np.array([float(qb[t] @ kb[J]) for J in cand])
+        out.append(sorted(cand[i] for i in np.argsort(-s, kind="stable")[:K]))
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 90), w=st.integers(0, 40), K=st.integers(0, 5), seed=st.integers(0, 10**6))
+def test_top_blocks_are_the_largest_pooled_scores_off_the_band(n, w, K, seed):
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(1, 1, n, 8, generator=g, dtype=torch.float64), torch.randn(1, 1, n, 8, generator=g, dtype=torch.float64)
+    got = top_blocks(q, k, [w], K, b=8)
+    want = direct_blocks(q[0, 0].numpy(), k[0, 0].numpy(), w, K, b=8)
+    assert got.shape == (1, 1, -(-n // 8), min(K, -(-n // 8)))
+    for t, blocks in enumerate(want):
+        row = got[0, 0, t]
+        assert sorted(row[row >= 0].tolist()) == blocks
+
+
+def dense_reference(q, k, v, scaling, runner, blocks):
+    """Masked softmax over causal ∩ (band ∪ columns ∪ key blocks of the query's block) (tails: the last rows full)."""
+    B, H, n, _ = q.shape
+    kv = runner.kv_of
+    out = torch.empty_like(q)
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    causal = j <= i
+    for b in range(B):
+        for h in range(H):
+            w = int(runner.w[h])
+            if w == -1:
+                allowed = causal
+            else:
+                allowed = causal & ((i - j <= w) | torch.isin(j, runner.columns[b, h][runner.columns[b, h] >= 0]))
+                if runner.blocks[h]:
+                    blk = blocks[b][h]                                   # (T, K) block indices, −1 empty
+                    rows_blocks = blk[i[:, 0] // BLOCK]                  # (n, K)
+                    allowed = allowed | (causal & ((j // BLOCK)[None] == rows_blocks[..., None]).any(1))
+                if runner.tail[h]:
+                    allowed[n - runner.tail[h]:] = causal[n - runner.tail[h]:]
+            s = (q[b, h] @ k[b, kv[h]].T) * scaling
+            out[b, h] = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1) @ v[b, kv[h]]
+    return out
+
+
+@pytest.mark.parametrize("n,ws,blocks", [(40, (2, 5, 3, -1), (2, 0, 1, 0)), (130, (4, 4, 9, 20), (3, 5, 0, 2)),
+                                         (300, (16, 3, 0, 40), (4, 4, 8, 6))])
+def test_prefill_with_key_blocks_equals_the_dense_reference(n, ws, blocks):
+    heads = [head(w, (0, 1) if h == 0 and w >= 0 else (), 2 if h in (0, 3) and w >= 0 else 0, 5 if h == 1 else 0, K)
+             for h, (w, K) in enumerate(zip(ws, blocks))]
+    runner = LayerRunner(heads, 0, 2)                                             # GQA: 4 query heads, 2 KV heads
+    g = torch.Generator().manual_seed(n)
+    q = torch.randn(2, 4, n, 16, generator=g)
+    k, v = torch.randn(2, 2, n, 16, generator=g), torch.randn(2, 2, n, 16, generator=g)
+    out = runner.prefill(q, k, v, 0.3)
+    chosen = [[top_blocks(q[b:b + 1, h:h + 1], k[b:b + 1, int(runner.kv_of[h]):int(runner.kv_of[h]) + 1], [max(ws[h], 0)],
+                          blocks[h])[0, 0] for h in range(4)] for b in range(2)]
+    ref = dense_reference(q, k, v, 0.3, runner, chosen)
+    assert (out - ref).abs().max() < 1e-5
+    plain = LayerRunner([head(h.w, h.columns, h.dynamic, h.tail) if not h.is_full else h for h in heads], 0, 2)
+    assert not torch.allclose(plain.prefill(q, k, v, 0.3), out, atol=1e-4)          # the blocks change the rows they reach
+    # decoding: a head with key blocks reads (and its KV head keeps) every cached key
+    assert runner.whole.tolist() == [bool(K) and w >= 0 or (h == 1) for h, (w, K) in enumerate(zip(ws, blocks))]
+    assert runner.whole_kv().tolist() == [bool(runner.whole[:2].any()), bool(runner.whole[2:].any())]
+
+
+def test_block_extras_put_the_columns_first_and_own_no_empty_slot():
+    blocks = torch.tensor([[[[-1, -1], [0, -1], [1, 0]]]])                           # (1, 1, T=3, K=2)
+    cols = torch.tensor([[[0, -1]]])
+    idx, own = block_extras(blocks, cols, n=40, b=16)
+    assert idx.shape == (1, 1, 3, 2 + 32) and own.shape == (1, 1, 3, 1, 34)
+    assert own[0, 0, 0, 0].tolist() == [True, False] + [False] * 32
+    assert idx[0, 0, 1, 2:18].tolist() == list(range(16)) and own[0, 0, 1, 0, 2:18].all() and not own[0, 0, 1, 0, 18:].any()
+    assert idx[0, 0, 2, 2:18].tolist() == list(range(16, 32)) and own[0, 0, 2, 0, 2:34].all()
+
+
+def test_entries_json_roundtrip_and_bad_values(tmp_path):
+    n, w = 200, 8
+    plain, blocked = head(w, (0,), 2, 16), head(w, (0,), 2, 16, blocks=3)
+    assert blocked.entries(n) - plain.entries(n) == 3 * BLOCK * (n - w - 1) == entries_of(w, 1, 2, n, 0, 3) - entries_of(w, 1, 2, n)
+    assert head(w, blocks=100).entries(n) <= n * (n + 1) // 2                       # a bound, never above the causal entries
+    old = Plan([[plain, HeadPlan.full()]], 1, "test", 0.5, n)
+    path = old.save(tmp_path / "old.json")
+    assert "blocks" not in path.read_text()                                          # no blocks: the file as before
+    new = Plan([[blocked, HeadPlan.full()]], 1, "test", 0.5, n)
+    back = Plan.load(new.save(tmp_path / "new.json"))
+    assert back.heads[0][0].blocks == 3 and back.to_dict() == new.to_dict() and back.block_heads() == 1
+    assert Plan([[blocked, blocked]], 1, "test", 0.5, n, windows=[16]).block_heads() == 0    # a sliding layer: band only
+    d = json.loads((tmp_path / "new.json").read_text())
+    for bad in ("x", -1, 1.5, True, 10**7):
+        d["heads"][0][0]["blocks"] = bad
+        (tmp_path / "bad.json").write_text(json.dumps(d))
+        with pytest.raises(UserError, match="blocks must be an integer"):
+            Plan.load(tmp_path / "bad.json")
+
+
+def _calibration():
+    from test_llm_retrieval_plan import _calibration as random_calibration
+
+    cal = random_calibration()
+    cal.retrieval = np.array([[0.1, 0.9, 0.0, 0.2], [0.05, 0.3, 0.8, 0.0]])
+    return cal
+
+
+def test_the_method_gives_the_retrieval_heads_blocks_within_the_budget():
+    cal = _calibration()
+    m = methods.get("attnlab-retrieval", 0.5, retrieval_heads="2", tail="8", blocks="2")
+    m.plan, m.n = m.make_plan(None, cal.n, cal), cal.n
+    got = {(l, h) for l, row in enumerate(m.plan.heads) for h, hp in enumerate(row) if hp.blocks}
+    assert got == {(0, 1), (1, 2)} and all(m.plan.heads[l][h].blocks == 2 and m.plan.heads[l][h].tail == 8 for l, h in got)
+    assert m.plan.fraction() <= 0.5 + 1e-9 and m.plan.meta["blocks"] == 2
+    d = m.describe()
+    assert d["block_heads"] == 2 and d["blocks"] == 2
+    for bad in ("-1", "x", "1.5"):
+        with pytest.raises(UserError, match="blocks"):
+            methods.get("attnlab-retrieval", 0.5, blocks=bad)
+    with pytest.raises(UserError, match="key blocks"):
+        methods.get("attnlab-retrieval", 0.05, retrieval_heads="2", blocks="8").make_plan(None, cal.n, cal)
+    with pytest.raises(UserError, match="needs tail"):
+        methods.get("attnlab-retrieval", 0.5, tail="0", blocks="2").make_plan(None, cal.n, cal)
+
+
+def test_tiny_model_end_to_end_with_key_blocks():
+    """A tiny Llama with key blocks on some heads: the logits differ from the plan without them; generation runs with
+    the plan's cache and the blocked heads' KV heads keep every key."""
+    from tiny_llama import tiny_model
+
+    from attnlab.llm.kv_cache import PlanCache
+
+    model = tiny_model()
+    n = 100
+    heads = [head(6, (0, 1), 2, 8, blocks=2), head(3), HeadPlan.full(), head(10, (0,), 1)]
+    plan = Plan([heads, heads[::-1]], 2, "test", 0.5, n)
+    plain = Plan([[head(h.w, h.columns, h.dynamic, h.tail) if not h.is_full else h for h in row] for row in plan.heads],
+                 2, "test", 0.5, n)
+    x = torch.randint(0, 100, (1, n), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        apply_plan(model, plan)
+        logits = model(x).logits
+        apply_plan(model, plain)
+        assert not torch.allclose(model(x).logits, logits, atol=1e-4)
+        apply_plan(model, plan)
+        cache = PlanCache(model)
+        out = model.generate(x, past_key_values=cache, max_new_tokens=4, do_sample=False)
+        assert attention_modules(model)[0].attnlab_layer.whole_kv()[0]
+    assert out.shape[1] == n + 4
