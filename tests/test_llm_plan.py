@@ -192,30 +192,6 @@ def model_dir(tmp_path_factory):
     return folder
 
 
-class Result:
-    def __init__(self, returncode, stdout, stderr):
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-
-
-@pytest.fixture
-def cli(capsys, monkeypatch):
-    """``attnlab ARGS`` in this process (attnlab.cli.main, as the console script): exit code, stdout, stderr."""
-    from attnlab.cli import main
-
-    def run(*args):
-        monkeypatch.setattr(sys, "argv", ["attnlab", *map(str, args)])
-        capsys.readouterr()
-        try:
-            main()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        out, err = capsys.readouterr()
-        return Result(code, out, err)
-
-    return run
-
-
 def test_cli_plan_and_run(model_dir, tmp_path, cli):
     out = tmp_path / "p.json"
     r = cli("plan", "--hf", model_dir, "--calibrate", model_dir / "text.txt", "--budget", "0.2", "--n", "300", "--windows", "1", "--out", out)

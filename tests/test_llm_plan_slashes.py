@@ -199,31 +199,16 @@ def model_dir(tmp_path_factory):
     return folder
 
 
-def cli(capsys, monkeypatch, *args):
-    """``attnlab ARGS`` in this process: (exit code, stdout, stderr)."""
-    from attnlab.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["attnlab", *map(str, args)])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_cli_plan_writes_the_slashes_and_refuses_bad_input(model_dir, tmp_path, capsys, monkeypatch):
+def test_cli_plan_writes_the_slashes_and_refuses_bad_input(model_dir, tmp_path, cli):
     text, out = model_dir / "text.txt", tmp_path / "p.json"
     base = ("plan", "--hf", model_dir, "--calibrate", text, "--budget", "0.3", "--n", "300", "--windows", "1")
-    code, stdout, err = cli(capsys, monkeypatch, *base, "--slashes", "3", "--out", out)
+    code, stdout, err = cli(*base, "--slashes", "3", "--out", out)
     assert code == 0, err
     d = json.loads(out.read_text())
     planned = [h for row in d["heads"] for h in row if h["w"] != -1]
     assert planned and all(h["slashes"] == 3 for h in planned) and d["fraction"] <= 0.3 and d["meta"]["slashes"] == 3
     assert "slash lines" in stdout
-    code, _, err = cli(capsys, monkeypatch, *base, "--method", "attnlab:slashes=2", "--out", tmp_path / "m.json")
+    code, _, err = cli(*base, "--method", "attnlab:slashes=2", "--out", tmp_path / "m.json")
     assert code == 0, err
     assert {h["slashes"] for row in json.loads((tmp_path / "m.json").read_text())["heads"] for h in row if h["w"] != -1} == {2}
     bad = [("--slashes", "-1"), ("--slashes", "x"), ("--slashes", "1.5"), ("--method", "attnlab:slashes=-1"),
@@ -231,19 +216,19 @@ def test_cli_plan_writes_the_slashes_and_refuses_bad_input(model_dir, tmp_path, 
            ("--method", "attnlab:slashes=2", "--slashes", "2")]
     for extra in bad:
         x = tmp_path / "x.json"
-        code, _, err = cli(capsys, monkeypatch, *base, *extra, "--out", x)
+        code, _, err = cli(*base, *extra, "--out", x)
         assert code == 2 and err.count("\n") == 1 and "slashes" in err, (extra, err)
         assert not x.exists()
     for m in ("attnlab-retrieval:slashes=-1", "attnlab:slashes=x"):     # attnlab eval refuses them before the model loads
         x = tmp_path / "eval"
-        code, _, err = cli(capsys, monkeypatch, "eval", "--hf", model_dir, "--task", "niah", "--lengths", "300", "--method", m,
+        code, _, err = cli("eval", "--hf", model_dir, "--task", "niah", "--lengths", "300", "--method", m,
                            "--budget", "0.1", "--calibrate", text, "--out", x)
         assert code == 2 and err.count("\n") == 1 and "slashes" in err, err
         assert not x.exists()
     d = json.loads(out.read_text())
     d["heads"][0][0]["slashes"] = "x"
     (tmp_path / "bad.json").write_text(json.dumps(d))
-    code, _, err = cli(capsys, monkeypatch, "plan-run", "--hf", model_dir, "--plan", tmp_path / "bad.json", "--file", text, "--n", "300")
+    code, _, err = cli("plan-run", "--hf", model_dir, "--plan", tmp_path / "bad.json", "--file", text, "--n", "300")
     assert code == 2 and err.count("\n") == 1 and "slashes must be an integer" in err, err
 
 
