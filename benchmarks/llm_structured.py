@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from attnlab.allocator import keep_freed_memory  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.calibration import ERR_ROWS, Calibration, calibrate  # noqa: E402
-from attnlab.llm.eval_grid import retrieval_calibration  # noqa: E402
+from attnlab.llm.eval_grid import parse_method, retrieval_calibration  # noqa: E402
 from attnlab.llm.kv_cache import kv_bytes  # noqa: E402
 from attnlab.llm.perplexity import perplexity  # noqa: E402
 from attnlab.llm.plan import model_shape  # noqa: E402
@@ -135,7 +135,8 @@ def cmd_speed(args):
     torch.set_num_threads(args.threads)
     n = args.n
     ids = token_windows(tok, split_file(args.data, "test"), n, 1)[0]
-    m = methods.get(ALIASES.get(args.method, args.method), args.budget)
+    name, opts = parse_method(args.method)                                       # NAME or NAME:key=value (attnlab-retrieval:blocks=8)
+    m = methods.get(ALIASES.get(name, name), args.budget, **opts)
     m.prepare(model, n, Calibration.load(Path(args.out) / f"calibration-{n}.npz") if m.calibrated else None)
     base = peak_rss_mib()
     with m.applied(model):
@@ -171,7 +172,8 @@ def cmd_attention(args):
     torch.set_num_threads(args.threads)
     model = load(args.model)[0]
     shape = model_shape(model)                                                    # head size and windows
-    m = methods.get(args.method, args.budget)
+    name, opts = parse_method(args.method)
+    m = methods.get(name, args.budget, **opts)
     plan = m.make_plan(model, args.n, Calibration.load(Path(args.out) / f"calibration-{args.n}.npz") if m.calibrated else None)
     H, H_kv, n, d = plan.num_heads, plan.num_kv_heads, args.n, shape["head_dim"]
     g = torch.Generator().manual_seed(0)
