@@ -155,7 +155,7 @@ def test_the_method_gives_the_retrieval_heads_blocks_within_the_budget():
     with pytest.raises(UserError, match="key blocks"):
         methods.get("attnlab-retrieval", 0.05, retrieval_heads="2", blocks="8").make_plan(None, cal.n, cal)
     with pytest.raises(UserError, match="needs tail"):
-        methods.get("attnlab-retrieval", 0.5, tail="0", blocks="2").make_plan(None, cal.n, cal)
+        methods.get("attnlab-retrieval", 0.5, tail="0", blocks="2")                  # refused before any work
 
 
 def test_tiny_model_end_to_end_with_key_blocks():
@@ -182,3 +182,26 @@ def test_tiny_model_end_to_end_with_key_blocks():
         out = model.generate(x, past_key_values=cache, max_new_tokens=4, do_sample=False)
         assert attention_modules(model)[0].attnlab_layer.whole_kv()[0]
     assert out.shape[1] == n + 4
+
+
+from test_llm_plan_slashes import model_dir  # noqa: E402,F401  (the tiny model folder with a character tokenizer)
+
+
+def test_cli_refuses_bad_key_blocks_in_one_line_writing_nothing(model_dir, tmp_path, cli):  # noqa: F811
+    text = model_dir / "text.txt"
+    base = ("plan", "--hf", model_dir, "--calibrate", text, "--budget", "0.3", "--n", "300", "--windows", "1")
+    for spec, needle in (("attnlab-retrieval:blocks=-1", "blocks"), ("attnlab-retrieval:blocks=x", "blocks"),
+                         ("attnlab-retrieval:tail=0:blocks=4", "needs tail")):
+        out = tmp_path / "p.json"
+        code, _, err = cli(*base, "--method", spec, "--out", out)
+        assert code == 2 and err.count("\n") == 1 and needle in err and "Traceback" not in err, err
+        assert not out.exists()
+        code, _, err = cli("eval", "--hf", model_dir, "--task", "niah", "--lengths", "300", "--method", spec, "--budget", "0.3",
+                           "--calibrate", text, "--out", tmp_path / "ev")
+        assert code == 2 and err.count("\n") == 1 and needle in err, err
+        assert not (tmp_path / "ev").exists()
+    d = Plan([[head(4, (0,), 0, 8, blocks=2)] * 4] * 2, 2, "test", 0.5, 300).to_dict()
+    d["heads"][1][3]["blocks"] = -2
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    code, _, err = cli("plan-run", "--hf", model_dir, "--plan", tmp_path / "bad.json", "--file", text, "--n", "300")
+    assert code == 2 and err.count("\n") == 1 and "blocks must be an integer" in err, err

@@ -47,6 +47,12 @@ class AttnlabRetrieval(PlanMethod):
     decoding = ("retrieval heads read (and their KV heads keep) the whole cache; the others keep what their support can still read "
                 "(pages=K: and read back the K pages of evicted keys of largest bound; slash lines are not read at decoding)")
 
+    def __init__(self, budget: float = 1.0, **options):
+        super().__init__(budget, **options)
+        K, T = int(self.opts.get("blocks", 0)), int(self.opts.get("tail", 64))
+        if K and not T:   # refused before any model or calibration work
+            raise UserError(f"--method {self.name}: blocks={K} needs tail > 0 (tail=0 keeps the retrieval heads full: nothing to choose)")
+
     def make_plan(self, model, n, calibration):
         from attnlab.llm.plan import HeadPlan, slash_fraction, tail_entries, with_slashes
         from attnlab.llm.selection import choose_plan
@@ -54,8 +60,6 @@ class AttnlabRetrieval(PlanMethod):
         k = int(self.opts.get("retrieval_heads", 16))
         T = int(self.opts.get("tail", 64))
         K = int(self.opts.get("blocks", 0))
-        if K and not T:
-            raise UserError(f"--method {self.name}: blocks={K} needs tail > 0 (tail=0 keeps the retrieval heads full: nothing to choose)")
         r = np.asarray(calibration.retrieval, dtype=np.float64)                     # (L, H)
         if k and not r.any():
             raise UserError(f"--method {self.name}: the calibration holds no retrieval scores (made before them); recalibrate")
