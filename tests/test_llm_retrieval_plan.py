@@ -121,3 +121,34 @@ def test_tails_cost_what_they_read_and_run_exactly(tmp_path):
         model(x, cache=cache, use_cache=True)
     assert cache.layers[0].keys.shape[2] == n  # the KV head of a head with a tail keeps its whole cache
     del full
+
+
+def test_widths_own_makes_the_plan_independent_of_the_other_methods_candidates():
+    """A calibration made beside MInference holds its candidate widths too; ``widths="own"`` offers attnlab's grid
+    alone, so the plan is the one of a calibration made without them; ``"all"`` may take the foreign widths."""
+    from attnlab.llm.calibration import W_GRID
+
+    def cal_with(candidates):
+        cal = Calibration({"num_layers": 2, "num_heads": 4, "num_kv_heads": 2}, 128, candidates)
+        g = torch.Generator().manual_seed(0)
+        for layer in range(2):
+            q, k, v = (torch.randn(1, 4, 128, 8, generator=g) for _ in range(3))
+            cal.observe(layer, q, k, v, 0.35)
+        return cal
+
+    foreign = [(w, 4, 0) for w in (3, 5, 6, 7, 9, 11, 13)]                            # widths W_GRID does not hold
+    alone, beside = cal_with(None), cal_with(foreign)
+    assert set(beside.w_grid) - set(alone.w_grid) == {3, 5, 6, 7, 9, 11, 13}
+    for budget in (0.1, 0.2, 0.4):
+        own = choose_plan(beside, budget, widths="own")
+        assert all(h.w in W_GRID for row in own.heads for h in row if not h.is_full)
+        assert own.to_dict()["heads"] == choose_plan(alone, budget).to_dict()["heads"] and own.meta["widths"] == "own"
+    took = {h.w for b in (0.1, 0.2, 0.4) for row in choose_plan(beside, b).heads for h in row if not h.is_full}
+    assert took - set(W_GRID)                                                         # "all": the knapsack uses them
+    with pytest.raises(ValueError, match="widths"):
+        choose_plan(alone, 0.2, widths="mine")
+    m = methods.get("attnlab-retrieval", 0.4, retrieval_heads="2", widths="own")
+    beside.retrieval = np.array([[0.1, 0.9, 0.0, 0.2], [0.05, 0.3, 0.8, 0.0]])
+    assert all(h.w in W_GRID for row in m.make_plan(None, 128, beside).heads for h in row if not h.is_full)
+    with pytest.raises(UserError, match="widths"):
+        methods.get("attnlab", 0.2, widths="some")

@@ -27,13 +27,14 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.errors import UserError
-from attnlab.llm.calibration import Calibration
+from attnlab.llm.calibration import W_GRID, Calibration
 from attnlab.llm.plan import FULL, SINKS, HeadPlan, Plan, check_budget, head_entries
 from attnlab.support import Support
 
-__all__ = ["TABLES", "choose_plan", "knapsack"]
+__all__ = ["TABLES", "WIDTHS", "choose_plan", "knapsack"]
 
 TABLES = ("fit", "est", "err", "err-rel", "err-grad", "delta")
+WIDTHS = ("all", "own")   # choose_plan's bands: every width calibrated, or attnlab's grid W_GRID alone
 
 
 def knapsack(gain: np.ndarray, cost: np.ndarray, limit: float) -> np.ndarray:
@@ -86,7 +87,7 @@ def knapsack(gain: np.ndarray, cost: np.ndarray, limit: float) -> np.ndarray:
 
 
 def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: str | None = None, method: str = "attnlab",
-                keep_full: np.ndarray | None = None, sliding_floor: int = 0) -> Plan:
+                keep_full: np.ndarray | None = None, sliding_floor: int = 0, widths: str = "all") -> Plan:
     """The plan of best total objective with Σ entries ≤ β · L·H·n(n+1)/2 (module docstring), by ``table``
     (default: ``err-rel`` when the calibration holds option errors, else ``fit``):
 
@@ -104,6 +105,9 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     must stay full (retrieval heads) — their other options are not offered, the knapsack spends the rest;
     ``sliding_floor`` F: a head of a sliding layer is offered only bands w ≥ min(F, window − 1) (the sum of
     per-head errors does not see what short bands in several sliding layers cost together).
+    ``widths``: ``"all"`` offers every band the calibration measured — attnlab's grid ``W_GRID`` and the candidate
+    widths of the other methods it was made for (MInference's), so the plan depends on which methods were
+    calibrated together; ``"own"`` offers ``W_GRID`` alone: the same plan whatever else the calibration holds.
     (Maximising Σ log μ_h instead was tried: SmolLM2 at 8K, dev text, β = 5 % / 10 %: perplexity
     32.94 / 28.43 vs 33.02 / 28.43 — no gain, not kept.  Same setting, one 8K calibration window:
     fit 33.03 / 28.43, err-rel 30.39 / 27.98 (128 rows; 31.43 / 28.49 with 64, 30.81 / 27.77 with 256),
@@ -153,6 +157,11 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
             if sliding_floor:
                 short = np.array([cal.w_grid[x] < min(sliding_floor, win - 1) for _, x, _ in options] + [False])
                 gain[l][:, short] = -np.inf
+    if widths not in WIDTHS:
+        raise ValueError(f"widths: expected one of {', '.join(WIDTHS)}, got {widths!r}")
+    if widths == "own":   # the bands of attnlab's own grid only (not the other methods' candidates)
+        foreign = np.array([cal.w_grid[x] not in W_GRID for _, x, _ in options] + [False])
+        gain[:, :, foreign] = -np.inf
     if keep_full is not None:
         gain[np.asarray(keep_full, dtype=bool), :-1] = -np.inf
     order = np.argsort(cost, axis=-1, kind="stable")[:, None, :].repeat(H, 1)   # (L, H, O) cheapest first: ties go to the cheaper
@@ -181,5 +190,6 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
         heads.append(row)
     value = float(np.take_along_axis(gain, choice[..., None], -1).mean())
     key = "captured_mass" if full_gain == 1.0 else "mean_error"
-    return Plan(heads, cal.shape["num_kv_heads"], method, budget, n, {key: value if full_gain else -value, "table": table},
+    return Plan(heads, cal.shape["num_kv_heads"], method, budget, n,
+                {key: value if full_gain else -value, "table": table, **({"widths": widths} if widths != "all" else {})},
                 cal.shape.get("windows"))

@@ -17,6 +17,9 @@ evicted keys of largest Quest bound (``Plan.pages``, ``attnlab.llm.pages``; 0, t
 Option ``slashes`` = s (every variant): at the prefill each planned head (not full, not in a sliding layer) also
 reads the s diagonals δ < −w of largest mass from its last queries, chosen per input (``HeadPlan.slashes``;
 prefill only); their bound s·(n − 1) entries per head (``plan.slash_fraction``) is taken from β before the knapsack.
+Option ``widths`` = all | own (every variant): the bands offered to the knapsack — every width the calibration
+measured (default; with MInference in the same run its candidate widths too) or attnlab's grid alone, so that the
+plan does not depend on which other methods were calibrated with it (``selection.choose_plan``).
 ``PlanFile`` runs a plan saved by ``attnlab plan``.
 """
 
@@ -24,6 +27,7 @@ import warnings
 
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import PlanMethod
+from attnlab.llm.selection import WIDTHS
 
 
 @register
@@ -31,7 +35,7 @@ class AttnlabPlan(PlanMethod):
     name = "attnlab"
     calibrated = True
     table: str | None = None      # ``choose_plan``'s table (None: its default)
-    options = {"pages": (int, 0, 10**6), "slashes": (int, 0, 10**4)}
+    options = {"pages": (int, 0, 10**6), "slashes": (int, 0, 10**4), "widths": (str, WIDTHS, None)}
     prefill = ("per head its planned support (band w_h + sink columns + per-input columns; slashes=s: + s per-input "
                "diagonals), some heads full")
     decoding = "the cache keeps, per KV head, the keys its heads can still read (band + columns; slash lines are prefill-only)"
@@ -50,9 +54,9 @@ class AttnlabPlan(PlanMethod):
             if not (calibration.err_rows and calibration.err.any()):
                 warnings.warn(f"calibration n={calibration.n} holds no option errors (made before them): {self.name} uses "
                               "the mass rule; recalibrate for the output-error rule", stacklevel=2)
-            plan = choose_plan(calibration, self.budget - lines)
+            plan = choose_plan(calibration, self.budget - lines, widths=self.opts.get("widths", "all"))
         else:
-            plan = choose_plan(calibration, self.budget - lines, table=self.table, method=self.name)
+            plan = choose_plan(calibration, self.budget - lines, table=self.table, method=self.name, widths=self.opts.get("widths", "all"))
         plan.budget = self.budget
         if s:
             plan.meta["slashes"] = s

@@ -20,6 +20,7 @@ head (not full, not in a sliding layer) also reads the s diagonals δ < −w of 
 chosen per input (``HeadPlan.slashes``, ``attnlab.llm.slash_lines``; prefill only).  Their bound s·(n − 1) per
 head (``plan.slash_fraction``) is taken from β before the knapsack, as the tails' is.  ``sliding_floor`` = F:
 a head of a sliding layer (Gemma-3) gets a band of at least min(F, window − 1) keys (``choose_plan``).
+``widths`` = all | own: as ``attnlab``'s (the bands offered to the knapsack).
 ``blocks`` = K (with a tail): each retrieval head also reads, on every prefill row, the K blocks of 16 keys of
 largest pooled score for its block of 16 queries, chosen per input (``HeadPlan.blocks``, ``attnlab.llm.key_blocks``);
 their bound K·16·(n − 1) per head is taken from β before the knapsack.  Multi-key needles need it: the rows of a
@@ -32,6 +33,7 @@ from attnlab.errors import UserError
 from attnlab.llm.key_blocks import BLOCK, BLOCKS_MAX
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import PlanMethod
+from attnlab.llm.selection import WIDTHS
 
 
 @register
@@ -40,7 +42,7 @@ class AttnlabRetrieval(PlanMethod):
     calibrated = True
     needs_retrieval = True
     options = {"retrieval_heads": (int, 0, 10**6), "tail": (int, 0, 10**7), "pages": (int, 0, 10**6), "slashes": (int, 0, 10**4),
-               "sliding_floor": (int, 0, 10**7), "blocks": (int, 0, BLOCKS_MAX)}
+               "sliding_floor": (int, 0, 10**7), "blocks": (int, 0, BLOCKS_MAX), "widths": (str, WIDTHS, None)}
     prefill = ("the k heads of largest retrieval score read every key from their last T rows (T = 0: all rows; blocks=K: and "
                "on every row the K key blocks of 16 of largest pooled score); every head its planned band + columns "
                "(knapsack over the rest of β); slashes=s: and s per-input diagonals")
@@ -71,13 +73,14 @@ class AttnlabRetrieval(PlanMethod):
         heads = [[int(l), int(h)] for l, h in zip(*np.nonzero(keep))]
         s = int(self.opts.get("slashes", 0))
         floor = int(self.opts.get("sliding_floor", 0))
+        widths = self.opts.get("widths", "all")
         windows = calibration.shape.get("windows") or [None] * r.shape[0]
         L, H = r.shape
         lines = slash_fraction(windows, L, H, s, n)
         if lines and lines >= self.budget:
             raise UserError(f"budget {self.budget}: below {s} slash lines per head ({lines:.4f} of the entries at n = {n})")
         if not T:
-            plan = choose_plan(calibration, self.budget - lines, n, keep_full=keep, method=self.name, sliding_floor=floor)
+            plan = choose_plan(calibration, self.budget - lines, n, keep_full=keep, method=self.name, sliding_floor=floor, widths=widths)
         else:
             total = L * H * n * (n + 1) / 2
             # a tail costs at most its rows' off-band keys (w = 0); sliding layers run no tail
@@ -88,7 +91,7 @@ class AttnlabRetrieval(PlanMethod):
                 raise UserError(f"budget {self.budget}: below the {k} retrieval heads' tails of {T} rows"
                                 + (f" and {K} key blocks" if K else "") + f" ({spend:.4f} of the entries at n = {n})"
                                 + (f" and {s} slash lines per head ({lines:.4f})" if s else ""))
-            plan = choose_plan(calibration, self.budget - spend - lines, n, method=self.name, sliding_floor=floor)
+            plan = choose_plan(calibration, self.budget - spend - lines, n, method=self.name, sliding_floor=floor, widths=widths)
             for l, h in heads:
                 old = plan.heads[l][h]
                 if not old.is_full and windows[l] is None:
