@@ -149,6 +149,9 @@ def test_the_method_gives_the_retrieval_heads_blocks_within_the_budget():
     assert m.plan.fraction() <= 0.5 + 1e-9 and m.plan.meta["blocks"] == 2
     d = m.describe()
     assert d["block_heads"] == 2 and d["blocks"] == 2
+    lined = methods.get("attnlab-retrieval", 0.5, retrieval_heads="2", tail="8", blocks="2", slashes="2").make_plan(None, cal.n, cal)
+    assert all((hp.slashes, hp.blocks) == ((0, 2) if (l, h) in got else (2, 0))
+               for l, row in enumerate(lined.heads) for h, hp in enumerate(row) if not hp.is_full)   # blocks: no slash lines
     for bad in ("-1", "x", "1.5"):
         with pytest.raises(UserError, match="blocks"):
             methods.get("attnlab-retrieval", 0.5, blocks=bad)

@@ -143,10 +143,11 @@ def slash_fraction(windows: list | None, num_layers: int, num_heads: int, slashe
 
 
 def with_slashes(plan: "Plan", slashes: int) -> "Plan":
-    """``plan`` with ``slashes`` lines on every planned head (not full, not in a sliding layer); in place, returned."""
+    """``plan`` with ``slashes`` lines on every planned head (not full, not in a sliding layer, no key blocks: those
+    read far keys per query block already); in place, returned."""
     for l, row in enumerate(plan.heads):
         if plan.window(l) is None:
-            plan.heads[l] = [h if h.is_full else replace(h, slashes=int(slashes)) for h in row]
+            plan.heads[l] = [h if h.is_full or h.blocks else replace(h, slashes=int(slashes)) for h in row]
     return plan
 
 
@@ -188,11 +189,6 @@ class HeadPlan:
 
     def entries(self, n: int) -> int:
         return entries_of(self.w, len(self.columns), self.dynamic, n, self.slashes, self.blocks) + tail_entries(self.w, self.tail, n)
-
-    @property
-    def reads_whole_cache(self) -> bool:
-        """At decoding the head reads every cached key: full, a retrieval tail, or key blocks."""
-        return self.is_full or bool(self.tail) or bool(self.blocks)
 
     def to_dict(self) -> dict:
         return {**self.support.to_dict(), "dynamic": int(self.dynamic), **({"tail": int(self.tail)} if self.tail else {}),
