@@ -137,7 +137,14 @@ def cmd_speed(args):
     ids = token_windows(tok, split_file(args.data, "test"), n, 1)[0]
     name, opts = parse_method(args.method)                                       # NAME or NAME:key=value (attnlab-retrieval:blocks=8)
     m = methods.get(ALIASES.get(name, name), args.budget, **opts)
-    m.prepare(model, n, Calibration.load(Path(args.out) / f"calibration-{n}.npz") if m.calibrated else None)
+    cal = None
+    if m.calibrated:
+        path = Path(args.out) / f"calibration-{n}.npz"
+        cal = Calibration.load(path)
+        if m.needs_retrieval and not cal.retrieval.any():
+            cal.retrieval = retrieval_calibration(model, tok, n)   # attnlab-retrieval's scores, made once (as ppl does)
+            cal.save(path)
+    m.prepare(model, n, cal)
     base = peak_rss_mib()
     with m.applied(model):
         cache = m.new_cache(model)   # the method's decoding policy (DynamicCache: every key kept)
