@@ -119,7 +119,11 @@ def main(argv=None) -> None:
         cut = sum(p["question_at"] is not None for p in doc["prompts"])
         print(f"{len(doc['prompts'])} prompts ({cut} with a clean question cut) of {a.run} → {a.out}")
     else:
-        new = import_answers(a.run, a.answers, a.prompts or a.run / "kvpress-prompts.json")
+        prompts = a.prompts or a.run / "kvpress-prompts.json"
+        for path, what in ((prompts, "--prompts (the export)"), (a.answers, "answers")):
+            if not Path(path).is_file():
+                ap.exit(2, f"kvpress_eval.py import: {what}: no file {path}\n")
+        new = import_answers(a.run, a.answers, prompts)
         print(f"{len(new)} kvpress rows added to {a.run / 'results.jsonl'}; table.md re-made")
         print((a.run / "table.md").read_text(encoding="utf-8"))
 
