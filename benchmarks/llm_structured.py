@@ -71,6 +71,13 @@ def prepared(name: str, budget: float, model, n: int, cal: Calibration | None) -
     return m
 
 
+def with_retrieval(cal: Calibration, path: Path, model, tok, n: int) -> None:
+    """The retrieval scores attnlab-retrieval reads, made once and kept in the calibration file (as ``attnlab eval``)."""
+    if not cal.retrieval.any():
+        cal.retrieval = retrieval_calibration(model, tok, n)
+        cal.save(path)
+
+
 def cmd_calibrate(args):
     model, tok = load(args.model)
     shape = model_shape(model)
@@ -99,9 +106,8 @@ def cmd_ppl(args):
             print(f"{path}: no calibration at n = {n} (run calibrate first; {', '.join(need)} need it)", file=sys.stderr)
             sys.exit(2)
         cal = Calibration.load(path) if path.exists() else None
-        if cal is not None and any(methods.get(m).needs_retrieval for m in args.methods) and not cal.retrieval.any():
-            cal.retrieval = retrieval_calibration(model, tok, n)   # attnlab-retrieval's scores, made once (as attnlab eval does)
-            cal.save(path)
+        if cal is not None and any(methods.get(m).needs_retrieval for m in args.methods):
+            with_retrieval(cal, path, model, tok, n)
         windows = token_windows(tok, split_file(args.data, args.split), n, args.windows)
         done = set()
         if (out / "ppl.jsonl").exists():
@@ -141,9 +147,8 @@ def cmd_speed(args):
     if m.calibrated:
         path = Path(args.out) / f"calibration-{n}.npz"
         cal = Calibration.load(path)
-        if m.needs_retrieval and not cal.retrieval.any():
-            cal.retrieval = retrieval_calibration(model, tok, n)   # attnlab-retrieval's scores, made once (as ppl does)
-            cal.save(path)
+        if m.needs_retrieval:
+            with_retrieval(cal, path, model, tok, n)
     m.prepare(model, n, cal)
     base = peak_rss_mib()
     with m.applied(model):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import os
 import subprocess
 import sys
@@ -24,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnlab.cli import main
 from attnlab.config import ModelConfig, TrainConfig
 from attnlab.train.loop import train
+from conftest import run_attnlab
 
 SHAPE = ["--d-model", "16", "--heads", "2", "--layers", "1", "--ff", "32",
         "--vocab-size", "60", "--tokenizer", "word", "--max-len", "32", "--max-tokens", "400",
@@ -43,17 +42,9 @@ def hashes(folder: Path) -> dict[str, str]:
 
 
 def attnlab(capsys, monkeypatch, *args, stdin: bytes = b""):
-    """Run ``attnlab ARGS`` in this process (``attnlab.cli.main``); returns (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["attnlab", *map(str, args)])
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8"))
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
+    """Run ``attnlab ARGS`` in this process (``conftest.run_attnlab``, stdin empty unless given); returns (exit code,
+    stdout, stderr)."""
+    return tuple(run_attnlab(capsys, monkeypatch, *args, stdin=stdin))
 
 
 def refused(capsys, monkeypatch, folder: Path, *args, needles=(), stdin: bytes = b"") -> str:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, __import__("os").path.dirname(__file__))
 
 from attnlab.errors import UserError  # noqa: E402
+from test_llm_retrieval_plan import scored_calibration  # noqa: E402  (2 layers × 4 heads, n = 128, retrieval scores)
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.attention import LayerRunner, apply_plan, attention_modules  # noqa: E402
 from attnlab.llm.key_blocks import BLOCK, block_extras, top_blocks  # noqa: E402
@@ -132,16 +133,8 @@ def test_entries_json_roundtrip_and_bad_values(tmp_path):
             Plan.load(tmp_path / "bad.json")
 
 
-def _calibration():
-    from test_llm_retrieval_plan import _calibration as random_calibration
-
-    cal = random_calibration()
-    cal.retrieval = np.array([[0.1, 0.9, 0.0, 0.2], [0.05, 0.3, 0.8, 0.0]])
-    return cal
-
-
 def test_the_method_gives_the_retrieval_heads_blocks_within_the_budget():
-    cal = _calibration()
+    cal = scored_calibration()
     m = methods.get("attnlab-retrieval", 0.5, retrieval_heads="2", tail="8", blocks="2")
     m.plan, m.n = m.make_plan(None, cal.n, cal), cal.n
     got = {(l, h) for l, row in enumerate(m.plan.heads) for h, hp in enumerate(row) if hp.blocks}

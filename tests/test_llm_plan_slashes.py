@@ -13,6 +13,7 @@ import torch
 sys.path.insert(0, __import__("os").path.dirname(__file__))
 
 from attnlab.errors import UserError  # noqa: E402
+from test_llm_retrieval_plan import scored_calibration  # noqa: E402  (2 layers × 4 heads, n = 128, retrieval scores)
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.attention import LayerRunner, apply_plan, attention_modules  # noqa: E402
 from attnlab.llm.plan import LAST_Q, HeadPlan, Plan, entries_of, slash_fraction  # noqa: E402
@@ -124,18 +125,9 @@ def test_entries_json_roundtrip_and_old_files_unchanged(tmp_path):
             Plan.load(tmp_path / "bad.json")
 
 
-def _calibration():
-    """The retrieval tests' random calibration (2 layers × 4 heads, n = 128) with retrieval scores."""
-    from test_llm_retrieval_plan import _calibration as random_calibration
-
-    cal = random_calibration()
-    cal.retrieval = np.array([[0.1, 0.9, 0.0, 0.2], [0.05, 0.3, 0.8, 0.0]])
-    return cal
-
-
 @pytest.mark.parametrize("name,opts", [("attnlab-retrieval", {"retrieval_heads": "2", "tail": "8"}), ("attnlab", {})])
 def test_methods_take_the_slashes_from_the_budget(name, opts):
-    cal = _calibration()
+    cal = scored_calibration()
     m = methods.get(name, 0.3, slashes="3", **opts)
     m.plan, m.n = m.make_plan(None, cal.n, cal), cal.n
     planned = [h for row in m.plan.heads for h in row if not h.is_full]

@@ -21,6 +21,16 @@ def _calibration(L=2, H=4, n=128, seed=0):
     return cal
 
 
+SCORES = np.array([[0.1, 0.9, 0.0, 0.2], [0.05, 0.3, 0.8, 0.0]])   # retrieval scores: heads (0, 1) and (1, 2) lead
+
+
+def scored_calibration():
+    """``_calibration`` with retrieval scores ``SCORES`` (the slash-line and key-block tests use it too)."""
+    cal = _calibration()
+    cal.retrieval = SCORES.copy()
+    return cal
+
+
 def test_keep_full_heads_are_full_and_the_budget_holds():
     cal = _calibration()
     keep = np.zeros((2, 4), dtype=bool)
@@ -41,8 +51,7 @@ def test_too_small_a_budget_for_the_kept_heads_is_one_line():
 
 
 def test_the_method_keeps_the_top_retrieval_heads(monkeypatch):
-    cal = _calibration()
-    cal.retrieval = np.array([[0.1, 0.9, 0.0, 0.2], [0.05, 0.3, 0.8, 0.0]])
+    cal = scored_calibration()
     m = methods.get("attnlab-retrieval", 0.5, retrieval_heads="2", tail="0")
     plan = m.make_plan(None, cal.n, cal)
     assert plan.meta["retrieval_heads"] == [[0, 1], [1, 2]]
@@ -58,8 +67,7 @@ def test_the_method_keeps_the_top_retrieval_heads(monkeypatch):
 
 def test_the_eval_rows_say_how_many_heads_have_tails():
     """describe() (what an eval row records) counts the heads given tails and the read-back pages of the plan."""
-    cal = _calibration()
-    cal.retrieval = np.array([[0.1, 0.9, 0.0, 0.2], [0.05, 0.3, 0.8, 0.0]])
+    cal = scored_calibration()
     for k, T, pages in ((2, 8, 0), (3, 8, 4), (2, 0, 0)):
         m = methods.get("attnlab-retrieval", 0.5, retrieval_heads=str(k), tail=str(T), pages=str(pages))
         m.plan, m.n = m.make_plan(None, cal.n, cal), cal.n
@@ -148,7 +156,7 @@ def test_widths_own_makes_the_plan_independent_of_the_other_methods_candidates()
     with pytest.raises(ValueError, match="widths"):
         choose_plan(alone, 0.2, widths="mine")
     m = methods.get("attnlab-retrieval", 0.4, retrieval_heads="2", widths="own")
-    beside.retrieval = np.array([[0.1, 0.9, 0.0, 0.2], [0.05, 0.3, 0.8, 0.0]])
+    beside.retrieval = SCORES.copy()
     assert all(h.w in W_GRID for row in m.make_plan(None, 128, beside).heads for h in row if not h.is_full)
     with pytest.raises(UserError, match="widths"):
         methods.get("attnlab", 0.2, widths="some")

@@ -179,8 +179,9 @@ class LayerRunner:
             cols = self.columns[:, idx]
             cols = cols[..., : int((cols >= 0).sum(-1).max()) if cols.numel() else 0]  # drop all-empty slots
             if K:   # key blocks chosen per block of BLOCK queries (key_blocks), the columns beside them
-                e_idx, e_own = block_extras(top_blocks(q[:, idx], k_g, [w] * len(hs), K), cols, n)
-                out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=e_idx, extra_own=e_own,
+                q_g = q[:, idx]
+                e_idx, e_own = block_extras(top_blocks(q_g, k_g, [w] * len(hs), K), cols, n)
+                out[:, idx] = sliding_window_attention(q_g, k_g, v_g, w, causal=True, extra_idx=e_idx, extra_own=e_own,
                                                        chunk=BLOCK, scale=scaling)
                 continue
             diags = self.diagonals[:, idx]

@@ -278,8 +278,9 @@ class Plan:
         return sum(h.is_full for row in self.heads for h in row)
 
     def block_heads(self) -> int:
-        """Heads that read key blocks chosen per query block at the prefill (planned, not in a sliding layer)."""
-        return sum(bool(h.blocks) and not h.is_full for l, row in enumerate(self.heads) for h in row if self.window(l) is None)
+        """Heads that read key blocks chosen per query block at the prefill (planned; a sliding layer's heads hold none,
+        ``cap_to_window``)."""
+        return sum(bool(h.blocks) and not h.is_full for row in self.heads for h in row)
 
     def slash_heads(self) -> int:
         """Heads that read slash lines at the prefill (planned, not in a sliding layer)."""

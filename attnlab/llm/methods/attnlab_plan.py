@@ -46,6 +46,7 @@ class AttnlabPlan(PlanMethod):
         from attnlab.llm.selection import choose_plan
 
         s = int(self.opts.get("slashes", 0))
+        widths = self.opts.get("widths", "all")
         shape = calibration.shape
         lines = slash_fraction(shape.get("windows"), shape["num_layers"], shape["num_heads"], s, n or calibration.n)
         if lines and lines >= self.budget:
@@ -54,9 +55,9 @@ class AttnlabPlan(PlanMethod):
             if not (calibration.err_rows and calibration.err.any()):
                 warnings.warn(f"calibration n={calibration.n} holds no option errors (made before them): {self.name} uses "
                               "the mass rule; recalibrate for the output-error rule", stacklevel=2)
-            plan = choose_plan(calibration, self.budget - lines, widths=self.opts.get("widths", "all"))
+            plan = choose_plan(calibration, self.budget - lines, widths=widths)
         else:
-            plan = choose_plan(calibration, self.budget - lines, table=self.table, method=self.name, widths=self.opts.get("widths", "all"))
+            plan = choose_plan(calibration, self.budget - lines, table=self.table, method=self.name, widths=widths)
         plan.budget = self.budget
         if s:
             plan.meta["slashes"] = s

@@ -35,6 +35,8 @@ from attnlab.llm.methods import register
 from attnlab.llm.methods.base import PlanMethod
 from attnlab.llm.selection import WIDTHS
 
+TAIL = 64   # the default tail: rows of a retrieval head that read every key
+
 
 @register
 class AttnlabRetrieval(PlanMethod):
@@ -51,7 +53,7 @@ class AttnlabRetrieval(PlanMethod):
 
     def __init__(self, budget: float = 1.0, **options):
         super().__init__(budget, **options)
-        K, T = int(self.opts.get("blocks", 0)), int(self.opts.get("tail", 64))
+        K, T = int(self.opts.get("blocks", 0)), int(self.opts.get("tail", TAIL))
         if K and not T:   # refused before any model or calibration work
             raise UserError(f"--method {self.name}: blocks={K} needs tail > 0 (tail=0 keeps the retrieval heads full: nothing to choose)")
 
@@ -60,7 +62,7 @@ class AttnlabRetrieval(PlanMethod):
         from attnlab.llm.selection import choose_plan
 
         k = int(self.opts.get("retrieval_heads", 16))
-        T = int(self.opts.get("tail", 64))
+        T = int(self.opts.get("tail", TAIL))
         K = int(self.opts.get("blocks", 0))
         r = np.asarray(calibration.retrieval, dtype=np.float64)                     # (L, H)
         if k and not r.any():
