@@ -103,6 +103,45 @@ def test_kernel_equals_dense_reference(n, dm, w, offset, chunk, causal, padded, 
             assert_close(gx, gr, f"{path} d{name}")
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(1, 90),
+    dm=st.integers(-20, 20),
+    w=st.integers(0, 30),
+    offset=st.integers(-12, 12),
+    causal=st.booleans(),
+    padded=st.booleans(),
+    g=st.integers(1, 40),
+    d=st.sampled_from([16, 48]),
+    seed=st.integers(0, 2**16),
+)
+def test_inference_columns_scored_inside_the_native_kernel_equal_the_dense_reference(n, dm, w, offset, causal, padded, g, d, seed):
+    # no gradient asked, distinct columns (unique): the native kernel scores and masks the columns itself
+    if not sw.native.available():
+        pytest.skip(f"no native kernel here: {sw.native.unavailable_reason()}")
+    m = n if causal else max(1, n + dm)
+    gen = torch.Generator().manual_seed(seed)
+    B, H = 2, 3
+    q, k, v = (torch.randn(B, H, r, d, generator=gen) for r in (n, m, m))
+    keep = torch.rand(B, m, generator=gen) > 0.3 if padded else None
+    cols = torch.stack([torch.randperm(m, generator=gen)[: min(g, m)] for _ in range(H)])[None]      # (1, H, g') distinct
+    cols = torch.where(torch.rand(cols.shape, generator=gen) < 0.2, torch.full_like(cols, -1), cols)  # some empty slots
+    S = Support(w=w, offset=offset, columns=cols)
+    c = sw.chunk_size(w)
+    taken = []
+    real = sw._native_columns
+    sw._native_columns = lambda *a: taken.append(1) or real(*a)
+    try:
+        with torch.no_grad():
+            out = sw.sliding_window_attention(q, k, v, w, causal=causal, key_keep=keep, chunk=c, offset=offset, unique=True,
+                                              extra_idx=S.kernel_extra_idx(n, c), extra_own=S.kernel_extra_own())
+    finally:
+        sw._native_columns = real
+    assert taken, "the columns path of the native kernel was not taken"
+    assert torch.isfinite(out).all()
+    assert_close(out, dense_reference(q, k, v, S, causal, keep), "native columns output")
+
+
 @settings(max_examples=20, deadline=None)
 @given(n=st.integers(2, 60), w=st.integers(0, 8), causal=st.booleans(), seed=st.integers(0, 2**16))
 def test_gate_on_extra_keys_gets_its_gradient(n, w, causal, seed):

@@ -37,7 +37,7 @@ def last_query_rows(q, k, scaling: float, last_q: int = LAST_Q):
     H_kv, m = k.shape[1], k.shape[2]
     nq = min(last_q, n)
     qg = q[:, :, n - nq :].reshape(B, H_kv, (H // H_kv) * nq, d)                # the query heads of a KV head, stacked
-    s = ((qg @ k.transpose(-1, -2)) * scaling).view(B, H, nq, m)               # (B, H, nq, m)
+    s = ((qg * scaling) @ k.transpose(-1, -2)).view(B, H, nq, m)               # (B, H, nq, m); the scale on the few queries
     a = torch.arange(nq, device=q.device)
     future = hidden(a[:, None], a[None, :])                                      # (nq, nq) key m − nq + b after query m − nq + a
     s[..., m - nq :].masked_fill_(future, float("-inf"))

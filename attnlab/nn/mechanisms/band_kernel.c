@@ -10,7 +10,13 @@
  *   s_ix = τ q_i·k^E_x + b_ix     (b: 0, a learned gate, or NEG where the extra key is not allowed),
  *
  * (the caller computes them with one matrix product: e is small), so that o_i and L_i are those of the
- * softmax over B(i) ∪ E(i).  A row that sees no key gets o_i = 0
+ * softmax over B(i) ∪ E(i).  Key columns C — g keys every row may read, at positions p_x (an LLM plan's sinks
+ * and per-input columns) — join the same softmax with their scores made here, tile by tile, and their mask
+ * tested here (no n × g score or mask tensor):
+ *
+ *   s_ix = τ q_i·k_{p_x}  if p_x ≥ 0, p_x outside B(i)'s band, p_x ≤ i if causal, keep_{p_x};  NEG otherwise.
+ *
+ * A row that sees no key gets o_i = 0
  * and L_i = NEG (a finite −∞, as sliding_window.NEG_INF).
  *
  * Rows go R at a time (a tile).  The tile's keys are the union of its rows' bands — at most 2w + R
@@ -205,24 +211,32 @@ static float row_softmax(float *s, long Lpad, long a, long b, const unsigned cha
  * keep: (N / hpk, m) bytes or NULL (head h reads row h / hpk);
  * extras (e > 0): se: (N, n, e) their scores s_ix (NEG: not allowed), ve: (N, Te, e, d) their values —
  * row i uses chunk i / c if Te > 1, else chunk 0 (key columns: the same keys for every row);
+ * columns (g > 0): cp (N, g) their key positions, ascending, empty slots (−1) last; kc, vc: (N, g, d) their keys
+ * and values (causal: a tile reads the columns up to its last row only);
  * o: (N, n, d); lse: (N, n). */
 int attnlab_band_forward(const float *q, const float *k, const float *v, const unsigned char *keep,
                           const float *se, const float *ve, long e, long Te, long c,
+                          const long *cp, const float *kc, const float *vc, long g,
                           float *o, float *lse, long N, long n, long m, long d, long sk, long sv, long hpk,
                           long w, long off, int causal, float tau, int threads)
 {
     long tiles = (n + R - 1) / R;
     long span = 2 * w + R < m ? 2 * w + R : m;               /* keys of a tile, at most */
     long lds = (span + 2 * VEC - 1) / (2 * VEC) * (2 * VEC); /* a row of S, whole pairs of vectors */
+    long gpad = (g + VEC - 1) / VEC * VEC;                   /* the columns' scores go after the extras' */
+    long et = e + g;                                         /* extra keys of a row: given ones, then columns */
     int failed = 0;
 #pragma omp parallel num_threads(threads)
     {
         float *S = aligned_alloc(64, (size_t)R * lds * sizeof(float));
-        long lde = (e + 2 * VEC - 1) / (2 * VEC) * (2 * VEC);
-        float *SE = e ? aligned_alloc(64, (size_t)R * lde * sizeof(float)) : NULL;
+        long lde = (e + gpad + 2 * VEC - 1) / (2 * VEC) * (2 * VEC);
+        float *SE = et ? aligned_alloc(64, (size_t)R * lde * sizeof(float)) : NULL;
+        float *KC = g ? aligned_alloc(64, (size_t)d * gpad * sizeof(float)) : NULL; /* head kc_h's columns, transposed */
+        int *PC = g ? malloc((size_t)g * sizeof(int)) : NULL;                   /* their positions (−1: empty or not kept) */
+        long kc_h = -1;
         Keys K = {NULL, 4 * lds, 0, 0, -1};
         K.kt = aligned_alloc(64, (size_t)d * K.cap * sizeof(float));
-        int ok = S && K.kt && (SE || !e);
+        int ok = S && K.kt && (SE || !et) && ((KC && PC) || !g);
         if (!ok) {
 #pragma omp atomic write
             failed = 1;
@@ -244,15 +258,38 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
             }
             for (int r = 0; r < rows; r++) /* the extras' scores, given */
                 memcpy(SE + r * lde, se + (h * n + i0 + r) * e, e * sizeof(float));
+            long gt = g; /* the tile's columns: causal, those up to its last row (sorted, empty slots last) */
+            if (g) { /* the columns' scores, then their mask: off the row's band, causal, kept */
+                const long *p = cp + h * g;
+                if (kc_h != h) { /* head h's column keys, transposed once per head and thread (zeros past g) */
+                    const unsigned char *kh = keep ? keep + (h / hpk) * m : NULL;
+                    for (long kk = 0; kk < d; kk++)
+                        for (long x = 0; x < gpad; x++) KC[kk * gpad + x] = x < g ? kc[(h * g + x) * d + kk] : 0.0f;
+                    for (long x = 0; x < g; x++) PC[x] = p[x] >= 0 && !(kh && !kh[p[x]]) ? (int)p[x] : -1;
+                    kc_h = h;
+                }
+                if (causal)
+                    for (gt = 0; gt < g && p[gt] >= 0 && p[gt] <= i0 + rows - 1;) gt++;
+                if (gt) tile_scores(q_h, n, i0, KC, gpad, d, gt, SE + e, lde);
+                for (int r = 0; r < rows; r++) {
+                    int lo = (int)(i0 + r + off - w), hi = (int)(i0 + r + off + w), top = causal ? (int)(i0 + r) : (int)m;
+                    float *sr = SE + r * lde + e;
+                    for (long x = 0; x < gt; x++) { /* branch-free: vectorised */
+                        int j = PC[x], in = (j >= 0) & (j <= top) & ((j < lo) | (j > hi));
+                        sr[x] = in ? tau * sr[x] : NEG;
+                    }
+                }
+            }
+            long ett = e + gt;
             float inv[R];
             const unsigned char *kp = keep ? keep + (h / hpk) * m + jlo : NULL;
             for (int r = 0; r < R; r++) {
                 float sum = 0.0f;
                 if (r < rows)
-                    sum = row_softmax(S + r * lds, Lpad, jhi >= jlo ? a[r] - jlo : 0, jhi >= jlo ? b[r] - jlo : -1, kp, tau, SE + r * lde, e, lse_t + r);
+                    sum = row_softmax(S + r * lds, Lpad, jhi >= jlo ? a[r] - jlo : 0, jhi >= jlo ? b[r] - jlo : -1, kp, tau, SE + r * lde, ett, lse_t + r);
                 else {
                     if (Lpad) memset(S + r * lds, 0, Lpad * sizeof(float));
-                    if (e) memset(SE + r * lde, 0, e * sizeof(float));
+                    if (ett) memset(SE + r * lde, 0, ett * sizeof(float));
                 }
                 inv[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
             }
@@ -262,6 +299,8 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
                 memset(o_t, 0, rows * d * sizeof(float));
             if (e && Te == 1) /* + P_E V_E */
                 tile_values(SE, lde, e, ve + h * e * d, d, 0, inv, rows, o_t, 1);
+            else if (e && c % R == 0) /* the tile's rows share one chunk: its extras' values */
+                tile_values(SE, lde, e, ve + (h * Te + i0 / c) * e * d, d, 0, inv, rows, o_t, 1);
             else
                 for (int r = 0; r < rows; r++)
                     for (long x = 0; x < e; x++) {
@@ -270,9 +309,13 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
                         const float *vx = ve + ((h * Te + (i0 + r) / c) * e + x) * d;
                         for (long kk = 0; kk < d; kk++) o_t[r * d + kk] += p * vx[kk];
                     }
+            if (gt) /* + P_C V_C */
+                tile_values(SE + e, lde, gt, vc + h * g * d, d, 0, inv, rows, o_t, 1);
         }
         free(S);
         free(SE);
+        free(KC);
+        free(PC);
         free(K.kt);
     }
     return failed; /* 1: a thread could not allocate its scratch (nothing it should have written is valid) */

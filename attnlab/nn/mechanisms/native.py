@@ -101,7 +101,7 @@ def library() -> ctypes.CDLL | None:
         return None
     f = lib.attnlab_band_forward
     p, i64 = ctypes.c_void_p, ctypes.c_long
-    f.argtypes = [p, p, p, p, p, p, i64, i64, i64, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
+    f.argtypes = [p, p, p, p, p, p, i64, i64, i64, p, p, p, i64, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
     f.restype = ctypes.c_int
     f = lib.attnlab_band_backward
     f.argtypes = [p, p, p, p, p, p, p, p, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
@@ -150,10 +150,13 @@ def band_forward(
     heads_per_keep: int = 1,
     scale: float,
     extras: tuple[Tensor, Tensor, int] | None = None,
+    columns: tuple[Tensor, Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """(O, L) over N heads: q (N, n, d), k, v (N, m, d) float32 CPU (k, v may be views with contiguous
     rows); keep (N / heads_per_keep, m) bool or None; extras (S_E, V_E, c): S_E (N, n, e) the extra keys'
-    scores (NEG_INF where not allowed), V_E (N, T|1, e, d) their values, c the rows per chunk.
+    scores (NEG_INF where not allowed), V_E (N, T|1, e, d) their values, c the rows per chunk;
+    columns (P, K_C, V_C): P (N, g) int64 key positions every row may read (−1: empty), K_C, V_C (N, g, d)
+    their keys and values — scored and masked (off the band, causal, kept) inside the kernel.
     Returns O (N, n, d), L (N, n)."""
     lib = _library_or_raise()
     N, n, d = q.shape
@@ -168,10 +171,17 @@ def band_forward(
         s_e, v_e, c = extras
         s_e, v_e = s_e.contiguous(), v_e.contiguous()
         Te, e = v_e.shape[1], v_e.shape[2]
+    g = 0
+    p_c = k_c = v_c = None
+    if columns is not None:
+        p_c, k_c, v_c = columns
+        p_c, k_c, v_c = p_c.to(torch.int64).contiguous(), k_c.contiguous(), v_c.contiguous()
+        g = p_c.shape[1]
     O = q.new_empty(N, n, d)
     L = q.new_empty(N, n)
     failed = lib.attnlab_band_forward(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(keep_u8), _ptr(s_e), _ptr(v_e), e, Te, c,
+        _ptr(p_c), _ptr(k_c), _ptr(v_c), g,
         O.data_ptr(), L.data_ptr(), N, n, m, d, k.stride(0), v.stride(0), heads_per_keep,
         int(w), int(offset), int(bool(causal)), float(scale), torch.get_num_threads(),
     )

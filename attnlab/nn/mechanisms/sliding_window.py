@@ -450,6 +450,8 @@ def sliding_window_attention(
         if int(extra_idx.max()) >= m or int(extra_idx.min()) < 0:
             raise ValueError(f"extra_idx: key positions must lie in [0, {m}), got {int(extra_idx.min())}..{int(extra_idx.max())}")
         Te = 1 if T == 1 or extra_idx.stride(-2) == 0 else T  # the same keys for every chunk (columns): gathered once
+        if use_native and Te == 1 and unique and extra_logit is None and _per_slot(extra_own) and not _needs_grad(q, k, v):
+            return _native_columns(q, k, v, w, offset, causal, key_keep, extra_idx[..., 0, :], extra_own, scale)
         idx = extra_idx[..., :Te, :].expand(B, H, Te, e).reshape(B, H, Te * e, 1)
         k_e = _gather_rows(k, idx[..., 0]).view(B, H, Te, e, d)  # (B, H, T|1, e, d)
         v_e = _gather_rows(v, idx[..., 0]).view(B, H, Te, e, d_v)
@@ -469,6 +471,39 @@ def sliding_window_attention(
         kp, vp = _padded(k, front, back), _padded(v, front, back)
         out = _plain(q4, kp, vp, k_e, v_e, e_bias, bias, empty, T, c, front + lo, W, scale)
     return out.reshape(B, H, T * c, d_v)[:, :, :n]
+
+
+def _per_slot(own: Tensor | None) -> bool:
+    """``extra_own`` says only which slots hold a key (the same for every chunk and query), or is absent."""
+    return own is None or (own.dim() == 5 and own.shape[2] == 1 and own.shape[3] == 1)
+
+
+def _needs_grad(*xs: Tensor) -> bool:
+    return torch.is_grad_enabled() and any(x.requires_grad for x in xs)
+
+
+def _native_columns(q, k, v, w, offset, causal, key_keep, idx, own, scale) -> Tensor:
+    """Band ∪ key columns in one call of the native kernel, which scores and masks the columns itself (inference).
+
+    idx: (B|1, H|1, e) the columns' key positions, own: (B|1, H|1, 1, 1, e) bool or None (False: an empty slot).
+    The same rows as the general path (extras allowed off the band, causal, kept; unique), without its (n, e) score
+    and mask tensors; the columns go sorted, so that a causal tile of rows scores only those before its last row.
+    Returns (B, H, n, d_v).
+    """
+    B, H, n, d = q.shape
+    m, e = k.shape[2], idx.shape[-1]
+    idx = idx.expand(B, H, e)
+    if own is not None:   # empty slots sort last (the kernel's order: ascending positions, then the empty slots)
+        idx = torch.where(own[:, :, 0, 0, :].expand(B, H, e), idx, torch.full_like(idx, m))
+    idx = idx.sort(-1).values                                                              # (B, H, e)
+    pos = torch.where(idx >= m, torch.full_like(idx, -1), idx)
+    k_c, v_c = _gather_rows(k, idx.clamp_max(m - 1)), _gather_rows(v, idx.clamp_max(m - 1))   # (B, H, e, ·)
+    O, _ = native.band_forward(
+        q.reshape(B * H, n, d), k.reshape(B * H, m, d), v.reshape(B * H, m, v.shape[-1]), w, offset=offset, causal=causal,
+        keep=key_keep, heads_per_keep=H, scale=scale,
+        columns=(pos.reshape(B * H, e), k_c.reshape(B * H, e, d), v_c.reshape(B * H, e, v.shape[-1])),
+    )
+    return O.view(B, H, n, -1)
 
 
 def dilated_sliding_window_attention(
