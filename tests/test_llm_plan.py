@@ -77,7 +77,11 @@ def dense_reference(q, k, v, scaling, w, columns):
 
 
 @pytest.mark.parametrize("n", [37, 130])
-def test_each_planned_head_equals_its_dense_masked_reference(model, n):
+@pytest.mark.parametrize("native", [True, False])   # the kernel reading the heads in place / the grouped copies
+def test_each_planned_head_equals_its_dense_masked_reference(model, n, native, monkeypatch):
+    import attnlab.nn.mechanisms.sliding_window as sw
+
+    monkeypatch.setattr(sw, "NATIVE", native)
     apply_plan(model, mixed_plan())
     runner = attention_modules(model)[0].attnlab_layer
     torch.manual_seed(n)

@@ -44,7 +44,7 @@ from attnlab.llm.plan import FULL, LAST_Q, Plan
 from attnlab.llm.pages import read_back
 from attnlab.llm.slash_lines import SLASH_CHUNK, kernel_extras, last_query_rows, slash_mass, top_slashes
 from attnlab.masks import hidden, near, visible
-from attnlab.nn.mechanisms.sliding_window import sliding_window_attention
+from attnlab.nn.mechanisms.sliding_window import band_heads_attention, native_heads_ready, sliding_window_attention
 
 try:  # the kernel's own chunk of queries (extra keys are given per chunk)
     from attnlab.nn.mechanisms.sliding_window import kernel_chunk as chunk_size
@@ -170,22 +170,29 @@ class LayerRunner:
         groups: dict[tuple[int, int], list[int]] = {}
         for h in range(H):
             groups.setdefault((self.effective_w(h, n), self.blocks[h]), []).append(h)
+        in_place = native_heads_ready(q, k, v)   # the native kernel reads each group's heads where they lie
+        if in_place:   # one copy per layer, not one per group (a transformers v is a transposed view)
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         for (w, K), hs in groups.items():
             idx = torch.tensor(hs, device=q.device)
-            k_g, v_g = k[:, kv_of[idx]], v[:, kv_of[idx]]                                   # (B, |hs|, n, ·): GQA, read once
-            if w == FULL or w >= n - 1:
-                out[:, idx] = F.scaled_dot_product_attention(q[:, idx], k_g, v_g, is_causal=True, scale=scaling)
-                continue
+            full = w == FULL or w >= n - 1
             cols = self.columns[:, idx]
             cols = cols[..., : int((cols >= 0).sum(-1).max()) if cols.numel() else 0]  # drop all-empty slots
+            diags = self.diagonals[:, idx]
+            diags = diags[..., : int((diags != NO_DIAGONAL).sum(-1).max()) if diags.numel() else 0]
+            if in_place and not full and not K and not diags.shape[-1]:   # band + columns: no copies of q, k, v
+                band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=cols, scale=scaling)
+                continue
+            k_g, v_g = k[:, kv_of[idx]], v[:, kv_of[idx]]                                   # (B, |hs|, n, ·): GQA, read once
+            if full:
+                out[:, idx] = F.scaled_dot_product_attention(q[:, idx], k_g, v_g, is_causal=True, scale=scaling)
+                continue
             if K:   # key blocks chosen per block of BLOCK queries (key_blocks), the columns beside them
                 q_g = q[:, idx]
                 e_idx, e_own = block_extras(top_blocks(q_g, k_g, [w] * len(hs), K), cols, n)
                 out[:, idx] = sliding_window_attention(q_g, k_g, v_g, w, causal=True, extra_idx=e_idx, extra_own=e_own,
                                                        chunk=BLOCK, scale=scaling)
                 continue
-            diags = self.diagonals[:, idx]
-            diags = diags[..., : int((diags != NO_DIAGONAL).sum(-1).max()) if diags.numel() else 0]
             if diags.shape[-1]:   # slash lines: columns + diagonals as per-chunk extras (a key a column holds read once)
                 e_idx, e_own, e_logit = kernel_extras(Support(w=w, columns=cols, diagonals=diags), n, SLASH_CHUNK)
                 out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=e_idx, extra_own=e_own,

@@ -213,12 +213,14 @@ static float row_softmax(float *s, long Lpad, long a, long b, const unsigned cha
  * row i uses chunk i / c if Te > 1, else chunk 0 (key columns: the same keys for every row);
  * columns (g > 0): cp (N, g) their key positions, ascending, empty slots (−1) last; kc, vc: (N, g, d) their keys
  * and values (causal: a tile reads the columns up to its last row only);
- * o: (N, n, d); lse: (N, n). */
+ * o: (N, n, d); lse: (N, n).  hq, hkv (N entries, or NULL: h itself): the row of q, o, lse and the head of k, v
+ * that head h reads and writes — a group of query heads run in place, GQA's KV heads read without copies
+ * (consecutive heads of one KV head share its transposed keys). */
 int attnlab_band_forward(const float *q, const float *k, const float *v, const unsigned char *keep,
                           const float *se, const float *ve, long e, long Te, long c,
                           const long *cp, const float *kc, const float *vc, long g,
                           float *o, float *lse, long N, long n, long m, long d, long sk, long sv, long hpk,
-                          long w, long off, int causal, float tau, int threads)
+                          long w, long off, int causal, float tau, int threads, const long *hq, const long *hkv)
 {
     long tiles = (n + R - 1) / R;
     long span = 2 * w + R < m ? 2 * w + R : m;               /* keys of a tile, at most */
@@ -245,15 +247,16 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
         for (long job = 0; job < N * tiles; job++) {
             if (!ok) continue;
             long h = job / tiles, i0 = (job % tiles) * R;
+            long hx = hq ? hq[h] : h, hk = hkv ? hkv[h] : h; /* its query / output head, its KV head */
             int rows = n - i0 < R ? (int)(n - i0) : R;
             long a[R], b[R], jlo, jhi;
             tile_band(i0, rows, m, w, off, causal, a, b, &jlo, &jhi);
-            float *o_t = o + (h * n + i0) * d, *lse_t = lse + h * n + i0;
-            const float *q_h = q + h * n * d;
+            float *o_t = o + (hx * n + i0) * d, *lse_t = lse + hx * n + i0;
+            const float *q_h = q + hx * n * d;
             long L = 0, Lpad = 0;
             if (jhi >= jlo) {
                 L = jhi - jlo + 1, Lpad = (L + VEC - 1) / VEC * VEC;
-                const float *kt = keys_for(&K, k + h * sk, h, m, d, jlo, Lpad);
+                const float *kt = keys_for(&K, k + hk * sk, hk, m, d, jlo, Lpad);
                 tile_scores(q_h, n, i0, kt, K.cap, d, L, S, lds);
             }
             for (int r = 0; r < rows; r++) /* the extras' scores, given */
@@ -294,7 +297,7 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
                 inv[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
             }
             if (L)
-                tile_values(S, lds, L, v + h * sv, d, jlo, inv, rows, o_t, 0);
+                tile_values(S, lds, L, v + hk * sv, d, jlo, inv, rows, o_t, 0);
             else
                 memset(o_t, 0, rows * d * sizeof(float));
             if (e && Te == 1) /* + P_E V_E */

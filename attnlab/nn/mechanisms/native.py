@@ -101,7 +101,7 @@ def library() -> ctypes.CDLL | None:
         return None
     f = lib.attnlab_band_forward
     p, i64 = ctypes.c_void_p, ctypes.c_long
-    f.argtypes = [p, p, p, p, p, p, i64, i64, i64, p, p, p, i64, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
+    f.argtypes = [p, p, p, p, p, p, i64, i64, i64, p, p, p, i64, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int, p, p]
     f.restype = ctypes.c_int
     f = lib.attnlab_band_backward
     f.argtypes = [p, p, p, p, p, p, p, p, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
@@ -151,16 +151,26 @@ def band_forward(
     scale: float,
     extras: tuple[Tensor, Tensor, int] | None = None,
     columns: tuple[Tensor, Tensor, Tensor] | None = None,
+    heads: tuple[Tensor, Tensor] | None = None,
+    out: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """(O, L) over N heads: q (N, n, d), k, v (N, m, d) float32 CPU (k, v may be views with contiguous
     rows); keep (N / heads_per_keep, m) bool or None; extras (S_E, V_E, c): S_E (N, n, e) the extra keys'
     scores (NEG_INF where not allowed), V_E (N, T|1, e, d) their values, c the rows per chunk;
     columns (P, K_C, V_C): P (N, g) int64 key positions every row may read (−1: empty), K_C, V_C (N, g, d)
-    their keys and values — scored and masked (off the band, causal, kept) inside the kernel.
-    Returns O (N, n, d), L (N, n)."""
+    their keys and values — scored and masked (off the band, causal, kept) inside the kernel;
+    heads (h_q, h_kv): N int64 rows each — head x reads q row h_q[x] and k, v row h_kv[x], and writes
+    ``out`` = (O, L) at row h_q[x] (q, O: (R, n, d), k, v: (R_kv, m, d), L: (R, n); the other rows untouched).
+    Returns O (N, n, d), L (N, n) (with ``heads``: ``out``)."""
     lib = _library_or_raise()
     N, n, d = q.shape
     m = k.shape[1]
+    h_q = h_kv = None
+    if heads is not None:
+        h_q, h_kv = (x.to(torch.int64).contiguous() for x in heads)
+        N = h_q.shape[0]
+        if out is None or not all(x.is_contiguous() for x in out):
+            raise ValueError("band_forward: heads= writes into out=(O, L), contiguous")
     if d % VEC:
         raise ValueError(f"band_forward: d must be a multiple of {VEC}, got {d}")
     q = q.contiguous()
@@ -177,13 +187,12 @@ def band_forward(
         p_c, k_c, v_c = columns
         p_c, k_c, v_c = p_c.to(torch.int64).contiguous(), k_c.contiguous(), v_c.contiguous()
         g = p_c.shape[1]
-    O = q.new_empty(N, n, d)
-    L = q.new_empty(N, n)
+    O, L = out if heads is not None else (q.new_empty(N, n, d), q.new_empty(N, n))
     failed = lib.attnlab_band_forward(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(keep_u8), _ptr(s_e), _ptr(v_e), e, Te, c,
         _ptr(p_c), _ptr(k_c), _ptr(v_c), g,
         O.data_ptr(), L.data_ptr(), N, n, m, d, k.stride(0), v.stride(0), heads_per_keep,
-        int(w), int(offset), int(bool(causal)), float(scale), torch.get_num_threads(),
+        int(w), int(offset), int(bool(causal)), float(scale), torch.get_num_threads(), _ptr(h_q), _ptr(h_kv),
     )
     if failed:
         raise MemoryError(f"band kernel: no memory for its per-thread scratch (w = {w}, d = {d})")

@@ -482,6 +482,21 @@ def _needs_grad(*xs: Tensor) -> bool:
     return torch.is_grad_enabled() and any(x.requires_grad for x in xs)
 
 
+def _sorted_columns(k: Tensor, v: Tensor, kv: Tensor, idx: Tensor):
+    """The kernel's column arguments: positions ascending with the empty slots (−1) last, and their keys and values.
+
+    k, v: (R_kv, m, ·); kv: (N,) the KV row each head reads; idx: (N, g) key positions (−1: empty).
+    Returns P (N, g), K_C (N, g, d), V_C (N, g, d_v).
+    """
+    m = k.shape[1]
+    idx = torch.where(idx < 0, torch.full_like(idx, m), idx).sort(-1).values            # empty slots last
+    rows = (kv[:, None] * m + idx.clamp_max(m - 1)).reshape(-1)                          # (N·g,) rows of k, v
+    N, g = idx.shape
+    k_c = k.reshape(-1, k.shape[-1]).index_select(0, rows).view(N, g, -1)
+    v_c = v.reshape(-1, v.shape[-1]).index_select(0, rows).view(N, g, -1)
+    return torch.where(idx >= m, torch.full_like(idx, -1), idx), k_c, v_c
+
+
 def _native_columns(q, k, v, w, offset, causal, key_keep, idx, own, scale) -> Tensor:
     """Band ∪ key columns in one call of the native kernel, which scores and masks the columns itself (inference).
 
@@ -493,17 +508,42 @@ def _native_columns(q, k, v, w, offset, causal, key_keep, idx, own, scale) -> Te
     B, H, n, d = q.shape
     m, e = k.shape[2], idx.shape[-1]
     idx = idx.expand(B, H, e)
-    if own is not None:   # empty slots sort last (the kernel's order: ascending positions, then the empty slots)
-        idx = torch.where(own[:, :, 0, 0, :].expand(B, H, e), idx, torch.full_like(idx, m))
-    idx = idx.sort(-1).values                                                              # (B, H, e)
-    pos = torch.where(idx >= m, torch.full_like(idx, -1), idx)
-    k_c, v_c = _gather_rows(k, idx.clamp_max(m - 1)), _gather_rows(v, idx.clamp_max(m - 1))   # (B, H, e, ·)
-    O, _ = native.band_forward(
-        q.reshape(B * H, n, d), k.reshape(B * H, m, d), v.reshape(B * H, m, v.shape[-1]), w, offset=offset, causal=causal,
-        keep=key_keep, heads_per_keep=H, scale=scale,
-        columns=(pos.reshape(B * H, e), k_c.reshape(B * H, e, d), v_c.reshape(B * H, e, v.shape[-1])),
-    )
+    if own is not None:
+        idx = torch.where(own[:, :, 0, 0, :].expand(B, H, e), idx, torch.full_like(idx, -1))
+    columns = _sorted_columns(k.reshape(B * H, m, d), v.reshape(B * H, m, -1), torch.arange(B * H), idx.reshape(B * H, e))
+    O, _ = native.band_forward(q.reshape(B * H, n, d), k.reshape(B * H, m, d), v.reshape(B * H, m, v.shape[-1]), w,
+                               offset=offset, causal=causal, keep=key_keep, heads_per_keep=H, scale=scale, columns=columns)
     return O.view(B, H, n, -1)
+
+
+def native_heads_ready(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """``band_heads_attention`` can run: the native kernel here, float32 CPU, d_k a multiple of its vector, no gradient."""
+    return (FLASH and NATIVE and q.device.type == "cpu" and all(x.dtype == torch.float32 for x in (q, k, v))
+            and q.shape[-1] == v.shape[-1] and q.shape[-1] % native.VEC == 0 and not _needs_grad(q, k, v) and native.available())
+
+
+def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor, kv_heads: Tensor, out: Tensor, *,
+                         columns: Tensor | None = None, scale: float) -> None:
+    """Causal band of half-width w ∪ key columns for the query heads ``heads`` of q, in place (inference, native kernel).
+
+        o_i = Σ_{j ∈ N(i)} softmax_j(τ q_i·k_j) v_j,   N(i) = {i − w ≤ j ≤ i} ∪ {j ∈ T : j < i − w}
+
+    q: (B, H, n, d) and out: (B, H, n, d) contiguous; k, v: (B, H_kv, n, ·); heads: (G,) query heads, kv_heads: (G,) the KV
+    head each reads (GQA); columns: (B, G, g) key positions T per head, distinct (−1: empty).  Writes out[:, heads]; q, k, v
+    are read where they lie (no per-group copies) — the group's calls of ``sliding_window_attention`` without its gathers.
+    """
+    B, H, n, d = q.shape
+    H_kv, m = k.shape[1], k.shape[2]
+    b = torch.arange(B)[:, None]
+    h_q = (b * H + heads.cpu()[None]).reshape(-1)                                        # (B·G,) rows of q, out
+    h_kv = (b * H_kv + kv_heads.cpu()[None]).reshape(-1)                                 # (B·G,) rows of k, v
+    k2, v2 = k.reshape(B * H_kv, m, d), v.reshape(B * H_kv, m, v.shape[-1])
+    cols = None
+    if columns is not None and columns.shape[-1]:
+        cols = _sorted_columns(k2, v2, h_kv, columns.reshape(B * len(heads), -1))
+    L = q.new_empty(B * H, n)
+    native.band_forward(q.reshape(B * H, n, d), k2, v2, w, causal=True, scale=scale, columns=cols, heads=(h_q, h_kv),
+                        out=(out.view(B * H, n, -1), L))
 
 
 def dilated_sliding_window_attention(
