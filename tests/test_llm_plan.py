@@ -251,3 +251,24 @@ def test_calibration_makes_no_logits_of_the_whole_window(monkeypatch):
     monkeypatch.setattr(m.lm_head, "forward", lambda x: (rows.append(x.shape[1]), torch.zeros(*x.shape[:2], 100))[1])
     calibrate(m, [torch.randint(0, 100, (1, 64), generator=torch.Generator().manual_seed(0))])
     assert rows == [1]
+
+
+@pytest.mark.parametrize("dynamic", [(3, 0, 4, 0), (2, 5, 1, 3), (40, 40, 0, 40)])   # some heads without dynamic columns / all / every allowed key
+def test_choose_columns_takes_each_heads_fixed_then_its_top_estimate_off_the_band(dynamic):
+    from attnlab.llm.attention import LayerRunner, estimate_columns
+
+    widths, fixed = (5, 0, 9, 2), ([0, 1], [], [], [0])
+    heads = [HeadPlan(Support(w=w, columns=np.array(f, dtype=np.int64)), dy) for w, f, dy in zip(widths, fixed, dynamic)]
+    runner = LayerRunner(heads, 0, 2)
+    gen = torch.Generator().manual_seed(sum(dynamic))
+    n = 40
+    q, k = torch.randn(2, 4, n, 16, generator=gen), torch.randn(2, 2, n, 16, generator=gen)
+    cols = runner.choose_columns(q, k, 0.3)
+    est = estimate_columns(q, k.repeat_interleave(2, 1), 0.3)                          # (B, H, m), every head
+    for b in range(2):
+        for h in range(4):
+            got = [int(c) for c in cols[b, h] if c >= 0]
+            assert got[: len(fixed[h])] == fixed[h]
+            allowed = [j for j in range(n - widths[h] - 1) if j not in fixed[h]]
+            best = sorted(allowed, key=lambda j: -float(est[b, h, j]))[: dynamic[h]]   # dynamic ≥ n: every allowed key
+            assert sorted(got[len(fixed[h]):]) == sorted(best), (b, h)

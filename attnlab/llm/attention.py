@@ -98,33 +98,41 @@ class LayerRunner:
         q: (B, H, n, d_k), k: (B, H_kv, m, d_k) (query head h reads KV head ``kv_of[h]``).  Also sets
         ``self.diagonals`` (B, H, s): each head's ``slashes`` lines (``choose_slashes``), from the same rows.
         """
-        B, H, _, _ = q.shape
+        B, H, n, _ = q.shape
         m = k.shape[2]
         g = max((len(f) + d for f, d in zip(self.fixed, self.dynamic)), default=0)
         cols = torch.full((B, H, g), -1, dtype=torch.long, device=q.device)
         need = [h for h in range(H) if self.dynamic[h] > 0 or self.slashes[h] > 0]
         rows = None
         if need:   # one softmax of the last queries per layer, for the columns and the slashes alike
+            q_last = q[:, :, max(0, n - LAST_Q) :]                                              # (B, H, nq, d_k): no copy
             if len(need) == H:   # every head: grouped by KV head, no copied keys
-                rows = last_query_rows(q, k, scaling)                                           # (B, H, nq, m)
-            else:
-                hs = torch.tensor(need, device=q.device)
-                rows = last_query_rows(q[:, hs], k[:, self.kv_of[hs].to(k.device)], scaling)    # (B, |need|, nq, m)
-        scores = rows.sum(-2) if rows is not None and g else None                               # (B, |need|, m)
+                rows = last_query_rows(q_last, k, scaling)                                      # (B, H, nq, m)
+            else:   # the heads that need it, by KV head (each KV head's keys read where they lie)
+                kv = self.kv_of.tolist()
+                parts = {j: [h for h in need if kv[h] == j] for j in dict.fromkeys(kv[h] for h in need)}
+                got = {j: last_query_rows(q_last[:, hs], k[:, j : j + 1], scaling) for j, hs in parts.items()}
+                at = {h: (j, x) for j, hs in parts.items() for x, h in enumerate(hs)}
+                rows = torch.stack([got[at[h][0]][:, at[h][1]] for h in need], 1)               # (B, |need|, nq, m)
         for h in range(H if g else 0):
             fixed = [t for t in self.fixed[h] if t < m]
             if fixed:
                 cols[:, h, : len(fixed)] = torch.tensor(fixed, device=q.device)
-            if self.dynamic[h] > 0:
-                sc = scores[:, need.index(h)].clone()                                  # (B, m)
-                w = int(self.w[h])
-                sc[:, max(0, m - w - 1) :] = -1.0                                      # the last rows' band holds these anyway
+        dyn = [(x, h) for x, h in enumerate(need) if self.dynamic[h] > 0] if g else []
+        if dyn:   # the dynamic columns of every head at once: one top-k over (B, heads, m)
+            xs = torch.tensor([x for x, _ in dyn], device=q.device)
+            sc = rows.sum(-2)[:, xs]                                                            # (B, |dyn|, m)
+            w = torch.tensor([int(self.w[h]) for _, h in dyn], device=q.device)
+            sc.masked_fill_(torch.arange(m, device=q.device) >= (m - w - 1).clamp_min(0)[:, None], -1.0)  # the last rows' band holds these
+            for y, (_, h) in enumerate(dyn):
+                fixed = [t for t in self.fixed[h] if t < m]
                 if fixed:
-                    sc[:, fixed] = -1.0
-                d = min(self.dynamic[h], m)
-                top = torch.topk(sc, d, dim=-1)
-                pick = torch.where(top.values >= 0, top.indices, torch.full_like(top.indices, -1))
-                cols[:, h, len(fixed) : len(fixed) + d] = pick
+                    sc[:, y, fixed] = -1.0
+            top = torch.topk(sc, min(max(self.dynamic[h] for _, h in dyn), m), dim=-1)        # (B, |dyn|, D)
+            pick = torch.where(top.values >= 0, top.indices, torch.full_like(top.indices, -1))
+            for y, (_, h) in enumerate(dyn):
+                f, d = sum(1 for t in self.fixed[h] if t < m), min(self.dynamic[h], m)
+                cols[:, h, f : f + d] = pick[:, y, :d]
         self.diagonals = self.choose_slashes(rows, need, cols)
         return cols
 
