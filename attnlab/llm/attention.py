@@ -238,7 +238,10 @@ class LayerRunner:
             hq = self.query_heads(kv).to(self.columns.device)
             cols = self.columns[:, hq].to(k_pos.device).expand(B, -1, -1)                  # (B, H_s·r, g), −1: empty
             pos = k_pos.repeat_interleave(r, dim=1)                                         # (B, H_s·r, L)
-            flags = (pos[..., None] == cols[:, :, None, :]).any(-1) & (pos >= 0)
+            size = int(pos.max()) + 1 if pos.numel() else 1                                 # positions 0 … size − 1
+            table = torch.zeros(B, H_s * r, size + 1, dtype=torch.bool, device=k_pos.device)   # [size]: a spare slot
+            table.scatter_(-1, torch.where((cols >= 0) & (cols < size), cols, size), True)  # 1[j ∈ T_h] by position
+            flags = table.gather(-1, pos.clamp_min(0)) & (pos >= 0)                         # O(L + g) a head, not O(L·g)
         return flags.view(B, H_s, r, L)
 
     def query_heads(self, kv=None):
