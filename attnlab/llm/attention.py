@@ -8,8 +8,9 @@
 ``model(...)`` and ``model.generate(...)`` run every head with its plan:
 
 * prefill (no past keys): planned heads go through the chunked band + columns kernel
-  (``sliding_window_attention``, O(n·(2w+1+g)) per head, heads grouped by w), full heads
-  through ``torch.nn.functional.scaled_dot_product_attention``;
+  (``sliding_window_attention``, O(n·(2w+1+g)) per head, heads grouped by w; with the native kernel a
+  group runs in place, ``band_heads_attention``), full heads through
+  ``torch.nn.functional.scaled_dot_product_attention``;
 * T_h = the plan's fixed columns ∪ the ``dynamic`` keys of largest attention mass from the last
   ``LAST_Q`` queries of the input (``estimate_columns``, MInference's vertical estimate), chosen
   once per prefill and kept for the decoding that follows;

@@ -14,6 +14,10 @@ How (float32, d_k a multiple of 16, a C compiler at hand — the default on CPU)
   w = 64), Q Kᵀ, the softmax over band ∪ extras and P V fused in cache; returns O and the row
   log-sum-exp L.  ``native.band_backward``: the band's dq, dk, dv, flash style (P = exp(S − L)
   recomputed, never stored), threads taking whole heads; the extras' share is added here.
+* Inference (no gradient asked) with key columns — the same keys for every chunk, each once: the kernel
+  scores and masks the columns itself (``_native_columns``; sorted, so a causal tile reads only those up to
+  its last row), with no (n, e) score or mask tensor.  ``band_heads_attention`` runs a group of an LLM
+  layer's heads in place (their rows of q and of the output, GQA's KV heads, given to the kernel).
 
 Otherwise (float64, bfloat16, other head sizes, ``NATIVE = False``), PyTorch's kernel on blocks:
 
