@@ -78,14 +78,18 @@ def dense_reference(q, k, v, scaling, w, columns):
 
 @pytest.mark.parametrize("n", [37, 130])
 @pytest.mark.parametrize("native", [True, False])   # the kernel reading the heads in place / the grouped copies
-def test_each_planned_head_equals_its_dense_masked_reference(model, n, native, monkeypatch):
+@pytest.mark.parametrize("layout", ["heads", "tokens"])   # (B, H, n, d) contiguous / transformers' transposed views
+def test_each_planned_head_equals_its_dense_masked_reference(model, n, native, layout, monkeypatch):
     import attnlab.nn.mechanisms.sliding_window as sw
 
     monkeypatch.setattr(sw, "NATIVE", native)
     apply_plan(model, mixed_plan())
     runner = attention_modules(model)[0].attnlab_layer
     torch.manual_seed(n)
-    q, k, v = torch.randn(2, 4, n, 16), torch.randn(2, 2, n, 16), torch.randn(2, 2, n, 16)
+    if layout == "heads":
+        q, k, v = torch.randn(2, 4, n, 16), torch.randn(2, 2, n, 16), torch.randn(2, 2, n, 16)
+    else:   # rows of a head H·d floats apart, as q_proj(x).view(B, n, H, d).transpose(1, 2); B = 1: the kernel reads them so
+        q, k, v = torch.randn(1, n, 4, 16).transpose(1, 2), torch.randn(1, n, 2, 16).transpose(1, 2), torch.randn(1, n, 2, 16).transpose(1, 2)
     out = runner.prefill(q, k, v, 0.25)                                  # chunked kernel + SDPA for the full head
     ref = dense_reference(q, k, v, 0.25, runner.w.tolist(), runner.columns)
     assert (out - ref).abs().max() < 1e-5
