@@ -115,10 +115,10 @@ class LayerRunner:
                 got = {j: last_query_rows(q_last[:, hs], k[:, j : j + 1], scaling) for j, hs in parts.items()}
                 at = {h: (j, x) for j, hs in parts.items() for x, h in enumerate(hs)}
                 rows = torch.stack([got[at[h][0]][:, at[h][1]] for h in need], 1)               # (B, |need|, nq, m)
+        fixed = [[t for t in self.fixed[h] if t < m] for h in range(H)]                         # T_fixed of each head
         for h in range(H if g else 0):
-            fixed = [t for t in self.fixed[h] if t < m]
-            if fixed:
-                cols[:, h, : len(fixed)] = torch.tensor(fixed, device=q.device)
+            if fixed[h]:
+                cols[:, h, : len(fixed[h])] = torch.tensor(fixed[h], device=q.device)
         dyn = [(x, h) for x, h in enumerate(need) if self.dynamic[h] > 0] if g else []
         if dyn:   # the dynamic columns of every head at once: one top-k over (B, heads, m)
             xs = torch.tensor([x for x, _ in dyn], device=q.device)
@@ -126,13 +126,12 @@ class LayerRunner:
             w = torch.tensor([int(self.w[h]) for _, h in dyn], device=q.device)
             sc.masked_fill_(torch.arange(m, device=q.device) >= (m - w - 1).clamp_min(0)[:, None], -1.0)  # the last rows' band holds these
             for y, (_, h) in enumerate(dyn):
-                fixed = [t for t in self.fixed[h] if t < m]
-                if fixed:
-                    sc[:, y, fixed] = -1.0
-            top = torch.topk(sc, min(max(self.dynamic[h] for _, h in dyn), m), dim=-1)        # (B, |dyn|, D)
+                if fixed[h]:
+                    sc[:, y, fixed[h]] = -1.0
+            top = torch.topk(sc, min(max(self.dynamic[h] for _, h in dyn), m), dim=-1)        # (B, |dyn|, D), best first
             pick = torch.where(top.values >= 0, top.indices, torch.full_like(top.indices, -1))
             for y, (_, h) in enumerate(dyn):
-                f, d = sum(1 for t in self.fixed[h] if t < m), min(self.dynamic[h], m)
+                f, d = len(fixed[h]), min(self.dynamic[h], m)
                 cols[:, h, f : f + d] = pick[:, y, :d]
         self.diagonals = self.choose_slashes(rows, need, cols)
         return cols
