@@ -109,12 +109,10 @@ class LayerRunner:
             q_last = q[:, :, max(0, n - LAST_Q) :]                                              # (B, H, nq, d_k): no copy
             if len(need) == H:   # every head: grouped by KV head, no copied keys
                 rows = last_query_rows(q_last, k, scaling)                                      # (B, H, nq, m)
-            else:   # the heads that need it, by KV head (each KV head's keys read where they lie)
+            else:   # the heads that need it, by KV head (each KV head's keys read where they lie; kv_of ascends with h)
                 kv = self.kv_of.tolist()
-                parts = {j: [h for h in need if kv[h] == j] for j in dict.fromkeys(kv[h] for h in need)}
-                got = {j: last_query_rows(q_last[:, hs], k[:, j : j + 1], scaling) for j, hs in parts.items()}
-                at = {h: (j, x) for j, hs in parts.items() for x, h in enumerate(hs)}
-                rows = torch.stack([got[at[h][0]][:, at[h][1]] for h in need], 1)               # (B, |need|, nq, m)
+                rows = torch.cat([last_query_rows(q_last[:, [h for h in need if kv[h] == j]], k[:, j : j + 1], scaling)
+                                  for j in dict.fromkeys(kv[h] for h in need)], 1)              # (B, |need|, nq, m)
         fixed = [[t for t in self.fixed[h] if t < m] for h in range(H)]                         # T_fixed of each head
         for h in range(H if g else 0):
             if fixed[h]:

@@ -437,8 +437,8 @@ def sliding_window_attention(
     lo, W = band_window(w, offset, c, causal)
     if W <= 0:  # the band holds no allowed key: one key, masked by the band test itself
         lo, W = 0, 1
-    flash = FLASH and q.device.type == "cpu" and q.dtype in FLASH_DTYPES and d == d_v and all(x.dtype == q.dtype for x in (k, v))
-    use_native = flash and NATIVE and q.dtype == torch.float32 and d % native.VEC == 0 and native.available()
+    flash = _flash_takes(q, k, v)
+    use_native = _native_takes(q, k, v)
     if use_native and key_keep is None:  # the kernel tests the band itself: only which queries reach a key is needed
         bias, band_any = None, band_reach(w, offset, c, causal, T, m, q.device)
     elif key_keep is None:  # the same for every call of this geometry: built once
@@ -506,48 +506,62 @@ def _native_columns(q, k, v, w, offset, causal, key_keep, idx, own, scale) -> Te
 
     idx: (B|1, H|1, e) the columns' key positions, own: (B|1, H|1, 1, 1, e) bool or None (False: an empty slot).
     The same rows as the general path (extras allowed off the band, causal, kept; unique), without its (n, e) score
-    and mask tensors; the columns go sorted, so that a causal tile of rows scores only those before its last row.
-    Returns (B, H, n, d_v).
+    and mask tensors: ``band_heads_attention`` over every head, each reading its own k, v.  Returns (B, H, n, d_v).
     """
-    B, H, n, d = q.shape
-    m, e = k.shape[2], idx.shape[-1]
+    B, H, n, _ = q.shape
+    e = idx.shape[-1]
     idx = idx.expand(B, H, e)
     if own is not None:
         idx = torch.where(own[:, :, 0, 0, :].expand(B, H, e), idx, torch.full_like(idx, -1))
-    columns = _sorted_columns(k.reshape(B * H, m, d), v.reshape(B * H, m, -1), torch.arange(B * H), idx.reshape(B * H, e))
-    O, _ = native.band_forward(q.reshape(B * H, n, d), k.reshape(B * H, m, d), v.reshape(B * H, m, v.shape[-1]), w,
-                               offset=offset, causal=causal, keep=key_keep, heads_per_keep=H, scale=scale, columns=columns)
-    return O.view(B, H, n, -1)
+    out = q.new_empty(B, H, n, v.shape[-1])
+    heads = torch.arange(H)
+    band_heads_attention(q, k, v, w, heads, heads, out, columns=idx, offset=offset, causal=causal,
+                         key_keep=key_keep, scale=scale)
+    return out
+
+
+def _flash_takes(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """PyTorch's CPU flash kernel takes these: CPU, one of its dtypes for all three, d_v = d_k."""
+    return (FLASH and q.device.type == "cpu" and q.dtype in FLASH_DTYPES and q.shape[-1] == v.shape[-1]
+            and all(x.dtype == q.dtype for x in (k, v)))
+
+
+def _native_takes(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """The native kernel takes these (``_flash_takes``, float32, d_k a multiple of its vector) and is built here."""
+    return _flash_takes(q, k, v) and NATIVE and q.dtype == torch.float32 and q.shape[-1] % native.VEC == 0 and native.available()
 
 
 def native_heads_ready(q: Tensor, k: Tensor, v: Tensor) -> bool:
-    """``band_heads_attention`` can run: the native kernel here, float32 CPU, d_k a multiple of its vector, no gradient."""
-    return (FLASH and NATIVE and q.device.type == "cpu" and all(x.dtype == torch.float32 for x in (q, k, v))
-            and q.shape[-1] == v.shape[-1] and q.shape[-1] % native.VEC == 0 and not _needs_grad(q, k, v) and native.available())
+    """``band_heads_attention`` can run: the native kernel takes q, k, v (``_native_takes``) and no gradient is asked."""
+    return _native_takes(q, k, v) and not _needs_grad(q, k, v)
 
 
 def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor, kv_heads: Tensor, out: Tensor, *,
-                         columns: Tensor | None = None, scale: float) -> None:
-    """Causal band of half-width w ∪ key columns for the query heads ``heads`` of q, in place (inference, native kernel).
+                         columns: Tensor | None = None, offset: int = 0, causal: bool = True,
+                         key_keep: Tensor | None = None, scale: float) -> None:
+    """Band |j − i − o| ≤ w ∪ key columns for the query heads ``heads`` of q, in place (inference, native kernel).
 
-        o_i = Σ_{j ∈ N(i)} softmax_j(τ q_i·k_j) v_j,   N(i) = {i − w ≤ j ≤ i} ∪ {j ∈ T : j < i − w}
+        o_i = Σ_{j ∈ N(i)} softmax_j(τ q_i·k_j) v_j,   N(i) = {j : |j − i − o| ≤ w} ∪ {j ∈ T : j off that band},
+        every j ≤ i if causal and kept (``key_keep``)
 
-    q: (B, H, n, d) and out: (B, H, n, d) contiguous; k, v: (B, H_kv, n, ·); heads: (G,) query heads, kv_heads: (G,) the KV
-    head each reads (GQA); columns: (B, G, g) key positions T per head, distinct (−1: empty).  Writes out[:, heads]; q, k, v
-    are read where they lie (no per-group copies) — the group's calls of ``sliding_window_attention`` without its gathers.
+    q: (B, H, n, d) and out: (B, H, n, d) contiguous; k, v: (B, H_kv, m, ·); heads: (G,) query heads, kv_heads: (G,) the KV
+    head each reads (GQA); columns: (B, G, g) key positions T per head, distinct (−1: empty); key_keep: (B, m) bool.
+    Writes out[:, heads]; q, k, v are read where they lie (no per-group copies) — the group's calls of
+    ``sliding_window_attention`` without its gathers.
     """
     B, H, n, d = q.shape
     H_kv, m = k.shape[1], k.shape[2]
+    G = len(heads)
     b = torch.arange(B)[:, None]
     h_q = (b * H + heads.cpu()[None]).reshape(-1)                                        # (B·G,) rows of q, out
     h_kv = (b * H_kv + kv_heads.cpu()[None]).reshape(-1)                                 # (B·G,) rows of k, v
     k2, v2 = k.reshape(B * H_kv, m, d), v.reshape(B * H_kv, m, v.shape[-1])
     cols = None
     if columns is not None and columns.shape[-1]:
-        cols = _sorted_columns(k2, v2, h_kv, columns.reshape(B * len(heads), -1))
+        cols = _sorted_columns(k2, v2, h_kv, columns.reshape(B * G, -1))
     L = q.new_empty(B * H, n)
-    native.band_forward(q.reshape(B * H, n, d), k2, v2, w, causal=True, scale=scale, columns=cols, heads=(h_q, h_kv),
-                        out=(out.view(B * H, n, -1), L))
+    native.band_forward(q.reshape(B * H, n, d), k2, v2, w, offset=offset, causal=causal, keep=key_keep, heads_per_keep=G,
+                        scale=scale, columns=cols, heads=(h_q, h_kv), out=(out.view(B * H, n, -1), L))
 
 
 def dilated_sliding_window_attention(
