@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 transformers = pytest.importorskip("transformers")
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E402
@@ -21,7 +23,7 @@ from attnlab.llm import baselines  # noqa: E402
 from attnlab.llm.attention import apply_plan, attention_modules, plan_reference  # noqa: E402
 from attnlab.llm.kv_cache import PlanCache, kv_bytes  # noqa: E402
 from attnlab.llm.calibration import Calibration, calibrate  # noqa: E402
-from attnlab.llm.plan import HeadPlan, Plan, model_shape  # noqa: E402
+from attnlab.llm.plan import LAST_Q, HeadPlan, Plan, model_shape  # noqa: E402
 from attnlab.llm.selection import choose_plan  # noqa: E402
 from attnlab.support import Support, top_columns  # noqa: E402
 
@@ -78,7 +80,7 @@ def dense_reference(q, k, v, scaling, w, columns):
 
 @pytest.mark.parametrize("n", [37, 130])
 @pytest.mark.parametrize("native", [True, False])   # the kernel reading the heads in place / the grouped copies
-@pytest.mark.parametrize("layout", ["heads", "tokens"])   # (B, H, n, d) contiguous / transformers' transposed views
+@pytest.mark.parametrize("layout", ["heads", "tokens", "tokens-batch"])   # (B, H, n, d) contiguous / transformers' transposed views (B = 1, 2)
 def test_each_planned_head_equals_its_dense_masked_reference(model, n, native, layout, monkeypatch):
     import attnlab.nn.mechanisms.sliding_window as sw
 
@@ -88,8 +90,9 @@ def test_each_planned_head_equals_its_dense_masked_reference(model, n, native, l
     torch.manual_seed(n)
     if layout == "heads":
         q, k, v = torch.randn(2, 4, n, 16), torch.randn(2, 2, n, 16), torch.randn(2, 2, n, 16)
-    else:   # rows of a head H·d floats apart, as q_proj(x).view(B, n, H, d).transpose(1, 2); B = 1: the kernel reads them so
-        q, k, v = torch.randn(1, n, 4, 16).transpose(1, 2), torch.randn(1, n, 2, 16).transpose(1, 2), torch.randn(1, n, 2, 16).transpose(1, 2)
+    else:   # rows of a head H·d floats apart, as q_proj(x).view(B, n, H, d).transpose(1, 2): the kernel reads them in place
+        B = 1 if layout == "tokens" else 2   # B = 2: (B, H) is not one axis of memory, a kernel call per batch entry
+        q, k, v = torch.randn(B, n, 4, 16).transpose(1, 2), torch.randn(B, n, 2, 16).transpose(1, 2), torch.randn(B, n, 2, 16).transpose(1, 2)
     out = runner.prefill(q, k, v, 0.25)                                  # chunked kernel + SDPA for the full head
     ref = dense_reference(q, k, v, 0.25, runner.w.tolist(), runner.columns)
     assert (out - ref).abs().max() < 1e-5
@@ -257,9 +260,41 @@ def test_calibration_makes_no_logits_of_the_whole_window(monkeypatch):
     assert rows == [1]
 
 
+def dense_last_query_mass(q, k, scaling, last_q=LAST_Q):
+    """Σ_i softmax_{t ≤ i}(q_i·k_t·scaling) over the last queries i, one head and one query at a time (no batching)."""
+    B, H, n, _ = q.shape
+    m = k.shape[2]
+    mass = torch.zeros(B, H, m)
+    for b in range(B):
+        for h in range(H):
+            for i in range(max(0, n - last_q), n):
+                p = m - n + i                                                           # the query's position
+                mass[b, h, : p + 1] += torch.softmax(q[b, h, i] @ k[b, h, : p + 1].T * scaling, -1)
+    return mass
+
+
+@given(B=st.integers(1, 2), r=st.sampled_from([1, 2, 3]), H_kv=st.integers(1, 3), n=st.integers(1, 20),
+       extra=st.integers(0, 9), last_q=st.integers(1, 12), pick=st.integers(0, 2 ** 9 - 1), tokens=st.booleans())
+@settings(max_examples=40, deadline=None)
+def test_last_query_mass_equals_the_summed_causal_softmax_of_the_last_queries(B, r, H_kv, n, extra, last_q, pick, tokens):
+    from attnlab.llm.slash_lines import last_query_mass, last_query_rows
+
+    H, m, d = H_kv * r, n + extra, 8
+    gen = torch.Generator().manual_seed(B * 1000 + n * 10 + extra)
+    q, k = torch.randn(B, H, n, d, generator=gen), torch.randn(B, H_kv, m, d, generator=gen)
+    if tokens:   # transformers' layout: rows H·d floats apart
+        q, k = q.transpose(1, 2).contiguous().transpose(1, 2), k.transpose(1, 2).contiguous().transpose(1, 2)
+    ref = dense_last_query_mass(q, k.repeat_interleave(r, 1), 0.4, last_q)
+    assert torch.allclose(last_query_mass(q, k, 0.4, last_q), ref, atol=1e-5)
+    assert torch.allclose(last_query_rows(q, k, 0.4, last_q).sum(-2), ref, atol=1e-5)
+    heads = [h for h in range(H) if pick >> h & 1] or [0]                               # a subset, by KV head
+    kv = torch.tensor(heads) // r
+    assert torch.allclose(last_query_mass(q[:, heads], k, 0.4, last_q, kv=kv), ref[:, heads], atol=1e-5)
+
+
 @pytest.mark.parametrize("dynamic", [(3, 0, 4, 0), (2, 5, 1, 3), (40, 40, 0, 40)])   # some heads without dynamic columns / all / every allowed key
 def test_choose_columns_takes_each_heads_fixed_then_its_top_estimate_off_the_band(dynamic):
-    from attnlab.llm.attention import LayerRunner, estimate_columns
+    from attnlab.llm.attention import LayerRunner
 
     widths, fixed = (5, 0, 9, 2), ([0, 1], [], [], [0])
     heads = [HeadPlan(Support(w=w, columns=np.array(f, dtype=np.int64)), dy) for w, f, dy in zip(widths, fixed, dynamic)]
@@ -268,7 +303,7 @@ def test_choose_columns_takes_each_heads_fixed_then_its_top_estimate_off_the_ban
     n = 40
     q, k = torch.randn(2, 4, n, 16, generator=gen), torch.randn(2, 2, n, 16, generator=gen)
     cols = runner.choose_columns(q, k, 0.3)
-    est = estimate_columns(q, k.repeat_interleave(2, 1), 0.3)                          # (B, H, m), every head
+    est = dense_last_query_mass(q, k.repeat_interleave(2, 1), 0.3)                     # (B, H, m), every head
     for b in range(2):
         for h in range(4):
             got = [int(c) for c in cols[b, h] if c >= 0]

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from attnlab.llm.key_blocks import BLOCK, block_extras, top_blocks
 from attnlab.llm.plan import FULL, LAST_Q, Plan
 from attnlab.llm.pages import read_back
-from attnlab.llm.slash_lines import SLASH_CHUNK, kernel_extras, last_query_rows, slash_mass, top_slashes
+from attnlab.llm.slash_lines import SLASH_CHUNK, kernel_extras, last_query_mass, last_query_rows, slash_mass, top_slashes
 from attnlab.masks import hidden, near, visible
 from attnlab.nn.mechanisms.sliding_window import band_heads_attention, native_heads_ready, sliding_window_attention
 
@@ -62,8 +62,8 @@ RAGGED = 1.0625    # a layer's cache splits by KV head when padding them to one 
 
 
 def estimate_columns(q, k, scaling: float, last_q: int = LAST_Q):
-    """Column scores Σ_{i among the last ``last_q`` queries} a_it (causal): ``(B, H, m)`` (``last_query_rows`` summed)."""
-    return last_query_rows(q, k, scaling, last_q).sum(-2)
+    """Column scores Σ_{i among the last ``last_q`` queries} a_it (causal): ``(B, H, m)`` (``last_query_mass``)."""
+    return last_query_mass(q, k, scaling, last_q)
 
 
 class LayerRunner:
@@ -104,15 +104,20 @@ class LayerRunner:
         g = max((len(f) + d for f, d in zip(self.fixed, self.dynamic)), default=0)
         cols = torch.full((B, H, g), -1, dtype=torch.long, device=q.device)
         need = [h for h in range(H) if self.dynamic[h] > 0 or self.slashes[h] > 0]
-        rows = None
-        if need:   # one softmax of the last queries per layer, for the columns and the slashes alike
+        rows = mass = None
+        if need:   # the last queries' softmax, once per layer, for the columns and the slashes alike
             q_last = q[:, :, max(0, n - LAST_Q) :]                                              # (B, H, nq, d_k): no copy
-            if len(need) == H:   # every head: grouped by KV head, no copied keys
-                rows = last_query_rows(q_last, k, scaling)                                      # (B, H, nq, m)
-            else:   # the heads that need it, by KV head (each KV head's keys read where they lie; kv_of ascends with h)
-                kv = self.kv_of.tolist()
-                rows = torch.cat([last_query_rows(q_last[:, [h for h in need if kv[h] == j]], k[:, j : j + 1], scaling)
-                                  for j in dict.fromkeys(kv[h] for h in need)], 1)              # (B, |need|, nq, m)
+            kv = self.kv_of[need] if len(need) < H else None
+            if any(self.slashes[h] for h in need):   # the rows themselves (slash mass): every head of a KV head at once
+                if kv is None:
+                    rows = last_query_rows(q_last, k, scaling)                                  # (B, H, nq, m)
+                else:   # kv_of ascends with h: the groups in order are need's order
+                    kvl = kv.tolist()
+                    rows = torch.cat([last_query_rows(q_last[:, [h for h, i in zip(need, kvl) if i == j]], k[:, j : j + 1], scaling)
+                                      for j in dict.fromkeys(kvl)], 1)                           # (B, |need|, nq, m)
+                mass = rows.sum(-2)
+            else:   # the columns' estimate only: Σ over the rows without holding them
+                mass = last_query_mass(q_last if kv is None else q_last[:, need], k, scaling, kv=kv)   # (B, |need|, m)
         fixed = [[t for t in self.fixed[h] if t < m] for h in range(H)]                         # T_fixed of each head
         for h in range(H if g else 0):
             if fixed[h]:
@@ -120,7 +125,7 @@ class LayerRunner:
         dyn = [(x, h) for x, h in enumerate(need) if self.dynamic[h] > 0] if g else []
         if dyn:   # the dynamic columns of every head at once: one top-k over (B, heads, m)
             xs = torch.tensor([x for x, _ in dyn], device=q.device)
-            sc = rows.sum(-2)[:, xs]                                                            # (B, |dyn|, m)
+            sc = mass[:, xs]                                                                    # (B, |dyn|, m)
             w = torch.tensor([int(self.w[h]) for _, h in dyn], device=q.device)
             sc.masked_fill_(torch.arange(m, device=q.device) >= (m - w - 1).clamp_min(0)[:, None], -1.0)  # the last rows' band holds these
             for y, (_, h) in enumerate(dyn):
@@ -172,13 +177,11 @@ class LayerRunner:
         self.columns = self.choose_columns(q, k, scaling)
         if self.sliding is not None:  # a sliding layer's columns would be masked by the model: band only
             self.columns = self.columns[..., :0]
-        out = q.new_empty(B, H, n, v.shape[-1])
+        out = q.new_empty(B, n, H, v.shape[-1]).transpose(1, 2)   # transformers' layout: its transpose back is free
         groups: dict[tuple[int, int], list[int]] = {}
         for h in range(H):
             groups.setdefault((self.effective_w(h, n), self.blocks[h]), []).append(h)
-        in_place = native_heads_ready(q, k, v)   # the native kernel reads each group's heads where they lie
-        if in_place:   # one copy per layer, not one per group (a transformers v is a transposed view)
-            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        in_place = native_heads_ready(q, k, v)   # the native kernel reads and writes each group's heads where they lie
         for (w, K), hs in groups.items():
             idx = torch.tensor(hs, device=q.device)
             full = w == FULL or w >= n - 1
@@ -191,7 +194,8 @@ class LayerRunner:
                 continue
             k_g, v_g = k[:, kv_of[idx]], v[:, kv_of[idx]]                                   # (B, |hs|, n, ·): GQA, read once
             if full:
-                out[:, idx] = F.scaled_dot_product_attention(q[:, idx], k_g, v_g, is_causal=True, scale=scaling)
+                # q's heads contiguous, as before the in-place kernel: a full plan stays bit-equal to transformers' SDPA
+                out[:, idx] = F.scaled_dot_product_attention(q[:, idx].contiguous(), k_g, v_g, is_causal=True, scale=scaling)
                 continue
             if K:   # key blocks chosen per block of BLOCK queries (key_blocks), the columns beside them
                 q_g = q[:, idx]

@@ -8,7 +8,7 @@ how the chunked kernel reads them beside a band and columns.
 One estimate serves both users: ``sparse_patterns.vertical_slash`` (MInference's vertical-slash pattern, on the
 rows as they are) and ``attention.LayerRunner`` (a plan head's ``HeadPlan.slashes``, from the same last-query rows as
 its dynamic columns, with the keys its columns hold set to 0: ``LayerRunner.choose_slashes``); both read the rows
-â of ``last_query_rows`` (the columns' estimate ``attention.estimate_columns`` too).
+â of ``last_query_rows``; the columns' estimate σ_t = Σ_r â_rt is ``last_query_mass`` (no rows held).
 ``kernel_extras`` turns a batch of heads' columns T and diagonals Δ into the extra keys of the chunked kernel
 (``nn.mechanisms.sliding_window``): the columns as keys shared by a chunk, the diagonals as one key per
 (diagonal, query) of the chunk (``Support.kernel_diagonal_extras``: a key a column already holds is read once).
@@ -22,7 +22,7 @@ from attnlab.llm.plan import LAST_Q
 from attnlab.masks import hidden
 from attnlab.support import NO_DIAGONAL, Support
 
-__all__ = ["SLASH_CHUNK", "kernel_extras", "last_query_rows", "slash_mass", "top_slashes"]
+__all__ = ["SLASH_CHUNK", "kernel_extras", "last_query_mass", "last_query_rows", "slash_mass", "top_slashes"]
 
 SLASH_CHUNK = 8    # queries per kernel chunk when diagonals are read: each diagonal costs c scores per query (one owned)
 
@@ -37,11 +37,43 @@ def last_query_rows(q, k, scaling: float, last_q: int = LAST_Q):
     H_kv, m = k.shape[1], k.shape[2]
     nq = min(last_q, n)
     qg = q[:, :, n - nq :].reshape(B, H_kv, (H // H_kv) * nq, d)                # the query heads of a KV head, stacked
-    s = ((qg * scaling) @ k.transpose(-1, -2)).view(B, H, nq, m)               # (B, H, nq, m); the scale on the few queries
-    a = torch.arange(nq, device=q.device)
+    return _causal_softmax(qg, k, scaling, nq).view(B, H, nq, m)
+
+
+def last_query_mass(q, k, scaling: float, last_q: int = LAST_Q, kv=None):
+    """σ_t = Σ_{i among the last ``last_q`` queries} a_it, the columns' estimate (MInference's vertical lines): ``(B, H, m)``.
+
+    q: (B, H, n, d_k), k: (B, H_kv, m, d_k); kv: (H,) the KV head of each query head, ascending (None: h // (H / H_kv)).
+    ``last_query_rows`` summed over i, one KV head at a time in one reused buffer: the (B, H, nq, m) rows are never
+    held at once (at 8K they are 19 MB a layer, a fresh allocation each time).
+    """
+    B, H, n, d = q.shape
+    H_kv, m = k.shape[1], k.shape[2]
+    nq = min(last_q, n)
+    kv = torch.arange(H, device=q.device) // (H // H_kv) if kv is None else kv.to(q.device)
+    heads = torch.unique_consecutive(kv, return_counts=True)                     # KV heads and their query heads' counts
+    mass = q.new_empty(B, H, m)
+    buf = q.new_empty(B * int(heads[1].max()) * nq * m)
+    h0 = 0
+    for j, r in zip(*(x.tolist() for x in heads)):
+        qg = q[:, h0 : h0 + r, n - nq :].reshape(B, 1, r * nq, d)                # (B, 1, r·nq, d): its query heads stacked
+        a = _causal_softmax(qg, k[:, j : j + 1], scaling, nq, out=buf[: B * r * nq * m].view(B, 1, r * nq, m))
+        torch.sum(a.view(B, r, nq, m), -2, out=mass[:, h0 : h0 + r])
+        h0 += r
+    return mass
+
+
+def _causal_softmax(qg, k, scaling: float, nq: int, out=None):
+    """softmax_t(q_i·k_t · scaling) of stacked query rows qg (B, G, R, d) (R = r·nq: r heads' last nq queries at
+    positions m − nq … m − 1) against k (B, G, m, d): ``(B, G, R, m)``, computed in ``out`` when given."""
+    B, G, R, _ = qg.shape
+    m = k.shape[2]
+    s = torch.matmul(qg * scaling, k.transpose(-1, -2), out=out)               # (B, G, R, m); the scale on the few queries
+    a = torch.arange(nq, device=qg.device)
     future = hidden(a[:, None], a[None, :])                                      # (nq, nq) key m − nq + b after query m − nq + a
-    s[..., m - nq :].masked_fill_(future, float("-inf"))
-    return torch.softmax(s, dim=-1)
+    s.view(B, G, R // nq, nq, m)[..., m - nq :].masked_fill_(future, float("-inf"))
+    return torch.softmax(s, dim=-1, out=s)                                       # in place: no second (B, G, R, m) tensor
+
 
 def slash_mass(a):
     """σ (…, m): the mass of the last queries on each distance d = p_r − j, from their rows a (…, nq, m).

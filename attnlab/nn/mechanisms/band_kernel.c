@@ -54,8 +54,8 @@ typedef struct {
     long cap, base, len, head;
 } Keys;
 
-/* Make [jlo, jlo + need) resident (keys ≥ m read as 0) and return the column of key jlo. */
-static const float *keys_for(Keys *K, const float *k, long h, long m, long d, long jlo, long need)
+/* Make [jlo, jlo + need) resident (keys ≥ m read as 0; key j at k + j·ldr) and return the column of key jlo. */
+static const float *keys_for(Keys *K, const float *k, long ldr, long h, long m, long d, long jlo, long need)
 {
     if (K->head != h || jlo < K->base || jlo + need > K->base + K->cap) {
         long keep = 0; /* keys already transposed that the tile still needs: shift them to the front */
@@ -68,7 +68,7 @@ static const float *keys_for(Keys *K, const float *k, long h, long m, long d, lo
     for (long j = K->base + K->len; j < jlo + need; j++) { /* append: one key's d floats into d rows */
         long x = j - K->base;
         if (j < m)
-            for (long kk = 0; kk < d; kk++) K->kt[kk * K->cap + x] = k[j * d + kk];
+            for (long kk = 0; kk < d; kk++) K->kt[kk * K->cap + x] = k[j * ldr + kk];
         else
             for (long kk = 0; kk < d; kk++) K->kt[kk * K->cap + x] = 0.0f;
     }
@@ -107,12 +107,12 @@ __attribute__((noinline)) static void tile_scores_last(const float *const *qr, c
     for (int r = 0; r < R; r++) store(S + r * lds, acc[r]);
 }
 
-/* S[r][x] = q_{i0+r} · k_{jlo+x} for x < L (rounded up to VEC), r < R.  q rows past n repeat row n−1.
+/* S[r][x] = q_{i0+r} · k_{jlo+x} for x < L (rounded up to VEC), r < R (q row i at q + i·ldq).  q rows past n repeat row n−1.
  * Keys go 2 vectors at a time (16 accumulators), the last ≤ VEC keys one vector at a time. */
-static void tile_scores(const float *q, long n, long i0, const float *kt, long ldk, long d, long L, float *S, long lds)
+static void tile_scores(const float *q, long ldq, long n, long i0, const float *kt, long ldk, long d, long L, float *S, long lds)
 {
     const float *qr[R];
-    for (int r = 0; r < R; r++) qr[r] = q + (i0 + r < n ? i0 + r : n - 1) * d;
+    for (int r = 0; r < R; r++) qr[r] = q + (i0 + r < n ? i0 + r : n - 1) * ldq;
     long x0 = 0;
     for (; x0 + VEC < L; x0 += 2 * VEC) {
         vf acc[R][2];
@@ -135,17 +135,18 @@ static void tile_scores(const float *q, long n, long i0, const float *kt, long l
     if (x0 < L) tile_scores_last(qr, kt + x0, ldk, d, S + x0, lds);
 }
 
-/* o_{i0+r} (+)= Σ_x P[r][x] v_{jlo+x} · inv[r] for r < rows (value columns 2·VEC at a time, then VEC);
- * add: accumulate into o instead of storing. */
-static void tile_values(const float *S, long lds, long L, const float *v, long d, long jlo, const float *inv, int rows, float *o, int add)
+/* o_{i0+r} (+)= Σ_x P[r][x] v_{jlo+x} · inv[r] for r < rows (value columns 2·VEC at a time, then VEC); value row j
+ * at v + j·ldv, output row r at o + r·ldo; add: accumulate into o instead of storing. */
+static void tile_values(const float *S, long lds, long L, const float *v, long ldv, long d, long jlo, const float *inv, int rows,
+                        float *o, long ldo, int add)
 {
     long dd = 0;
     for (; dd + 2 * VEC <= d; dd += 2 * VEC) {
         vf acc[R][2];
         memset(acc, 0, sizeof acc);
-        const float *vc = v + jlo * d + dd;
+        const float *vc = v + jlo * ldv + dd;
         for (long x = 0; x < L; x++) {
-            vf v0 = load(vc + x * d), v1 = load(vc + x * d + VEC);
+            vf v0 = load(vc + x * ldv), v1 = load(vc + x * ldv + VEC);
 #pragma GCC unroll 16
             for (int r = 0; r < R; r++) {
                 float p = S[r * lds + x];
@@ -155,20 +156,20 @@ static void tile_values(const float *S, long lds, long L, const float *v, long d
         }
         for (int r = 0; r < rows; r++) {
             vf y0 = acc[r][0] * inv[r], y1 = acc[r][1] * inv[r];
-            if (add) y0 += load(o + r * d + dd), y1 += load(o + r * d + dd + VEC);
-            store(o + r * d + dd, y0);
-            store(o + r * d + dd + VEC, y1);
+            if (add) y0 += load(o + r * ldo + dd), y1 += load(o + r * ldo + dd + VEC);
+            store(o + r * ldo + dd, y0);
+            store(o + r * ldo + dd + VEC, y1);
         }
     }
     for (; dd < d; dd += VEC) {
         vf acc[R];
         memset(acc, 0, sizeof acc);
-        const float *vc = v + jlo * d + dd;
+        const float *vc = v + jlo * ldv + dd;
         for (long x = 0; x < L; x++) {
-            vf v0 = load(vc + x * d);
+            vf v0 = load(vc + x * ldv);
             for (int r = 0; r < R; r++) acc[r] += S[r * lds + x] * v0;
         }
-        for (int r = 0; r < rows; r++) store(o + r * d + dd, acc[r] * inv[r] + (add ? load(o + r * d + dd) : (vf){0}));
+        for (int r = 0; r < rows; r++) store(o + r * ldo + dd, acc[r] * inv[r] + (add ? load(o + r * ldo + dd) : (vf){0}));
     }
 }
 
@@ -207,19 +208,22 @@ static float row_softmax(float *s, long Lpad, long a, long b, const unsigned cha
     return sum;
 }
 
-/* q: (N, n, d); k, v: rows of d floats, head h's key j at k + h·sk + j·d (v likewise with sv);
+/* q: row i of head h at q + h·sq + i·sqr; k, v: rows of d floats, head h's key j at k + h·sk + j·skr (v likewise with
+ * sv, svr); o: row i of head h at o + h·so + i·sor (any layout with rows of d contiguous floats: transformers'
+ * (B, n, H, d) views are read and written in place);
  * keep: (N / hpk, m) bytes or NULL (head h reads row h / hpk);
  * extras (e > 0): se: (N, n, e) their scores s_ix (NEG: not allowed), ve: (N, Te, e, d) their values —
  * row i uses chunk i / c if Te > 1, else chunk 0 (key columns: the same keys for every row);
  * columns (g > 0): cp (N, g) their key positions, ascending, empty slots (−1) last; kc, vc: (N, g, d) their keys
  * and values (causal: a tile reads the columns up to its last row only);
- * o: (N, n, d); lse: (N, n).  hq, hkv (N entries, or NULL: h itself): the row of q, o, lse and the head of k, v
+ * lse: (N, n).  hq, hkv (N entries, or NULL: h itself): the row of q, o, lse and the head of k, v
  * that head h reads and writes — a group of query heads run in place, GQA's KV heads read without copies
  * (consecutive heads of one KV head share its transposed keys). */
 int attnlab_band_forward(const float *q, const float *k, const float *v, const unsigned char *keep,
                           const float *se, const float *ve, long e, long Te, long c,
                           const long *cp, const float *kc, const float *vc, long g,
-                          float *o, float *lse, long N, long n, long m, long d, long sk, long sv, long hpk,
+                          float *o, float *lse, long N, long n, long m, long d, long sq, long sqr, long sk, long skr,
+                          long sv, long svr, long so, long sor, long hpk,
                           long w, long off, int causal, float tau, int threads, const long *hq, const long *hkv)
 {
     long tiles = (n + R - 1) / R;
@@ -251,13 +255,13 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
             int rows = n - i0 < R ? (int)(n - i0) : R;
             long a[R], b[R], jlo, jhi;
             tile_band(i0, rows, m, w, off, causal, a, b, &jlo, &jhi);
-            float *o_t = o + (hx * n + i0) * d, *lse_t = lse + hx * n + i0;
-            const float *q_h = q + hx * n * d;
+            float *o_t = o + hx * so + i0 * sor, *lse_t = lse + hx * n + i0;
+            const float *q_h = q + hx * sq;
             long L = 0, Lpad = 0;
             if (jhi >= jlo) {
                 L = jhi - jlo + 1, Lpad = (L + VEC - 1) / VEC * VEC;
-                const float *kt = keys_for(&K, k + hk * sk, hk, m, d, jlo, Lpad);
-                tile_scores(q_h, n, i0, kt, K.cap, d, L, S, lds);
+                const float *kt = keys_for(&K, k + hk * sk, skr, hk, m, d, jlo, Lpad);
+                tile_scores(q_h, sqr, n, i0, kt, K.cap, d, L, S, lds);
             }
             for (int r = 0; r < rows; r++) /* the extras' scores, given */
                 memcpy(SE + r * lde, se + (h * n + i0 + r) * e, e * sizeof(float));
@@ -273,7 +277,7 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
                 }
                 if (causal)
                     for (gt = 0; gt < g && p[gt] >= 0 && p[gt] <= i0 + rows - 1;) gt++;
-                if (gt) tile_scores(q_h, n, i0, KC, gpad, d, gt, SE + e, lde);
+                if (gt) tile_scores(q_h, sqr, n, i0, KC, gpad, d, gt, SE + e, lde);
                 for (int r = 0; r < rows; r++) {
                     int lo = (int)(i0 + r + off - w), hi = (int)(i0 + r + off + w), top = causal ? (int)(i0 + r) : (int)m;
                     float *sr = SE + r * lde + e;
@@ -297,23 +301,23 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
                 inv[r] = sum > 0.0f ? 1.0f / sum : 0.0f;
             }
             if (L)
-                tile_values(S, lds, L, v + hk * sv, d, jlo, inv, rows, o_t, 0);
+                tile_values(S, lds, L, v + hk * sv, svr, d, jlo, inv, rows, o_t, sor, 0);
             else
-                memset(o_t, 0, rows * d * sizeof(float));
+                for (int r = 0; r < rows; r++) memset(o_t + r * sor, 0, d * sizeof(float));
             if (e && Te == 1) /* + P_E V_E */
-                tile_values(SE, lde, e, ve + h * e * d, d, 0, inv, rows, o_t, 1);
+                tile_values(SE, lde, e, ve + h * e * d, d, d, 0, inv, rows, o_t, sor, 1);
             else if (e && c % R == 0) /* the tile's rows share one chunk: its extras' values */
-                tile_values(SE, lde, e, ve + (h * Te + i0 / c) * e * d, d, 0, inv, rows, o_t, 1);
+                tile_values(SE, lde, e, ve + (h * Te + i0 / c) * e * d, d, d, 0, inv, rows, o_t, sor, 1);
             else
                 for (int r = 0; r < rows; r++)
                     for (long x = 0; x < e; x++) {
                         float p = SE[r * lde + x] * inv[r];
                         if (p == 0.0f) continue;
                         const float *vx = ve + ((h * Te + (i0 + r) / c) * e + x) * d;
-                        for (long kk = 0; kk < d; kk++) o_t[r * d + kk] += p * vx[kk];
+                        for (long kk = 0; kk < d; kk++) o_t[r * sor + kk] += p * vx[kk];
                     }
             if (gt) /* + P_C V_C */
-                tile_values(SE + e, lde, gt, vc + h * g * d, d, 0, inv, rows, o_t, 1);
+                tile_values(SE + e, lde, gt, vc + h * g * d, d, d, 0, inv, rows, o_t, sor, 1);
         }
         free(S);
         free(SE);
@@ -393,8 +397,8 @@ int attnlab_band_backward(const float *q, const float *k, const float *v, const 
                 if (jhi < jlo) continue; /* no band key: dq stays 0 */
                 long L = jhi - jlo + 1, Lpad = (L + VEC - 1) / VEC * VEC;
                 const float *q_t = q + (h * n + i0) * d, *dO_t = dO + (h * n + i0) * d;
-                tile_scores(q + h * n * d, n, i0, keys_for(&K, k + h * sk, h, m, d, jlo, Lpad), K.cap, d, L, P, lds);
-                tile_scores(dO + h * n * d, n, i0, keys_for(&V, v + h * sv, h, m, d, jlo, Lpad), V.cap, d, L, dS, lds);
+                tile_scores(q + h * n * d, d, n, i0, keys_for(&K, k + h * sk, d, h, m, d, jlo, Lpad), K.cap, d, L, P, lds);
+                tile_scores(dO + h * n * d, d, n, i0, keys_for(&V, v + h * sv, d, h, m, d, jlo, Lpad), V.cap, d, L, dS, lds);
                 const unsigned char *kp = keep ? keep + (h / hpk) * m + jlo : NULL;
                 for (int r = 0; r < R; r++) { /* P = exp(τS − L) on the row's band, dS = P (dP − D); 0 elsewhere */
                     float *p = P + r * lds, *ds = dS + r * lds;
@@ -412,7 +416,7 @@ int attnlab_band_backward(const float *q, const float *k, const float *v, const 
                 }
                 float taus[R];
                 for (int r = 0; r < R; r++) taus[r] = tau;
-                tile_values(dS, lds, L, k + h * sk, d, jlo, taus, rows, dq + (h * n + i0) * d, 0);
+                tile_values(dS, lds, L, k + h * sk, d, d, jlo, taus, rows, dq + (h * n + i0) * d, d, 0);
                 tile_rank_update(dS, lds, L, q_t, rows, d, dk + (h * m + jlo) * d); /* τ applied once at the end */
                 tile_rank_update(P, lds, L, dO_t, rows, d, dv + (h * m + jlo) * d);
             }

@@ -101,7 +101,7 @@ def library() -> ctypes.CDLL | None:
         return None
     f = lib.attnlab_band_forward
     p, i64 = ctypes.c_void_p, ctypes.c_long
-    f.argtypes = [p, p, p, p, p, p, i64, i64, i64, p, p, p, i64, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int, p, p]
+    f.argtypes = [p, p, p, p, p, p, i64, i64, i64, p, p, p, i64, p, p] + [i64] * 15 + [ctypes.c_int, ctypes.c_float, ctypes.c_int, p, p]
     f.restype = ctypes.c_int
     f = lib.attnlab_band_backward
     f.argtypes = [p, p, p, p, p, p, p, p, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
@@ -130,6 +130,12 @@ def _rows(x: Tensor) -> Tensor:
     return x if x.stride(2) == 1 and x.stride(1) == x.shape[2] else x.contiguous()
 
 
+def _strided(x: Tensor) -> Tensor:
+    # (N, n, d) whose rows are d contiguous floats, at any head and row stride (the forward kernel takes both:
+    # transformers' (B, n, H, d) layout seen as (B·H, n, d) is read in place); a copy only if not
+    return x if x.stride(2) == 1 else x.contiguous()
+
+
 def _ptr(x: Tensor | None) -> int | None:
     return None if x is None else x.data_ptr()
 
@@ -154,8 +160,8 @@ def band_forward(
     heads: tuple[Tensor, Tensor] | None = None,
     out: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """(O, L) over N heads: q (N, n, d), k, v (N, m, d) float32 CPU (k, v may be views with contiguous
-    rows); keep (N / heads_per_keep, m) bool or None; extras (S_E, V_E, c): S_E (N, n, e) the extra keys'
+    """(O, L) over N heads: q (N, n, d), k, v (N, m, d) float32 CPU (q, k, v and O may be views at any head and row
+    stride whose rows are d contiguous floats); keep (N / heads_per_keep, m) bool or None; extras (S_E, V_E, c): S_E (N, n, e) the extra keys'
     scores (NEG_INF where not allowed), V_E (N, T|1, e, d) their values, c the rows per chunk;
     columns (P, K_C, V_C): P (N, g) int64 key positions every row may read (−1: empty), K_C, V_C (N, g, d)
     their keys and values — scored and masked (off the band, causal, kept) inside the kernel;
@@ -169,12 +175,11 @@ def band_forward(
     if heads is not None:
         h_q, h_kv = (x.to(torch.int64).contiguous() for x in heads)
         N = h_q.shape[0]
-        if out is None or not all(x.is_contiguous() for x in out):
-            raise ValueError("band_forward: heads= writes into out=(O, L), contiguous")
+        if out is None or out[0].stride(2) != 1 or not out[1].is_contiguous():
+            raise ValueError("band_forward: heads= writes into out=(O, L): O with rows of d contiguous floats, L contiguous")
     if d % VEC:
         raise ValueError(f"band_forward: d must be a multiple of {VEC}, got {d}")
-    q = q.contiguous()
-    k, v, keep_u8 = _rows(k), _rows(v), _keep_bytes(keep)
+    q, k, v, keep_u8 = _strided(q), _strided(k), _strided(v), _keep_bytes(keep)
     e = Te = c = 0
     s_e = v_e = None
     if extras is not None:
@@ -191,7 +196,7 @@ def band_forward(
     failed = lib.attnlab_band_forward(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(keep_u8), _ptr(s_e), _ptr(v_e), e, Te, c,
         _ptr(p_c), _ptr(k_c), _ptr(v_c), g,
-        O.data_ptr(), L.data_ptr(), N, n, m, d, k.stride(0), v.stride(0), heads_per_keep,
+        O.data_ptr(), L.data_ptr(), N, n, m, d, *q.stride()[:2], *k.stride()[:2], *v.stride()[:2], *O.stride()[:2], heads_per_keep,
         int(w), int(offset), int(bool(causal)), float(scale), torch.get_num_threads(), _ptr(h_q), _ptr(h_kv),
     )
     if failed:

@@ -489,16 +489,13 @@ def _needs_grad(*xs: Tensor) -> bool:
 def _sorted_columns(k: Tensor, v: Tensor, kv: Tensor, idx: Tensor):
     """The kernel's column arguments: positions ascending with the empty slots (−1) last, and their keys and values.
 
-    k, v: (R_kv, m, ·); kv: (N,) the KV row each head reads; idx: (N, g) key positions (−1: empty).
-    Returns P (N, g), K_C (N, g, d), V_C (N, g, d_v).
+    k, v: (R_kv, m, ·) at any strides; kv: (N,) the KV row each head reads; idx: (N, g) key positions (−1: empty).
+    Returns P (N, g), K_C (N, g, d), V_C (N, g, d_v) (only the g rows gathered: k, v are not copied).
     """
     m = k.shape[1]
     idx = torch.where(idx < 0, torch.full_like(idx, m), idx).sort(-1).values            # empty slots last
-    rows = (kv[:, None] * m + idx.clamp_max(m - 1)).reshape(-1)                          # (N·g,) rows of k, v
-    N, g = idx.shape
-    k_c = k.reshape(-1, k.shape[-1]).index_select(0, rows).view(N, g, -1)
-    v_c = v.reshape(-1, v.shape[-1]).index_select(0, rows).view(N, g, -1)
-    return torch.where(idx >= m, torch.full_like(idx, -1), idx), k_c, v_c
+    at = (kv[:, None].to(idx.device), idx.clamp_max(m - 1))                              # (N, g) rows of k, v
+    return torch.where(idx >= m, torch.full_like(idx, -1), idx), k[at], v[at]
 
 
 def _native_columns(q, k, v, w, offset, causal, key_keep, idx, own, scale) -> Tensor:
@@ -544,14 +541,21 @@ def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor,
         o_i = Σ_{j ∈ N(i)} softmax_j(τ q_i·k_j) v_j,   N(i) = {j : |j − i − o| ≤ w} ∪ {j ∈ T : j off that band},
         every j ≤ i if causal and kept (``key_keep``)
 
-    q: (B, H, n, d) and out: (B, H, n, d) contiguous; k, v: (B, H_kv, m, ·); heads: (G,) query heads, kv_heads: (G,) the KV
+    q, out: (B, H, n, d); k, v: (B, H_kv, m, ·) — each with rows of d contiguous floats at any head and row stride
+    (transformers' (B, n, H, d) views are read and written in place); heads: (G,) query heads, kv_heads: (G,) the KV
     head each reads (GQA); columns: (B, G, g) key positions T per head, distinct (−1: empty); key_keep: (B, m) bool.
-    Writes out[:, heads]; q, k, v are read where they lie (no per-group copies) — the group's calls of
+    Writes out[:, heads]; q, k, v are read where they lie (no copies) — the group's calls of
     ``sliding_window_attention`` without its gathers.
     """
     B, H, n, d = q.shape
     H_kv, m = k.shape[1], k.shape[2]
     G = len(heads)
+    if B > 1 and out.stride(0) != H * out.stride(1):   # (B, H) is not one axis of out's memory: a call per batch entry
+        for i in range(B):
+            band_heads_attention(q[i : i + 1], k[i : i + 1], v[i : i + 1], w, heads, kv_heads, out[i : i + 1],
+                                 columns=None if columns is None else columns[i : i + 1], offset=offset, causal=causal,
+                                 key_keep=None if key_keep is None else key_keep[i : i + 1], scale=scale)
+        return
     b = torch.arange(B)[:, None]
     h_q = (b * H + heads.cpu()[None]).reshape(-1)                                        # (B·G,) rows of q, out
     h_kv = (b * H_kv + kv_heads.cpu()[None]).reshape(-1)                                 # (B·G,) rows of k, v
