@@ -142,6 +142,44 @@ def test_inference_columns_scored_inside_the_native_kernel_equal_the_dense_refer
     assert_close(out, dense_reference(q, k, v, S, causal, keep), "native columns output")
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(1, 90),
+    w=st.integers(0, 40),
+    wide=st.integers(0, 40),
+    g=st.integers(0, 12),
+    tokens=st.booleans(),
+    B=st.integers(1, 2),
+    seed=st.integers(0, 2**16),
+)
+def test_heads_in_place_equal_the_dense_reference_with_a_wide_bands_prefix_as_sdpa(n, w, wide, g, tokens, B, seed):
+    # band_heads_attention, causal: query heads 0 and 2 of 4 reading KV heads 0 and 1 (GQA), each with its columns; a band
+    # of w ≥ WIDE_BAND runs its rows i ≤ w as SDPA's causal attention and the kernel the rest (first_row)
+    if not sw.native.available():
+        pytest.skip(f"no native kernel here: {sw.native.unavailable_reason()}")
+    gen = torch.Generator().manual_seed(seed)
+    H, H_kv, d = 4, 2, 16
+    q, k, v = torch.randn(B, n, H, d, generator=gen), torch.randn(B, n, H_kv, d, generator=gen), torch.randn(B, n, H_kv, d, generator=gen)
+    q, k, v = (x.transpose(1, 2) if tokens else x.transpose(1, 2).contiguous() for x in (q, k, v))   # transformers' layout, or not
+    heads, kv_heads = torch.tensor([0, 2]), torch.tensor([0, 1])
+    cols = torch.stack([torch.stack([torch.randperm(n, generator=gen)[: min(g, n)] for _ in range(2)]) for _ in range(B)])
+    cols = torch.where(torch.rand(cols.shape, generator=gen) < 0.2, torch.full_like(cols, -1), cols)   # (B, 2, g') some empty
+    out = torch.full((B, n, H, d), float("nan")).transpose(1, 2) if tokens else torch.full((B, H, n, d), float("nan"))
+    real = sw.WIDE_BAND
+    sw.WIDE_BAND = wide
+    try:
+        with torch.no_grad():
+            sw.band_heads_attention(q, k, v, w, heads, kv_heads, out, columns=cols, scale=d ** -0.5)
+    finally:
+        sw.WIDE_BAND = real
+    for x, (h, j) in enumerate(zip(heads.tolist(), kv_heads.tolist())):
+        for b in range(B):
+            S = Support(w=w, columns=cols[b, x][cols[b, x] >= 0])
+            ref = dense_reference(q[b : b + 1, h : h + 1], k[b : b + 1, j : j + 1], v[b : b + 1, j : j + 1], S, True, None)
+            assert_close(out[b, h], ref[0, 0], f"head {h}, batch entry {b}")
+    assert torch.isnan(out[:, [1, 3]]).all()   # the other heads untouched
+
+
 @settings(max_examples=20, deadline=None)
 @given(n=st.integers(2, 60), w=st.integers(0, 8), causal=st.booleans(), seed=st.integers(0, 2**16))
 def test_gate_on_extra_keys_gets_its_gradient(n, w, causal, seed):

@@ -216,7 +216,8 @@ static float row_softmax(float *s, long Lpad, long a, long b, const unsigned cha
  * row i uses chunk i / c if Te > 1, else chunk 0 (key columns: the same keys for every row);
  * columns (g > 0): cp (N, g) their key positions, ascending, empty slots (−1) last; kc, vc: (N, g, d) their keys
  * and values (causal: a tile reads the columns up to its last row only);
- * lse: (N, n).  hq, hkv (N entries, or NULL: h itself): the row of q, o, lse and the head of k, v
+ * lse: (N, n).  Only rows i ≥ r0 are computed (the others untouched: a caller's SDPA serves a wide band's
+ * causal prefix).  hq, hkv (N entries, or NULL: h itself): the row of q, o, lse and the head of k, v
  * that head h reads and writes — a group of query heads run in place, GQA's KV heads read without copies
  * (consecutive heads of one KV head share its transposed keys). */
 int attnlab_band_forward(const float *q, const float *k, const float *v, const unsigned char *keep,
@@ -224,9 +225,9 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
                           const long *cp, const float *kc, const float *vc, long g,
                           float *o, float *lse, long N, long n, long m, long d, long sq, long sqr, long sk, long skr,
                           long sv, long svr, long so, long sor, long hpk,
-                          long w, long off, int causal, float tau, int threads, const long *hq, const long *hkv)
+                          long w, long off, int causal, float tau, int threads, const long *hq, const long *hkv, long r0)
 {
-    long tiles = (n + R - 1) / R;
+    long tiles = (n - r0 + R - 1) / R;
     long span = 2 * w + R < m ? 2 * w + R : m;               /* keys of a tile, at most */
     long lds = (span + 2 * VEC - 1) / (2 * VEC) * (2 * VEC); /* a row of S, whole pairs of vectors */
     long gpad = (g + VEC - 1) / VEC * VEC;                   /* the columns' scores go after the extras' */
@@ -250,7 +251,7 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
 #pragma omp for schedule(static)
         for (long job = 0; job < N * tiles; job++) {
             if (!ok) continue;
-            long h = job / tiles, i0 = (job % tiles) * R;
+            long h = job / tiles, i0 = r0 + (job % tiles) * R;
             long hx = hq ? hq[h] : h, hk = hkv ? hkv[h] : h; /* its query / output head, its KV head */
             int rows = n - i0 < R ? (int)(n - i0) : R;
             long a[R], b[R], jlo, jhi;

@@ -101,7 +101,7 @@ def library() -> ctypes.CDLL | None:
         return None
     f = lib.attnlab_band_forward
     p, i64 = ctypes.c_void_p, ctypes.c_long
-    f.argtypes = [p, p, p, p, p, p, i64, i64, i64, p, p, p, i64, p, p] + [i64] * 15 + [ctypes.c_int, ctypes.c_float, ctypes.c_int, p, p]
+    f.argtypes = [p, p, p, p, p, p, i64, i64, i64, p, p, p, i64, p, p] + [i64] * 15 + [ctypes.c_int, ctypes.c_float, ctypes.c_int, p, p, i64]
     f.restype = ctypes.c_int
     f = lib.attnlab_band_backward
     f.argtypes = [p, p, p, p, p, p, p, p, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
@@ -159,6 +159,7 @@ def band_forward(
     columns: tuple[Tensor, Tensor, Tensor] | None = None,
     heads: tuple[Tensor, Tensor] | None = None,
     out: tuple[Tensor, Tensor] | None = None,
+    first_row: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """(O, L) over N heads: q (N, n, d), k, v (N, m, d) float32 CPU (q, k, v and O may be views at any head and row
     stride whose rows are d contiguous floats); keep (N / heads_per_keep, m) bool or None; extras (S_E, V_E, c): S_E (N, n, e) the extra keys'
@@ -166,7 +167,8 @@ def band_forward(
     columns (P, K_C, V_C): P (N, g) int64 key positions every row may read (−1: empty), K_C, V_C (N, g, d)
     their keys and values — scored and masked (off the band, causal, kept) inside the kernel;
     heads (h_q, h_kv): N int64 rows each — head x reads q row h_q[x] and k, v row h_kv[x], and writes
-    ``out`` = (O, L) at row h_q[x] (q, O: (R, n, d), k, v: (R_kv, m, d), L: (R, n); the other rows untouched).
+    ``out`` = (O, L) at row h_q[x] (q, O: (R, n, d), k, v: (R_kv, m, d), L: (R, n); the other rows untouched);
+    first_row (with ``heads``): rows i < first_row are left as they are in ``out`` (computed elsewhere).
     Returns O (N, n, d), L (N, n) (with ``heads``: ``out``)."""
     lib = _library_or_raise()
     N, n, d = q.shape
@@ -179,6 +181,8 @@ def band_forward(
             raise ValueError("band_forward: heads= writes into out=(O, L): O with rows of d contiguous floats, L contiguous")
     if d % VEC:
         raise ValueError(f"band_forward: d must be a multiple of {VEC}, got {d}")
+    if first_row and heads is None:
+        raise ValueError("band_forward: first_row= leaves rows unwritten: only with heads= and out=")
     q, k, v, keep_u8 = _strided(q), _strided(k), _strided(v), _keep_bytes(keep)
     e = Te = c = 0
     s_e = v_e = None
@@ -198,6 +202,7 @@ def band_forward(
         _ptr(p_c), _ptr(k_c), _ptr(v_c), g,
         O.data_ptr(), L.data_ptr(), N, n, m, d, *q.stride()[:2], *k.stride()[:2], *v.stride()[:2], *O.stride()[:2], heads_per_keep,
         int(w), int(offset), int(bool(causal)), float(scale), torch.get_num_threads(), _ptr(h_q), _ptr(h_kv),
+        min(int(first_row), n),
     )
     if failed:
         raise MemoryError(f"band kernel: no memory for its per-thread scratch (w = {w}, d = {d})")

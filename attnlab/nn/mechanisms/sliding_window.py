@@ -68,6 +68,10 @@ BACKWARD_BLOCK = 1 << 21  # window-gradient floats per block of chunks in the ba
 BLOCK_SCORES = 1 << 20  # scores per block of chunks in the plain-torch path's inference (≈ 4 MB float32)
 FLASH = True  # False: the plain-torch path on CPU too (tests compare both)
 NATIVE = True  # False: PyTorch's flash kernel for the band's forward even where the native kernel builds
+# A causal band at least this wide runs its first w + 1 rows — where it holds every key j ≤ i — as SDPA's causal
+# attention (band_heads_attention): the kernel's 8-row tile reads its ≈ w keys and values afresh, 2·w·d·4 bytes
+# that outgrow a core's L2 here (w = 6144 at 8K: 68 GFLOP/s against SDPA's ≈ 200, .notes/measured-s6.md)
+WIDE_BAND = 2048
 FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
 
 
@@ -545,7 +549,9 @@ def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor,
     (transformers' (B, n, H, d) views are read and written in place); heads: (G,) query heads, kv_heads: (G,) the KV
     head each reads (GQA); columns: (B, G, g) key positions T per head, distinct (−1: empty); key_keep: (B, m) bool.
     Writes out[:, heads]; q, k, v are read where they lie (no copies) — the group's calls of
-    ``sliding_window_attention`` without its gathers.
+    ``sliding_window_attention`` without its gathers.  A causal band of w ≥ ``WIDE_BAND`` holds every key j ≤ i of its
+    rows i ≤ w (i − w ≤ 0; a column there is inside the band): those rows are SDPA's causal attention, the kernel
+    does the rest.
     """
     B, H, n, d = q.shape
     H_kv, m = k.shape[1], k.shape[2]
@@ -556,6 +562,13 @@ def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor,
                                  columns=None if columns is None else columns[i : i + 1], offset=offset, causal=causal,
                                  key_keep=None if key_keep is None else key_keep[i : i + 1], scale=scale)
         return
+    r0 = 0
+    if causal and offset == 0 and key_keep is None and w >= WIDE_BAND:   # rows i ≤ w: every causal key, SDPA
+        r0 = min(w + 1, n)
+        hq, hk = heads.to(q.device), kv_heads.to(q.device)
+        out[:, hq, :r0] = F.scaled_dot_product_attention(q[:, hq, :r0], k[:, hk, :r0], v[:, hk, :r0], is_causal=True, scale=scale)
+        if r0 == n:
+            return
     b = torch.arange(B)[:, None]
     h_q = (b * H + heads.cpu()[None]).reshape(-1)                                        # (B·G,) rows of q, out
     h_kv = (b * H_kv + kv_heads.cpu()[None]).reshape(-1)                                 # (B·G,) rows of k, v
@@ -565,7 +578,7 @@ def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor,
         cols = _sorted_columns(k2, v2, h_kv, columns.reshape(B * G, -1))
     L = q.new_empty(B * H, n)
     native.band_forward(q.reshape(B * H, n, d), k2, v2, w, offset=offset, causal=causal, keep=key_keep, heads_per_keep=G,
-                        scale=scale, columns=cols, heads=(h_q, h_kv), out=(out.view(B * H, n, -1), L))
+                        scale=scale, columns=cols, heads=(h_q, h_kv), out=(out.view(B * H, n, -1), L), first_row=r0)
 
 
 def dilated_sliding_window_attention(
