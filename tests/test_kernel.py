@@ -387,3 +387,22 @@ def test_band_reach_is_the_band_masks_any(n, m, w, offset, c, causal):
         lo, W = 0, 1
     _, any_ref = sw.band_bias(w, offset, lo, W, c, causal, n, torch.ones(1, m, dtype=torch.bool), torch.float32)
     assert torch.equal(sw.band_reach(w, offset, c, causal, T, m, "cpu"), any_ref)
+
+
+def test_native_kernel_builds_with_the_plain_flags_when_the_avx512_preference_is_refused(tmp_path, monkeypatch):
+    # compile_flags() adds AVX512_FLAGS where /proc/cpuinfo lists avx512f; a compiler that refuses them still builds
+    from attnlab.nn.mechanisms import native
+
+    if native._compiler() is None or native.os.environ.get("ATTNLAB_NATIVE") == "0":
+        pytest.skip(f"native kernel off: {native.unavailable_reason() or 'no C compiler'}")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))       # a fresh cache: the build runs here
+    monkeypatch.setattr(native, "_cpu_flags", lambda: "flags\t: fpu sse avx2 avx512f")
+    monkeypatch.setattr(native, "AVX512_FLAGS", ["-fno-such-option-attnlab"])
+    assert native.compile_flags()[-1] == "-fno-such-option-attnlab"
+    native.library.cache_clear()
+    try:
+        assert native.available(), native.unavailable_reason()
+        assert list((tmp_path / "attnlab" / "native").glob("band_kernel-*.so"))
+    finally:
+        monkeypatch.undo()
+        native.library.cache_clear()

@@ -94,6 +94,8 @@ def library() -> ctypes.CDLL | None:
             return None
         try:
             done = subprocess.run([cc, *flags, str(SOURCE), "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)
+            if done.returncode != 0 and flags != FLAGS:   # a compiler without the AVX-512 preference: the plain flags
+                done = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)
         except (OSError, subprocess.SubprocessError) as err:
             os.unlink(tmp)
             _reason.append(f"compiling {SOURCE.name} failed: {err}")
