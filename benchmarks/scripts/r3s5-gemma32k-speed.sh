@@ -3,7 +3,7 @@
 # session 4's calibration reused when present (else made: 1 train window, ≈ 5 minutes)
 cd "$(dirname "$0")/../.."
 export OMP_NUM_THREADS=2
-OUT=runs/r5/gemma32k-speed
+OUT=${OUT:-runs/r5/gemma32k-speed}
 mkdir -p $OUT
 [ -f runs/r4/gemma32k-speed/calibration-32768.npz ] && cp -n runs/r4/gemma32k-speed/calibration-32768.npz $OUT/
 [ -f $OUT/calibration-32768.npz ] || .venv/bin/python benchmarks/llm_structured.py calibrate --model gemma3-270m --lengths 32768 --windows 1 --budgets 0.1 --out $OUT --system-malloc

@@ -4,4 +4,4 @@
 cd "$(dirname "$0")/../.."
 OMP_NUM_THREADS=2 .venv/bin/attnlab eval --hf smollm2-135m --task niah-multikey,niah --depths 5 --samples 2 --lengths 2048 --haystack noise \
   --method attnlab-retrieval,attnlab-retrieval:retrieval_heads=32:blocks=8 \
-  --budget 0.1 --calibrate ../shared/data/shakespeare/train.txt.gz --calibrate-windows 1 --ppl ../shared/data/shakespeare/test.txt.gz --ppl-windows 1 --out runs/r5/smol-2k-mk-recheck
+  --budget 0.1 --calibrate ../shared/data/shakespeare/train.txt.gz --calibrate-windows 1 --ppl ../shared/data/shakespeare/test.txt.gz --ppl-windows 1 --out ${OUT:-runs/r5/smol-2k-mk-recheck}
