@@ -290,6 +290,7 @@ def test_last_query_mass_equals_the_summed_causal_softmax_of_the_last_queries(B,
     heads = [h for h in range(H) if pick >> h & 1] or [0]                               # a subset, by KV head
     kv = torch.tensor(heads) // r
     assert torch.allclose(last_query_mass(q[:, heads], k, 0.4, last_q, kv=kv), ref[:, heads], atol=1e-5)
+    assert torch.allclose(last_query_rows(q[:, heads], k, 0.4, last_q, kv=kv).sum(-2), ref[:, heads], atol=1e-5)
 
 
 @pytest.mark.parametrize("dynamic", [(3, 0, 4, 0), (2, 5, 1, 3), (40, 40, 0, 40)])   # some heads without dynamic columns / all / every allowed key

@@ -107,17 +107,13 @@ class LayerRunner:
         rows = mass = None
         if need:   # the last queries' softmax, once per layer, for the columns and the slashes alike
             q_last = q[:, :, max(0, n - LAST_Q) :]                                              # (B, H, nq, d_k): no copy
-            kv = self.kv_of[need] if len(need) < H else None
-            if any(self.slashes[h] for h in need):   # the rows themselves (slash mass): every head of a KV head at once
-                if kv is None:
-                    rows = last_query_rows(q_last, k, scaling)                                  # (B, H, nq, m)
-                else:   # kv_of ascends with h: the groups in order are need's order
-                    kvl = kv.tolist()
-                    rows = torch.cat([last_query_rows(q_last[:, [h for h, i in zip(need, kvl) if i == j]], k[:, j : j + 1], scaling)
-                                      for j in dict.fromkeys(kvl)], 1)                           # (B, |need|, nq, m)
+            kv = None if len(need) == H else self.kv_of[need]                                  # ascending, as h
+            q_last = q_last if kv is None else q_last[:, need]                                   # (B, |need|, nq, d_k)
+            if any(self.slashes[h] for h in need):   # the rows themselves (slash mass), each KV head's keys where they lie
+                rows = last_query_rows(q_last, k, scaling, kv=kv)                                # (B, |need|, nq, m)
                 mass = rows.sum(-2)
             else:   # the columns' estimate only: Σ over the rows without holding them
-                mass = last_query_mass(q_last if kv is None else q_last[:, need], k, scaling, kv=kv)   # (B, |need|, m)
+                mass = last_query_mass(q_last, k, scaling, kv=kv)                               # (B, |need|, m)
         fixed = [[t for t in self.fixed[h] if t < m] for h in range(H)]                         # T_fixed of each head
         for h in range(H if g else 0):
             if fixed[h]:

@@ -27,40 +27,47 @@ __all__ = ["SLASH_CHUNK", "kernel_extras", "last_query_mass", "last_query_rows",
 SLASH_CHUNK = 8    # queries per kernel chunk when diagonals are read: each diagonal costs c scores per query (one owned)
 
 
-def last_query_rows(q, k, scaling: float, last_q: int = LAST_Q):
+def last_query_rows(q, k, scaling: float, last_q: int = LAST_Q, kv=None):
     """a_it = softmax_{t ≤ i}(q_i·k_t · scaling) of the last ``last_q`` queries i (causal): ``(B, H, nq, m)``.
 
-    q: (B, H, n, d_k), k: (B, H_kv, m, d_k) with H a multiple of H_kv (GQA: query head h reads KV head
-    h // (H / H_kv); the keys are not copied); the queries sit at positions m − n … m − 1.
+    q: (B, H, n, d_k), k: (B, H_kv, m, d_k); kv: (H,) the KV head of each query head, ascending (None: every head,
+    query head h reading KV head h // (H / H_kv)) — the keys are not copied; the queries sit at positions m − n … m − 1.
     """
     B, H, n, d = q.shape
     H_kv, m = k.shape[1], k.shape[2]
     nq = min(last_q, n)
-    qg = q[:, :, n - nq :].reshape(B, H_kv, (H // H_kv) * nq, d)                # the query heads of a KV head, stacked
-    return _causal_softmax(qg, k, scaling, nq).view(B, H, nq, m)
+    if kv is None:   # every KV head's query heads stacked: one product for the layer
+        qg = q[:, :, n - nq :].reshape(B, H_kv, (H // H_kv) * nq, d)
+        return _causal_softmax(qg, k, scaling, nq).view(B, H, nq, m)
+    return torch.cat([_causal_softmax(q[:, h0 : h0 + r, n - nq :].reshape(B, 1, r * nq, d), k[:, j : j + 1], scaling, nq)
+                      .view(B, r, nq, m) for j, h0, r in _kv_groups(kv, H, H_kv)], 1)
 
 
 def last_query_mass(q, k, scaling: float, last_q: int = LAST_Q, kv=None):
     """σ_t = Σ_{i among the last ``last_q`` queries} a_it, the columns' estimate (MInference's vertical lines): ``(B, H, m)``.
 
-    q: (B, H, n, d_k), k: (B, H_kv, m, d_k); kv: (H,) the KV head of each query head, ascending (None: h // (H / H_kv)).
-    ``last_query_rows`` summed over i, one KV head at a time in one reused buffer: the (B, H, nq, m) rows are never
-    held at once (at 8K they are 19 MB a layer, a fresh allocation each time).
+    q, k, kv as ``last_query_rows``, summed over i one KV head at a time in one reused buffer: the (B, H, nq, m) rows
+    are never held at once (at 8K they are 19 MB a layer, a fresh allocation each time).
     """
     B, H, n, d = q.shape
     H_kv, m = k.shape[1], k.shape[2]
     nq = min(last_q, n)
-    kv = torch.arange(H, device=q.device) // (H // H_kv) if kv is None else kv.to(q.device)
-    heads = torch.unique_consecutive(kv, return_counts=True)                     # KV heads and their query heads' counts
+    groups = _kv_groups(kv, H, H_kv)
     mass = q.new_empty(B, H, m)
-    buf = q.new_empty(B * int(heads[1].max()) * nq * m)
-    h0 = 0
-    for j, r in zip(*(x.tolist() for x in heads)):
+    buf = q.new_empty(B * max(r for _, _, r in groups) * nq * m)
+    for j, h0, r in groups:
         qg = q[:, h0 : h0 + r, n - nq :].reshape(B, 1, r * nq, d)                # (B, 1, r·nq, d): its query heads stacked
         a = _causal_softmax(qg, k[:, j : j + 1], scaling, nq, out=buf[: B * r * nq * m].view(B, 1, r * nq, m))
         torch.sum(a.view(B, r, nq, m), -2, out=mass[:, h0 : h0 + r])
-        h0 += r
     return mass
+
+
+def _kv_groups(kv, H: int, H_kv: int) -> list[tuple[int, int, int]]:
+    """(j, h0, r): KV head j read by the r query heads h0 … h0 + r − 1 of q; kv (H,) ascending (None: h // (H / H_kv))."""
+    kv = torch.arange(H) // (H // H_kv) if kv is None else kv.cpu()
+    js, rs = (x.tolist() for x in torch.unique_consecutive(kv, return_counts=True))
+    starts = [sum(rs[:x]) for x in range(len(rs))]
+    return list(zip(js, starts, rs))
 
 
 def _causal_softmax(qg, k, scaling: float, nq: int, out=None):
