@@ -1,6 +1,6 @@
 """Key blocks chosen per query block (``HeadPlan.blocks``, ``attnlab.llm.key_blocks``): the blocks are those of
 largest pooled score that the band does not hold, the kernel runs band ∪ columns ∪ blocks exactly, a head with
-blocks reads its whole cache at decoding, the plan file and the method carry the field, bad values are refused."""
+blocks and no tail keeps a compressed cache at decoding, the plan file and the method carry the field, bad values are refused."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from attnlab.errors import UserError  # noqa: E402
 from test_llm_retrieval_plan import scored_calibration  # noqa: E402  (2 layers × 4 heads, n = 128, retrieval scores)
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.attention import LayerRunner, apply_plan, attention_modules  # noqa: E402
-from attnlab.llm.key_blocks import BLOCK, block_extras, top_blocks  # noqa: E402
+from attnlab.llm.key_blocks import BLOCK, block_extras, block_keys, top_blocks  # noqa: E402
 from attnlab.llm.plan import HeadPlan, Plan, entries_of  # noqa: E402
 from attnlab.support import Support  # noqa: E402
 
@@ -56,8 +56,9 @@ def test_top_blocks_are_the_largest_pooled_scores_off_the_band(n, w, K, seed):
         assert sorted(row[row >= 0].tolist()) == blocks
 
 
-def dense_reference(q, k, v, scaling, runner, blocks):
-    """Masked softmax over causal ∩ (band ∪ columns ∪ key blocks of the query's block) (tails: the last rows full)."""
+def dense_reference(q, k, v, scaling, runner, blocks, cols):
+    """Masked softmax over causal ∩ (band ∪ columns ∪ key blocks of the query's block) (tails: the last rows full);
+    cols (B, H, g) the columns the prefill chose (−1: empty)."""
     B, H, n, _ = q.shape
     kv = runner.kv_of
     out = torch.empty_like(q)
@@ -70,7 +71,7 @@ def dense_reference(q, k, v, scaling, runner, blocks):
             if w == -1:
                 allowed = causal
             else:
-                allowed = causal & ((i - j <= w) | torch.isin(j, runner.columns[b, h][runner.columns[b, h] >= 0]))
+                allowed = causal & ((i - j <= w) | torch.isin(j, cols[b, h][cols[b, h] >= 0]))
                 if runner.blocks[h]:
                     blk = blocks[b][h]                                   # (T, K) block indices, −1 empty
                     rows_blocks = blk[i[:, 0] // BLOCK]                  # (n, K)
@@ -94,13 +95,21 @@ def test_prefill_with_key_blocks_equals_the_dense_reference(n, ws, blocks):
     out = runner.prefill(q, k, v, 0.3)
     chosen = [[top_blocks(q[b:b + 1, h:h + 1], k[b:b + 1, int(runner.kv_of[h]):int(runner.kv_of[h]) + 1], [max(ws[h], 0)],
                           blocks[h])[0, 0] for h in range(4)] for b in range(2)]
-    ref = dense_reference(q, k, v, 0.3, runner, chosen)
+    g = runner.columns.shape[-1] - max(blocks) * BLOCK                            # the prefill's columns, then the held keys
+    ref = dense_reference(q, k, v, 0.3, runner, chosen, runner.columns[..., :g])
     assert (out - ref).abs().max() < 1e-5
+    # decoding goes on reading the keys of the blocks the last query block chose: held as more columns (−1: none)
+    for b in range(2):
+        for h in range(4):
+            held = runner.columns[b, h, g:]
+            want = block_keys(chosen[b][h][-1], n) if runner.blocks[h] else torch.empty(0, dtype=torch.long)
+            assert held[: len(want)].tolist() == want.tolist() and (held[len(want):] == -1).all()
     plain = LayerRunner([head(h.w, h.columns, h.dynamic, h.tail) if not h.is_full else h for h in heads], 0, 2)
     assert not torch.allclose(plain.prefill(q, k, v, 0.3), out, atol=1e-4)          # the blocks change the rows they reach
-    # decoding: a head with key blocks reads (and its KV head keeps) every cached key
-    assert runner.whole.tolist() == [bool(K) and w >= 0 or (h == 1) for h, (w, K) in enumerate(zip(ws, blocks))]
-    assert runner.whole_kv().tolist() == [bool(runner.whole[:2].any()), bool(runner.whole[2:].any())]
+    # decoding: key blocks are a prefill choice; a head with a tail (h = 1) reads (and its KV head keeps) every cached key
+    assert runner.whole.tolist() == [h == 1 and w >= 0 for h, w in enumerate(ws)]
+    every = runner.whole | (runner.w == -1)                                        # a tail or a full head: every key
+    assert runner.whole_kv().tolist() == [bool(every[:2].any()), bool(every[2:].any())]
 
 
 def test_block_extras_put_the_columns_first_and_own_no_empty_slot():
@@ -152,6 +161,60 @@ def test_the_method_gives_the_retrieval_heads_blocks_within_the_budget():
         methods.get("attnlab-retrieval", 0.05, retrieval_heads="2", blocks="8").make_plan(None, cal.n, cal)
     with pytest.raises(UserError, match="needs tail"):
         methods.get("attnlab-retrieval", 0.5, tail="0", blocks="2")                  # refused before any work
+
+
+def test_other_blocks_go_to_every_other_planned_head_within_the_budget():
+    """other_blocks=K': the heads that are neither retrieval heads nor full get K' prefill key blocks and no tail (their
+    cache stays compressed); the bound is taken from β before the knapsack; a budget below it is one line."""
+    cal = scored_calibration()
+    m = methods.get("attnlab-retrieval", 0.5, retrieval_heads="2", tail="8", blocks="2", other_blocks="1")
+    m.plan, m.n = m.make_plan(None, cal.n, cal), cal.n
+    retrieval = {(0, 1), (1, 2)}
+    for l, row in enumerate(m.plan.heads):
+        for h, hp in enumerate(row):
+            if (l, h) in retrieval:
+                assert (hp.tail, hp.blocks) == (8, 2)
+            elif not hp.is_full:
+                assert (hp.tail, hp.blocks) == (0, 1)
+    assert m.plan.fraction() <= 0.5 + 1e-9 and m.plan.meta["other_blocks"] == 1
+    assert m.plan.block_heads() == sum(not hp.is_full for row in m.plan.heads for hp in row)
+    alone = methods.get("attnlab-retrieval", 0.5, retrieval_heads="2", tail="8", other_blocks="1").make_plan(None, cal.n, cal)
+    assert {(l, h) for l, row in enumerate(alone.heads) for h, hp in enumerate(row) if hp.blocks} == \
+        {(l, h) for l, row in enumerate(alone.heads) for h, hp in enumerate(row) if not hp.is_full and (l, h) not in retrieval}
+    # the bound: what K' blocks may add on every row of the 6 other heads, off β before the knapsack spends the rest
+    bound = 6 * 1 * BLOCK * (cal.n - 1) / (8 * cal.n * (cal.n + 1) / 2)
+    with pytest.raises(UserError, match="other heads' 2 key blocks"):
+        methods.get("attnlab-retrieval", bound * 2 * 0.99, retrieval_heads="2", tail="8", other_blocks="2").make_plan(None, cal.n, cal)
+    for bad in ("-1", "x"):
+        with pytest.raises(UserError, match="other_blocks"):
+            methods.get("attnlab-retrieval", 0.5, other_blocks=bad)
+
+
+def test_a_head_with_key_blocks_and_no_tail_keeps_a_compressed_cache():
+    """Key blocks are a prefill choice: at decoding such a head reads its band, its columns and the keys its last query
+    block chose; its KV head keeps those, not every key."""
+    from tiny_llama import tiny_model
+
+    from attnlab.llm.greedy import kv_tokens
+    from attnlab.llm.kv_cache import PlanCache
+
+    model = tiny_model()
+    n = 120
+    heads = [head(4, (0,), 0, 0, blocks=2)] * 4
+    plan = Plan([heads, heads], 2, "test", 0.5, n)
+    x = torch.randint(0, 100, (1, n), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        apply_plan(model, plan)
+        cache = PlanCache(model)
+        model(input_ids=x, cache=cache, use_cache=True)
+        runner = attention_modules(model)[0].attnlab_layer
+        assert not runner.whole_kv().any()
+        held = runner.columns[0, :, 1:]                                                # after the one fixed column
+        assert ((held >= 0).sum(-1) > 0).all()                                        # the last block chose keys
+        # kept per KV head: the band (w + 1 keys of the last row), the column, its 2 query heads' held keys (< n)
+        assert kv_tokens(cache) <= 5 + 1 + 2 * 2 * BLOCK < n
+        out = model.generate(x, past_key_values=cache, max_new_tokens=3, do_sample=False)
+    assert out.shape[1] == n + 3
 
 
 def test_tiny_model_end_to_end_with_key_blocks():

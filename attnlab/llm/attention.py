@@ -40,7 +40,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from attnlab.llm.key_blocks import BLOCK, block_extras, top_blocks
+from attnlab.llm.key_blocks import BLOCK, block_extras, block_keys, top_blocks
 from attnlab.llm.plan import FULL, LAST_Q, Plan
 from attnlab.llm.pages import read_back
 from attnlab.llm.slash_lines import SLASH_CHUNK, kernel_extras, last_query_mass, last_query_rows, slash_mass, top_slashes
@@ -80,8 +80,9 @@ class LayerRunner:
         self.tail = [0 if h.is_full or sliding_window is not None else getattr(h, "tail", 0) for h in heads]
         self.slashes = [0 if h.is_full or sliding_window is not None else getattr(h, "slashes", 0) for h in heads]
         self.blocks = [0 if h.is_full or sliding_window is not None else getattr(h, "blocks", 0) for h in heads]
-        self.whole = torch.tensor([t > 0 or b > 0 for t, b in zip(self.tail, self.blocks)])   # (H,) reads its whole cache at decoding
-        self.w_decode = torch.where(self.whole, FULL, self.w)                            # (H,) a tail or key blocks: every cached key
+        # (H,) reads its whole cache at decoding: a head with a tail (a retrieval head); key blocks alone are a prefill choice
+        self.whole = torch.tensor([t > 0 for t in self.tail], dtype=torch.bool)
+        self.w_decode = torch.where(self.whole, FULL, self.w)                            # (H,) a tail: every cached key
         self.sliding = sliding_window
         # read-back: the planned heads (no FULL decoding, no sliding layer) read ``pages`` pages of ``page`` keys
         self.reads = (self.w_decode != FULL) & (pages > 0 and sliding_window is None)   # (H,) bool
@@ -178,6 +179,9 @@ class LayerRunner:
         for h in range(H):
             groups.setdefault((self.effective_w(h, n), self.blocks[h]), []).append(h)
         in_place = native_heads_ready(q, k, v)   # the native kernel reads and writes each group's heads where they lie
+        # a head with key blocks keeps reading, at decoding, the keys of the blocks its last query block chose (the rows
+        # that ask read them in the prefill; the answer's tokens go on from there): held as more columns
+        held = torch.full((B, H, max(self.blocks, default=0) * BLOCK), -1, dtype=torch.long, device=q.device)
         for (w, K), hs in groups.items():
             idx = torch.tensor(hs, device=q.device)
             full = w == FULL or w >= n - 1
@@ -195,7 +199,9 @@ class LayerRunner:
                 continue
             if K:   # key blocks chosen per block of BLOCK queries (key_blocks), the columns beside them
                 q_g = q[:, idx]
-                e_idx, e_own = block_extras(top_blocks(q_g, k_g, [w] * len(hs), K), cols, n)
+                chosen = top_blocks(q_g, k_g, [w] * len(hs), K)                              # (B, |hs|, T, K)
+                e_idx, e_own = block_extras(chosen, cols, n)
+                held[:, idx, : K * BLOCK] = block_keys(chosen[:, :, -1], n)                 # the last query block's keys
                 out[:, idx] = sliding_window_attention(q_g, k_g, v_g, w, causal=True, extra_idx=e_idx, extra_own=e_own,
                                                        chunk=BLOCK, scale=scaling)
                 continue
@@ -213,6 +219,8 @@ class LayerRunner:
             # a head's columns are distinct (choose_columns) and empty slots are not owned: no de-duplication
             out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=extra_idx, extra_own=extra_own,
                                                    unique=True, chunk=chunk_size(w), scale=scaling)
+        if held.shape[-1]:
+            self.columns = torch.cat([self.columns, held], -1)                                  # (B, H, g + K·b), −1: empty
         for h in range(H):  # the last T rows of a head with a tail read every causal key (exact, SDPA on those rows)
             T, w = min(self.tail[h], n), self.effective_w(h, n)
             if T and w != FULL and w < n - 1:   # a head run full already reads every key
@@ -255,7 +263,7 @@ class LayerRunner:
         return x if kv is None else x[kv.cpu()]
 
     def whole_kv(self):
-        """(H_kv,) bool: the KV heads some query head of which reads every key at decoding (full, a retrieval tail, key blocks)."""
+        """(H_kv,) bool: the KV heads some query head of which reads every key at decoding (full, a retrieval tail)."""
         return (self.per_kv(self.w_decode) == FULL).any(1) & (self.sliding is None)
 
     def allowed(self, q_pos, k_pos, flags=None, kv=None):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["BLOCK", "BLOCKS_MAX", "block_extras", "top_blocks"]
+__all__ = ["BLOCK", "BLOCKS_MAX", "block_extras", "block_keys", "top_blocks"]
 
 BLOCK = 16          # b: tokens per query block and per key block (the kernel's chunk for such heads)
 BLOCKS_MAX = 4096   # K: key blocks per query block (a sanity bound)
@@ -57,6 +57,13 @@ def top_blocks(q, k, w, K: int, b: int = BLOCK):
     return torch.where(torch.isfinite(top.values), top.indices, torch.full_like(top.indices, -1))
 
 
+def block_keys(blocks, n: int, b: int = BLOCK):
+    """The key positions of chosen blocks: blocks (..., K) (−1: empty) → (..., K·b), −1 where empty or beyond n."""
+    keys = blocks.clamp_min(0)[..., None] * b + torch.arange(b, device=blocks.device)              # (..., K, b)
+    keys = torch.where((blocks >= 0)[..., None] & (keys < n), keys, torch.full_like(keys, -1))
+    return keys.flatten(-2)
+
+
 def block_extras(blocks, cols, n: int, b: int = BLOCK):
     """The kernel's extras for chunks of b queries: columns T_h then the K·b keys of the chosen blocks.
 
@@ -66,8 +73,7 @@ def block_extras(blocks, cols, n: int, b: int = BLOCK):
     """
     B, H, T, K = blocks.shape
     g = cols.shape[-1]
-    keys = (blocks.clamp_min(0)[..., None] * b + torch.arange(b, device=blocks.device)).reshape(B, H, T, K * b)
-    ok = ((blocks >= 0)[..., None].expand(B, H, T, K, b).reshape(B, H, T, K * b)) & (keys < n)
-    idx = torch.cat([cols.clamp_min(0)[:, :, None, :].expand(B, H, T, g), keys.clamp_max(n - 1)], -1)
-    own = torch.cat([(cols >= 0)[:, :, None, :].expand(B, H, T, g), ok], -1)
+    keys = block_keys(blocks, n, b)                                                      # (B, H, T, K·b), −1: none
+    idx = torch.cat([cols.clamp_min(0)[:, :, None, :].expand(B, H, T, g), keys.clamp_min(0)], -1)
+    own = torch.cat([(cols >= 0)[:, :, None, :].expand(B, H, T, g), keys >= 0], -1)
     return idx, own[:, :, :, None, :]

@@ -161,8 +161,9 @@ class HeadPlan:
     reads its whole cache — a retrieval head's support: the rows that ask (the question, the answer) see
     the whole context, the others their band (``tail_entries``).
     ``blocks`` = K > 0: at the prefill each block of ``BLOCK`` queries also reads the K blocks of ``BLOCK`` keys of
-    largest pooled score, chosen per input (``attnlab.llm.key_blocks``), and at decoding the head reads its whole
-    cache — a retrieval head whose every row may need a far key (multi-key needles), not only the rows that ask.
+    largest pooled score, chosen per input (``attnlab.llm.key_blocks``) — a head whose every row may need a far key
+    (multi-key needles), not only the rows that ask.  Prefill only, as slash lines: at decoding the head reads its
+    whole cache if it has a tail (a retrieval head), else what its band and columns hold (its cache stays compressed).
     """
 
     support: Support

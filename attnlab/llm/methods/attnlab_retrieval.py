@@ -25,6 +25,12 @@ a head of a sliding layer (Gemma-3) gets a band of at least min(F, window − 1)
 largest pooled score for its block of 16 queries, chosen per input (``HeadPlan.blocks``, ``attnlab.llm.key_blocks``);
 their bound K·16·(n − 1) per head is taken from β before the knapsack.  Multi-key needles need it: the rows of a
 later needle must see the earlier ones in the heads that retrieve, not only the rows that ask.
+``other_blocks`` = K' (prefill only): every other planned head (not full, not a retrieval head, not in a sliding
+layer) also reads, on every prefill row, the K' key blocks of largest pooled score for its block of 16 queries; at
+decoding it reads what its band and columns hold, so its cache stays compressed.  Why: at 4K a multi-key needle at
+depth 0 was lost by every plan with a full decoding after the plan's prefill as well (the prefill loses it), and
+found by the per-row top-k oracle at the same β: the rows that choose their own keys outside the retrieval heads
+keep it.  Bound K'·16·(n − 1) per such head, taken from β before the knapsack.
 """
 
 import numpy as np
@@ -44,12 +50,15 @@ class AttnlabRetrieval(PlanMethod):
     calibrated = True
     needs_retrieval = True
     options = {"retrieval_heads": (int, 0, 10**6), "tail": (int, 0, 10**7), "pages": (int, 0, 10**6), "slashes": (int, 0, 10**4),
-               "sliding_floor": (int, 0, 10**7), "blocks": (int, 0, BLOCKS_MAX), "widths": (str, WIDTHS, None)}
+               "sliding_floor": (int, 0, 10**7), "blocks": (int, 0, BLOCKS_MAX), "other_blocks": (int, 0, BLOCKS_MAX),
+               "widths": (str, WIDTHS, None)}
     prefill = ("the k heads of largest retrieval score read every key from their last T rows (T = 0: all rows; blocks=K: and "
                "on every row the K key blocks of 16 of largest pooled score); every head its planned band + columns "
-               "(knapsack over the rest of β); slashes=s: and s per-input diagonals")
+               "(knapsack over the rest of β); slashes=s: and s per-input diagonals; other_blocks=K': the other planned heads "
+               "K' key blocks of 16 per block of 16 queries")
     decoding = ("retrieval heads read (and their KV heads keep) the whole cache; the others keep what their support can still read "
-                "(pages=K: and read back the K pages of evicted keys of largest bound; slash lines are not read at decoding)")
+                "(pages=K: and read back the K pages of evicted keys of largest bound; slash lines and the other heads' key blocks "
+                "are not read at decoding)")
 
     def __init__(self, budget: float = 1.0, **options):
         super().__init__(budget, **options)
@@ -64,6 +73,7 @@ class AttnlabRetrieval(PlanMethod):
         k = int(self.opts.get("retrieval_heads", 16))
         T = int(self.opts.get("tail", TAIL))
         K = int(self.opts.get("blocks", 0))
+        K2 = int(self.opts.get("other_blocks", 0))
         r = np.asarray(calibration.retrieval, dtype=np.float64)                     # (L, H)
         if k and not r.any():
             raise UserError(f"--method {self.name}: the calibration holds no retrieval scores (made before them); recalibrate")
@@ -81,25 +91,38 @@ class AttnlabRetrieval(PlanMethod):
         lines = slash_fraction(windows, L, H, s, n)
         if lines and lines >= self.budget:
             raise UserError(f"budget {self.budget}: below {s} slash lines per head ({lines:.4f} of the entries at n = {n})")
+        total = L * H * n * (n + 1) / 2
+        # other_blocks: ≤ K'·b keys off the band on each row of every head that is neither a retrieval head nor sliding
+        others = sum(1 for l in range(L) if windows[l] is None for h in range(H) if not keep[l, h])
+        other = others * min(K2 * BLOCK, n) * (n - 1) / total
+        if other and other + lines >= self.budget:
+            raise UserError(f"budget {self.budget}: below the other heads' {K2} key blocks ({other:.4f} of the entries at n = {n})")
         if not T:
-            plan = choose_plan(calibration, self.budget - lines, n, keep_full=keep, method=self.name, sliding_floor=floor, widths=widths)
+            plan = choose_plan(calibration, self.budget - lines - other, n, keep_full=keep, method=self.name, sliding_floor=floor,
+                               widths=widths)
         else:
-            total = L * H * n * (n + 1) / 2
             # a tail costs at most its rows' off-band keys (w = 0); sliding layers run no tail
             spend = sum(tail_entries(0, T, n) for l, _ in heads if windows[l] is None) / total
             # key blocks: ≤ K·b keys off the band on each of a head's rows (w = 0: the bound before the knapsack knows w)
             spend += sum(min(K * BLOCK, n) * (n - 1) for l, _ in heads if windows[l] is None) / total
-            if spend + lines >= self.budget:
+            if spend + lines + other >= self.budget:
                 raise UserError(f"budget {self.budget}: below the {k} retrieval heads' tails of {T} rows"
                                 + (f" and {K} key blocks" if K else "") + f" ({spend:.4f} of the entries at n = {n})"
-                                + (f" and {s} slash lines per head ({lines:.4f})" if s else ""))
-            plan = choose_plan(calibration, self.budget - spend - lines, n, method=self.name, sliding_floor=floor, widths=widths)
+                                + (f" and {s} slash lines per head ({lines:.4f})" if s else "")
+                                + (f" and the other heads' {K2} key blocks ({other:.4f})" if K2 else ""))
+            plan = choose_plan(calibration, self.budget - spend - lines - other, n, method=self.name, sliding_floor=floor, widths=widths)
             for l, h in heads:
                 old = plan.heads[l][h]
                 if not old.is_full and windows[l] is None:
                     plan.heads[l][h] = HeadPlan(old.support, old.dynamic, T, 0, K)
+        if K2:   # prefill-only key blocks on every other planned head (a full head, a retrieval head, a sliding layer: none)
+            for l in range(L):
+                for h in range(H):
+                    old = plan.heads[l][h]
+                    if not keep[l, h] and not old.is_full and not old.tail and windows[l] is None:
+                        plan.heads[l][h] = HeadPlan(old.support, old.dynamic, 0, 0, K2)
         plan.budget = self.budget
         plan.meta.update(retrieval_heads=heads, tail=T, **({"slashes": s} if s else {}), **({"sliding_floor": floor} if floor else {}),
-                         **({"blocks": K} if K else {}))
+                         **({"blocks": K} if K else {}), **({"other_blocks": K2} if K2 else {}))
         plan.pages = int(self.opts.get("pages", 0))
         return with_slashes(plan, s) if s else plan
