@@ -180,6 +180,63 @@ def test_heads_in_place_equal_the_dense_reference_with_a_wide_bands_prefix_as_sd
     assert torch.isnan(out[:, [1, 3]]).all()   # the other heads untouched
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(1, 120),
+    w=st.integers(0, 40),
+    wide=st.integers(0, 40),
+    g=st.integers(0, 20),
+    chunk=st.sampled_from([8, 16, 24]),
+    tokens=st.booleans(),
+    B=st.integers(1, 2),
+    seed=st.integers(0, 2**16),
+)
+def test_heads_in_place_with_a_key_set_per_chunk_equal_the_dense_reference(n, w, wide, g, chunk, tokens, B, seed):
+    # band_heads_attention with columns (B, G, T, g): the rows of chunk t read band ∪ their chunk's keys (key blocks chosen
+    # per query block), read by the kernel where k, v lie; a key given twice in a chunk counts once; empty slots (−1);
+    # a wide band's SDPA prefix ends on a whole chunk
+    if not sw.native.available():
+        pytest.skip(f"no native kernel here: {sw.native.unavailable_reason()}")
+    gen = torch.Generator().manual_seed(seed)
+    H, H_kv, d = 4, 2, 16
+    q, k, v = torch.randn(B, n, H, d, generator=gen), torch.randn(B, n, H_kv, d, generator=gen), torch.randn(B, n, H_kv, d, generator=gen)
+    q, k, v = (x.transpose(1, 2) if tokens else x.transpose(1, 2).contiguous() for x in (q, k, v))
+    heads, kv_heads = torch.tensor([1, 2]), torch.tensor([0, 1])
+    T = -(-n // chunk)
+    sets = torch.randint(0, n, (B, 2, T, g), generator=gen)                                   # repeats allowed
+    sets = torch.where(torch.rand(sets.shape, generator=gen) < 0.2, torch.full_like(sets, -1), sets)
+    out = torch.full((B, n, H, d), float("nan")).transpose(1, 2) if tokens else torch.full((B, H, n, d), float("nan"))
+    real = sw.WIDE_BAND
+    sw.WIDE_BAND = wide
+    try:
+        with torch.no_grad():
+            sw.band_heads_attention(q, k, v, w, heads, kv_heads, out, columns=sets, chunk=chunk, scale=d ** -0.5)
+    finally:
+        sw.WIDE_BAND = real
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    for x, (h, kv) in enumerate(zip(heads.tolist(), kv_heads.tolist())):
+        for b in range(B):
+            mine = torch.zeros(n, n, dtype=torch.bool)                                          # j ∈ the set of i's chunk
+            for t in range(T):
+                keys = sets[b, x, t][sets[b, x, t] >= 0]
+                mine[t * chunk : (t + 1) * chunk, keys] = True
+            allowed = (j <= i) & ((i - j <= w) | mine)
+            s_ = (q[b, h] @ k[b, kv].T) * d ** -0.5
+            ref = torch.softmax(s_.masked_fill(~allowed, float("-inf")), -1) @ v[b, kv]
+            assert_close(out[b, h], ref, f"head {h}, batch entry {b}")
+    assert torch.isnan(out[:, [0, 3]]).all()   # the other heads untouched
+
+
+def test_a_key_set_per_chunk_needs_whole_tiles():
+    if not sw.native.available():
+        pytest.skip(f"no native kernel here: {sw.native.unavailable_reason()}")
+    q, k, v = torch.randn(2, 40, 16), torch.randn(2, 40, 16), torch.randn(2, 40, 16)
+    sets = torch.zeros(2, 4, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="chunks of a multiple"):
+        sw.native.band_forward(q, k, v, 4, causal=True, scale=0.25, columns=(sets, None, None), chunk=10)
+    sw.native.band_forward(q, k, v, 4, causal=True, scale=0.25, columns=(torch.zeros(2, 5, 3, dtype=torch.long), None, None), chunk=8)
+
+
 @settings(max_examples=20, deadline=None)
 @given(n=st.integers(2, 60), w=st.integers(0, 8), causal=st.booleans(), seed=st.integers(0, 2**16))
 def test_gate_on_extra_keys_gets_its_gradient(n, w, causal, seed):

@@ -40,7 +40,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from attnlab.llm.key_blocks import BLOCK, block_extras, block_keys, top_blocks
+from attnlab.llm.key_blocks import BLOCK, block_extras, block_keys, block_means, top_blocks, top_pooled_blocks
 from attnlab.llm.plan import FULL, LAST_Q, Plan
 from attnlab.llm.pages import read_back
 from attnlab.llm.slash_lines import SLASH_CHUNK, kernel_extras, last_query_mass, last_query_rows, slash_mass, top_slashes
@@ -182,6 +182,7 @@ class LayerRunner:
         # a head with key blocks keeps reading, at decoding, the keys of the blocks its last query block chose (the rows
         # that ask read them in the prefill; the answer's tokens go on from there): held as more columns
         held = torch.full((B, H, max(self.blocks, default=0) * BLOCK), -1, dtype=torch.long, device=q.device)
+        means = None
         for (w, K), hs in groups.items():
             idx = torch.tensor(hs, device=q.device)
             full = w == FULL or w >= n - 1
@@ -191,6 +192,14 @@ class LayerRunner:
             diags = diags[..., : int((diags != NO_DIAGONAL).sum(-1).max()) if diags.numel() else 0]
             if in_place and not full and not K and not diags.shape[-1]:   # band + columns: no copies of q, k, v
                 band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=cols, scale=scaling)
+                continue
+            if in_place and not full and K and not diags.shape[-1]:   # + key blocks: the kernel reads each chunk's keys in place
+                if means is None:   # the block means of every head's queries and every KV head's keys, once a layer
+                    means = block_means(q), block_means(k)                                   # (B, H, T, d), (B, H_kv, T, d)
+                chosen = top_pooled_blocks(means[0][:, idx], means[1][:, kv_of[idx]], [w] * len(hs), K)   # (B, |hs|, T, K)
+                per_chunk = torch.cat([cols[:, :, None, :].expand(-1, -1, chosen.shape[2], -1), block_keys(chosen, n)], -1)
+                band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=per_chunk, chunk=BLOCK, scale=scaling)
+                held[:, idx, : K * BLOCK] = block_keys(chosen[:, :, -1], n)
                 continue
             k_g, v_g = k[:, kv_of[idx]], v[:, kv_of[idx]]                                   # (B, |hs|, n, ·): GQA, read once
             if full:

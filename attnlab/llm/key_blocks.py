@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["BLOCK", "BLOCKS_MAX", "block_extras", "block_keys", "top_blocks"]
+__all__ = ["BLOCK", "BLOCKS_MAX", "block_extras", "block_keys", "block_means", "top_blocks", "top_pooled_blocks"]
 
 BLOCK = 16          # b: tokens per query block and per key block (the kernel's chunk for such heads)
 BLOCKS_MAX = 4096   # K: key blocks per query block (a sanity bound)
@@ -36,23 +36,33 @@ def top_blocks(q, k, w, K: int, b: int = BLOCK):
     block t when it lies before the block (J < t) and some row of I_t does not reach all of J through its
     band: J·b < t·b + b − 1 − w (row t·b + b − 1 is the last of the block; its band starts at i − w).
     """
-    B, H, n, d = q.shape
+    return top_pooled_blocks(block_means(q, b), block_means(k, b), w, K, b)
+
+
+def block_means(x, b: int = BLOCK):
+    """x̄_t = mean_{i ∈ I_t} x_i: (B, H, n, d) at any strides → (B, H, ⌈n/b⌉, d) (the last block may be short)."""
+    B, H, n, d = x.shape
     T = -(-n // b)
-    pad = T * b - n
-    qp = torch.nn.functional.pad(q, (0, 0, 0, pad)) if pad else q
-    kp = torch.nn.functional.pad(k, (0, 0, 0, pad)) if pad else k
-    rows = torch.full((T,), float(b), device=q.device)
-    rows[-1] = b - pad                                                                   # the last block may be short
-    q_bar = qp.reshape(B, H, T, b, d).sum(-2) / rows[:, None]                            # (B, H, T, d)
-    k_bar = kp.reshape(B, H, T, b, d).sum(-2) / rows[:, None]                            # (B, H, T, d)
+    full = n // b
+    out = x.new_empty(B, H, T, d)
+    if full:
+        torch.mean(x[:, :, : full * b].unflatten(2, (full, b)), 3, out=out[:, :, :full])
+    if T > full:
+        out[:, :, full] = x[:, :, full * b :].mean(2)
+    return out
+
+
+def top_pooled_blocks(q_bar, k_bar, w, K: int, b: int = BLOCK):
+    """``top_blocks`` from the block means: q_bar (B, H, T, d) of the heads' queries, k_bar (B, H, T, d) of their keys."""
+    B, H, T, d = q_bar.shape
     s = q_bar @ k_bar.transpose(-1, -2)                                                  # (B, H, T, T): ŝ_tJ
-    t = torch.arange(T, device=q.device)
-    w_ = torch.as_tensor(w, device=q.device).view(1, H, 1, 1)
+    t = torch.arange(T, device=q_bar.device)
+    w_ = torch.as_tensor(w, device=q_bar.device).view(1, H, 1, 1)
     ok = (t[None, :] < t[:, None]).view(1, 1, T, T) & (t.view(1, 1, 1, T) * b < t.view(1, 1, T, 1) * b + b - 1 - w_)
     s = s.masked_fill(~ok, float("-inf"))
     K = min(int(K), T)
     if K == 0:
-        return torch.zeros(B, H, T, 0, dtype=torch.long, device=q.device)
+        return torch.zeros(B, H, T, 0, dtype=torch.long, device=q_bar.device)
     top = torch.topk(s, K, dim=-1)
     return torch.where(torch.isfinite(top.values), top.indices, torch.full_like(top.indices, -1))
 

@@ -214,15 +214,17 @@ static float row_softmax(float *s, long Lpad, long a, long b, const unsigned cha
  * keep: (N / hpk, m) bytes or NULL (head h reads row h / hpk);
  * extras (e > 0): se: (N, n, e) their scores s_ix (NEG: not allowed), ve: (N, Te, e, d) their values —
  * row i uses chunk i / c if Te > 1, else chunk 0 (key columns: the same keys for every row);
- * columns (g > 0): cp (N, g) their key positions, ascending, empty slots (−1) last; kc, vc: (N, g, d) their keys
- * and values (causal: a tile reads the columns up to its last row only);
+ * columns (g > 0): cp (N, Tc, g) their key positions, ascending, empty slots (−1) last — Tc = 1: the same for every
+ * row; Tc > 1: row i reads the set of chunk i / cc (cc a multiple of R: a tile lies in one chunk; key blocks chosen per
+ * query block); kc, vc: (N, g, d) their keys and values, or NULL: read from k, v at their positions (per thread, as
+ * a tile needs them); causal: a tile reads the columns up to its last row only;
  * lse: (N, n).  Only rows i ≥ r0 are computed (the others untouched: a caller's SDPA serves a wide band's
  * causal prefix).  hq, hkv (N entries, or NULL: h itself): the row of q, o, lse and the head of k, v
  * that head h reads and writes — a group of query heads run in place, GQA's KV heads read without copies
  * (consecutive heads of one KV head share its transposed keys). */
 int attnlab_band_forward(const float *q, const float *k, const float *v, const unsigned char *keep,
                           const float *se, const float *ve, long e, long Te, long c,
-                          const long *cp, const float *kc, const float *vc, long g,
+                          const long *cp, const float *kc, const float *vc, long g, long Tc, long cc,
                           float *o, float *lse, long N, long n, long m, long d, long sq, long sqr, long sk, long skr,
                           long sv, long svr, long so, long sor, long hpk,
                           long w, long off, int causal, float tau, int threads, const long *hq, const long *hkv, long r0)
@@ -240,10 +242,11 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
         float *SE = et ? aligned_alloc(64, (size_t)R * lde * sizeof(float)) : NULL;
         float *KC = g ? aligned_alloc(64, (size_t)d * gpad * sizeof(float)) : NULL; /* head kc_h's columns, transposed */
         int *PC = g ? malloc((size_t)g * sizeof(int)) : NULL;                   /* their positions (−1: empty or not kept) */
-        long kc_h = -1;
+        float *VC = g && !vc ? aligned_alloc(64, (size_t)gpad * d * sizeof(float)) : NULL; /* their values, read from v */
+        long kc_h = -1, kc_t = -1;
         Keys K = {NULL, 4 * lds, 0, 0, -1};
         K.kt = aligned_alloc(64, (size_t)d * K.cap * sizeof(float));
-        int ok = S && K.kt && (SE || !et) && ((KC && PC) || !g);
+        int ok = S && K.kt && (SE || !et) && ((KC && PC && (VC || vc)) || !g);
         if (!ok) {
 #pragma omp atomic write
             failed = 1;
@@ -267,14 +270,25 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
             for (int r = 0; r < rows; r++) /* the extras' scores, given */
                 memcpy(SE + r * lde, se + (h * n + i0 + r) * e, e * sizeof(float));
             long gt = g; /* the tile's columns: causal, those up to its last row (sorted, empty slots last) */
+            long t = Tc > 1 ? i0 / cc : 0; /* the tile's chunk of columns */
             if (g) { /* the columns' scores, then their mask: off the row's band, causal, kept */
-                const long *p = cp + h * g;
-                if (kc_h != h) { /* head h's column keys, transposed once per head and thread (zeros past g) */
+                const long *p = cp + (h * Tc + t) * g;
+                if (kc_h != h || kc_t != t) { /* the columns' keys, transposed once per (head, chunk) and thread (zeros past g) */
                     const unsigned char *kh = keep ? keep + (h / hpk) * m : NULL;
-                    for (long kk = 0; kk < d; kk++)
-                        for (long x = 0; x < gpad; x++) KC[kk * gpad + x] = x < g ? kc[(h * g + x) * d + kk] : 0.0f;
+                    if (kc)
+                        for (long kk = 0; kk < d; kk++)
+                            for (long x = 0; x < gpad; x++) KC[kk * gpad + x] = x < g ? kc[(h * g + x) * d + kk] : 0.0f;
+                    else { /* from k, v where they lie: key p_x of KV head hk */
+                        for (long x = 0; x < gpad; x++) {
+                            const float *kx = x < g && p[x] >= 0 ? k + hk * sk + p[x] * skr : NULL;
+                            const float *vx = x < g && p[x] >= 0 ? v + hk * sv + p[x] * svr : NULL;
+                            for (long kk = 0; kk < d; kk++) KC[kk * gpad + x] = kx ? kx[kk] : 0.0f;
+                            if (vx) memcpy(VC + x * d, vx, d * sizeof(float));
+                            else memset(VC + x * d, 0, d * sizeof(float));
+                        }
+                    }
                     for (long x = 0; x < g; x++) PC[x] = p[x] >= 0 && !(kh && !kh[p[x]]) ? (int)p[x] : -1;
-                    kc_h = h;
+                    kc_h = h, kc_t = t;
                 }
                 if (causal)
                     for (gt = 0; gt < g && p[gt] >= 0 && p[gt] <= i0 + rows - 1;) gt++;
@@ -318,12 +332,13 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
                         for (long kk = 0; kk < d; kk++) o_t[r * sor + kk] += p * vx[kk];
                     }
             if (gt) /* + P_C V_C */
-                tile_values(SE + e, lde, gt, vc + h * g * d, d, d, 0, inv, rows, o_t, sor, 1);
+                tile_values(SE + e, lde, gt, vc ? vc + h * g * d : VC, d, d, 0, inv, rows, o_t, sor, 1);
         }
         free(S);
         free(SE);
         free(KC);
         free(PC);
+        free(VC);
         free(K.kt);
     }
     return failed; /* 1: a thread could not allocate its scratch (nothing it should have written is valid) */
