@@ -250,7 +250,7 @@ def test_cli_refuses_bad_key_blocks_in_one_line_writing_nothing(model_dir, tmp_p
     text = model_dir / "text.txt"
     base = ("plan", "--hf", model_dir, "--calibrate", text, "--budget", "0.3", "--n", "300", "--windows", "1")
     for spec, needle in (("attnlab-retrieval:blocks=-1", "blocks"), ("attnlab-retrieval:blocks=x", "blocks"),
-                         ("attnlab-retrieval:tail=0:blocks=4", "needs tail")):
+                         ("attnlab-retrieval:tail=0:blocks=4", "needs tail"), ("attnlab-retrieval:other_blocks=-1", "other_blocks")):
         out = tmp_path / "p.json"
         code, _, err = cli(*base, "--method", spec, "--out", out)
         assert code == 2 and err.count("\n") == 1 and needle in err and "Traceback" not in err, err
@@ -259,6 +259,9 @@ def test_cli_refuses_bad_key_blocks_in_one_line_writing_nothing(model_dir, tmp_p
                            "--calibrate", text, "--out", tmp_path / "ev")
         assert code == 2 and err.count("\n") == 1 and needle in err, err
         assert not (tmp_path / "ev").exists()
+    out = tmp_path / "p.json"   # a budget below the other heads' key blocks: the plan refuses (eval: a skipped row, said)
+    code, _, err = cli(*base, "--method", "attnlab-retrieval:retrieval_heads=2:other_blocks=64", "--out", out)
+    assert code == 2 and err.count("\n") == 1 and "other heads' 64 key blocks" in err and not out.exists(), err
     d = Plan([[head(4, (0,), 0, 8, blocks=2)] * 4] * 2, 2, "test", 0.5, 300).to_dict()
     d["heads"][1][3]["blocks"] = -2
     (tmp_path / "bad.json").write_text(json.dumps(d))
