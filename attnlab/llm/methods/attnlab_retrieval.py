@@ -27,7 +27,8 @@ their bound K·16·(n − 1) per head is taken from β before the knapsack.  Mul
 later needle must see the earlier ones in the heads that retrieve, not only the rows that ask.
 ``other_blocks`` = K' (prefill only): every other planned head (not full, not a retrieval head, not in a sliding
 layer) also reads, on every prefill row, the K' key blocks of largest pooled score for its block of 16 queries; at
-decoding it reads what its band and columns hold, so its cache stays compressed.  Why: at 4K a multi-key needle at
+decoding it reads what its band and columns hold and the keys of the blocks its last query block chose, so its cache
+stays compressed.  Why: at 4K a multi-key needle at
 depth 0 was lost by every plan with a full decoding after the plan's prefill as well (the prefill loses it), and
 found by the per-row top-k oracle at the same β: the rows that choose their own keys outside the retrieval heads
 keep it.  Bound K'·16·(n − 1) per such head, taken from β before the knapsack.
@@ -57,8 +58,8 @@ class AttnlabRetrieval(PlanMethod):
                "(knapsack over the rest of β); slashes=s: and s per-input diagonals; other_blocks=K': the other planned heads "
                "K' key blocks of 16 per block of 16 queries")
     decoding = ("retrieval heads read (and their KV heads keep) the whole cache; the others keep what their support can still read "
-                "(pages=K: and read back the K pages of evicted keys of largest bound; slash lines and the other heads' key blocks "
-                "are not read at decoding)")
+                "(other_blocks: and the keys of the blocks their last query block chose; pages=K: and read back the K pages of evicted "
+                "keys of largest bound; slash lines are not read at decoding)")
 
     def __init__(self, budget: float = 1.0, **options):
         super().__init__(budget, **options)
