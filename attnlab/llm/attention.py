@@ -197,8 +197,11 @@ class LayerRunner:
                 if means is None:   # the block means of every head's queries and every KV head's keys, once a layer
                     means = block_means(q), block_means(k)                                   # (B, H, T, d), (B, H_kv, T, d)
                 chosen = top_pooled_blocks(means[0][:, idx], means[1][:, kv_of[idx]], [w] * len(hs), K)   # (B, |hs|, T, K)
-                per_chunk = torch.cat([cols[:, :, None, :].expand(-1, -1, chosen.shape[2], -1), block_keys(chosen, n)], -1)
-                band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=per_chunk, chunk=BLOCK, scale=scaling)
+                # each chunk's keys: its blocks (all before the chunk), then the columns no chosen block holds (distinct)
+                inside = (cols[:, :, None, :, None] // BLOCK == chosen[:, :, :, None, :]).any(-1) & (cols[:, :, None, :] >= 0)
+                cols_t = cols[:, :, None, :].masked_fill(inside, -1)                           # (B, |hs|, T, g)
+                per_chunk = torch.cat([block_keys(chosen, n), cols_t], -1)                      # (B, |hs|, T, K·b + g)
+                band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=per_chunk, chunk=BLOCK, unique=True, scale=scaling)
                 held[:, idx, : K * BLOCK] = block_keys(chosen[:, :, -1], n)
                 continue
             k_g, v_g = k[:, kv_of[idx]], v[:, kv_of[idx]]                                   # (B, |hs|, n, ·): GQA, read once

@@ -214,10 +214,11 @@ static float row_softmax(float *s, long Lpad, long a, long b, const unsigned cha
  * keep: (N / hpk, m) bytes or NULL (head h reads row h / hpk);
  * extras (e > 0): se: (N, n, e) their scores s_ix (NEG: not allowed), ve: (N, Te, e, d) their values —
  * row i uses chunk i / c if Te > 1, else chunk 0 (key columns: the same keys for every row);
- * columns (g > 0): cp (N, Tc, g) their key positions, ascending, empty slots (−1) last — Tc = 1: the same for every
+ * columns (g > 0): cp (N, Tc, g) their key positions, distinct (−1: empty; ascending with the empty slots last reads
+ * least: causal, a tile reads up to its last readable column, the rest masked) — Tc = 1: the same for every
  * row; Tc > 1: row i reads the set of chunk i / cc (cc a multiple of R: a tile lies in one chunk; key blocks chosen per
  * query block); kc, vc: (N, g, d) their keys and values, or NULL: read from k, v at their positions (per thread, as
- * a tile needs them); causal: a tile reads the columns up to its last row only;
+ * a tile needs them);
  * lse: (N, n).  Only rows i ≥ r0 are computed (the others untouched: a caller's SDPA serves a wide band's
  * causal prefix).  hq, hkv (N entries, or NULL: h itself): the row of q, o, lse and the head of k, v
  * that head h reads and writes — a group of query heads run in place, GQA's KV heads read without copies
@@ -290,8 +291,9 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
                     for (long x = 0; x < g; x++) PC[x] = p[x] >= 0 && !(kh && !kh[p[x]]) ? (int)p[x] : -1;
                     kc_h = h, kc_t = t;
                 }
-                if (causal)
-                    for (gt = 0; gt < g && p[gt] >= 0 && p[gt] <= i0 + rows - 1;) gt++;
+                if (causal) /* up to the last column the tile may read (ascending: the causal prefix; any order: masked below) */
+                    for (long x = gt = 0; x < g; x++)
+                        if (p[x] >= 0 && p[x] <= i0 + rows - 1) gt = x + 1;
                 if (gt) tile_scores(q_h, sqr, n, i0, KC, gpad, d, gt, SE + e, lde);
                 for (int r = 0; r < rows; r++) {
                     int lo = (int)(i0 + r + off - w), hi = (int)(i0 + r + off + w), top = causal ? (int)(i0 + r) : (int)m;

@@ -179,8 +179,8 @@ def band_forward(
     scores (NEG_INF where not allowed), V_E (N, T|1, e, d) their values, c the rows per chunk;
     columns (P, K_C, V_C): P (N, g) int64 key positions every row may read (−1: empty), K_C, V_C (N, g, d)
     their keys and values — scored and masked (off the band, causal, kept) inside the kernel; or P (N, T, g) a set per
-    chunk of ``chunk`` rows (a multiple of the kernel's tile, ``TILE``: key blocks chosen per query block), sorted
-    ascending with the empty slots last, and K_C = V_C = None: the kernel reads them from k, v at their positions;
+    chunk of ``chunk`` rows (a multiple of the kernel's tile, ``TILE``: key blocks chosen per query block), distinct in
+    each set (ascending with the empty slots last reads least), and K_C = V_C = None: the kernel reads them from k, v;
     heads (h_q, h_kv): N int64 rows each — head x reads q row h_q[x] and k, v row h_kv[x], and writes
     ``out`` = (O, L) at row h_q[x] (q, O: (R, n, d), k, v: (R_kv, m, d), L: (R, n); the other rows untouched);
     first_row (with ``heads``): rows i < first_row are left as they are in ``out`` (computed elsewhere).
