@@ -259,6 +259,11 @@ def test_cli_refuses_bad_key_blocks_in_one_line_writing_nothing(model_dir, tmp_p
                            "--calibrate", text, "--out", tmp_path / "ev")
         assert code == 2 and err.count("\n") == 1 and needle in err, err
         assert not (tmp_path / "ev").exists()
+    out = tmp_path / "ok.json"   # the summary line counts the heads by their number of key blocks
+    code, text, err = cli(*base, "--method", "attnlab-retrieval:retrieval_heads=2:tail=8:blocks=2:other_blocks=1", "--out", out)
+    p = Plan.load(out)
+    others = sum(h.blocks == 1 for r in p.heads for h in r)
+    assert code == 0 and "2 with 2 key blocks" in text and f"{others} with 1 key blocks" in text and others > 0, (text, err)
     out = tmp_path / "p.json"   # a budget below the other heads' key blocks: the plan refuses (eval: a skipped row, said)
     code, _, err = cli(*base, "--method", "attnlab-retrieval:retrieval_heads=2:other_blocks=64", "--out", out)
     assert code == 2 and err.count("\n") == 1 and "other heads' 64 key blocks" in err and not out.exists(), err

@@ -16,6 +16,7 @@ takes their entries from the budget before choosing the rest (attnlab and attnla
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Optional
 
@@ -117,7 +118,8 @@ def register(app: typer.Typer) -> None:
             p.pages = pages
         p.save(out)
         lines = f"{p.slash_heads()} with {max(h.slashes for r in p.heads for h in r)} slash lines, " if p.slash_heads() else ""
-        lines += f"{p.block_heads()} with {max(h.blocks for r in p.heads for h in r)} key blocks, " if p.block_heads() else ""
+        counts = Counter(h.blocks for r in p.heads for h in r if h.blocks and not h.is_full)   # K → heads (retrieval, others)
+        lines += "".join(f"{c} with {K} key blocks, " for K, c in sorted(counts.items(), reverse=True))
         typer.echo(f"{out}: {p.num_layers}×{p.num_heads} heads, {p.full_heads()} full, {lines}"
                    f"{100 * p.fraction(n):.1f} % of the causal entries at n = {n}")
 
