@@ -188,14 +188,13 @@ def test_heads_in_place_equal_the_dense_reference_with_a_wide_bands_prefix_as_sd
     g=st.integers(0, 20),
     chunk=st.sampled_from([8, 16, 24]),
     tokens=st.booleans(),
-    distinct=st.booleans(),
     B=st.integers(1, 2),
     seed=st.integers(0, 2**16),
 )
-def test_heads_in_place_with_a_key_set_per_chunk_equal_the_dense_reference(n, w, wide, g, chunk, tokens, distinct, B, seed):
+def test_heads_in_place_with_a_key_set_per_chunk_equal_the_dense_reference(n, w, wide, g, chunk, tokens, B, seed):
     # band_heads_attention with columns (B, G, T, g): the rows of chunk t read band ∪ their chunk's keys (key blocks chosen
-    # per query block), read by the kernel where k, v lie; a key given twice in a chunk counts once; empty slots (−1);
-    # unique=True: distinct keys in any order, read unsorted; a wide band's SDPA prefix ends on a whole chunk
+    # per query block), read by the kernel where k, v lie; distinct keys in any order (unsorted), empty slots (−1);
+    # a wide band's SDPA prefix ends on a whole chunk
     if not sw.native.available():
         pytest.skip(f"no native kernel here: {sw.native.unavailable_reason()}")
     gen = torch.Generator().manual_seed(seed)
@@ -204,18 +203,15 @@ def test_heads_in_place_with_a_key_set_per_chunk_equal_the_dense_reference(n, w,
     q, k, v = (x.transpose(1, 2) if tokens else x.transpose(1, 2).contiguous() for x in (q, k, v))
     heads, kv_heads = torch.tensor([1, 2]), torch.tensor([0, 1])
     T = -(-n // chunk)
-    if distinct:   # each chunk's keys distinct, in no order
-        sets = torch.stack([torch.randperm(max(n, g), generator=gen)[:g] for _ in range(B * 2 * T)]).view(B, 2, T, g)
-        sets = torch.where(sets < n, sets, torch.full_like(sets, -1))
-    else:
-        sets = torch.randint(0, n, (B, 2, T, g), generator=gen)                               # repeats allowed
+    sets = torch.stack([torch.randperm(max(n, g), generator=gen)[:g] for _ in range(B * 2 * T)]).view(B, 2, T, g)
+    sets = torch.where(sets < n, sets, torch.full_like(sets, -1))                              # each chunk's keys distinct
     sets = torch.where(torch.rand(sets.shape, generator=gen) < 0.2, torch.full_like(sets, -1), sets)
     out = torch.full((B, n, H, d), float("nan")).transpose(1, 2) if tokens else torch.full((B, H, n, d), float("nan"))
     real = sw.WIDE_BAND
     sw.WIDE_BAND = wide
     try:
         with torch.no_grad():
-            sw.band_heads_attention(q, k, v, w, heads, kv_heads, out, columns=sets, chunk=chunk, unique=distinct, scale=d ** -0.5)
+            sw.band_heads_attention(q, k, v, w, heads, kv_heads, out, columns=sets, chunk=chunk, scale=d ** -0.5)
     finally:
         sw.WIDE_BAND = real
     i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]

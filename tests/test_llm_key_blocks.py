@@ -18,6 +18,7 @@ sys.path.insert(0, __import__("os").path.dirname(__file__))
 from attnlab.errors import UserError  # noqa: E402
 from test_llm_retrieval_plan import scored_calibration  # noqa: E402  (2 layers × 4 heads, n = 128, retrieval scores)
 from attnlab.llm import methods  # noqa: E402
+from attnlab.llm import attention  # noqa: E402
 from attnlab.llm.attention import LayerRunner, apply_plan, attention_modules  # noqa: E402
 from attnlab.llm.key_blocks import BLOCK, block_extras, block_keys, top_blocks  # noqa: E402
 from attnlab.llm.plan import HeadPlan, Plan, entries_of  # noqa: E402
@@ -85,7 +86,12 @@ def dense_reference(q, k, v, scaling, runner, blocks, cols):
 
 @pytest.mark.parametrize("n,ws,blocks", [(40, (2, 5, 3, -1), (2, 0, 1, 0)), (130, (4, 4, 9, 20), (3, 5, 0, 2)),
                                          (300, (16, 3, 0, 40), (4, 4, 8, 6))])
-def test_prefill_with_key_blocks_equals_the_dense_reference(n, ws, blocks):
+@pytest.mark.parametrize("kernel", [True, False])
+def test_prefill_with_key_blocks_equals_the_dense_reference(n, ws, blocks, kernel, monkeypatch):
+    # kernel: the native kernel reads each chunk's keys in place; False: the PyTorch path (per-chunk extras), as on a
+    # machine without the kernel
+    if not kernel:
+        monkeypatch.setattr(attention, "native_heads_ready", lambda *a: False)
     heads = [head(w, (0, 1) if h == 0 and w >= 0 else (), 2 if h in (0, 3) and w >= 0 else 0, 5 if h == 1 else 0, K)
              for h, (w, K) in enumerate(zip(ws, blocks))]
     runner = LayerRunner(heads, 0, 2)                                             # GQA: 4 query heads, 2 KV heads

@@ -40,7 +40,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from attnlab.llm.key_blocks import BLOCK, block_extras, block_keys, block_means, top_blocks, top_pooled_blocks
+from attnlab.llm.key_blocks import BLOCK, block_extras, block_keys, block_means, top_pooled_blocks
 from attnlab.llm.plan import FULL, LAST_Q, Plan
 from attnlab.llm.pages import read_back
 from attnlab.llm.slash_lines import SLASH_CHUNK, kernel_extras, last_query_mass, last_query_rows, slash_mass, top_slashes
@@ -193,28 +193,27 @@ class LayerRunner:
             if in_place and not full and not K and not diags.shape[-1]:   # band + columns: no copies of q, k, v
                 band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=cols, scale=scaling)
                 continue
-            if in_place and not full and K and not diags.shape[-1]:   # + key blocks: the kernel reads each chunk's keys in place
-                if means is None:   # the block means of every head's queries and every KV head's keys, once a layer
+            chosen = None
+            if K and not full:   # key blocks chosen per block of BLOCK queries (key_blocks), from block means made once a layer
+                if means is None:
                     means = block_means(q), block_means(k)                                   # (B, H, T, d), (B, H_kv, T, d)
                 chosen = top_pooled_blocks(means[0][:, idx], means[1][:, kv_of[idx]], [w] * len(hs), K)   # (B, |hs|, T, K)
+                held[:, idx, : K * BLOCK] = block_keys(chosen[:, :, -1], n)                 # the last query block's keys
+            if in_place and chosen is not None and not diags.shape[-1]:   # the kernel reads each chunk's keys in place
                 # each chunk's keys: its blocks (all before the chunk), then the columns no chosen block holds (distinct)
                 inside = (cols[:, :, None, :, None] // BLOCK == chosen[:, :, :, None, :]).any(-1) & (cols[:, :, None, :] >= 0)
                 cols_t = cols[:, :, None, :].masked_fill(inside, -1)                           # (B, |hs|, T, g)
                 per_chunk = torch.cat([block_keys(chosen, n), cols_t], -1)                      # (B, |hs|, T, K·b + g)
-                band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=per_chunk, chunk=BLOCK, unique=True, scale=scaling)
-                held[:, idx, : K * BLOCK] = block_keys(chosen[:, :, -1], n)
+                band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=per_chunk, chunk=BLOCK, scale=scaling)
                 continue
             k_g, v_g = k[:, kv_of[idx]], v[:, kv_of[idx]]                                   # (B, |hs|, n, ·): GQA, read once
             if full:
                 # q's heads contiguous, as before the in-place kernel: a full plan stays bit-equal to transformers' SDPA
                 out[:, idx] = F.scaled_dot_product_attention(q[:, idx].contiguous(), k_g, v_g, is_causal=True, scale=scaling)
                 continue
-            if K:   # key blocks chosen per block of BLOCK queries (key_blocks), the columns beside them
-                q_g = q[:, idx]
-                chosen = top_blocks(q_g, k_g, [w] * len(hs), K)                              # (B, |hs|, T, K)
+            if chosen is not None:   # without the kernel: the chosen blocks as per-chunk extras, the columns beside them
                 e_idx, e_own = block_extras(chosen, cols, n)
-                held[:, idx, : K * BLOCK] = block_keys(chosen[:, :, -1], n)                 # the last query block's keys
-                out[:, idx] = sliding_window_attention(q_g, k_g, v_g, w, causal=True, extra_idx=e_idx, extra_own=e_own,
+                out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=e_idx, extra_own=e_own,
                                                        chunk=BLOCK, scale=scaling)
                 continue
             if diags.shape[-1]:   # slash lines: columns + diagonals as per-chunk extras (a key a column holds read once)

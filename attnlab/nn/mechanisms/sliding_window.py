@@ -502,14 +502,6 @@ def _sorted_columns(k: Tensor, v: Tensor, kv: Tensor, idx: Tensor):
     return torch.where(idx >= m, torch.full_like(idx, -1), idx), k[at], v[at]
 
 
-def _unique_sorted(idx: Tensor, m: int) -> Tensor:
-    """Each set of key positions (…, g) ascending, a repeated key once, the empty slots (−1) last."""
-    p = torch.where(idx < 0, torch.full_like(idx, m), idx).sort(-1).values
-    p[..., 1:].masked_fill_(p[..., 1:] == p[..., :-1], m)                              # a repeat: empty
-    p = p.sort(-1).values
-    return torch.where(p >= m, torch.full_like(p, -1), p)
-
-
 def _native_columns(q, k, v, w, offset, causal, key_keep, idx, own, scale) -> Tensor:
     """Band ∪ key columns in one call of the native kernel, which scores and masks the columns itself (inference).
 
@@ -546,7 +538,7 @@ def native_heads_ready(q: Tensor, k: Tensor, v: Tensor) -> bool:
 
 
 def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor, kv_heads: Tensor, out: Tensor, *,
-                         columns: Tensor | None = None, chunk: int = 0, unique: bool = False, offset: int = 0, causal: bool = True,
+                         columns: Tensor | None = None, chunk: int = 0, offset: int = 0, causal: bool = True,
                          key_keep: Tensor | None = None, scale: float) -> None:
     """Band |j − i − o| ≤ w ∪ key columns for the query heads ``heads`` of q, in place (inference, native kernel).
 
@@ -556,8 +548,8 @@ def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor,
     q, out: (B, H, n, d); k, v: (B, H_kv, m, ·) — each with rows of d contiguous floats at any head and row stride
     (transformers' (B, n, H, d) views are read and written in place); heads: (G,) query heads, kv_heads: (G,) the KV
     head each reads (GQA); columns: (B, G, g) key positions T per head, distinct (−1: empty), or (B, G, ⌈n/c⌉, g) a set
-    per chunk of c = ``chunk`` rows (key blocks chosen per query block; a key may repeat: read once, unless ``unique``: the
-    caller guarantees distinct keys in each chunk's set, in any order, and no sort is made); key_keep: (B, m) bool.
+    per chunk of c = ``chunk`` rows (key blocks chosen per query block), distinct in each chunk, in any order; key_keep:
+    (B, m) bool.
     Writes out[:, heads]; q, k, v are read where they lie (no copies) — the group's calls of
     ``sliding_window_attention`` without its gathers.  A causal band of w ≥ ``WIDE_BAND`` holds every key j ≤ i of its
     rows i ≤ w (i − w ≤ 0; a column there is inside the band): those rows are SDPA's causal attention, the kernel
@@ -569,15 +561,14 @@ def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor,
     if B > 1 and out.stride(0) != H * out.stride(1):   # (B, H) is not one axis of out's memory: a call per batch entry
         for i in range(B):
             band_heads_attention(q[i : i + 1], k[i : i + 1], v[i : i + 1], w, heads, kv_heads, out[i : i + 1],
-                                 columns=None if columns is None else columns[i : i + 1], chunk=chunk, unique=unique, offset=offset,
-                                 causal=causal,
+                                 columns=None if columns is None else columns[i : i + 1], chunk=chunk, offset=offset, causal=causal,
                                  key_keep=None if key_keep is None else key_keep[i : i + 1], scale=scale)
         return
     per_chunk = columns is not None and columns.dim() == 4
     r0 = 0
     if causal and offset == 0 and key_keep is None and w >= WIDE_BAND:   # rows i ≤ w: every causal key, SDPA
         r0 = min(w + 1, n)
-        if per_chunk:   # the kernel starts on a whole chunk (its rows i ≤ w read the same keys: computed twice, equal)
+        if per_chunk:   # the kernel starts on a whole chunk (its first rows, i ≤ w, read every causal key all the same)
             r0 -= r0 % chunk if r0 < n else 0
         hq, hk = heads.to(q.device), kv_heads.to(q.device)
         out[:, hq, :r0] = F.scaled_dot_product_attention(q[:, hq, :r0], k[:, hk, :r0], v[:, hk, :r0], is_causal=True, scale=scale)
@@ -589,8 +580,7 @@ def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor,
     k2, v2 = k.reshape(B * H_kv, m, d), v.reshape(B * H_kv, m, v.shape[-1])
     cols = None
     if per_chunk and columns.shape[-1]:   # positions per chunk, read by the kernel where k, v lie
-        sets = columns.reshape(B * G, columns.shape[2], -1)
-        cols = (sets if unique else _unique_sorted(sets, m), None, None)
+        cols = (columns.reshape(B * G, columns.shape[2], -1), None, None)
     elif columns is not None and columns.shape[-1]:
         cols = _sorted_columns(k2, v2, h_kv, columns.reshape(B * G, -1))
     L = q.new_empty(B * H, n)
