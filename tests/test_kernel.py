@@ -186,15 +186,16 @@ def test_heads_in_place_equal_the_dense_reference_with_a_wide_bands_prefix_as_sd
     w=st.integers(0, 40),
     wide=st.integers(0, 40),
     g=st.integers(0, 20),
+    gc=st.integers(0, 6),
     chunk=st.sampled_from([8, 16, 24]),
     tokens=st.booleans(),
     B=st.integers(1, 2),
     seed=st.integers(0, 2**16),
 )
-def test_heads_in_place_with_a_key_set_per_chunk_equal_the_dense_reference(n, w, wide, g, chunk, tokens, B, seed):
-    # band_heads_attention with columns (B, G, T, g): the rows of chunk t read band ∪ their chunk's keys (key blocks chosen
-    # per query block), read by the kernel where k, v lie; distinct keys in any order (unsorted), empty slots (−1);
-    # a wide band's SDPA prefix ends on a whole chunk
+def test_heads_in_place_with_a_key_set_per_chunk_equal_the_dense_reference(n, w, wide, g, gc, chunk, tokens, B, seed):
+    # band_heads_attention with columns (B, G, g_c) and blocks (B, G, T, g): the rows of chunk t read band ∪ the columns ∪
+    # their chunk's keys (key blocks chosen per query block), read by the kernel where k, v lie; distinct keys in any
+    # order (unsorted), none a column, empty slots (−1); a wide band's SDPA prefix ends on a whole chunk
     if not sw.native.available():
         pytest.skip(f"no native kernel here: {sw.native.unavailable_reason()}")
     gen = torch.Generator().manual_seed(seed)
@@ -203,15 +204,23 @@ def test_heads_in_place_with_a_key_set_per_chunk_equal_the_dense_reference(n, w,
     q, k, v = (x.transpose(1, 2) if tokens else x.transpose(1, 2).contiguous() for x in (q, k, v))
     heads, kv_heads = torch.tensor([1, 2]), torch.tensor([0, 1])
     T = -(-n // chunk)
-    sets = torch.stack([torch.randperm(max(n, g), generator=gen)[:g] for _ in range(B * 2 * T)]).view(B, 2, T, g)
-    sets = torch.where(sets < n, sets, torch.full_like(sets, -1))                              # each chunk's keys distinct
+    cols = torch.full((B, 2, gc), -1, dtype=torch.long)
+    sets = torch.full((B, 2, T, g), -1, dtype=torch.long)
+    for b in range(B):
+        for x in range(2):
+            perm = torch.randperm(n, generator=gen)
+            cols[b, x, : min(gc, n)] = perm[:gc]
+            rest = perm[gc:]                                                                   # the blocks: no column
+            for t in range(T):
+                r = rest[torch.randperm(len(rest), generator=gen)][:g]
+                sets[b, x, t, : len(r)] = r
     sets = torch.where(torch.rand(sets.shape, generator=gen) < 0.2, torch.full_like(sets, -1), sets)
     out = torch.full((B, n, H, d), float("nan")).transpose(1, 2) if tokens else torch.full((B, H, n, d), float("nan"))
     real = sw.WIDE_BAND
     sw.WIDE_BAND = wide
     try:
         with torch.no_grad():
-            sw.band_heads_attention(q, k, v, w, heads, kv_heads, out, columns=sets, chunk=chunk, scale=d ** -0.5)
+            sw.band_heads_attention(q, k, v, w, heads, kv_heads, out, columns=cols, blocks=sets, chunk=chunk, scale=d ** -0.5)
     finally:
         sw.WIDE_BAND = real
     i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
@@ -221,6 +230,7 @@ def test_heads_in_place_with_a_key_set_per_chunk_equal_the_dense_reference(n, w,
             for t in range(T):
                 keys = sets[b, x, t][sets[b, x, t] >= 0]
                 mine[t * chunk : (t + 1) * chunk, keys] = True
+            mine[:, cols[b, x][cols[b, x] >= 0]] = True                                         # a column: every row
             allowed = (j <= i) & ((i - j <= w) | mine)
             s_ = (q[b, h] @ k[b, kv].T) * d ** -0.5
             ref = torch.softmax(s_.masked_fill(~allowed, float("-inf")), -1) @ v[b, kv]
@@ -234,8 +244,8 @@ def test_a_key_set_per_chunk_needs_whole_tiles():
     q, k, v = torch.randn(2, 40, 16), torch.randn(2, 40, 16), torch.randn(2, 40, 16)
     sets = torch.zeros(2, 4, 3, dtype=torch.long)
     with pytest.raises(ValueError, match="chunks of a multiple"):
-        sw.native.band_forward(q, k, v, 4, causal=True, scale=0.25, columns=(sets, None, None), chunk=10)
-    sw.native.band_forward(q, k, v, 4, causal=True, scale=0.25, columns=(torch.zeros(2, 5, 3, dtype=torch.long), None, None), chunk=8)
+        sw.native.band_forward(q, k, v, 4, causal=True, scale=0.25, blocks=sets, chunk=10)
+    sw.native.band_forward(q, k, v, 4, causal=True, scale=0.25, blocks=torch.zeros(2, 5, 3, dtype=torch.long), chunk=8)
 
 
 @settings(max_examples=20, deadline=None)

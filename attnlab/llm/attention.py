@@ -80,8 +80,11 @@ class LayerRunner:
         self.tail = [0 if h.is_full or sliding_window is not None else getattr(h, "tail", 0) for h in heads]
         self.slashes = [0 if h.is_full or sliding_window is not None else getattr(h, "slashes", 0) for h in heads]
         self.blocks = [0 if h.is_full or sliding_window is not None else getattr(h, "blocks", 0) for h in heads]
-        # (H,) reads its whole cache at decoding: a head with a tail (a retrieval head); key blocks alone are a prefill choice
-        self.whole = torch.tensor([t > 0 for t in self.tail], dtype=torch.bool)
+        # tail rows' vote: a head with a tail and ``kept`` = P keeps at decoding the P keys its tail rows attended most
+        self.kept = [getattr(h, "kept", 0) if t else 0 for h, t in zip(heads, self.tail)]
+        # (H,) reads its whole cache at decoding: a head with a tail (a retrieval head) that keeps no vote; key blocks
+        # alone are a prefill choice
+        self.whole = torch.tensor([t > 0 and not p for t, p in zip(self.tail, self.kept)], dtype=torch.bool)
         self.w_decode = torch.where(self.whole, FULL, self.w)                            # (H,) a tail: every cached key
         self.sliding = sliding_window
         # read-back: the planned heads (no FULL decoding, no sliding layer) read ``pages`` pages of ``page`` keys
@@ -166,6 +169,11 @@ class LayerRunner:
             return self.sliding - 1 if w == FULL else min(w, self.sliding - 1)
         return w
 
+    def is_full(self, h: int, n: int) -> bool:
+        """Head h reads every causal key at length n (its band covers the row, or it is planned full)."""
+        w = self.effective_w(h, n)
+        return w == FULL or w >= n - 1
+
     # ---- prefill: chunked kernel --------------------------------------------------------------
     def prefill(self, q, k, v, scaling):
         """q: (B, H, n, d_k), k, v: (B, H_kv, n, ·) → (B, H, n, d_v), each head with its support."""
@@ -182,10 +190,17 @@ class LayerRunner:
         # a head with key blocks keeps reading, at decoding, the keys of the blocks its last query block chose (the rows
         # that ask read them in the prefill; the answer's tokens go on from there): held as more columns
         held = torch.full((B, H, max(self.blocks, default=0) * BLOCK), -1, dtype=torch.long, device=q.device)
-        means = None
+        # key blocks chosen per block of BLOCK queries (key_blocks) for every such head of the layer at once: the K_max best
+        # of each, a head with K < K_max takes its first K (topk's order: the largest first)
+        blocked = [h for h in range(H) if self.blocks[h] and not self.is_full(h, n)]
+        if blocked:
+            at = {h: i for i, h in enumerate(blocked)}
+            bi = torch.tensor(blocked, device=q.device)
+            best = top_pooled_blocks(block_means(q[:, bi]), block_means(k)[:, kv_of[bi]], [self.effective_w(h, n) for h in blocked],
+                                     max(self.blocks[h] for h in blocked))                      # (B, |blocked|, T, K_max)
         for (w, K), hs in groups.items():
             idx = torch.tensor(hs, device=q.device)
-            full = w == FULL or w >= n - 1
+            full = self.is_full(hs[0], n)   # (w, K) is the group's key: one answer for its heads
             cols = self.columns[:, idx]
             cols = cols[..., : int((cols >= 0).sum(-1).max()) if cols.numel() else 0]  # drop all-empty slots
             diags = self.diagonals[:, idx]
@@ -194,17 +209,16 @@ class LayerRunner:
                 band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=cols, scale=scaling)
                 continue
             chosen = None
-            if K and not full:   # key blocks chosen per block of BLOCK queries (key_blocks), from block means made once a layer
-                if means is None:
-                    means = block_means(q), block_means(k)                                   # (B, H, T, d), (B, H_kv, T, d)
-                chosen = top_pooled_blocks(means[0][:, idx], means[1][:, kv_of[idx]], [w] * len(hs), K)   # (B, |hs|, T, K)
+            if K and not full:
+                chosen = best[:, [at[h] for h in hs], :, :K]                                    # (B, |hs|, T, K)
                 held[:, idx, : K * BLOCK] = block_keys(chosen[:, :, -1], n)                 # the last query block's keys
             if in_place and chosen is not None and not diags.shape[-1]:   # the kernel reads each chunk's keys in place
-                # each chunk's keys: its blocks (all before the chunk), then the columns no chosen block holds (distinct)
-                inside = (cols[:, :, None, :, None] // BLOCK == chosen[:, :, :, None, :]).any(-1) & (cols[:, :, None, :] >= 0)
-                cols_t = cols[:, :, None, :].masked_fill(inside, -1)                           # (B, |hs|, T, g)
-                per_chunk = torch.cat([block_keys(chosen, n), cols_t], -1)                      # (B, |hs|, T, K·b + g)
-                band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=per_chunk, chunk=BLOCK, scale=scaling)
+                # the columns (read once a head), and each chunk's block keys that are not columns (distinct from them)
+                keys = block_keys(chosen, n)                                                     # (B, |hs|, T, K·b), −1: none
+                is_col = torch.zeros(B, len(hs), n + 1, dtype=torch.bool, device=q.device)      # [n]: the empty slots
+                is_col.scatter_(-1, torch.where(cols >= 0, cols, n), True)
+                keys = keys.masked_fill(is_col.gather(-1, torch.where(keys >= 0, keys, n).flatten(2)).view_as(keys), -1)
+                band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=cols, blocks=keys, chunk=BLOCK, scale=scaling)
                 continue
             k_g, v_g = k[:, kv_of[idx]], v[:, kv_of[idx]]                                   # (B, |hs|, n, ·): GQA, read once
             if full:
@@ -230,15 +244,33 @@ class LayerRunner:
             # a head's columns are distinct (choose_columns) and empty slots are not owned: no de-duplication
             out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=extra_idx, extra_own=extra_own,
                                                    unique=True, chunk=chunk_size(w), scale=scaling)
-        if held.shape[-1]:
-            self.columns = torch.cat([self.columns, held], -1)                                  # (B, H, g + K·b), −1: empty
+        voted = torch.full((B, H, -(-max(self.kept, default=0) // BLOCK) * BLOCK), -1, dtype=torch.long, device=q.device)
         for h in range(H):  # the last T rows of a head with a tail read every causal key (exact, SDPA on those rows)
-            T, w = min(self.tail[h], n), self.effective_w(h, n)
-            if T and w != FULL and w < n - 1:   # a head run full already reads every key
+            T = min(self.tail[h], n)
+            if T and not self.is_full(h, n):   # a head run full already reads every key
                 i = torch.arange(n - T, n, device=q.device)[:, None]
                 j = torch.arange(n, device=q.device)[None, :]
-                out[:, h, n - T :] = F.scaled_dot_product_attention(q[:, h, n - T :], k[:, kv_of[h]], v[:, kv_of[h]],
-                                                                   attn_mask=visible(i, j, None), scale=scaling)
+                if not self.kept[h]:
+                    out[:, h, n - T :] = F.scaled_dot_product_attention(q[:, h, n - T :], k[:, kv_of[h]], v[:, kv_of[h]],
+                                                                       attn_mask=visible(i, j, None), scale=scaling)
+                    continue
+                # the tail's vote: a = softmax(q_i·k_j τ) on the tail rows, m_j = Σ_i a_ij over the keys the last row's band,
+                # the columns and the held blocks miss; kept for decoding: the ⌈P / b⌉ blocks of b keys of largest Σ_{j∈J} m_j
+                # (a needle's value lies beside the key the question finds: whole blocks keep both), held as more columns
+                a = torch.softmax((q[:, h, n - T :] @ k[:, kv_of[h]].transpose(-1, -2) * scaling).masked_fill(~visible(i, j, None), float("-inf")), -1)
+                out[:, h, n - T :] = a @ v[:, kv_of[h]]                                             # (B, T, d_v)
+                taken = torch.zeros(B, n + 1, dtype=torch.bool, device=q.device)                    # [n]: the empty slots
+                own = torch.cat([self.columns[:, h], held[:, h]], -1)                                # (B, g + K·b), −1: empty
+                taken.scatter_(-1, torch.where(own >= 0, own, n), True)
+                taken[:, max(0, n - 1 - self.effective_w(h, n)) : n] = True                         # the band holds these
+                mass = a.sum(-2).masked_fill(taken[:, :n], 0.0)                                      # (B, n)
+                per_block = F.pad(mass, (0, -n % BLOCK)).unflatten(-1, (-1, BLOCK)).sum(-1)          # (B, ⌈n/b⌉)
+                top = torch.topk(per_block, min(-(-self.kept[h] // BLOCK), per_block.shape[-1]), -1)
+                keys = block_keys(torch.where(top.values > 0, top.indices, -1), n)                  # (B, P'), −1: none
+                keys = keys.masked_fill(taken.gather(-1, torch.where(keys >= 0, keys, n)), -1)       # distinct from the rest
+                voted[:, h, : keys.shape[-1]] = keys
+        if held.shape[-1] or voted.shape[-1]:
+            self.columns = torch.cat([self.columns, held, voted], -1)                          # (B, H, g + K·b + P), −1: empty
         return out
 
     # ---- decoding: masked softmax over the cached keys -----------------------------------------

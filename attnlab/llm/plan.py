@@ -164,6 +164,9 @@ class HeadPlan:
     largest pooled score, chosen per input (``attnlab.llm.key_blocks``) — a head whose every row may need a far key
     (multi-key needles), not only the rows that ask.  Prefill only, as slash lines: at decoding the head reads its
     whole cache if it has a tail (a retrieval head), else what its band and columns hold (its cache stays compressed).
+    ``kept`` = P > 0 (with a tail): at decoding the head reads, instead of its whole cache, its band, its columns and the
+    P keys of largest attention mass Σ_{i in the tail} a_ij from its tail rows (SnapKV's vote, cast by the rows that ask;
+    ``LayerRunner.prefill``), so its KV head's cache stays compressed too.
     """
 
     support: Support
@@ -171,6 +174,7 @@ class HeadPlan:
     tail: int = 0
     slashes: int = 0
     blocks: int = 0
+    kept: int = 0
 
     @classmethod
     def full(cls) -> "HeadPlan":
@@ -193,7 +197,8 @@ class HeadPlan:
 
     def to_dict(self) -> dict:
         return {**self.support.to_dict(), "dynamic": int(self.dynamic), **({"tail": int(self.tail)} if self.tail else {}),
-                **({"slashes": int(self.slashes)} if self.slashes else {}), **({"blocks": int(self.blocks)} if self.blocks else {})}
+                **({"slashes": int(self.slashes)} if self.slashes else {}), **({"blocks": int(self.blocks)} if self.blocks else {}),
+                **({"kept": int(self.kept)} if self.kept else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "HeadPlan":
@@ -202,6 +207,7 @@ class HeadPlan:
         tail = d.pop("tail", 0)
         slashes = d.pop("slashes", 0)
         blocks = d.pop("blocks", 0)
+        kept = d.pop("kept", 0)
         support = Support.from_dict(d)
         if not isinstance(support.w, int) or not isinstance(dynamic, int) or dynamic < 0 or support.w < FULL:
             raise ValueError(f"head plan: w must be an integer >= -1 and dynamic >= 0, got {d}")
@@ -211,12 +217,14 @@ class HeadPlan:
             raise ValueError(f"head plan: slashes must be an integer in [0, {SLASHES_MAX}], got {slashes!r}")
         if isinstance(blocks, bool) or not isinstance(blocks, int) or not 0 <= blocks <= BLOCKS_MAX:
             raise ValueError(f"head plan: blocks must be an integer in [0, {BLOCKS_MAX}], got {blocks!r}")
+        if isinstance(kept, bool) or not isinstance(kept, int) or kept < 0 or (kept and not tail):
+            raise ValueError(f"head plan: kept must be an integer >= 0, and > 0 only with a tail, got {kept!r} (tail {tail!r})")
         cols = np.asarray(support.columns).reshape(-1)
         if (cols < 0).any() or len(set(cols.tolist())) != cols.size:
             raise ValueError(f"head plan: columns must be distinct key positions >= 0, got {cols.tolist()}")
         if int(support.offset) != 0 or support.residual:
             raise ValueError("head plan: only offset 0 and residual 0 are executed (causal band ending on the diagonal)")
-        return cls(support, dynamic, tail, slashes, blocks)
+        return cls(support, dynamic, tail, slashes, blocks, kept)
 
 
 @dataclass

@@ -32,6 +32,13 @@ stays compressed.  Why: at 4K a multi-key needle at
 depth 0 was lost by every plan with a full decoding after the plan's prefill as well (the prefill loses it), and
 found by the per-row top-k oracle at the same β: the rows that choose their own keys outside the retrieval heads
 keep it.  Bound K'·16·(n − 1) per such head, taken from β before the knapsack.
+``by_kv`` = 1: the retrieval heads are taken as whole KV groups — the KV heads ranked by the largest retrieval score
+of their r = H / H_kv query heads, every query head of the first ⌈k / r⌉ of them a retrieval head.  A retrieval head's
+KV head keeps its whole cache, so k heads spread over up to k KV heads (SmolLM2's top 32 over 21 of 90); by groups
+they cost ⌈k / r⌉ (11): the decoding KV of the key-block configuration falls by the cache of the KV heads left out.
+``tail_keep`` = P (with a tail): at decoding a retrieval head reads, instead of its whole cache, its band, columns,
+held key blocks and the P keys its tail rows attended most (Σ_i a_ij over the tail, SnapKV's vote by the rows that
+ask; ``HeadPlan.kept``): its KV head's cache stays compressed.  Decoding only (the prefill is unchanged).
 """
 
 import numpy as np
@@ -52,12 +59,13 @@ class AttnlabRetrieval(PlanMethod):
     needs_retrieval = True
     options = {"retrieval_heads": (int, 0, 10**6), "tail": (int, 0, 10**7), "pages": (int, 0, 10**6), "slashes": (int, 0, 10**4),
                "sliding_floor": (int, 0, 10**7), "blocks": (int, 0, BLOCKS_MAX), "other_blocks": (int, 0, BLOCKS_MAX),
-               "widths": (str, WIDTHS, None)}
+               "by_kv": (int, 0, 1), "tail_keep": (int, 0, 10**7), "widths": (str, WIDTHS, None)}
     prefill = ("the k heads of largest retrieval score read every key from their last T rows (T = 0: all rows; blocks=K: and "
                "on every row the K key blocks of 16 of largest pooled score); every head its planned band + columns "
                "(knapsack over the rest of β); slashes=s: and s per-input diagonals; other_blocks=K': the other planned heads "
                "K' key blocks of 16 per block of 16 queries")
-    decoding = ("retrieval heads read (and their KV heads keep) the whole cache; the others keep what their support can still read "
+    decoding = ("retrieval heads read (and their KV heads keep) the whole cache (tail_keep=P: their band, columns and the P keys "
+                "their tail rows attended most); the others keep what their support can still read "
                 "(other_blocks: and the keys of the blocks their last query block chose; pages=K: and read back the K pages of evicted "
                 "keys of largest bound; slash lines are not read at decoding)")
 
@@ -66,6 +74,9 @@ class AttnlabRetrieval(PlanMethod):
         K, T = int(self.opts.get("blocks", 0)), int(self.opts.get("tail", TAIL))
         if K and not T:   # refused before any model or calibration work
             raise UserError(f"--method {self.name}: blocks={K} needs tail > 0 (tail=0 keeps the retrieval heads full: nothing to choose)")
+        P = int(self.opts.get("tail_keep", 0))
+        if P and not T:
+            raise UserError(f"--method {self.name}: tail_keep={P} needs tail > 0 (the tail's rows cast the vote)")
 
     def make_plan(self, model, n, calibration):
         from attnlab.llm.plan import HeadPlan, slash_fraction, tail_entries, with_slashes
@@ -75,13 +86,20 @@ class AttnlabRetrieval(PlanMethod):
         T = int(self.opts.get("tail", TAIL))
         K = int(self.opts.get("blocks", 0))
         K2 = int(self.opts.get("other_blocks", 0))
+        P = int(self.opts.get("tail_keep", 0))
         r = np.asarray(calibration.retrieval, dtype=np.float64)                     # (L, H)
         if k and not r.any():
             raise UserError(f"--method {self.name}: the calibration holds no retrieval scores (made before them); recalibrate")
         if k > r.size:
             raise UserError(f"--method {self.name}: retrieval_heads={k} but the model has {r.size} heads")
         keep = np.zeros(r.shape, dtype=bool)
-        if k:
+        if k and int(self.opts.get("by_kv", 0)):   # whole KV groups, ranked by their best query head's score
+            L, H = r.shape
+            g = H // int(calibration.shape.get("num_kv_heads") or H)                     # query heads per KV head
+            best = r.reshape(L, H // g, g).max(-1).reshape(-1)                            # (L·H_kv,)
+            groups = np.argsort(-best, kind="stable")[: -(-k // g)]
+            keep.reshape(-1, g)[groups] = True                                             # query head h reads KV head h // g
+        elif k:
             keep.reshape(-1)[np.argsort(-r.reshape(-1), kind="stable")[:k]] = True
         heads = [[int(l), int(h)] for l, h in zip(*np.nonzero(keep))]
         s = int(self.opts.get("slashes", 0))
@@ -115,7 +133,7 @@ class AttnlabRetrieval(PlanMethod):
             for l, h in heads:
                 old = plan.heads[l][h]
                 if not old.is_full and windows[l] is None:
-                    plan.heads[l][h] = HeadPlan(old.support, old.dynamic, T, 0, K)
+                    plan.heads[l][h] = HeadPlan(old.support, old.dynamic, T, 0, K, P)
         if K2:   # prefill-only key blocks on every other planned head (a full head, a retrieval head, a sliding layer: none)
             for l in range(L):
                 for h in range(H):
@@ -124,6 +142,7 @@ class AttnlabRetrieval(PlanMethod):
                         plan.heads[l][h] = HeadPlan(old.support, old.dynamic, 0, 0, K2)
         plan.budget = self.budget
         plan.meta.update(retrieval_heads=heads, tail=T, **({"slashes": s} if s else {}), **({"sliding_floor": floor} if floor else {}),
-                         **({"blocks": K} if K else {}), **({"other_blocks": K2} if K2 else {}))
+                         **({"blocks": K} if K else {}), **({"other_blocks": K2} if K2 else {}), **({"by_kv": 1} if self.opts.get("by_kv") else {}),
+                         **({"tail_keep": P} if P else {}))
         plan.pages = int(self.opts.get("pages", 0))
         return with_slashes(plan, s) if s else plan

@@ -208,24 +208,65 @@ static float row_softmax(float *s, long Lpad, long a, long b, const unsigned cha
     return sum;
 }
 
+/* The keys at positions p (g of them, −1: none) of one KV head, transposed into KT (d × gpad, zeros past g and for
+ * empty slots) and their values into VT (gpad × d): read from k, v where they lie. */
+static void gather_keys(const float *k, long skr, const float *v, long svr, const long *p, long g, long gpad, long d,
+                        float *KT, float *VT)
+{
+    for (long x = 0; x < gpad; x++) {
+        const float *kx = x < g && p[x] >= 0 ? k + p[x] * skr : NULL;
+        const float *vx = x < g && p[x] >= 0 ? v + p[x] * svr : NULL;
+        for (long kk = 0; kk < d; kk++) KT[kk * gpad + x] = kx ? kx[kk] : 0.0f;
+        if (vx) memcpy(VT + x * d, vx, d * sizeof(float));
+        else memset(VT + x * d, 0, d * sizeof(float));
+    }
+}
+
+/* How many of the g keys p a tile whose last row is `last` reads: up to the last one it may read (causal; in
+ * ascending order that is the causal prefix, in any order the others are masked by mask_keys). */
+static long readable(const long *p, long g, long last)
+{
+    long gt = 0;
+    for (long x = 0; x < g; x++)
+        if (p[x] >= 0 && p[x] <= last) gt = x + 1;
+    return gt;
+}
+
+/* Extra keys' scores of a tile (rows × gt at SE, row stride lde) scaled by tau, or NEG where the key is empty or not
+ * kept (P[x] = −1), inside the row's band (read there already) or after the row (causal). */
+static void mask_keys(float *SE, long lde, const int *P, long gt, int rows, long i0, long off, long w, int causal, long m,
+                      float tau)
+{
+    for (int r = 0; r < rows; r++) {
+        int lo = (int)(i0 + r + off - w), hi = (int)(i0 + r + off + w), top = causal ? (int)(i0 + r) : (int)m;
+        float *sr = SE + r * lde;
+        for (long x = 0; x < gt; x++) { /* branch-free: vectorised */
+            int j = P[x], in = (j >= 0) & (j <= top) & ((j < lo) | (j > hi));
+            sr[x] = in ? tau * sr[x] : NEG;
+        }
+    }
+}
+
 /* q: row i of head h at q + h·sq + i·sqr; k, v: rows of d floats, head h's key j at k + h·sk + j·skr (v likewise with
  * sv, svr); o: row i of head h at o + h·so + i·sor (any layout with rows of d contiguous floats: transformers'
  * (B, n, H, d) views are read and written in place);
  * keep: (N / hpk, m) bytes or NULL (head h reads row h / hpk);
  * extras (e > 0): se: (N, n, e) their scores s_ix (NEG: not allowed), ve: (N, Te, e, d) their values —
  * row i uses chunk i / c if Te > 1, else chunk 0 (key columns: the same keys for every row);
- * columns (g > 0): cp (N, Tc, g) their key positions, distinct (−1: empty; ascending with the empty slots last reads
- * least: causal, a tile reads up to its last readable column, the rest masked) — Tc = 1: the same for every
- * row; Tc > 1: row i reads the set of chunk i / cc (cc a multiple of R: a tile lies in one chunk; key blocks chosen per
- * query block); kc, vc: (N, g, d) their keys and values, or NULL: read from k, v at their positions (per thread, as
- * a tile needs them);
+ * columns (g > 0): cp (N, g) their key positions, the same for every row, distinct (−1: empty; ascending with the
+ * empty slots last reads least: causal, a tile reads up to its last readable column, the rest masked); kc, vc:
+ * (N, g, d) their keys and values, or NULL: read from k, v at their positions (once per head and thread);
+ * blocks (gb > 0): bp (N, Tb, gb) a key set per chunk of cb rows (cb a multiple of R: a tile lies in one chunk; key
+ * blocks chosen per query block), row i reads the set of chunk i / cb, distinct from the columns and within the set
+ * (any order: a tile reads up to its last readable key, the rest masked); read from k, v in place, once per
+ * (head, chunk) and thread;
  * lse: (N, n).  Only rows i ≥ r0 are computed (the others untouched: a caller's SDPA serves a wide band's
  * causal prefix).  hq, hkv (N entries, or NULL: h itself): the row of q, o, lse and the head of k, v
  * that head h reads and writes — a group of query heads run in place, GQA's KV heads read without copies
  * (consecutive heads of one KV head share its transposed keys). */
 int attnlab_band_forward(const float *q, const float *k, const float *v, const unsigned char *keep,
                           const float *se, const float *ve, long e, long Te, long c,
-                          const long *cp, const float *kc, const float *vc, long g, long Tc, long cc,
+                          const long *cp, const float *kc, const float *vc, long g, const long *bp, long gb, long Tb, long cb,
                           float *o, float *lse, long N, long n, long m, long d, long sq, long sqr, long sk, long skr,
                           long sv, long svr, long so, long sor, long hpk,
                           long w, long off, int causal, float tau, int threads, const long *hq, const long *hkv, long r0)
@@ -234,20 +275,24 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
     long span = 2 * w + R < m ? 2 * w + R : m;               /* keys of a tile, at most */
     long lds = (span + 2 * VEC - 1) / (2 * VEC) * (2 * VEC); /* a row of S, whole pairs of vectors */
     long gpad = (g + VEC - 1) / VEC * VEC;                   /* the columns' scores go after the extras' */
-    long et = e + g;                                         /* extra keys of a row: given ones, then columns */
+    long gbpad = (gb + VEC - 1) / VEC * VEC;                 /* the blocks' after the columns' (slots gt … gpad: NEG) */
+    long et = e + gpad + gb;                                 /* extra keys of a row: given ones, columns, blocks */
     int failed = 0;
 #pragma omp parallel num_threads(threads)
     {
         float *S = aligned_alloc(64, (size_t)R * lds * sizeof(float));
-        long lde = (e + gpad + 2 * VEC - 1) / (2 * VEC) * (2 * VEC);
+        long lde = (e + gpad + gbpad + 2 * VEC - 1) / (2 * VEC) * (2 * VEC);
         float *SE = et ? aligned_alloc(64, (size_t)R * lde * sizeof(float)) : NULL;
         float *KC = g ? aligned_alloc(64, (size_t)d * gpad * sizeof(float)) : NULL; /* head kc_h's columns, transposed */
         int *PC = g ? malloc((size_t)g * sizeof(int)) : NULL;                   /* their positions (−1: empty or not kept) */
         float *VC = g && !vc ? aligned_alloc(64, (size_t)gpad * d * sizeof(float)) : NULL; /* their values, read from v */
-        long kc_h = -1, kc_t = -1;
+        float *KB = gb ? aligned_alloc(64, (size_t)d * gbpad * sizeof(float)) : NULL; /* chunk kb_t's block keys, transposed */
+        int *PB = gb ? malloc((size_t)gb * sizeof(int)) : NULL;
+        float *VB = gb ? aligned_alloc(64, (size_t)gbpad * d * sizeof(float)) : NULL;
+        long kc_h = -1, kb_h = -1, kb_t = -1;
         Keys K = {NULL, 4 * lds, 0, 0, -1};
         K.kt = aligned_alloc(64, (size_t)d * K.cap * sizeof(float));
-        int ok = S && K.kt && (SE || !et) && ((KC && PC && (VC || vc)) || !g);
+        int ok = S && K.kt && (SE || !et) && ((KC && PC && (VC || vc)) || !g) && ((KB && PB && VB) || !gb);
         if (!ok) {
 #pragma omp atomic write
             failed = 1;
@@ -270,41 +315,38 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
             }
             for (int r = 0; r < rows; r++) /* the extras' scores, given */
                 memcpy(SE + r * lde, se + (h * n + i0 + r) * e, e * sizeof(float));
-            long gt = g; /* the tile's columns: causal, those up to its last row (sorted, empty slots last) */
-            long t = Tc > 1 ? i0 / cc : 0; /* the tile's chunk of columns */
+            const unsigned char *kh = keep ? keep + (h / hpk) * m : NULL;
+            long gt = 0, bt = 0; /* the tile's columns and blocks: causal, up to the last one its last row may read */
             if (g) { /* the columns' scores, then their mask: off the row's band, causal, kept */
-                const long *p = cp + (h * Tc + t) * g;
-                if (kc_h != h || kc_t != t) { /* the columns' keys, transposed once per (head, chunk) and thread (zeros past g) */
-                    const unsigned char *kh = keep ? keep + (h / hpk) * m : NULL;
+                const long *p = cp + h * g;
+                if (kc_h != h) { /* the columns' keys, transposed once per head and thread (zeros past g) */
                     if (kc)
                         for (long kk = 0; kk < d; kk++)
                             for (long x = 0; x < gpad; x++) KC[kk * gpad + x] = x < g ? kc[(h * g + x) * d + kk] : 0.0f;
-                    else { /* from k, v where they lie: key p_x of KV head hk */
-                        for (long x = 0; x < gpad; x++) {
-                            const float *kx = x < g && p[x] >= 0 ? k + hk * sk + p[x] * skr : NULL;
-                            const float *vx = x < g && p[x] >= 0 ? v + hk * sv + p[x] * svr : NULL;
-                            for (long kk = 0; kk < d; kk++) KC[kk * gpad + x] = kx ? kx[kk] : 0.0f;
-                            if (vx) memcpy(VC + x * d, vx, d * sizeof(float));
-                            else memset(VC + x * d, 0, d * sizeof(float));
-                        }
-                    }
+                    else
+                        gather_keys(k + hk * sk, skr, v + hk * sv, svr, p, g, gpad, d, KC, VC);
                     for (long x = 0; x < g; x++) PC[x] = p[x] >= 0 && !(kh && !kh[p[x]]) ? (int)p[x] : -1;
-                    kc_h = h, kc_t = t;
+                    kc_h = h;
                 }
-                if (causal) /* up to the last column the tile may read (ascending: the causal prefix; any order: masked below) */
-                    for (long x = gt = 0; x < g; x++)
-                        if (p[x] >= 0 && p[x] <= i0 + rows - 1) gt = x + 1;
+                gt = causal ? readable(p, g, i0 + rows - 1) : g;
                 if (gt) tile_scores(q_h, sqr, n, i0, KC, gpad, d, gt, SE + e, lde);
-                for (int r = 0; r < rows; r++) {
-                    int lo = (int)(i0 + r + off - w), hi = (int)(i0 + r + off + w), top = causal ? (int)(i0 + r) : (int)m;
-                    float *sr = SE + r * lde + e;
-                    for (long x = 0; x < gt; x++) { /* branch-free: vectorised */
-                        int j = PC[x], in = (j >= 0) & (j <= top) & ((j < lo) | (j > hi));
-                        sr[x] = in ? tau * sr[x] : NEG;
-                    }
-                }
+                mask_keys(SE + e, lde, PC, gt, rows, i0, off, w, causal, m, tau);
             }
-            long ett = e + gt;
+            if (gb) { /* the chunk's block keys: scored and masked as the columns, after them */
+                long t = i0 / cb;
+                const long *p = bp + (h * Tb + t) * gb;
+                if (kb_h != h || kb_t != t) { /* transposed once per (head, chunk) and thread */
+                    gather_keys(k + hk * sk, skr, v + hk * sv, svr, p, gb, gbpad, d, KB, VB);
+                    for (long x = 0; x < gb; x++) PB[x] = p[x] >= 0 && !(kh && !kh[p[x]]) ? (int)p[x] : -1;
+                    kb_h = h, kb_t = t;
+                }
+                bt = causal ? readable(p, gb, i0 + rows - 1) : gb;
+                for (int r = 0; r < rows; r++) /* the columns' padding: not keys */
+                    for (long x = gt; x < gpad; x++) SE[r * lde + e + x] = NEG;
+                if (bt) tile_scores(q_h, sqr, n, i0, KB, gbpad, d, bt, SE + e + gpad, lde);
+                mask_keys(SE + e + gpad, lde, PB, bt, rows, i0, off, w, causal, m, tau);
+            }
+            long ett = bt ? e + gpad + bt : e + gt;
             float inv[R];
             const unsigned char *kp = keep ? keep + (h / hpk) * m + jlo : NULL;
             for (int r = 0; r < R; r++) {
@@ -335,12 +377,17 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
                     }
             if (gt) /* + P_C V_C */
                 tile_values(SE + e, lde, gt, vc ? vc + h * g * d : VC, d, d, 0, inv, rows, o_t, sor, 1);
+            if (bt) /* + P_B V_B */
+                tile_values(SE + e + gpad, lde, bt, VB, d, d, 0, inv, rows, o_t, sor, 1);
         }
         free(S);
         free(SE);
         free(KC);
         free(PC);
         free(VC);
+        free(KB);
+        free(PB);
+        free(VB);
         free(K.kt);
     }
     return failed; /* 1: a thread could not allocate its scratch (nothing it should have written is valid) */

@@ -538,7 +538,8 @@ def native_heads_ready(q: Tensor, k: Tensor, v: Tensor) -> bool:
 
 
 def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor, kv_heads: Tensor, out: Tensor, *,
-                         columns: Tensor | None = None, chunk: int = 0, offset: int = 0, causal: bool = True,
+                         columns: Tensor | None = None, blocks: Tensor | None = None, chunk: int = 0, offset: int = 0,
+                         causal: bool = True,
                          key_keep: Tensor | None = None, scale: float) -> None:
     """Band |j − i − o| ≤ w ∪ key columns for the query heads ``heads`` of q, in place (inference, native kernel).
 
@@ -547,9 +548,9 @@ def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor,
 
     q, out: (B, H, n, d); k, v: (B, H_kv, m, ·) — each with rows of d contiguous floats at any head and row stride
     (transformers' (B, n, H, d) views are read and written in place); heads: (G,) query heads, kv_heads: (G,) the KV
-    head each reads (GQA); columns: (B, G, g) key positions T per head, distinct (−1: empty), or (B, G, ⌈n/c⌉, g) a set
-    per chunk of c = ``chunk`` rows (key blocks chosen per query block), distinct in each chunk, in any order; key_keep:
-    (B, m) bool.
+    head each reads (GQA); columns: (B, G, g) key positions T per head, distinct (−1: empty); blocks: (B, G, ⌈n/c⌉, g_b)
+    a key set per chunk of c = ``chunk`` rows (key blocks chosen per query block), distinct in each chunk and from the
+    columns, in any order (the columns are read once per head, the blocks once per chunk); key_keep: (B, m) bool.
     Writes out[:, heads]; q, k, v are read where they lie (no copies) — the group's calls of
     ``sliding_window_attention`` without its gathers.  A causal band of w ≥ ``WIDE_BAND`` holds every key j ≤ i of its
     rows i ≤ w (i − w ≤ 0; a column there is inside the band): those rows are SDPA's causal attention, the kernel
@@ -561,10 +562,11 @@ def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor,
     if B > 1 and out.stride(0) != H * out.stride(1):   # (B, H) is not one axis of out's memory: a call per batch entry
         for i in range(B):
             band_heads_attention(q[i : i + 1], k[i : i + 1], v[i : i + 1], w, heads, kv_heads, out[i : i + 1],
-                                 columns=None if columns is None else columns[i : i + 1], chunk=chunk, offset=offset, causal=causal,
+                                 columns=None if columns is None else columns[i : i + 1],
+                                 blocks=None if blocks is None else blocks[i : i + 1], chunk=chunk, offset=offset, causal=causal,
                                  key_keep=None if key_keep is None else key_keep[i : i + 1], scale=scale)
         return
-    per_chunk = columns is not None and columns.dim() == 4
+    per_chunk = blocks is not None and blocks.shape[-1] > 0
     r0 = 0
     if causal and offset == 0 and key_keep is None and w >= WIDE_BAND:   # rows i ≤ w: every causal key, SDPA
         r0 = min(w + 1, n)
@@ -579,13 +581,12 @@ def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor,
     h_kv = (b * H_kv + kv_heads.cpu()[None]).reshape(-1)                                 # (B·G,) rows of k, v
     k2, v2 = k.reshape(B * H_kv, m, d), v.reshape(B * H_kv, m, v.shape[-1])
     cols = None
-    if per_chunk and columns.shape[-1]:   # positions per chunk, read by the kernel where k, v lie
-        cols = (columns.reshape(B * G, columns.shape[2], -1), None, None)
-    elif columns is not None and columns.shape[-1]:
+    if columns is not None and columns.shape[-1]:
         cols = _sorted_columns(k2, v2, h_kv, columns.reshape(B * G, -1))
     L = q.new_empty(B * H, n)
     native.band_forward(q.reshape(B * H, n, d), k2, v2, w, offset=offset, causal=causal, keep=key_keep, heads_per_keep=G,
-                        scale=scale, columns=cols, chunk=chunk if per_chunk else 0, heads=(h_q, h_kv),
+                        scale=scale, columns=cols, blocks=blocks.reshape(B * G, blocks.shape[2], -1) if per_chunk else None,
+                        chunk=chunk if per_chunk else 0, heads=(h_q, h_kv),
                         out=(out.view(B * H, n, -1), L), first_row=r0)
 
 

@@ -1,0 +1,152 @@
+"""The retrieval heads' decoding KV: whole KV groups (``by_kv``) and the tail rows' vote (``tail_keep`` / ``HeadPlan.kept``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+from attnlab.errors import UserError  # noqa: E402
+from test_llm_retrieval_plan import scored_calibration  # noqa: E402  (2 layers × 4 heads, 2 KV heads, retrieval scores)
+from attnlab.llm import methods  # noqa: E402
+from attnlab.llm.attention import LayerRunner, apply_plan, attention_modules  # noqa: E402
+from attnlab.llm.key_blocks import BLOCK  # noqa: E402
+from attnlab.llm.plan import HeadPlan, Plan  # noqa: E402
+from attnlab.support import Support  # noqa: E402
+
+
+def head(w, fixed=(), tail=0, blocks=0, kept=0):
+    return HeadPlan(Support(w=w, columns=np.asarray(fixed, dtype=np.int64)), 0, tail, 0, blocks, kept)
+
+
+def test_by_kv_takes_whole_kv_groups_ranked_by_their_best_query_head():
+    # SCORES: layer 0 (0.1, 0.9 | 0.0, 0.2), layer 1 (0.05, 0.3 | 0.8, 0.0); KV groups of 2 query heads
+    cal = scored_calibration()
+    for k, want in ((1, {(0, 0), (0, 1)}), (2, {(0, 0), (0, 1)}), (3, {(0, 0), (0, 1), (1, 2), (1, 3)})):
+        plan = methods.get("attnlab-retrieval", 0.5, retrieval_heads=str(k), tail="8", by_kv="1").make_plan(None, cal.n, cal)
+        assert {tuple(x) for x in plan.meta["retrieval_heads"]} == want and plan.meta["by_kv"] == 1
+        assert {(l, h) for l, row in enumerate(plan.heads) for h, hp in enumerate(row) if hp.tail} == want
+    plain = methods.get("attnlab-retrieval", 0.5, retrieval_heads="2", tail="8").make_plan(None, cal.n, cal)
+    assert {tuple(x) for x in plain.meta["retrieval_heads"]} == {(0, 1), (1, 2)}   # by head: two KV groups
+    for bad in ("2", "-1", "x"):
+        with pytest.raises(UserError, match="by_kv"):
+            methods.get("attnlab-retrieval", 0.5, by_kv=bad)
+
+
+def vote_reference(q, k, scaling, T, w, taken, P, b=BLOCK):
+    """The kept keys of one head (numpy): the tail rows' softmax over causal keys, m_j = Σ_i a_ij on keys not in the last
+    row's band nor ``taken``, the ⌈P / b⌉ blocks of largest Σ_{j∈J} m_j (m > 0), their keys not already held."""
+    n = q.shape[0]
+    s = (q[n - T:] @ k.T) * scaling
+    i, j = np.arange(n - T, n)[:, None], np.arange(n)[None, :]
+    s = np.where(j <= i, s, -np.inf)
+    a = np.exp(s - s.max(1, keepdims=True))
+    a /= a.sum(1, keepdims=True)
+    m = a.sum(0)
+    off = np.ones(n, bool)
+    off[max(0, n - 1 - w):] = False
+    off[list(taken)] = False
+    m = np.where(off, m, 0.0)
+    blocks = [(m[J * b:(J + 1) * b].sum(), J) for J in range(-(-n // b))]
+    best = sorted(blocks, key=lambda x: -x[0])[: -(-P // b)]
+    return {J * b + x for s_, J in best if s_ > 0 for x in range(b) if J * b + x < n and off[J * b + x]}
+
+
+@pytest.mark.parametrize("n,P", [(100, 40), (300, 16), (257, 64)])
+def test_the_tail_vote_keeps_the_blocks_its_rows_attended_most(n, P):
+    heads = [head(4, (0,), 8, kept=P), head(4, (0,), 8), head(3), head(6, (1,), blocks=2)]
+    runner = LayerRunner(heads, 0, 2)                                                 # GQA: heads 0, 1 → KV 0; 2, 3 → KV 1
+    g = torch.Generator().manual_seed(n)
+    q = torch.randn(1, 4, n, 16, generator=g)
+    k, v = torch.randn(1, 2, n, 16, generator=g), torch.randn(1, 2, n, 16, generator=g)
+    out = runner.prefill(q, k, v, 0.3)
+    # the prefill is unchanged: the same rows as the head without a vote (which runs its tail as SDPA)
+    plain = LayerRunner([head(4, (0,), 8)] + heads[1:], 0, 2)
+    assert (plain.prefill(q, k, v, 0.3) - out).abs().max() < 1e-5
+    cols = runner.columns[0, 0]
+    voted = {int(x) for x in cols[1:] if x >= 0}                                       # after the fixed column 0
+    assert voted == vote_reference(q[0, 0].numpy(), k[0, 0].numpy(), 0.3, 8, 4, {0}, P)
+    assert len(voted) == int((cols[1:] >= 0).sum()) and 0 < len(voted) <= -(-P // BLOCK) * BLOCK
+    # decoding: the voting head reads its band, columns and votes (not its whole cache); the head with a plain tail does
+    assert runner.whole.tolist() == [False, True, False, False] and runner.whole_kv().tolist() == [True, False]
+    alone = LayerRunner([heads[0], head(4, (0,)), heads[2], heads[3]], 0, 2)
+    alone.prefill(q, k, v, 0.3)
+    assert not alone.whole_kv().any()
+
+
+def test_kept_in_the_plan_file_and_its_bad_values(tmp_path):
+    hp = head(8, (0,), 16, blocks=2, kept=64)
+    back = HeadPlan.from_dict(json.loads(json.dumps(hp.to_dict())))
+    assert (back.w, back.columns, back.tail, back.blocks, back.kept) == (8, [0], 16, 2, 64)
+    assert "kept" not in head(8, (0,), 16).to_dict()                                  # old files read as before
+    for bad in (-1, "x", True, 1.5):
+        with pytest.raises(ValueError, match="kept"):
+            HeadPlan.from_dict({**hp.to_dict(), "kept": bad})
+    with pytest.raises(ValueError, match="only with a tail"):
+        HeadPlan.from_dict({**head(8, (0,)).to_dict(), "kept": 32})
+
+
+def test_the_method_gives_the_vote_to_the_retrieval_heads_and_refuses_it_without_a_tail():
+    cal = scored_calibration()
+    plan = methods.get("attnlab-retrieval", 0.5, retrieval_heads="2", tail="8", tail_keep="32").make_plan(None, cal.n, cal)
+    got = {(l, h): hp.kept for l, row in enumerate(plan.heads) for h, hp in enumerate(row) if hp.kept}
+    assert got == {(0, 1): 32, (1, 2): 32} and plan.meta["tail_keep"] == 32
+    with pytest.raises(UserError, match="tail_keep=32 needs tail"):
+        methods.get("attnlab-retrieval", 0.5, tail="0", tail_keep="32")                 # refused before any work
+    for bad in ("-1", "x"):
+        with pytest.raises(UserError, match="tail_keep"):
+            methods.get("attnlab-retrieval", 0.5, tail_keep=bad)
+
+
+def test_a_voting_head_keeps_a_compressed_cache_and_generates():
+    from tiny_llama import tiny_model
+
+    from attnlab.llm.greedy import kv_tokens
+    from attnlab.llm.kv_cache import PlanCache
+
+    model = tiny_model()
+    n = 120
+    row = [head(4, (0,), 8, kept=32)] * 4
+    x = torch.randint(0, 100, (1, n), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        apply_plan(model, Plan([row, row], 2, "test", 0.5, n))
+        cache = PlanCache(model)
+        model(input_ids=x, cache=cache, use_cache=True)
+        assert not attention_modules(model)[0].attnlab_layer.whole_kv().any()
+        # per KV head: the band (w + 1), the column, its 2 query heads' votes (≤ 32 each)
+        assert kv_tokens(cache) <= 5 + 1 + 2 * 32 < n
+        out = model.generate(x, past_key_values=cache, max_new_tokens=3, do_sample=False)
+        whole = Plan([[head(4, (0,), 8)] * 4] * 2, 2, "test", 0.5, n)                 # the same heads reading every key
+        apply_plan(model, whole)
+        cache = PlanCache(model)
+        model(input_ids=x, cache=cache, use_cache=True)
+        assert kv_tokens(cache) == n
+    assert out.shape[1] == n + 3
+
+
+from test_llm_plan_slashes import model_dir  # noqa: E402,F401  (the tiny model folder with a character tokenizer)
+
+
+def test_cli_refuses_bad_kv_options_in_one_line_writing_nothing(model_dir, tmp_path, cli):  # noqa: F811
+    text = model_dir / "text.txt"
+    base = ("plan", "--hf", model_dir, "--calibrate", text, "--budget", "0.3", "--n", "300", "--windows", "1")
+    for spec, needle in (("attnlab-retrieval:by_kv=2", "by_kv"), ("attnlab-retrieval:tail_keep=-4", "tail_keep"),
+                         ("attnlab-retrieval:tail=0:tail_keep=64", "needs tail")):
+        out = tmp_path / "p.json"
+        code, _, err = cli(*base, "--method", spec, "--out", out)
+        assert code == 2 and err.count("\n") == 1 and needle in err and "Traceback" not in err, err
+        assert not out.exists()
+    out = tmp_path / "ok.json"
+    code, _, err = cli(*base, "--method", "attnlab-retrieval:retrieval_heads=2:tail=8:tail_keep=32:by_kv=1", "--out", out)
+    assert code == 0, err
+    p = Plan.load(out)
+    assert p.meta["tail_keep"] == 32 and p.meta["by_kv"] == 1 and sum(h.kept == 32 for r in p.heads for h in r) == 2
+    d = p.to_dict()
+    d["heads"][0][0] = {**d["heads"][0][0], "kept": -3}
+    (tmp_path / "bad.json").write_text(json.dumps(d))
+    code, _, err = cli("plan-run", "--hf", model_dir, "--plan", tmp_path / "bad.json", "--file", text, "--n", "300")
+    assert code == 2 and err.count("\n") == 1 and "kept must be an integer" in err, err
