@@ -33,7 +33,7 @@ from attnlab.allocator import keep_freed_memory  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.calibration import ERR_ROWS, Calibration, calibrate  # noqa: E402
 from attnlab.llm.eval_grid import parse_method, retrieval_calibration  # noqa: E402
-from attnlab.llm.kv_cache import kv_bytes  # noqa: E402
+from attnlab.llm.kv_cache import kv_bytes, read_tokens, store_bytes  # noqa: E402
 from attnlab.llm.perplexity import perplexity  # noqa: E402
 from attnlab.llm.plan import model_shape  # noqa: E402
 from attnlab.llm.text_windows import token_windows  # noqa: E402
@@ -167,7 +167,8 @@ def cmd_speed(args):
     row = {"n": n, "method": args.method, "budget": m.budget, "threads": args.threads,
            "prefill_s": prefill, "peak_rss_mib": peak, "rss_before_mib": base,
            "kv_bytes_after_prefill": kv, "kv_bytes_end": kv_bytes(cache), "decode_tokens": args.new_tokens,
-           "decode_tok_s": args.new_tokens / decode, "fraction": m.prefill_fraction(n)}
+           "decode_tok_s": args.new_tokens / decode, "fraction": m.prefill_fraction(n),
+           "store_bytes_end": store_bytes(cache), "read_tokens": read_tokens(cache)}   # read-back: the off-device store
     log(json.dumps(row))
     with open(Path(args.out) / "speed.jsonl", "a") as f:
         f.write(json.dumps(row) + "\n")
@@ -234,12 +235,13 @@ def cmd_report(args):
                   f"{r['attention_plan_s']:.1f} | {r['speedup']:.2f}× |")
     if (out / "speed.jsonl").exists():
         print()
-        print("| n | method | budget | threads | prefill s | peak RSS MiB | KV MiB | decode tok/s |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| n | method | budget | threads | prefill s | peak RSS MiB | KV MiB | stored MiB (read back / step) | decode tok/s |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for line in (out / "speed.jsonl").read_text().splitlines():
             r = json.loads(line)
+            stored = f"{r['store_bytes_end'] / 2**20:.1f} ({r['read_tokens']:.0f})" if r.get("store_bytes_end") else "–"
             print(f"| {r['n']} | {r['method']} | {r['budget']:.2f} | {r['threads']} | {r['prefill_s']:.1f} | {r['peak_rss_mib']:.0f} | "
-                  f"{r['kv_bytes_end'] / 2**20:.1f} | {r['decode_tok_s']:.2f} |")
+                  f"{r['kv_bytes_end'] / 2**20:.1f} | {stored} | {r['decode_tok_s']:.2f} |")
     if rows:
         import matplotlib
 

@@ -228,3 +228,30 @@ def test_a_sink_column_does_not_take_a_page():
     runner.decode(q, keys, values, 0.5, torch.tensor([L]), pos, flags)
     got = sorted(pos[0, 0][runner.fetched[0, 0]].tolist())
     assert got == list(range(32, 48))
+
+
+def test_the_cached_page_summaries_are_those_of_the_keys_resident_and_stored():
+    """The summaries made after the prefill and folded at each step (PlanLayer.summaries) equal each query head's
+    min / max over the resident ∪ stored keys of every page, its columns left out — what a step without a PlanCache
+    makes from its keys — after evictions; a column's key is in no summary of its head."""
+    from attnlab.llm.pages import _minmax
+
+    model = tiny_model(3)
+    heads = [band(4, [0]), band(6), band(3), band(8, [1])]
+    _, _, cache = greedy_logits(model, plan_of(model, heads, pages=2), IDS, STEPS)
+    assert store_tokens(cache) > 0
+    held = 0
+    for layer in cache.layers:
+        P = -(-layer.seen // 16)
+        assert layer.summaries[0].shape[2] == P
+        for part in layer.parts():                                                       # split by KV head (ragged)
+            B, H_s, L, d = part.keys.shape
+            r = len(heads) // layer.num_kv_heads
+            hq = (part.kv[:, None] * r + torch.arange(r)).reshape(-1)
+            own = torch.where(part.flags, -1, part.positions[:, :, None, :]).reshape(B, H_s * r, L)
+            m, M = _minmax(part.keys[:, :, None].expand(B, H_s, r, L, d).reshape(B, H_s * r, L, d), own, 16, P)
+            torch.testing.assert_close(layer.summaries[0][:, hq], m)
+            torch.testing.assert_close(layer.summaries[1][:, hq], M)
+            assert int(part.positions.max()) == layer.seen - 1
+            held += int(part.flags.any())
+    assert held   # some head's column slots were left out

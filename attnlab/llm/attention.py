@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 from attnlab.llm.key_blocks import BLOCK, block_extras, block_keys, block_means, top_pooled_blocks
 from attnlab.llm.plan import FULL, LAST_Q, Plan
-from attnlab.llm.pages import read_back
+from attnlab.llm.pages import page_summaries, read_back
 from attnlab.llm.slash_lines import SLASH_CHUNK, kernel_extras, last_query_mass, last_query_rows, slash_mass, top_slashes
 from attnlab.masks import hidden, near, visible
 from attnlab.nn.mechanisms.sliding_window import band_heads_attention, native_heads_ready, sliding_window_attention
@@ -337,24 +337,27 @@ class LayerRunner:
         a = masked_softmax(s, allowed)
         return (a.view(B, H_s, r * n, L) @ v).view(B, H, n, v.shape[-1])
 
-    def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None, kv=None):
+    def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None, kv=None, summaries=None):
         """q: (B, H_s·r, n, d_k) at positions q_pos (n,); k, v: (B, H_s, L, ·) at k_pos (B, H_s, L) → (B, H_s·r, n, d_v).
 
-        ``kv`` (H_s,): which KV heads k, v are, q holding their query heads (None: all of them).
+        ``kv`` (H_s,): which KV heads k, v are, q holding their query heads (None: all of them); ``summaries``: the
+        read-back's page summaries (m, M) of these query heads (``pages.page_summaries``; None: made from k).
         """
+        flags = self.column_flags(k_pos, kv) if flags is None else flags                  # (B, H_s, r, L)
         allowed = self.allowed(q_pos, k_pos, flags, kv)                                    # (B, H_s, r, n, L)
         if self.pages:
             reads = self.reads if kv is None else self.per_kv(self.reads, kv).reshape(-1)
-            allowed, self.fetched = read_back(q, k, k_pos, q_pos, allowed, reads, self.page, self.pages)
+            allowed, self.fetched = read_back(q, k, k_pos, q_pos, allowed, reads, self.page, self.pages, flags, summaries)
         return self.attend(q, k, v, scaling, allowed)
 
-    def decode_parts(self, q, parts, scaling, q_pos):
+    def decode_parts(self, q, parts, scaling, q_pos, summaries=None):
         """q: (B, H, n, d_k) over a cache's ``parts`` (``kv_cache.Part``: KV heads with their keys) → (out (B, H, n, d_v),
-        how many stored slots the step read through pages, summed over (batch row, KV head); None: no store)."""
+        how many stored slots the step read through pages, summed over (batch row, KV head); None: no store).
+        ``summaries``: the layer's page summaries (m, M) (B, H, P, d) (read-back; None: made from the step's keys)."""
         fetched = None
         if len(parts) == 1:                                                                # an unsplit layer: every KV head
             p = parts[0]
-            out = self.decode(q, p.keys, p.values, scaling, q_pos, p.positions, p.flags)
+            out = self.decode(q, p.keys, p.values, scaling, q_pos, p.positions, p.flags, summaries=summaries)
             if p.stored is not None and self.pages:
                 fetched = float((self.fetched & p.stored).sum())
             return out, fetched
@@ -365,7 +368,8 @@ class LayerRunner:
             if p.whole and n == 1 and bool((self.per_kv(self.w_decode, p.kv) == FULL).all()):
                 out[:, hq] = self.attend(q[:, hq], p.keys, p.values, scaling, None)   # every key, all before the query
                 continue
-            out[:, hq] = self.decode(q[:, hq], p.keys, p.values, scaling, q_pos, p.positions, p.flags, kv=p.kv)
+            mine = None if summaries is None else (summaries[0][:, hq], summaries[1][:, hq])
+            out[:, hq] = self.decode(q[:, hq], p.keys, p.values, scaling, q_pos, p.positions, p.flags, kv=p.kv, summaries=mine)
             if p.stored is not None and self.pages:
                 fetched = (fetched or 0.0) + float((self.fetched & p.stored).sum())
         return out, fetched
@@ -412,8 +416,10 @@ def attnlab_attention(module, query, key, value, attention_mask=None, dropout: f
             out = runner.prefill(query, key, value, scaling)
             layer.flags = runner.column_flags(layer.positions)                            # the columns' slots, once
             layer.page = runner.page if runner.pages else None                             # read-back: a store, page summaries
+            if runner.pages:   # each query head's, its columns left out; folded as keys arrive (PlanLayer.update)
+                layer.summaries = page_summaries(key, runner.columns, runner.kv_of, runner.page)
         elif layer is not None:   # each part of the cache with its query heads (the store's slots joined last)
-            out, fetched = runner.decode_parts(query, layer.parts(), scaling, q_pos)
+            out, fetched = runner.decode_parts(query, layer.parts(), scaling, q_pos, layer.summaries)
             if runner.pages:
                 layer.count_read(fetched)
         else:   # queries after keys from elsewhere (no PlanCache): every key at its position

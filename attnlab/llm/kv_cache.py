@@ -30,8 +30,8 @@ Read-back (``Plan.pages`` > 0, ``attnlab.llm.pages``): the slots an eviction dro
 layer's *store* (``store_keys``/``store_values``/``store_pos``, compacted the same way) instead of being
 lost — the off-device copy Quest and InfiniGen keep in host memory; a decoding step joins them after the
 resident slots (``parts``) and its planned heads read the pages their bound chooses.  Accounting keeps
-the two apart: ``kv_bytes`` is the resident cache plus the page summaries (2·d_k values per page and KV
-head), ``store_bytes`` the stored keys and values, ``read_tokens`` the stored tokens fetched per step.
+the two apart: ``kv_bytes`` is the resident cache plus the page summaries (2·d_k values per page and query
+head, ``summaries``: made after the prefill, folded as keys arrive), ``store_bytes`` the stored keys and values, ``read_tokens`` the stored tokens fetched per step.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
+
+from attnlab.llm.pages import fold_keys
 
 __all__ = ["EVICT_EVERY", "Part", "PlanCache", "PlanLayer", "Slab", "kv_bytes", "read_tokens", "store_bytes", "store_tokens"]
 
@@ -183,6 +185,7 @@ class PlanLayer(DynamicLayer):
         self.seen = 0
         self.evicted_at = None  # ``seen`` at the last compaction
         self.page = None        # read-back: tokens per page (None: evicted keys are dropped)
+        self.summaries = None   # read-back: (m, M) (B, H, P, d) each query head's page summaries (pages.page_summaries)
         self.fetched = self.steps = 0   # stored tokens read per (batch row, KV head), summed over decoding steps; steps
 
     def update(self, key_states, value_states, *args, **kwargs):
@@ -196,6 +199,8 @@ class PlanLayer(DynamicLayer):
             i = slab.kv.to(key_states.device)
             k, v = (key_states, value_states) if len(self.slabs) == 1 else (key_states[:, i], value_states[:, i])
             slab.append(k, v, self.seen)
+        if self.summaries is not None:   # the new keys folded into their pages' summaries
+            self.summaries = fold_keys(self.summaries, key_states, self.seen, self.page)
         self.seen += n
         return self.slabs[0].keys, self.slabs[0].values
 
@@ -243,13 +248,10 @@ class PlanLayer(DynamicLayer):
 
     def held_bytes(self) -> int:
         """Bytes allocated for the resident keys and values (spare room included) with a read-back slab's page
-        summaries: 2·d_k values per page of the ``seen`` positions and (batch row, KV head)."""
+        summaries: 2·d_k values per page of the ``seen`` positions and (batch row, query head)."""
         total = sum(_held(x) for s in self.slabs for x in (s.keys, s.values))
-        if self.page:
-            for s in self.slabs:
-                if not s.whole:
-                    B, H_s, _, d = s.keys.shape
-                    total += B * H_s * -(-self.seen // self.page) * 2 * d * s.keys.element_size()
+        if self.summaries is not None:
+            total += sum(x.numel() * x.element_size() for x in self.summaries)
         return total
 
     def stored_bytes(self) -> int:
@@ -268,6 +270,7 @@ class PlanLayer(DynamicLayer):
         self.slabs = []
         self.is_initialized = False
         self.seen, self.evicted_at, self.page, self.fetched, self.steps = 0, None, None, 0, 0
+        self.summaries = None
 
     def crop(self, tokens_to_remove: int) -> None:
         raise NotImplementedError("PlanCache cannot be cropped (evicted keys are gone)")

@@ -16,22 +16,23 @@ not read otherwise:
     C_h(i) = {P : P ∩ O_h(i) ≠ ∅}                                          (candidate pages)
     S_h(i) = B_{w_h}(i) ∪ T_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q_i) over C_h(i)}
 
-with U_{h,P} Quest's bound over the keys of P ∩ O_h(i) alone (a sink column or the band does not inflate
-the bound of the page around it).
+with U_{h,P} Quest's bound over the keys of P that are not columns of h (T_h: a sink column does not inflate
+the bound of the page around it; its own column is read anyway).
 
 The keys the plan's cache evicts are kept in a store (``kv_cache.PlanLayer``: off-device, as Quest and
 InfiniGen keep them in host memory) and a step fetches only the chosen pages' keys; the page summaries
-(2·d_k values per page and KV head) are what stays on the device with the resident cache.  Here the
-summaries are recomputed at every step from the resident ∪ stored keys of O_h(i) (as ``methods.quest``
-recomputes its own): the accuracy is the method's, the speed is not.  GQA: each query head picks its own pages from its KV
-head's keys (as Quest does); a KV head fetches the union of its query heads' pages.
+(m, M per page and query head: ``page_summaries``, made once after the prefill and folded as keys arrive,
+``fold_keys``) stay on the device with the resident cache, so a step's choice costs O(P·d) per head, not a
+pass over every key.  GQA: each query head picks its own pages from its KV head's keys (as Quest does); a KV
+head fetches the union of its query heads' pages.  Without summaries (``read_back``'s ``summaries`` None: a
+decoding without a ``PlanCache``) they are made from the step's resident ∪ stored keys, the same values.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["PAGE", "page_upper_bound", "quest_pages", "read_back"]
+__all__ = ["PAGE", "fold_keys", "page_summaries", "page_upper_bound", "quest_pages", "read_back"]
 
 PAGE = 16  # tokens per page (Quest's default)
 
@@ -41,21 +42,58 @@ def page_upper_bound(q, k, k_pos, page: int):
 
     Empty slots (k_pos = −1) belong to no page; a page without a key has U = −inf.
     """
-    B, H, n, d = q.shape
-    H_kv = k.shape[1]
-    P = int(k_pos.max()) // page + 1
-    pid = torch.where(k_pos >= 0, k_pos // page, torch.full_like(k_pos, P))              # (B, H_kv, L), P: no page
+    H, H_kv = q.shape[1], k.shape[1]
+    m, M = _minmax(k, k_pos, page)                                                          # (B, H_kv, P, d)
+    return bound(q, m.repeat_interleave(H // H_kv, 1), M.repeat_interleave(H // H_kv, 1))
+
+
+def _minmax(k, k_pos, page: int, P: int | None = None):
+    """m_P, M_P of the keys k (B, X, L, d) at k_pos (B, X, L) (−1: none) → (B, X, P, d) each; ±inf: a page without a key."""
+    B, X, L, d = k.shape
+    P = int(k_pos.max()) // page + 1 if P is None else P
+    pid = torch.where(k_pos >= 0, k_pos // page, torch.full_like(k_pos, P))              # (B, X, L), P: no page
     idx = pid[..., None].expand(*pid.shape, d)
-    m = torch.full((B, H_kv, P + 1, d), float("inf"), dtype=k.dtype, device=k.device).scatter_reduce(2, idx, k, "amin")
-    M = torch.full((B, H_kv, P + 1, d), float("-inf"), dtype=k.dtype, device=k.device).scatter_reduce(2, idx, k, "amax")
-    m, M = m[:, :, :P], M[:, :, :P]                                                        # (B, H_kv, P, d)
-    empty = torch.isinf(m).all(-1)                                                          # (B, H_kv, P)
+    m = torch.full((B, X, P + 1, d), float("inf"), dtype=k.dtype, device=k.device).scatter_reduce(2, idx, k, "amin")
+    M = torch.full((B, X, P + 1, d), float("-inf"), dtype=k.dtype, device=k.device).scatter_reduce(2, idx, k, "amax")
+    return m[:, :, :P], M[:, :, :P]
+
+
+def bound(q, m, M):
+    """U_P(q) = Σ_d max(q_d m_d, q_d M_d): q (B, H, n, d), m, M (B, H, P, d) a summary per query head → (B, H, n, P);
+    −inf for a page without a key (m = +inf)."""
+    empty = torch.isinf(m).all(-1)                                                          # (B, H, P)
     m, M = m.masked_fill(empty[..., None], 0), M.masked_fill(empty[..., None], 0)
-    r = H // H_kv
-    qg = q.view(B, H_kv, r, n, 1, d)
-    U = torch.maximum(qg * m[:, :, None, None], qg * M[:, :, None, None]).sum(-1)           # (B, H_kv, r, n, P)
-    U = U.masked_fill(empty[:, :, None, None, :], float("-inf"))
-    return U.view(B, H, n, P)
+    qx = q[:, :, :, None, :]                                                                # (B, H, n, 1, d)
+    U = torch.maximum(qx * m[:, :, None], qx * M[:, :, None]).sum(-1)                      # (B, H, n, P)
+    return U.masked_fill(empty[:, :, None, :], float("-inf"))
+
+
+def page_summaries(k, columns, kv_of, page: int):
+    """Each query head's page summaries after a prefill: k (B, H_kv, n, d) at positions 0 … n − 1, columns (B, H, g)
+    its columns T_h (−1: empty; left out of its summaries), kv_of (H,) → (m, M) (B, H, ⌈n / page⌉, d) each."""
+    B, H_kv, n, d = k.shape
+    H = kv_of.shape[0]
+    pos = torch.arange(n, device=k.device).expand(B, H, n)                                 # (B, H, n)
+    if columns is not None and columns.shape[-1]:
+        cols = columns.to(k.device).expand(B, H, -1)
+        is_col = torch.zeros(B, H, n + 1, dtype=torch.bool, device=k.device)                # [n]: empty slots
+        is_col.scatter_(-1, torch.where((cols >= 0) & (cols < n), cols, n), True)
+        pos = pos.masked_fill(is_col[..., :n], -1)
+    return _minmax(k[:, kv_of.to(k.device)], pos, page, -(-n // page))
+
+
+def fold_keys(summaries, k_new, start: int, page: int):
+    """The summaries with keys k_new (B, H_kv, t, d) at positions start … start + t − 1 folded in (pages appended)."""
+    m, M = summaries
+    B, H, P, d = m.shape
+    t = k_new.shape[2]
+    P2 = -(-(start + t) // page)
+    if P2 > P:
+        m = torch.cat([m, m.new_full((B, H, P2 - P, d), float("inf"))], 2)
+        M = torch.cat([M, M.new_full((B, H, P2 - P, d), float("-inf"))], 2)
+    k = k_new.repeat_interleave(H // k_new.shape[1], 1)                                     # (B, H, t, d)
+    idx = (torch.arange(start, start + t, device=k.device) // page).view(1, 1, t, 1).expand(B, H, t, d)
+    return m.scatter_reduce(2, idx, k, "amin"), M.scatter_reduce(2, idx, k, "amax")
 
 
 def quest_pages(U, q_pos, page: int, pages: int, candidates=None):
@@ -79,18 +117,18 @@ def quest_pages(U, q_pos, page: int, pages: int, candidates=None):
     return chosen if candidates is None else chosen & candidates
 
 
-def read_back(q, k, k_pos, q_pos, allowed, reads, page: int, pages: int):
+def read_back(q, k, k_pos, q_pos, allowed, reads, page: int, pages: int, columns, summaries=None):
     """S_h(i) with read-back: ``allowed`` ∪ the ``pages`` best candidate pages of each reading head.
 
-    Head h's summary of page P is over the keys of P it reads otherwise not, O_h(i) = {j ≤ i} ∖ (B_{w_h}(i) ∪ T_h)
-    (a sink column or the band does not inflate the bound of the page around it), and reading P reads P ∩ O_h(i):
-
-        U_{h,P}(q) = Σ_d max(q_d m_d, q_d M_d),  m, M = min, max of k_j over j ∈ P ∩ O_h(i)   (``page_upper_bound``)
+    Head h's candidates are the pages holding a key it reads otherwise not, O_h(i) = {j ≤ i} ∖ (B_{w_h}(i) ∪ T_h),
+    ranked by U_{h,P}(q) over the page's keys that are not columns of h; reading P reads P ∩ O_h(i).
 
     q (B, H, n, d) at q_pos (n,); k (B, H_kv, L, d) at k_pos (B, H_kv, L) (resident ∪ stored, −1: empty);
     allowed (B, H_kv, r, n, L): band ∪ columns (``LayerRunner.allowed``); reads (H,) bool: the heads that
-    read back.  Returns (allowed' (B, H_kv, r, n, L), fetched (B, H_kv, L): the slots some query head reads
-    only through its pages).  Memory: the keys once per query head and query row (decoding: n = 1).
+    read back; columns (B, H_kv, r, L) bool: the slots that are columns of each query head (``column_flags``);
+    summaries (m, M) (B, H, P', d), P' ≥ the pages of k_pos: these query heads' (``page_summaries``), or None: made
+    here from the step's keys, each head's columns left out (the same values: every key is resident or stored).
+    Returns (allowed' (B, H_kv, r, n, L), fetched (B, H_kv, L): the slots some query head reads only through its pages).
     """
     B, H, n, d = q.shape
     H_kv, L = k.shape[1], k.shape[2]
@@ -100,13 +138,15 @@ def read_back(q, k, k_pos, q_pos, allowed, reads, page: int, pages: int):
     outside &= reads.to(k.device).view(1, H_kv, r, 1, 1)
     if not bool(outside.any()):
         return allowed, torch.zeros(B, H_kv, L, dtype=torch.bool, device=k.device)
-    # one "KV head" per (query head, query row): its keys with the slots outside O_h(i) emptied (−1)
-    own_pos = torch.where(outside, j, torch.full_like(j, -1)).reshape(B, H * n, L)         # (B, H·n, L)
-    own_k = k[:, :, None, None].expand(B, H_kv, r, n, L, d).reshape(B, H * n, L, d)         # (B, H·n, L, d)
-    U = page_upper_bound(q.reshape(B, H * n, 1, d), own_k, own_pos, page).view(B, H, n, -1)  # (B, H, n, P)
-    P = U.shape[-1]
-    chosen = quest_pages(U, q_pos, page, pages, U > float("-inf")).view(B, H_kv, r, n, P)  # candidates: a key in O_h(i)
+    P = int(k_pos.max()) // page + 1
+    if summaries is None:   # from the step's keys: each query head's pages without the slots its columns hold
+        own = torch.where(columns, -1, k_pos[:, :, None, :]).reshape(B, H, L)               # (B, H, L)
+        summaries = _minmax(k[:, :, None].expand(B, H_kv, r, L, d).reshape(B, H, L, d), own, page, P)
+    m, M = summaries
+    U = bound(q, m[:, :, :P], M[:, :, :P])                                                  # (B, H, n, P)
+    pid = (k_pos // page).clamp(0, P)[:, :, None, None, :].expand(B, H_kv, r, n, L)        # (B, H_kv, r, n, L), P: none
+    cand = torch.zeros(B, H_kv, r, n, P + 1, dtype=torch.bool, device=k.device).scatter_(-1, torch.where(outside, pid, P), True)
+    chosen = quest_pages(U, q_pos, page, pages, cand[..., :P].reshape(B, H, n, P)).view(B, H_kv, r, n, P)
     chosen = torch.cat([chosen, chosen.new_zeros(B, H_kv, r, n, 1)], -1)                   # slot P: no page
-    pid = (k_pos // page).clamp(0, P)[:, :, None, None, :].expand(B, H_kv, r, n, L)        # (B, H_kv, r, n, L)
     read = torch.gather(chosen, -1, pid) & outside
     return allowed | read, read.any(3).any(2)
