@@ -255,3 +255,18 @@ def test_the_cached_page_summaries_are_those_of_the_keys_resident_and_stored():
             assert int(part.positions.max()) == layer.seen - 1
             held += int(part.flags.any())
     assert held   # some head's column slots were left out
+
+
+@pytest.mark.parametrize("pages,heads", [(2, "bands"), (3, "mixed")])
+def test_the_step_without_joining_the_store_reads_what_the_joined_step_reads(pages, heads, monkeypatch):
+    """decode_read_back (resident slots, each chosen page gathered by position from the store) gives the logits and
+    the stored tokens read of the step over resident ∪ stored slots joined (read_back on the joined part)."""
+    model = tiny_model(3)
+    row = [band(4, [0]), band(6), band(3), band(8, [1])] if heads == "bands" else [band(4, [0, 2]), HeadPlan.full(), band(5), band(2, [1])]
+    fast_toks, fast_logits, fast = greedy_logits(model, plan_of(model, row, pages=pages), IDS, STEPS)
+    monkeypatch.setattr(PlanLayer, "parts", lambda self, resident=False: [s.part() for s in self.slabs])
+    toks, logits, joined = greedy_logits(model, plan_of(model, row, pages=pages), IDS, STEPS)
+    assert fast_toks == toks
+    for a, b in zip(fast_logits, logits):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert read_tokens(fast) == pytest.approx(read_tokens(joined)) and read_tokens(fast) > 0

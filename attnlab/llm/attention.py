@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 from attnlab.llm.key_blocks import BLOCK, block_extras, block_keys, block_means, top_pooled_blocks
 from attnlab.llm.plan import FULL, LAST_Q, Plan
-from attnlab.llm.pages import page_summaries, read_back
+from attnlab.llm.pages import bound, page_summaries, read_back
 from attnlab.llm.slash_lines import SLASH_CHUNK, kernel_extras, last_query_mass, last_query_rows, slash_mass, top_slashes
 from attnlab.masks import hidden, near, visible
 from attnlab.nn.mechanisms.sliding_window import band_heads_attention, native_heads_ready, sliding_window_attention
@@ -355,24 +355,91 @@ class LayerRunner:
         how many stored slots the step read through pages, summed over (batch row, KV head); None: no store).
         ``summaries``: the layer's page summaries (m, M) (B, H, P, d) (read-back; None: made from the step's keys)."""
         fetched = None
-        if len(parts) == 1:                                                                # an unsplit layer: every KV head
-            p = parts[0]
-            out = self.decode(q, p.keys, p.values, scaling, q_pos, p.positions, p.flags, summaries=summaries)
-            if p.stored is not None and self.pages:
-                fetched = float((self.fetched & p.stored).sum())
-            return out, fetched
         B, H, n, _ = q.shape
         out = q.new_empty(B, H, n, parts[0].values.shape[-1])
         for p in parts:
             hq = self.query_heads(p.kv).to(q.device)
+            one = len(parts) == 1 and len(hq) == H                                         # an unsplit layer: every head
+            q_p = q if one else q[:, hq]
+            mine = None if summaries is None else summaries if one else (summaries[0][:, hq], summaries[1][:, hq])
             if p.whole and n == 1 and bool((self.per_kv(self.w_decode, p.kv) == FULL).all()):
-                out[:, hq] = self.attend(q[:, hq], p.keys, p.values, scaling, None)   # every key, all before the query
+                out[:, hq] = self.attend(q_p, p.keys, p.values, scaling, None)          # every key, all before the query
                 continue
-            mine = None if summaries is None else (summaries[0][:, hq], summaries[1][:, hq])
-            out[:, hq] = self.decode(q[:, hq], p.keys, p.values, scaling, q_pos, p.positions, p.flags, kv=p.kv, summaries=mine)
-            if p.stored is not None and self.pages:
-                fetched = (fetched or 0.0) + float((self.fetched & p.stored).sum())
+            if p.store is not None and self.pages and n == 1 and mine is not None:     # read-back without joining the store
+                o, read = self.decode_read_back(q_p, p, scaling, q_pos, mine)
+                fetched = (fetched or 0.0) + read
+            else:
+                o = self.decode(q_p, p.keys, p.values, scaling, q_pos, p.positions, p.flags, kv=None if one else p.kv,
+                                summaries=mine)
+                if p.stored is not None and self.pages:
+                    fetched = (fetched or 0.0) + float((self.fetched & p.stored).sum())
+            if one:
+                return o, fetched
+            out[:, hq] = o
         return out, fetched
+
+    def decode_read_back(self, q, p, scaling, q_pos, summaries):
+        """One decoding query over a part's resident slots and the pages it reads back from the part's store, the store
+        not joined: the same S_h(i) as ``decode`` with ``read_back`` (``pages``), each chosen page gathered by position.
+
+            candidates C_h(i) = {P : |P ∩ [0, i]| > |P ∩ (B_{w_h}(i) ∪ T_h)|}      (a key of P that h reads otherwise not)
+            S_h(i) = B_{w_h}(i) ∪ T_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q) over C_h(i)}
+
+        q (B, H_s·r, 1, d_k) at q_pos (1,); p a ``Part`` (resident keys, values, positions, flags) with its ``store``;
+        summaries (m, M) (B, H_s·r, P', d) of its query heads.  Returns (out (B, H_s·r, 1, d_v), stored slots read,
+        summed over (batch row, KV head)).
+        """
+        B, Hq, _, d = q.shape
+        k_r, v_r, pos_r = p.keys, p.values, p.positions                                     # (B, H_s, L, ·), (B, H_s, L)
+        H_s, L = k_r.shape[1], k_r.shape[2]
+        r = Hq // H_s
+        i, page, dev = int(q_pos[-1]), self.page, q.device
+        flags = self.column_flags(pos_r, p.kv) if p.flags is None else p.flags              # (B, H_s, r, L)
+        allowed = self.allowed(q_pos, pos_r, flags, p.kv)[:, :, :, 0]                       # (B, H_s, r, L): band ∪ columns
+        w = self.per_kv(self.w_decode, p.kv).to(dev)                                        # (H_s, r)
+        reads = self.per_kv(self.reads, p.kv).to(dev)                                       # (H_s, r)
+        # candidates: a page holds a position ≤ i that is neither in h's band nor one of its columns
+        P = i // page + 1
+        start = torch.arange(P, device=dev) * page                                          # (P,)
+        total = (start + page).clamp_max(i + 1) - start                                     # |P ∩ [0, i]|
+        lo = (i - w).clamp_min(0)[..., None]                                                # (H_s, r, 1): the band's first
+        in_band = ((start + page).clamp_max(i + 1) - torch.maximum(start, lo)).clamp_min(0)   # (H_s, r, P)
+        col = flags & ~near(i, pos_r, w.view(1, H_s, r, 1)) & (pos_r >= 0)[:, :, None]     # (B, H_s, r, L): off the band
+        pid = torch.where(col, pos_r[:, :, None] // page, P)
+        n_col = torch.zeros(B, H_s, r, P + 1, dtype=torch.long, device=dev).scatter_add_(-1, pid, col.long())[..., :P]
+        cand = (in_band + n_col < total) & reads[..., None]                                 # (B, H_s, r, P)
+        U = bound(q, summaries[0][:, :, :P], summaries[1][:, :, :P])[:, :, 0]               # (B, Hq, P)
+        top = torch.topk(U.masked_fill(~cand.view(B, Hq, P), float("-inf")), min(self.pages, P), -1)
+        j = (top.indices[..., None] * page + torch.arange(page, device=dev)).flatten(-2)   # (B, Hq, K·page) positions
+        ok = torch.isfinite(top.values).repeat_interleave(page, -1) & (j <= i) & (j < lo.view(1, Hq, 1))   # off the band
+        # each position's resident slot or store slot (its KV head's); a resident column of h is read already
+        kv_local = torch.arange(H_s, device=dev).repeat_interleave(r)                        # (Hq,) within the part
+        res_at = torch.full((B, H_s, i + 2), -1, dtype=torch.long, device=dev)
+        res_at.scatter_(-1, torch.where(pos_r >= 0, pos_r, i + 1), torch.arange(L, device=dev).expand(B, H_s, L))
+        jc = torch.where(ok, j, i + 1)
+        slot_r = torch.gather(res_at[:, kv_local], -1, jc)                                  # (B, Hq, K·page), −1: not resident
+        is_col = torch.gather(flags.reshape(B, Hq, L), -1, slot_r.clamp_min(0)) & (slot_r >= 0)
+        table = p.store.store_slots()                                                       # (B, H_s, J)
+        J = table.shape[-1]
+        slot_s = torch.where(jc < J, torch.gather(table[:, kv_local], -1, jc.clamp_max(J - 1)), -1)
+        ok &= ~is_col & ((slot_r >= 0) | (slot_s >= 0))
+        from_store = ok & (slot_r < 0)
+        b = torch.arange(B, device=dev).view(B, 1, 1)
+        S = p.store.store_keys.shape[2]
+        row_r = kv_local.view(1, Hq, 1) * L + slot_r.clamp_min(0)                            # rows of (B, H_s·L, ·)
+        row_s = kv_local.view(1, Hq, 1) * S + slot_s.clamp_min(0)
+        k_p = torch.where(from_store[..., None], p.store.store_keys.reshape(B, H_s * S, d)[b, row_s],
+                          k_r.reshape(B, H_s * L, d)[b, row_r])                              # (B, Hq, K·page, d)
+        v_p = torch.where(from_store[..., None], p.store.store_values.reshape(B, H_s * S, -1)[b, row_s],
+                          v_r.reshape(B, H_s * L, -1)[b, row_r])
+        s_r = ((q.reshape(B, H_s, r, d) @ k_r.transpose(-1, -2)) * scaling).view(B, Hq, L)   # (B, Hq, L)
+        s_p = (k_p @ q.view(B, Hq, d, 1)).squeeze(-1) * scaling                             # (B, Hq, K·page)
+        a = masked_softmax(torch.cat([s_r, s_p], -1), torch.cat([allowed.reshape(B, Hq, L), ok], -1))
+        o = (a[..., :L].view(B, H_s, r, L) @ v_r).view(B, Hq, -1) + (a[..., L:, None] * v_p).sum(-2)
+        read = torch.zeros(B, H_s, S + 1, dtype=torch.bool, device=dev)                     # [S]: none
+        read.view(B, H_s * (S + 1)).scatter_(-1, torch.where(from_store, kv_local.view(1, Hq, 1) * (S + 1) + slot_s, S).flatten(1), True)
+        read[..., S] = False
+        return o[:, :, None], float(read.sum())
 
     # ---- what the cache must keep ---------------------------------------------------------------
     def keep(self, k_pos, seen: int, flags=None, kv=None):
@@ -419,7 +486,8 @@ def attnlab_attention(module, query, key, value, attention_mask=None, dropout: f
             if runner.pages:   # each query head's, its columns left out; folded as keys arrive (PlanLayer.update)
                 layer.summaries = page_summaries(key, runner.columns, runner.kv_of, runner.page)
         elif layer is not None:   # each part of the cache with its query heads (the store's slots joined last)
-            out, fetched = runner.decode_parts(query, layer.parts(), scaling, q_pos, layer.summaries)
+            out, fetched = runner.decode_parts(query, layer.parts(resident=bool(runner.pages) and n == 1), scaling, q_pos,
+                                               layer.summaries)
             if runner.pages:
                 layer.count_read(fetched)
         else:   # queries after keys from elsewhere (no PlanCache): every key at its position

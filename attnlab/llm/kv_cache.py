@@ -83,6 +83,7 @@ class Part:
     flags: torch.Tensor | None
     stored: torch.Tensor | None = None
     whole: bool = False      # every key 0 … seen − 1 in order, none evicted
+    store: "Slab | None" = None   # ``Slab.resident``: the resident slots alone, the store beside them (read-back's step)
 
 
 class Slab:
@@ -93,6 +94,7 @@ class Slab:
     def __init__(self, kv, keys, values, positions, flags=None, whole: bool = False):
         self.kv, self.keys, self.values, self.positions, self.flags, self.whole = kv, keys, values, positions, flags, whole
         self.store_keys = self.store_values = self.store_pos = None   # (B, H_s, S, ·), (B, H_s, S): evicted slots
+        self._slots = None   # ``store_slots``: position → store slot
 
     def append(self, key_states, value_states, seen: int):
         """The new tokens of these KV heads (B, H_s, n, ·) at positions seen … seen + n − 1; no new token is a column."""
@@ -138,12 +140,29 @@ class Slab:
     def _store(self, drop):
         """Append the slots with ``drop`` True (B, H_s, L) to the store, compacted (−1: empty)."""
         _, _, k, v, pos = self._gather(drop)
+        self._slots = None
         if self.store_keys is None:
             self.store_keys, self.store_values, self.store_pos = k, v, pos
         else:
             self.store_keys = torch.cat([self.store_keys, k], 2)
             self.store_values = torch.cat([self.store_values, v], 2)
             self.store_pos = torch.cat([self.store_pos, pos], -1)
+
+    def resident(self) -> Part:
+        """The resident slots alone, with this slab as ``store`` (read-back's fast step: ``store_slots``, no join)."""
+        return Part(self.kv, self.keys, self.values, self.positions, self.flags, whole=self.whole,
+                    store=self if self.store_keys is not None else None)
+
+    def store_slots(self):
+        """(B, H_s, J + 1) the store's slot of each position 0 … J (J: the last stored; −1: not stored), remade after
+        each eviction."""
+        if self._slots is None:
+            B, H_s, S = self.store_pos.shape
+            J = int(self.store_pos.max()) + 1
+            slots = torch.full((B, H_s, J + 1), -1, dtype=torch.long, device=self.store_pos.device)   # [J]: empty slots
+            at = torch.arange(S, device=self.store_pos.device).expand(B, H_s, S)
+            self._slots = slots.scatter_(-1, torch.where(self.store_pos >= 0, self.store_pos, J), at)[..., :J]
+        return self._slots
 
     def part(self) -> Part:
         """What a decoding step reads: the resident slots, joined with the store's (its slots last; a stored key is no
@@ -229,9 +248,10 @@ class PlanLayer(DynamicLayer):
             if not slab.whole:
                 slab.evict(keep_of(slab), store)
 
-    def parts(self) -> list[Part]:
-        """What one decoding step reads, slab by slab (``Slab.part``)."""
-        return [slab.part() for slab in self.slabs]
+    def parts(self, resident: bool = False) -> list[Part]:
+        """What one decoding step reads, slab by slab (``Slab.part``; ``resident``: the resident slots with their store
+        beside them, ``Slab.resident``)."""
+        return [slab.resident() if resident else slab.part() for slab in self.slabs]
 
     def count_read(self, fetched) -> None:
         """One decoding step's count of stored slots read, summed over slabs and (batch row, KV head) (None: none)."""

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["PAGE", "fold_keys", "page_summaries", "page_upper_bound", "quest_pages", "read_back"]
+__all__ = ["PAGE", "bound", "fold_keys", "page_summaries", "page_upper_bound", "quest_pages", "read_back"]
 
 PAGE = 16  # tokens per page (Quest's default)
 
