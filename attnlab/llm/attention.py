@@ -196,7 +196,7 @@ class LayerRunner:
         if blocked:
             at = {h: i for i, h in enumerate(blocked)}
             bi = torch.tensor(blocked, device=q.device)
-            best = top_pooled_blocks(block_means(q[:, bi]), block_means(k)[:, kv_of[bi]], [self.effective_w(h, n) for h in blocked],
+            best = top_pooled_blocks(block_means(q)[:, bi], block_means(k)[:, kv_of[bi]], [self.effective_w(h, n) for h in blocked],
                                      max(self.blocks[h] for h in blocked))                      # (B, |blocked|, T, K_max)
         for (w, K), hs in groups.items():
             idx = torch.tensor(hs, device=q.device)
@@ -245,25 +245,29 @@ class LayerRunner:
             out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=extra_idx, extra_own=extra_own,
                                                    unique=True, chunk=chunk_size(w), scale=scaling)
         voted = torch.full((B, H, -(-max(self.kept, default=0) // BLOCK) * BLOCK), -1, dtype=torch.long, device=q.device)
-        for h in range(H):  # the last T rows of a head with a tail read every causal key (exact, SDPA on those rows)
-            T = min(self.tail[h], n)
-            if T and not self.is_full(h, n):   # a head run full already reads every key
-                i = torch.arange(n - T, n, device=q.device)[:, None]
-                j = torch.arange(n, device=q.device)[None, :]
+        # the last T rows of a head with a tail read every causal key (exact: a = softmax(q_i·k_j τ) over j ≤ i on those
+        # rows, the heads of one T together; a head run full already reads every key)
+        tails: dict[int, list[int]] = {}
+        for h in range(H):
+            if self.tail[h] and not self.is_full(h, n):
+                tails.setdefault(min(self.tail[h], n), []).append(h)
+        for T, hs in tails.items():
+            idx = torch.tensor(hs, device=q.device)
+            s = (q[:, idx, n - T :] @ k[:, kv_of[idx]].transpose(-1, -2)) * scaling          # (B, |hs|, T, n)
+            s[..., n - T :].masked_fill_(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), float("-inf"))   # j > i
+            a = torch.softmax(s, -1)
+            out[:, idx, n - T :] = a @ v[:, kv_of[idx]]                                         # (B, |hs|, T, d_v)
+            for x, h in enumerate(hs):
                 if not self.kept[h]:
-                    out[:, h, n - T :] = F.scaled_dot_product_attention(q[:, h, n - T :], k[:, kv_of[h]], v[:, kv_of[h]],
-                                                                       attn_mask=visible(i, j, None), scale=scaling)
                     continue
-                # the tail's vote: a = softmax(q_i·k_j τ) on the tail rows, m_j = Σ_i a_ij over the keys the last row's band,
-                # the columns and the held blocks miss; kept for decoding: the ⌈P / b⌉ blocks of b keys of largest Σ_{j∈J} m_j
-                # (a needle's value lies beside the key the question finds: whole blocks keep both), held as more columns
-                a = torch.softmax((q[:, h, n - T :] @ k[:, kv_of[h]].transpose(-1, -2) * scaling).masked_fill(~visible(i, j, None), float("-inf")), -1)
-                out[:, h, n - T :] = a @ v[:, kv_of[h]]                                             # (B, T, d_v)
+                # the tail's vote: m_j = Σ_i a_ij over the keys the last row's band, the columns and the held blocks miss;
+                # kept for decoding: the ⌈P / b⌉ blocks of b keys of largest Σ_{j∈J} m_j (a needle's value lies beside the
+                # key the question finds: whole blocks keep both), held as more columns
                 taken = torch.zeros(B, n + 1, dtype=torch.bool, device=q.device)                    # [n]: the empty slots
                 own = torch.cat([self.columns[:, h], held[:, h]], -1)                                # (B, g + K·b), −1: empty
                 taken.scatter_(-1, torch.where(own >= 0, own, n), True)
                 taken[:, max(0, n - 1 - self.effective_w(h, n)) : n] = True                         # the band holds these
-                mass = a.sum(-2).masked_fill(taken[:, :n], 0.0)                                      # (B, n)
+                mass = a[:, x].sum(-2).masked_fill(taken[:, :n], 0.0)                                # (B, n)
                 per_block = F.pad(mass, (0, -n % BLOCK)).unflatten(-1, (-1, BLOCK)).sum(-1)          # (B, ⌈n/b⌉)
                 top = torch.topk(per_block, min(-(-self.kept[h] // BLOCK), per_block.shape[-1]), -1)
                 keys = block_keys(torch.where(top.values > 0, top.indices, -1), n)                  # (B, P'), −1: none
