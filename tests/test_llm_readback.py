@@ -231,9 +231,9 @@ def test_a_sink_column_does_not_take_a_page():
 
 
 def test_the_cached_page_summaries_are_those_of_the_keys_resident_and_stored():
-    """The summaries made after the prefill and folded at each step (PlanLayer.summaries) equal each query head's
-    min / max over the resident ∪ stored keys of every page, its columns left out — what a step without a PlanCache
-    makes from its keys — after evictions; a column's key is in no summary of its head."""
+    """The summaries made after the prefill and folded at each step (PlanLayer.summaries) equal each KV head's
+    min / max over the resident ∪ stored keys of every page, its query heads' columns left out — what a step without
+    a PlanCache makes from its keys — after evictions; they hold 2·d values a page and KV head."""
     from attnlab.llm.pages import _minmax
 
     model = tiny_model(3)
@@ -243,26 +243,27 @@ def test_the_cached_page_summaries_are_those_of_the_keys_resident_and_stored():
     held = 0
     for layer in cache.layers:
         P = -(-layer.seen // 16)
-        assert layer.summaries[0].shape[2] == P
+        assert layer.summaries[0].shape[1:3] == (layer.num_kv_heads, P)
         for part in layer.parts():                                                       # split by KV head (ragged)
-            B, H_s, L, d = part.keys.shape
-            r = len(heads) // layer.num_kv_heads
-            hq = (part.kv[:, None] * r + torch.arange(r)).reshape(-1)
-            own = torch.where(part.flags, -1, part.positions[:, :, None, :]).reshape(B, H_s * r, L)
-            m, M = _minmax(part.keys[:, :, None].expand(B, H_s, r, L, d).reshape(B, H_s * r, L, d), own, 16, P)
-            torch.testing.assert_close(layer.summaries[0][:, hq], m)
-            torch.testing.assert_close(layer.summaries[1][:, hq], M)
+            own = torch.where(part.flags.any(2), -1, part.positions)                     # (B, H_s, L): no column
+            m, M = _minmax(part.keys, own, 16, P)
+            torch.testing.assert_close(layer.summaries[0][:, part.kv], m)
+            torch.testing.assert_close(layer.summaries[1][:, part.kv], M)
             assert int(part.positions.max()) == layer.seen - 1
             held += int(part.flags.any())
     assert held   # some head's column slots were left out
 
 
-@pytest.mark.parametrize("pages,heads", [(2, "bands"), (3, "mixed")])
+@pytest.mark.parametrize("pages,heads", [(2, "bands"), (3, "mixed"), (6, "narrow"), (6, "padded")])
 def test_the_step_without_joining_the_store_reads_what_the_joined_step_reads(pages, heads, monkeypatch):
     """decode_read_back (resident slots, each chosen page gathered by position from the store) gives the logits and
     the stored tokens read of the step over resident ∪ stored slots joined (read_back on the joined part)."""
     model = tiny_model(3)
-    row = [band(4, [0]), band(6), band(3), band(8, [1])] if heads == "bands" else [band(4, [0, 2]), HeadPlan.full(), band(5), band(2, [1])]
+    row = {"bands": [band(4, [0]), band(6), band(3), band(8, [1])], "mixed": [band(4, [0, 2]), HeadPlan.full(), band(5), band(2, [1])],
+           "narrow": [band(1, [0]), band(2), band(1), band(0, [1])],
+           "padded": [band(10, [0]), band(10, [0, 1]), band(10, [0]), band(10, [0])]}[heads]
+    # narrow: tokens appended since the last eviction leave the band before the next one; padded: one slab for both KV
+    # heads (13 and 12 slots: within RAGGED), the shorter padded, its new tokens after the padding read back from there
     fast_toks, fast_logits, fast = greedy_logits(model, plan_of(model, row, pages=pages), IDS, STEPS)
     monkeypatch.setattr(PlanLayer, "parts", lambda self, resident=False: [s.part() for s in self.slabs])
     toks, logits, joined = greedy_logits(model, plan_of(model, row, pages=pages), IDS, STEPS)

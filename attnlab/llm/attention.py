@@ -345,7 +345,7 @@ class LayerRunner:
         """q: (B, H_s·r, n, d_k) at positions q_pos (n,); k, v: (B, H_s, L, ·) at k_pos (B, H_s, L) → (B, H_s·r, n, d_v).
 
         ``kv`` (H_s,): which KV heads k, v are, q holding their query heads (None: all of them); ``summaries``: the
-        read-back's page summaries (m, M) of these query heads (``pages.page_summaries``; None: made from k).
+        read-back's page summaries (m, M) of these KV heads (``pages.page_summaries``; None: made from k).
         """
         flags = self.column_flags(k_pos, kv) if flags is None else flags                  # (B, H_s, r, L)
         allowed = self.allowed(q_pos, k_pos, flags, kv)                                    # (B, H_s, r, n, L)
@@ -357,7 +357,7 @@ class LayerRunner:
     def decode_parts(self, q, parts, scaling, q_pos, summaries=None):
         """q: (B, H, n, d_k) over a cache's ``parts`` (``kv_cache.Part``: KV heads with their keys) → (out (B, H, n, d_v),
         how many stored slots the step read through pages, summed over (batch row, KV head); None: no store).
-        ``summaries``: the layer's page summaries (m, M) (B, H, P, d) (read-back; None: made from the step's keys)."""
+        ``summaries``: the layer's page summaries (m, M) (B, H_kv, P, d) (read-back; None: made from the step's keys)."""
         fetched = None
         B, H, n, _ = q.shape
         out = q.new_empty(B, H, n, parts[0].values.shape[-1])
@@ -365,7 +365,8 @@ class LayerRunner:
             hq = self.query_heads(p.kv).to(q.device)
             one = len(parts) == 1 and len(hq) == H                                         # an unsplit layer: every head
             q_p = q if one else q[:, hq]
-            mine = None if summaries is None else summaries if one else (summaries[0][:, hq], summaries[1][:, hq])
+            kv = p.kv.to(q.device)
+            mine = None if summaries is None else summaries if one else (summaries[0][:, kv], summaries[1][:, kv])
             if p.whole and n == 1 and bool((self.per_kv(self.w_decode, p.kv) == FULL).all()):
                 out[:, hq] = self.attend(q_p, p.keys, p.values, scaling, None)          # every key, all before the query
                 continue
@@ -390,7 +391,7 @@ class LayerRunner:
             S_h(i) = B_{w_h}(i) ∪ T_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q) over C_h(i)}
 
         q (B, H_s·r, 1, d_k) at q_pos (1,); p a ``Part`` (resident keys, values, positions, flags) with its ``store``;
-        summaries (m, M) (B, H_s·r, P', d) of its query heads.  Returns (out (B, H_s·r, 1, d_v), stored slots read,
+        summaries (m, M) (B, H_s, P', d) of its KV heads.  Returns (out (B, H_s·r, 1, d_v), stored slots read,
         summed over (batch row, KV head)).
         """
         B, Hq, _, d = q.shape
@@ -418,17 +419,19 @@ class LayerRunner:
         ok = torch.isfinite(top.values).repeat_interleave(page, -1) & (j <= i) & (j < lo.view(1, Hq, 1))   # off the band
         # each position's resident slot or store slot (its KV head's); a resident column of h is read already
         kv_local = torch.arange(H_s, device=dev).repeat_interleave(r)                        # (Hq,) within the part
-        res_at = torch.full((B, H_s, i + 2), -1, dtype=torch.long, device=dev)
-        res_at.scatter_(-1, torch.where(pos_r >= 0, pos_r, i + 1), torch.arange(L, device=dev).expand(B, H_s, L))
+        # a KV head's resident positions ascend along its slots but for the padding (−1) between the compacted slots and
+        # the tokens appended since: their running maximum is sorted, a position's first slot there is its own
+        b = torch.arange(B, device=dev).view(B, 1, 1)
         jc = torch.where(ok, j, i + 1)
-        slot_r = torch.gather(res_at[:, kv_local], -1, jc)                                  # (B, Hq, K·page), −1: not resident
+        sorted_r = torch.cummax(pos_r, -1).values[:, kv_local]                              # (B, Hq, L)
+        at = torch.searchsorted(sorted_r, jc).clamp_max(L - 1)                              # (B, Hq, K·page)
+        slot_r = torch.where(torch.gather(sorted_r, -1, at) == jc, at, -1)                  # −1: not resident
         is_col = torch.gather(flags.reshape(B, Hq, L), -1, slot_r.clamp_min(0)) & (slot_r >= 0)
         table = p.store.store_slots()                                                       # (B, H_s, J)
         J = table.shape[-1]
-        slot_s = torch.where(jc < J, torch.gather(table[:, kv_local], -1, jc.clamp_max(J - 1)), -1)
+        slot_s = torch.where(jc < J, table.reshape(B, H_s * J)[b, kv_local.view(1, Hq, 1) * J + jc.clamp_max(J - 1)], -1)
         ok &= ~is_col & ((slot_r >= 0) | (slot_s >= 0))
         from_store = ok & (slot_r < 0)
-        b = torch.arange(B, device=dev).view(B, 1, 1)
         S = p.store.store_keys.shape[2]
         row_r = kv_local.view(1, Hq, 1) * L + slot_r.clamp_min(0)                            # rows of (B, H_s·L, ·)
         row_s = kv_local.view(1, Hq, 1) * S + slot_s.clamp_min(0)
@@ -487,7 +490,7 @@ def attnlab_attention(module, query, key, value, attention_mask=None, dropout: f
             out = runner.prefill(query, key, value, scaling)
             layer.flags = runner.column_flags(layer.positions)                            # the columns' slots, once
             layer.page = runner.page if runner.pages else None                             # read-back: a store, page summaries
-            if runner.pages:   # each query head's, its columns left out; folded as keys arrive (PlanLayer.update)
+            if runner.pages:   # each KV head's, its query heads' columns left out; folded as keys arrive (PlanLayer.update)
                 layer.summaries = page_summaries(key, runner.columns, runner.kv_of, runner.page)
         elif layer is not None:   # each part of the cache with its query heads (the store's slots joined last)
             out, fetched = runner.decode_parts(query, layer.parts(resident=bool(runner.pages) and n == 1), scaling, q_pos,

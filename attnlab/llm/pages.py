@@ -16,14 +16,14 @@ not read otherwise:
     C_h(i) = {P : P ∩ O_h(i) ≠ ∅}                                          (candidate pages)
     S_h(i) = B_{w_h}(i) ∪ T_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q_i) over C_h(i)}
 
-with U_{h,P} Quest's bound over the keys of P that are not columns of h (T_h: a sink column does not inflate
-the bound of the page around it; its own column is read anyway).
+with U_P Quest's bound over the keys of P that are no column of a query head of h's KV head (a sink column does
+not make the page around it every query's best; a column is read anyway).
 
 The keys the plan's cache evicts are kept in a store (``kv_cache.PlanLayer``: off-device, as Quest and
 InfiniGen keep them in host memory) and a step fetches only the chosen pages' keys; the page summaries
-(m, M per page and query head: ``page_summaries``, made once after the prefill and folded as keys arrive,
-``fold_keys``) stay on the device with the resident cache, so a step's choice costs O(P·d) per head, not a
-pass over every key.  GQA: each query head picks its own pages from its KV head's keys (as Quest does); a KV
+(m, M per page and KV head, 2·d values for 16 keys and values: ``page_summaries``, made once after the prefill
+and folded as keys arrive, ``fold_keys``) stay on the device with the resident cache, so a step's choice costs
+O(P·d) per head, not a pass over every key.  GQA: each query head picks its own pages from its KV head's keys (as Quest does); a KV
 head fetches the union of its query heads' pages.  Without summaries (``read_back``'s ``summaries`` None: a
 decoding without a ``PlanCache``) they are made from the step's resident ∪ stored keys, the same values.
 """
@@ -42,9 +42,7 @@ def page_upper_bound(q, k, k_pos, page: int):
 
     Empty slots (k_pos = −1) belong to no page; a page without a key has U = −inf.
     """
-    H, H_kv = q.shape[1], k.shape[1]
-    m, M = _minmax(k, k_pos, page)                                                          # (B, H_kv, P, d)
-    return bound(q, m.repeat_interleave(H // H_kv, 1), M.repeat_interleave(H // H_kv, 1))
+    return bound(q, *_minmax(k, k_pos, page))
 
 
 def _minmax(k, k_pos, page: int, P: int | None = None):
@@ -59,41 +57,43 @@ def _minmax(k, k_pos, page: int, P: int | None = None):
 
 
 def bound(q, m, M):
-    """U_P(q) = Σ_d max(q_d m_d, q_d M_d): q (B, H, n, d), m, M (B, H, P, d) a summary per query head → (B, H, n, P);
-    −inf for a page without a key (m = +inf)."""
-    empty = torch.isinf(m).all(-1)                                                          # (B, H, P)
+    """U_P(q) = Σ_d max(q_d m_d, q_d M_d) = q⁺·M + q⁻·m (m ≤ M): q (B, H, n, d), m, M (B, H_kv, P, d) the pages of
+    each KV head (GQA: query head h reads KV head h // (H / H_kv)) → (B, H, n, P); −inf for a page without a key."""
+    B, H, n, d = q.shape
+    H_kv, P = m.shape[1], m.shape[2]
+    empty = torch.isinf(m).all(-1)                                                          # (B, H_kv, P)
     m, M = m.masked_fill(empty[..., None], 0), M.masked_fill(empty[..., None], 0)
-    qx = q[:, :, :, None, :]                                                                # (B, H, n, 1, d)
-    U = torch.maximum(qx * m[:, :, None], qx * M[:, :, None]).sum(-1)                      # (B, H, n, P)
-    return U.masked_fill(empty[:, :, None, :], float("-inf"))
+    qg = q.reshape(B, H_kv, (H // H_kv) * n, d)                                             # a KV head's query rows
+    U = qg.clamp_min(0) @ M.transpose(-1, -2) + qg.clamp_max(0) @ m.transpose(-1, -2)      # (B, H_kv, r·n, P)
+    return U.masked_fill(empty[:, :, None, :], float("-inf")).view(B, H, n, P)
 
 
 def page_summaries(k, columns, kv_of, page: int):
-    """Each query head's page summaries after a prefill: k (B, H_kv, n, d) at positions 0 … n − 1, columns (B, H, g)
-    its columns T_h (−1: empty; left out of its summaries), kv_of (H,) → (m, M) (B, H, ⌈n / page⌉, d) each."""
+    """Each KV head's page summaries after a prefill: k (B, H_kv, n, d) at positions 0 … n − 1, columns (B, H, g) the
+    columns T_h of its query heads (−1: empty; left out: a sink does not make its page everyone's best), kv_of (H,)
+    → (m, M) (B, H_kv, ⌈n / page⌉, d) each (2·d values a page: 1/16 of the page's keys and values)."""
     B, H_kv, n, d = k.shape
-    H = kv_of.shape[0]
-    pos = torch.arange(n, device=k.device).expand(B, H, n)                                 # (B, H, n)
+    pos = torch.arange(n, device=k.device).expand(B, H_kv, n)                              # (B, H_kv, n)
     if columns is not None and columns.shape[-1]:
-        cols = columns.to(k.device).expand(B, H, -1)
-        is_col = torch.zeros(B, H, n + 1, dtype=torch.bool, device=k.device)                # [n]: empty slots
-        is_col.scatter_(-1, torch.where((cols >= 0) & (cols < n), cols, n), True)
-        pos = pos.masked_fill(is_col[..., :n], -1)
-    return _minmax(k[:, kv_of.to(k.device)], pos, page, -(-n // page))
+        cols = columns.to(k.device).expand(B, -1, -1)                                      # (B, H, g)
+        kv = kv_of.to(k.device).view(1, -1, 1) * (n + 1)
+        is_col = torch.zeros(B, H_kv * (n + 1), dtype=torch.bool, device=k.device)         # per KV head, [n]: empty slots
+        is_col.scatter_(-1, (kv + torch.where((cols >= 0) & (cols < n), cols, n)).flatten(1), True)
+        pos = pos.masked_fill(is_col.view(B, H_kv, n + 1)[..., :n], -1)
+    return _minmax(k, pos, page, -(-n // page))
 
 
 def fold_keys(summaries, k_new, start: int, page: int):
     """The summaries with keys k_new (B, H_kv, t, d) at positions start … start + t − 1 folded in (pages appended)."""
     m, M = summaries
-    B, H, P, d = m.shape
+    B, H_kv, P, d = m.shape
     t = k_new.shape[2]
     P2 = -(-(start + t) // page)
     if P2 > P:
-        m = torch.cat([m, m.new_full((B, H, P2 - P, d), float("inf"))], 2)
-        M = torch.cat([M, M.new_full((B, H, P2 - P, d), float("-inf"))], 2)
-    k = k_new.repeat_interleave(H // k_new.shape[1], 1)                                     # (B, H, t, d)
-    idx = (torch.arange(start, start + t, device=k.device) // page).view(1, 1, t, 1).expand(B, H, t, d)
-    return m.scatter_reduce(2, idx, k, "amin"), M.scatter_reduce(2, idx, k, "amax")
+        m = torch.cat([m, m.new_full((B, H_kv, P2 - P, d), float("inf"))], 2)
+        M = torch.cat([M, M.new_full((B, H_kv, P2 - P, d), float("-inf"))], 2)
+    idx = (torch.arange(start, start + t, device=k_new.device) // page).view(1, 1, t, 1).expand(B, H_kv, t, d)
+    return m.scatter_reduce(2, idx, k_new, "amin"), M.scatter_reduce(2, idx, k_new, "amax")
 
 
 def quest_pages(U, q_pos, page: int, pages: int, candidates=None):
@@ -121,13 +121,13 @@ def read_back(q, k, k_pos, q_pos, allowed, reads, page: int, pages: int, columns
     """S_h(i) with read-back: ``allowed`` ∪ the ``pages`` best candidate pages of each reading head.
 
     Head h's candidates are the pages holding a key it reads otherwise not, O_h(i) = {j ≤ i} ∖ (B_{w_h}(i) ∪ T_h),
-    ranked by U_{h,P}(q) over the page's keys that are not columns of h; reading P reads P ∩ O_h(i).
+    ranked by U_P(q) over the page's keys that are no column of its KV head's query heads; reading P reads P ∩ O_h(i).
 
     q (B, H, n, d) at q_pos (n,); k (B, H_kv, L, d) at k_pos (B, H_kv, L) (resident ∪ stored, −1: empty);
     allowed (B, H_kv, r, n, L): band ∪ columns (``LayerRunner.allowed``); reads (H,) bool: the heads that
     read back; columns (B, H_kv, r, L) bool: the slots that are columns of each query head (``column_flags``);
-    summaries (m, M) (B, H, P', d), P' ≥ the pages of k_pos: these query heads' (``page_summaries``), or None: made
-    here from the step's keys, each head's columns left out (the same values: every key is resident or stored).
+    summaries (m, M) (B, H_kv, P', d), P' ≥ the pages of k_pos: these KV heads' (``page_summaries``), or None: made
+    here from the step's keys, the columns left out (the same values: every key is resident or stored).
     Returns (allowed' (B, H_kv, r, n, L), fetched (B, H_kv, L): the slots some query head reads only through its pages).
     """
     B, H, n, d = q.shape
@@ -139,9 +139,8 @@ def read_back(q, k, k_pos, q_pos, allowed, reads, page: int, pages: int, columns
     if not bool(outside.any()):
         return allowed, torch.zeros(B, H_kv, L, dtype=torch.bool, device=k.device)
     P = int(k_pos.max()) // page + 1
-    if summaries is None:   # from the step's keys: each query head's pages without the slots its columns hold
-        own = torch.where(columns, -1, k_pos[:, :, None, :]).reshape(B, H, L)               # (B, H, L)
-        summaries = _minmax(k[:, :, None].expand(B, H_kv, r, L, d).reshape(B, H, L, d), own, page, P)
+    if summaries is None:   # from the step's keys: each KV head's pages without the slots a query head's columns hold
+        summaries = _minmax(k, torch.where(columns.any(2), -1, k_pos), page, P)
     m, M = summaries
     U = bound(q, m[:, :, :P], M[:, :, :P])                                                  # (B, H, n, P)
     pid = (k_pos // page).clamp(0, P)[:, :, None, None, :].expand(B, H_kv, r, n, L)        # (B, H_kv, r, n, L), P: none
