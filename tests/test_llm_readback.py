@@ -231,27 +231,35 @@ def test_a_sink_column_does_not_take_a_page():
 
 
 def test_the_cached_page_summaries_are_those_of_the_keys_resident_and_stored():
-    """The summaries made after the prefill and folded at each step (PlanLayer.summaries) equal each KV head's
-    min / max over the resident ∪ stored keys of every page, its query heads' columns left out — what a step without
-    a PlanCache makes from its keys — after evictions; they hold 2·d values a page and KV head."""
+    """The summaries made after the prefill and folded at each step (PlanLayer.summaries: per KV head, and per query
+    head the pages its columns touch) are each query head's min / max over the resident ∪ stored keys of every page,
+    its own columns left out — what a step without a PlanCache makes from its keys — after evictions."""
     from attnlab.llm.pages import _minmax
 
     model = tiny_model(3)
     heads = [band(4, [0]), band(6), band(3), band(8, [1])]
     _, _, cache = greedy_logits(model, plan_of(model, heads, pages=2), IDS, STEPS)
     assert store_tokens(cache) > 0
-    held = 0
+    touched = 0
     for layer in cache.layers:
         P = -(-layer.seen // 16)
-        assert layer.summaries[0].shape[1:3] == (layer.num_kv_heads, P)
+        m, M, pc, mc, Mc = layer.summaries
+        assert m.shape[1:3] == (layer.num_kv_heads, P)
+        r = len(heads) // layer.num_kv_heads
         for part in layer.parts():                                                       # split by KV head (ragged)
-            own = torch.where(part.flags.any(2), -1, part.positions)                     # (B, H_s, L): no column
-            m, M = _minmax(part.keys, own, 16, P)
-            torch.testing.assert_close(layer.summaries[0][:, part.kv], m)
-            torch.testing.assert_close(layer.summaries[1][:, part.kv], M)
-            assert int(part.positions.max()) == layer.seen - 1
-            held += int(part.flags.any())
-    assert held   # some head's column slots were left out
+            B, H_s, L, d = part.keys.shape
+            hq = (part.kv[:, None] * r + torch.arange(r)).reshape(-1)
+            own = torch.where(part.flags, -1, part.positions[:, :, None, :]).reshape(B, H_s * r, L)
+            want = _minmax(part.keys[:, :, None].expand(B, H_s, r, L, d).reshape(B, H_s * r, L, d), own, 16, P)
+            for x, h in enumerate(hq.tolist()):                                           # the per-head view of the parts
+                got = [y[:, int(h) // r].clone() for y in (m, M)]                         # (B, P, d)
+                for c, p in enumerate(pc[0, h].tolist()):
+                    if p >= 0:
+                        got[0][:, p], got[1][:, p] = mc[:, h, c], Mc[:, h, c]
+                        touched += 1
+                torch.testing.assert_close(got[0], want[0][:, x])
+                torch.testing.assert_close(got[1], want[1][:, x])
+    assert touched   # some head's column pages were summarised without its columns
 
 
 @pytest.mark.parametrize("pages,heads", [(2, "bands"), (3, "mixed"), (6, "narrow"), (6, "padded")])
@@ -271,3 +279,21 @@ def test_the_step_without_joining_the_store_reads_what_the_joined_step_reads(pag
     for a, b in zip(fast_logits, logits):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     assert read_tokens(fast) == pytest.approx(read_tokens(joined)) and read_tokens(fast) > 0
+
+
+def test_folding_keys_into_a_column_page_still_filling_equals_summarising_them_all():
+    """A prefill of 20 keys leaves page 1 partial; head 0's column 17 lies there: the keys that arrive (20 … 37) join
+    the KV head's summaries and head 0's own summary of page 1 (its column still out) — as if summarised at once."""
+    from attnlab.llm.pages import fold_keys, page_summaries
+
+    g = torch.Generator().manual_seed(4)
+    k = torch.randn(1, 2, 38, 8, generator=g)
+    cols = torch.tensor([[[17, 0], [3, -1], [-1, -1], [30, 5]]])                        # (B, H = 4, g)
+    kv_of = torch.tensor([0, 0, 1, 1])
+    s = page_summaries(k[:, :, :20], cols, kv_of, 16)
+    for t in range(20, 38, 6):
+        s = fold_keys(s, k[:, :, t:t + 6], t, 16)
+    ref = page_summaries(k, torch.where(cols < 20, cols, -1), kv_of, 16)                  # column 30 arrives after the prefill
+    for a, b in zip(s, ref):
+        assert torch.equal(a, b)
+    assert s[2][0, 0].tolist() == [1, 0] or s[2][0, 0].tolist() == [0, 1]                # head 0: pages 0 and 1 its own

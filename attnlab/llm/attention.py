@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 from attnlab.llm.key_blocks import BLOCK, block_extras, block_keys, block_means, top_pooled_blocks
 from attnlab.llm.plan import FULL, LAST_Q, Plan
-from attnlab.llm.pages import bound, page_summaries, read_back
+from attnlab.llm.pages import page_summaries, read_back, summary_bound
 from attnlab.llm.slash_lines import SLASH_CHUNK, kernel_extras, last_query_mass, last_query_rows, slash_mass, top_slashes
 from attnlab.masks import hidden, near, visible
 from attnlab.nn.mechanisms.sliding_window import band_heads_attention, native_heads_ready, sliding_window_attention
@@ -345,7 +345,7 @@ class LayerRunner:
         """q: (B, H_s·r, n, d_k) at positions q_pos (n,); k, v: (B, H_s, L, ·) at k_pos (B, H_s, L) → (B, H_s·r, n, d_v).
 
         ``kv`` (H_s,): which KV heads k, v are, q holding their query heads (None: all of them); ``summaries``: the
-        read-back's page summaries (m, M) of these KV heads (``pages.page_summaries``; None: made from k).
+        read-back's page summaries of these heads (``pages.page_summaries``; None: made from k).
         """
         flags = self.column_flags(k_pos, kv) if flags is None else flags                  # (B, H_s, r, L)
         allowed = self.allowed(q_pos, k_pos, flags, kv)                                    # (B, H_s, r, n, L)
@@ -357,7 +357,7 @@ class LayerRunner:
     def decode_parts(self, q, parts, scaling, q_pos, summaries=None):
         """q: (B, H, n, d_k) over a cache's ``parts`` (``kv_cache.Part``: KV heads with their keys) → (out (B, H, n, d_v),
         how many stored slots the step read through pages, summed over (batch row, KV head); None: no store).
-        ``summaries``: the layer's page summaries (m, M) (B, H_kv, P, d) (read-back; None: made from the step's keys)."""
+        ``summaries``: the layer's page summaries (``pages.page_summaries``; read-back; None: made from the step's keys)."""
         fetched = None
         B, H, n, _ = q.shape
         out = q.new_empty(B, H, n, parts[0].values.shape[-1])
@@ -366,7 +366,8 @@ class LayerRunner:
             one = len(parts) == 1 and len(hq) == H                                         # an unsplit layer: every head
             q_p = q if one else q[:, hq]
             kv = p.kv.to(q.device)
-            mine = None if summaries is None else summaries if one else (summaries[0][:, kv], summaries[1][:, kv])
+            mine = None if summaries is None or one else (*(x[:, kv] for x in summaries[:2]), *(x[:, hq] for x in summaries[2:]))
+            mine = summaries if one else mine
             if p.whole and n == 1 and bool((self.per_kv(self.w_decode, p.kv) == FULL).all()):
                 out[:, hq] = self.attend(q_p, p.keys, p.values, scaling, None)          # every key, all before the query
                 continue
@@ -391,7 +392,7 @@ class LayerRunner:
             S_h(i) = B_{w_h}(i) ∪ T_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q) over C_h(i)}
 
         q (B, H_s·r, 1, d_k) at q_pos (1,); p a ``Part`` (resident keys, values, positions, flags) with its ``store``;
-        summaries (m, M) (B, H_s, P', d) of its KV heads.  Returns (out (B, H_s·r, 1, d_v), stored slots read,
+        summaries: ``pages.page_summaries``' parts of its KV heads and query heads.  Returns (out (B, H_s·r, 1, d_v), stored slots read,
         summed over (batch row, KV head)).
         """
         B, Hq, _, d = q.shape
@@ -413,7 +414,7 @@ class LayerRunner:
         pid = torch.where(col, pos_r[:, :, None] // page, P)
         n_col = torch.zeros(B, H_s, r, P + 1, dtype=torch.long, device=dev).scatter_add_(-1, pid, col.long())[..., :P]
         cand = (in_band + n_col < total) & reads[..., None]                                 # (B, H_s, r, P)
-        U = bound(q, summaries[0][:, :, :P], summaries[1][:, :, :P])[:, :, 0]               # (B, Hq, P)
+        U = summary_bound(q, summaries, P)[:, :, 0]                                          # (B, Hq, P)
         top = torch.topk(U.masked_fill(~cand.view(B, Hq, P), float("-inf")), min(self.pages, P), -1)
         j = (top.indices[..., None] * page + torch.arange(page, device=dev)).flatten(-2)   # (B, Hq, K·page) positions
         ok = torch.isfinite(top.values).repeat_interleave(page, -1) & (j <= i) & (j < lo.view(1, Hq, 1))   # off the band
@@ -490,7 +491,7 @@ def attnlab_attention(module, query, key, value, attention_mask=None, dropout: f
             out = runner.prefill(query, key, value, scaling)
             layer.flags = runner.column_flags(layer.positions)                            # the columns' slots, once
             layer.page = runner.page if runner.pages else None                             # read-back: a store, page summaries
-            if runner.pages:   # each KV head's, its query heads' columns left out; folded as keys arrive (PlanLayer.update)
+            if runner.pages:   # each query head's, its own columns left out (stored sparsely); folded as keys arrive
                 layer.summaries = page_summaries(key, runner.columns, runner.kv_of, runner.page)
         elif layer is not None:   # each part of the cache with its query heads (the store's slots joined last)
             out, fetched = runner.decode_parts(query, layer.parts(resident=bool(runner.pages) and n == 1), scaling, q_pos,

@@ -31,7 +31,8 @@ layer's *store* (``store_keys``/``store_values``/``store_pos``, compacted the sa
 lost — the off-device copy Quest and InfiniGen keep in host memory; a decoding step joins them after the
 resident slots (``parts``) and its planned heads read the pages their bound chooses.  Accounting keeps
 the two apart: ``kv_bytes`` is the resident cache plus the page summaries (2·d_k values per page and KV
-head, ``summaries``: made after the prefill, folded as keys arrive), ``store_bytes`` the stored keys and values, ``read_tokens`` the stored tokens fetched per step.
+head and per page a query head's columns touch, ``summaries``: made after the prefill, folded as keys arrive),
+``store_bytes`` the stored keys and values, ``read_tokens`` the stored tokens fetched per step.
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ class PlanLayer(DynamicLayer):
         self.seen = 0
         self.evicted_at = None  # ``seen`` at the last compaction
         self.page = None        # read-back: tokens per page (None: evicted keys are dropped)
-        self.summaries = None   # read-back: (m, M) (B, H_kv, P, d) each KV head's page summaries (pages.page_summaries)
+        self.summaries = None   # read-back: the page summaries (pages.page_summaries: per KV head, and per query head its column pages)
         self.fetched = self.steps = 0   # stored tokens read per (batch row, KV head), summed over decoding steps; steps
 
     def update(self, key_states, value_states, *args, **kwargs):
@@ -268,7 +269,8 @@ class PlanLayer(DynamicLayer):
 
     def held_bytes(self) -> int:
         """Bytes allocated for the resident keys and values (spare room included) with a read-back slab's page
-        summaries: 2·d_k values per page of the ``seen`` positions and (batch row, KV head)."""
+        summaries: 2·d_k values per page of the ``seen`` positions and (batch row, KV head), and per page a query head's
+        columns touch (``pages.page_summaries``)."""
         total = sum(_held(x) for s in self.slabs for x in (s.keys, s.values))
         if self.summaries is not None:
             total += sum(x.numel() * x.element_size() for x in self.summaries)

@@ -16,14 +16,14 @@ not read otherwise:
     C_h(i) = {P : P ∩ O_h(i) ≠ ∅}                                          (candidate pages)
     S_h(i) = B_{w_h}(i) ∪ T_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q_i) over C_h(i)}
 
-with U_P Quest's bound over the keys of P that are no column of a query head of h's KV head (a sink column does
-not make the page around it every query's best; a column is read anyway).
+with U_{h,P} Quest's bound over the keys of P that are not columns of h (T_h: a sink column does not make the page
+around it every query's best; its own column is read anyway).
 
 The keys the plan's cache evicts are kept in a store (``kv_cache.PlanLayer``: off-device, as Quest and
 InfiniGen keep them in host memory) and a step fetches only the chosen pages' keys; the page summaries
-(m, M per page and KV head, 2·d values for 16 keys and values: ``page_summaries``, made once after the prefill
-and folded as keys arrive, ``fold_keys``) stay on the device with the resident cache, so a step's choice costs
-O(P·d) per head, not a pass over every key.  GQA: each query head picks its own pages from its KV head's keys (as Quest does); a KV
+(m, M per page and KV head, 2·d values for 16 keys and values, and per query head those of the few pages its
+columns touch: ``page_summaries``, made once after the prefill and folded as keys arrive, ``fold_keys``) stay on
+the device with the resident cache, so a step's choice costs O(P·d) per head, not a pass over every key.  GQA: each query head picks its own pages from its KV head's keys (as Quest does); a KV
 head fetches the union of its query heads' pages.  Without summaries (``read_back``'s ``summaries`` None: a
 decoding without a ``PlanCache``) they are made from the step's resident ∪ stored keys, the same values.
 """
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["PAGE", "bound", "fold_keys", "page_summaries", "page_upper_bound", "quest_pages", "read_back"]
+__all__ = ["PAGE", "bound", "fold_keys", "page_summaries", "page_upper_bound", "quest_pages", "read_back", "summary_bound"]
 
 PAGE = 16  # tokens per page (Quest's default)
 
@@ -69,31 +69,72 @@ def bound(q, m, M):
 
 
 def page_summaries(k, columns, kv_of, page: int):
-    """Each KV head's page summaries after a prefill: k (B, H_kv, n, d) at positions 0 … n − 1, columns (B, H, g) the
-    columns T_h of its query heads (−1: empty; left out: a sink does not make its page everyone's best), kv_of (H,)
-    → (m, M) (B, H_kv, ⌈n / page⌉, d) each (2·d values a page: 1/16 of the page's keys and values)."""
+    """The page summaries after a prefill, each query head's over its KV head's keys without its own columns T_h (a
+    sink does not make its page every query's best; a head reads its columns anyway), stored sparsely: the KV head's
+    summaries over every key, and for each query head only the pages its columns touch.
+
+    k (B, H_kv, n, d) at positions 0 … n − 1, columns (B, H, g) (−1: empty), kv_of (H,) → (m, M, pc, mc, Mc):
+    m, M (B, H_kv, ⌈n / page⌉, d); pc (B, H, C) the pages holding a column of head h (−1: none), mc, Mc (B, H, C, d)
+    their min / max without h's columns (±inf: no key left).  2·d values a page and KV head (1/16 of its keys and
+    values) and 2·d per page a head's columns touch (``bound`` reads the two as one summary per query head)."""
     B, H_kv, n, d = k.shape
-    pos = torch.arange(n, device=k.device).expand(B, H_kv, n)                              # (B, H_kv, n)
-    if columns is not None and columns.shape[-1]:
-        cols = columns.to(k.device).expand(B, -1, -1)                                      # (B, H, g)
-        kv = kv_of.to(k.device).view(1, -1, 1) * (n + 1)
-        is_col = torch.zeros(B, H_kv * (n + 1), dtype=torch.bool, device=k.device)         # per KV head, [n]: empty slots
-        is_col.scatter_(-1, (kv + torch.where((cols >= 0) & (cols < n), cols, n)).flatten(1), True)
-        pos = pos.masked_fill(is_col.view(B, H_kv, n + 1)[..., :n], -1)
-    return _minmax(k, pos, page, -(-n // page))
+    H = kv_of.shape[0]
+    P = -(-n // page)
+    m, M = _minmax(k, torch.arange(n, device=k.device).expand(B, H_kv, n), page, P)
+    cols = (columns if columns is not None else torch.zeros(1, H, 0, dtype=torch.long)).to(k.device).expand(B, H, -1)
+    ok = (cols >= 0) & (cols < n)
+    is_col = torch.zeros(B, H, n + 1, dtype=torch.bool, device=k.device).scatter_(-1, torch.where(ok, cols, n), True)
+    touched = torch.zeros(B, H, P + 1, dtype=torch.bool, device=k.device).scatter_(-1, torch.where(ok, cols // page, P), True)[..., :P]
+    C = int(touched.sum(-1).max()) if touched.numel() else 0
+    order = torch.sort((~touched).to(torch.int8), dim=-1, stable=True).indices[..., :C]       # (B, H, C) touched pages first
+    pc = torch.where(torch.gather(touched, -1, order), order, -1)
+    j = pc.clamp_min(0)[..., None] * page + torch.arange(page, device=k.device)             # (B, H, C, page) positions
+    keep = (pc >= 0)[..., None] & (j < n)
+    keep &= ~torch.gather(is_col, -1, j.clamp_max(n).flatten(2)).view_as(j)
+    kj = k[torch.arange(B, device=k.device).view(B, 1, 1), kv_of.to(k.device).view(1, H, 1), j.clamp_max(n - 1).flatten(2)]
+    kj = kj.view(B, H, C, page, d)                                                          # their keys
+    mc = kj.masked_fill(~keep[..., None], float("inf")).amin(3)
+    Mc = kj.masked_fill(~keep[..., None], float("-inf")).amax(3)
+    return m, M, pc, mc, Mc
+
+
+def summary_bound(q, summaries, P: int):
+    """U_{h,P}(q) from ``page_summaries``' five parts (of these query heads and their KV heads): q (B, H, n, d) → (B, H, n, P)
+    for the pages 0 … P − 1 — the KV head's bound, replaced on the pages head h's columns touch by the bound without them."""
+    m, M, pc, mc, Mc = summaries
+    U = bound(q, m[:, :, :P], M[:, :, :P])                                                  # (B, H, n, P)
+    if pc.shape[-1]:
+        B, H, n, _ = q.shape
+        empty = torch.isinf(mc).all(-1)                                                     # (B, H, C): every key a column
+        Uc = q.clamp_min(0) @ Mc.masked_fill(empty[..., None], 0).transpose(-1, -2) \
+            + q.clamp_max(0) @ mc.masked_fill(empty[..., None], 0).transpose(-1, -2)        # (B, H, n, C)
+        Uc = Uc.masked_fill(empty[:, :, None, :], float("-inf"))
+        at = torch.where((pc >= 0) & (pc < P), pc, P)[:, :, None, :].expand(B, H, n, -1)
+        U = torch.cat([U, U.new_empty(B, H, n, 1)], -1).scatter_(-1, at, Uc)[..., :P]
+    return U
 
 
 def fold_keys(summaries, k_new, start: int, page: int):
-    """The summaries with keys k_new (B, H_kv, t, d) at positions start … start + t − 1 folded in (pages appended)."""
-    m, M = summaries
+    """``page_summaries``' parts with keys k_new (B, H_kv, t, d) at positions start … start + t − 1 folded in (pages
+    appended; a new key is no column: it joins a head's column pages too)."""
+    m, M, pc, mc, Mc = summaries
     B, H_kv, P, d = m.shape
-    t = k_new.shape[2]
+    H, t = pc.shape[1], k_new.shape[2]
     P2 = -(-(start + t) // page)
     if P2 > P:
         m = torch.cat([m, m.new_full((B, H_kv, P2 - P, d), float("inf"))], 2)
         M = torch.cat([M, M.new_full((B, H_kv, P2 - P, d), float("-inf"))], 2)
-    idx = (torch.arange(start, start + t, device=k_new.device) // page).view(1, 1, t, 1).expand(B, H_kv, t, d)
-    return m.scatter_reduce(2, idx, k_new, "amin"), M.scatter_reduce(2, idx, k_new, "amax")
+    pages = torch.arange(start, start + t, device=k_new.device) // page                     # (t,)
+    idx = pages.view(1, 1, t, 1).expand(B, H_kv, t, d)
+    m, M = m.scatter_reduce(2, idx, k_new, "amin"), M.scatter_reduce(2, idx, k_new, "amax")
+    if pc.shape[-1] and bool((pc[..., None] == pages).any()):   # a column page still filling (the prefill's last, partial)
+        kq = k_new.repeat_interleave(H // H_kv, 1)                                          # (B, H, t, d)
+        hit = (pc[..., None] == pages).to(k_new.dtype)                                      # (B, H, C, t)
+        inf = torch.tensor(float("inf"), dtype=k_new.dtype, device=k_new.device)
+        lo = torch.where(hit[..., None] > 0, kq[:, :, None], inf).amin(3)                   # (B, H, C, d)
+        hi = torch.where(hit[..., None] > 0, kq[:, :, None], -inf).amax(3)
+        mc, Mc = torch.minimum(mc, lo), torch.maximum(Mc, hi)
+    return m, M, pc, mc, Mc
 
 
 def quest_pages(U, q_pos, page: int, pages: int, candidates=None):
@@ -121,13 +162,13 @@ def read_back(q, k, k_pos, q_pos, allowed, reads, page: int, pages: int, columns
     """S_h(i) with read-back: ``allowed`` ∪ the ``pages`` best candidate pages of each reading head.
 
     Head h's candidates are the pages holding a key it reads otherwise not, O_h(i) = {j ≤ i} ∖ (B_{w_h}(i) ∪ T_h),
-    ranked by U_P(q) over the page's keys that are no column of its KV head's query heads; reading P reads P ∩ O_h(i).
+    ranked by U_{h,P}(q) over the page's keys that are not columns of h; reading P reads P ∩ O_h(i).
 
     q (B, H, n, d) at q_pos (n,); k (B, H_kv, L, d) at k_pos (B, H_kv, L) (resident ∪ stored, −1: empty);
     allowed (B, H_kv, r, n, L): band ∪ columns (``LayerRunner.allowed``); reads (H,) bool: the heads that
     read back; columns (B, H_kv, r, L) bool: the slots that are columns of each query head (``column_flags``);
-    summaries (m, M) (B, H_kv, P', d), P' ≥ the pages of k_pos: these KV heads' (``page_summaries``), or None: made
-    here from the step's keys, the columns left out (the same values: every key is resident or stored).
+    summaries: ``page_summaries``' parts of these query heads and KV heads (P' ≥ the pages of k_pos), or None: made here
+    from the step's keys, each head's columns left out (the same values: every key is resident or stored).
     Returns (allowed' (B, H_kv, r, n, L), fetched (B, H_kv, L): the slots some query head reads only through its pages).
     """
     B, H, n, d = q.shape
@@ -139,10 +180,12 @@ def read_back(q, k, k_pos, q_pos, allowed, reads, page: int, pages: int, columns
     if not bool(outside.any()):
         return allowed, torch.zeros(B, H_kv, L, dtype=torch.bool, device=k.device)
     P = int(k_pos.max()) // page + 1
-    if summaries is None:   # from the step's keys: each KV head's pages without the slots a query head's columns hold
-        summaries = _minmax(k, torch.where(columns.any(2), -1, k_pos), page, P)
-    m, M = summaries
-    U = bound(q, m[:, :, :P], M[:, :, :P])                                                  # (B, H, n, P)
+    if summaries is None:   # from the step's keys: each query head's pages without the slots its columns hold
+        own = torch.where(columns, -1, k_pos[:, :, None, :]).reshape(B, H, L)               # (B, H, L)
+        U = bound(q.reshape(B * H, 1, n, d), *(x.reshape(B * H, 1, P, d) for x in
+                  _minmax(k[:, :, None].expand(B, H_kv, r, L, d).reshape(B, H, L, d), own, page, P))).view(B, H, n, P)
+    else:
+        U = summary_bound(q, summaries, P)                                                  # (B, H, n, P)
     pid = (k_pos // page).clamp(0, P)[:, :, None, None, :].expand(B, H_kv, r, n, L)        # (B, H_kv, r, n, L), P: none
     cand = torch.zeros(B, H_kv, r, n, P + 1, dtype=torch.bool, device=k.device).scatter_(-1, torch.where(outside, pid, P), True)
     chosen = quest_pages(U, q_pos, page, pages, cand[..., :P].reshape(B, H, n, P)).view(B, H_kv, r, n, P)
