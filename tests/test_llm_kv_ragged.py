@@ -72,7 +72,10 @@ def test_a_split_cache_decodes_as_the_dense_cache_and_holds_only_what_is_read(mo
         assert other.keys.shape[1] == 1 and other.keys.shape[2] < seen / 4        # not padded to KV head 0's length
     assert kv_tokens(cache) < (N + steps) * 0.6
     padded = 2 * len(cache.layers) * 2 * (N + steps) * 16 * 4                    # both KV heads at full length, K and V
-    assert kv_bytes(cache) < 0.6 * padded
+    # read-back's page summaries (2·d values a page of 16 and KV head, and the pages a head's columns touch) beside
+    summaries = sum(x.numel() * x.element_size() for layer in cache.layers if layer.summaries for x in layer.summaries)
+    assert (summaries > 0) == (pages > 0) and summaries < padded / 8
+    assert kv_bytes(cache) - summaries < 0.6 * padded
 
 
 def test_appends_write_into_spare_room(model):

@@ -243,8 +243,8 @@ def test_the_cached_page_summaries_are_those_of_the_keys_resident_and_stored():
     touched = 0
     for layer in cache.layers:
         P = -(-layer.seen // 16)
-        m, M, pc, mc, Mc = layer.summaries
-        assert m.shape[1:3] == (layer.num_kv_heads, P)
+        m, M, pc, mc, Mc, row = layer.summaries
+        assert m.shape[1:3] == (layer.num_kv_heads, P) and row.tolist() == list(range(layer.num_kv_heads))   # every KV head reads
         r = len(heads) // layer.num_kv_heads
         for part in layer.parts():                                                       # split by KV head (ragged)
             B, H_s, L, d = part.keys.shape

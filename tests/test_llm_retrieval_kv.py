@@ -95,6 +95,9 @@ def test_the_method_gives_the_vote_to_the_retrieval_heads_and_refuses_it_without
     plan = methods.get("attnlab-retrieval", 0.5, retrieval_heads="2", tail="8", tail_keep="32").make_plan(None, cal.n, cal)
     got = {(l, h): hp.kept for l, row in enumerate(plan.heads) for h, hp in enumerate(row) if hp.kept}
     assert got == {(0, 1): 32, (1, 2): 32} and plan.meta["tail_keep"] == 32
+    m = methods.get("attnlab-retrieval", 0.5, retrieval_heads="2", tail="8", tail_keep="32")
+    m.plan, m.n = plan, cal.n
+    assert (m.describe()["kept_heads"], m.describe()["kept"]) == (2, 32)                 # shown by attnlab eval's rows
     with pytest.raises(UserError, match="tail_keep=32 needs tail"):
         methods.get("attnlab-retrieval", 0.5, tail="0", tail_keep="32")                 # refused before any work
     for bad in ("-1", "x"):
@@ -141,8 +144,8 @@ def test_cli_refuses_bad_kv_options_in_one_line_writing_nothing(model_dir, tmp_p
         assert code == 2 and err.count("\n") == 1 and needle in err and "Traceback" not in err, err
         assert not out.exists()
     out = tmp_path / "ok.json"
-    code, _, err = cli(*base, "--method", "attnlab-retrieval:retrieval_heads=2:tail=8:tail_keep=32:by_kv=1", "--out", out)
-    assert code == 0, err
+    code, text, err = cli(*base, "--method", "attnlab-retrieval:retrieval_heads=2:tail=8:tail_keep=32:by_kv=1:pages=4", "--out", out)
+    assert code == 0 and "2 decoding from 32 voted keys" in text and "4 pages read back a step" in text, (text, err)
     p = Plan.load(out)
     assert p.meta["tail_keep"] == 32 and p.meta["by_kv"] == 1 and sum(h.kept == 32 for r in p.heads for h in r) == 2
     d = p.to_dict()

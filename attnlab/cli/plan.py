@@ -120,6 +120,9 @@ def register(app: typer.Typer) -> None:
         lines = f"{p.slash_heads()} with {max(h.slashes for r in p.heads for h in r)} slash lines, " if p.slash_heads() else ""
         counts = Counter(h.blocks for r in p.heads for h in r if h.blocks and not h.is_full)   # K → heads (retrieval, others)
         lines += "".join(f"{c} with {K} key blocks, " for K, c in sorted(counts.items(), reverse=True))
+        voting = [h.kept for r in p.heads for h in r if h.kept]   # retrieval heads decoding from their tail's voted keys
+        lines += f"{len(voting)} decoding from {max(voting)} voted keys, " if voting else ""
+        lines += f"{p.pages} pages read back a step, " if p.pages else ""
         typer.echo(f"{out}: {p.num_layers}×{p.num_heads} heads, {p.full_heads()} full, {lines}"
                    f"{100 * p.fraction(n):.1f} % of the causal entries at n = {n}")
 

@@ -363,11 +363,14 @@ class LayerRunner:
         out = q.new_empty(B, H, n, parts[0].values.shape[-1])
         for p in parts:
             hq = self.query_heads(p.kv).to(q.device)
-            one = len(parts) == 1 and len(hq) == H                                         # an unsplit layer: every head
+            one = len(parts) == 1 and len(hq) == H and bool((p.kv.cpu() == torch.arange(len(p.kv))).all())   # every head, in order
             q_p = q if one else q[:, hq]
             kv = p.kv.to(q.device)
-            mine = None if summaries is None or one else (*(x[:, kv] for x in summaries[:2]), *(x[:, hq] for x in summaries[2:]))
-            mine = summaries if one else mine
+            if summaries is not None:   # its KV heads' rows of m, M and its query heads' column pages
+                rows = summaries[5][kv]
+                mine = (*(x[:, rows.clamp_min(0)] for x in summaries[:2]), *(x[:, hq] for x in summaries[2:5]), rows)
+            else:
+                mine = None
             if p.whole and n == 1 and bool((self.per_kv(self.w_decode, p.kv) == FULL).all()):
                 out[:, hq] = self.attend(q_p, p.keys, p.values, scaling, None)          # every key, all before the query
                 continue
@@ -375,8 +378,8 @@ class LayerRunner:
                 o, read = self.decode_read_back(q_p, p, scaling, q_pos, mine)
                 fetched = (fetched or 0.0) + read
             else:
-                o = self.decode(q_p, p.keys, p.values, scaling, q_pos, p.positions, p.flags, kv=None if one else p.kv,
-                                summaries=mine)
+                kw = ({} if one else {"kv": p.kv}) | ({} if mine is None else {"summaries": mine})   # a subclass's decode (SnapKV's) as before
+                o = self.decode(q_p, p.keys, p.values, scaling, q_pos, p.positions, p.flags, **kw)
                 if p.stored is not None and self.pages:
                     fetched = (fetched or 0.0) + float((self.fetched & p.stored).sum())
             if one:
@@ -492,7 +495,7 @@ def attnlab_attention(module, query, key, value, attention_mask=None, dropout: f
             layer.flags = runner.column_flags(layer.positions)                            # the columns' slots, once
             layer.page = runner.page if runner.pages else None                             # read-back: a store, page summaries
             if runner.pages:   # each query head's, its own columns left out (stored sparsely); folded as keys arrive
-                layer.summaries = page_summaries(key, runner.columns, runner.kv_of, runner.page)
+                layer.summaries = page_summaries(key, runner.columns, runner.kv_of, runner.page, runner.reads)
         elif layer is not None:   # each part of the cache with its query heads (the store's slots joined last)
             out, fetched = runner.decode_parts(query, layer.parts(resident=bool(runner.pages) and n == 1), scaling, q_pos,
                                                layer.summaries)

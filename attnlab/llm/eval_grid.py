@@ -357,7 +357,8 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
                           "kv_tokens": ans.kv_tokens, "kv_bytes": ans.kv_bytes, "kv_read_tokens": ans.kv_read_tokens,
                           "kv_store_tokens": ans.kv_store_tokens, "kv_store_bytes": ans.kv_store_bytes,
                           **{k: v for k, v in method.describe().items() if k in ("full_heads", "tail_heads", "pages", "slash_heads", "slashes",
-                                                                                      "block_heads", "blocks", "pattern_counts")}})
+                                                                                      "block_heads", "blocks", "kept_heads", "kept",
+                                                                                      "pattern_counts")}})
 
                 for calibrated in (False, True):   # the methods without a calibration are answered before it is made
                     ready = _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, calibrated)

@@ -40,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from transformers.cache_utils import Cache, DynamicLayer
 
 from attnlab.llm.pages import fold_keys
@@ -84,7 +85,7 @@ class Part:
     flags: torch.Tensor | None
     stored: torch.Tensor | None = None
     whole: bool = False      # every key 0 … seen − 1 in order, none evicted
-    store: "Slab | None" = None   # ``Slab.resident``: the resident slots alone, the store beside them (read-back's step)
+    store: "Slab | None" = None   # ``PlanLayer.merged``: the resident slots alone, the store beside them (read-back's step)
 
 
 class Slab:
@@ -149,11 +150,6 @@ class Slab:
             self.store_values = torch.cat([self.store_values, v], 2)
             self.store_pos = torch.cat([self.store_pos, pos], -1)
 
-    def resident(self) -> Part:
-        """The resident slots alone, with this slab as ``store`` (read-back's fast step: ``store_slots``, no join)."""
-        return Part(self.kv, self.keys, self.values, self.positions, self.flags, whole=self.whole,
-                    store=self if self.store_keys is not None else None)
-
     def store_slots(self):
         """(B, H_s, J + 1) the store's slot of each position 0 … J (J: the last stored; −1: not stored), remade after
         each eviction."""
@@ -205,6 +201,7 @@ class PlanLayer(DynamicLayer):
         self.seen = 0
         self.evicted_at = None  # ``seen`` at the last compaction
         self.page = None        # read-back: tokens per page (None: evicted keys are dropped)
+        self._store = None      # read-back: the stores of the slabs stacked (``merged``), until the next eviction
         self.summaries = None   # read-back: the page summaries (pages.page_summaries: per KV head, and per query head its column pages)
         self.fetched = self.steps = 0   # stored tokens read per (batch row, KV head), summed over decoding steps; steps
 
@@ -239,20 +236,52 @@ class PlanLayer(DynamicLayer):
     def evict(self, keep, store: bool = False):
         """Compact an unsplit layer: drop the slots with ``keep`` False (B, H_kv, L) (``Slab.evict``)."""
         assert len(self.slabs) == 1, "a split layer is compacted slab by slab (compact)"
-        self.evicted_at = self.seen
+        self.evicted_at, self._store = self.seen, None
         self.slabs[0].evict(keep, store)
 
     def compact(self, keep_of, store: bool = False):
         """Compact every slab that does not keep everything: ``keep_of(slab)`` → its slots to keep (B, H_s, L)."""
-        self.evicted_at = self.seen
+        self.evicted_at, self._store = self.seen, None
         for slab in self.slabs:
             if not slab.whole:
                 slab.evict(keep_of(slab), store)
 
     def parts(self, resident: bool = False) -> list[Part]:
-        """What one decoding step reads, slab by slab (``Slab.part``; ``resident``: the resident slots with their store
-        beside them, ``Slab.resident``)."""
-        return [slab.resident() if resident else slab.part() for slab in self.slabs]
+        """What one decoding step reads, slab by slab (``Slab.part``).  ``resident``: the slabs with a store as one part
+        (``merged``: their resident slots padded to one length, their stores beside them), the others as they are."""
+        if not resident:
+            return [slab.part() for slab in self.slabs]
+        stored = [slab for slab in self.slabs if slab.store_keys is not None]
+        return [slab.part() for slab in self.slabs if slab.store_keys is None] + ([self.merged(stored)] if stored else [])
+
+    def merged(self, slabs) -> Part:
+        """The slabs ``slabs`` (each with a store) as one ``Part``: their resident keys, values, positions and flags padded
+        to the longest (−1 / False) and stacked by KV head — this step's copy of the resident slots alone — with one
+        store beside them: theirs padded and stacked once after each eviction, each slab's store then a view of it."""
+        if len(slabs) == 1:   # one slab: its own slots and store
+            (sl,) = slabs
+            return Part(sl.kv, sl.keys, sl.values, sl.positions, sl.flags, store=sl)
+        if self._store is None:
+            S = max(sl.store_keys.shape[2] for sl in slabs)
+            pad = lambda x, v: F.pad(x, (0, 0, 0, S - x.shape[2]), value=v) if x.dim() == 4 else F.pad(x, (0, S - x.shape[2]), value=v)
+            one = Slab(torch.cat([sl.kv for sl in slabs]), None, None, None)
+            one.store_keys = torch.cat([pad(sl.store_keys, 0.0) for sl in slabs], 1)        # (B, ΣH_s, S, d)
+            one.store_values = torch.cat([pad(sl.store_values, 0.0) for sl in slabs], 1)
+            one.store_pos = torch.cat([pad(sl.store_pos, -1) for sl in slabs], 1)
+            a = 0
+            for sl in slabs:   # each slab's store a view of the stacked one (no second copy)
+                H_s, S_i = sl.store_pos.shape[1], sl.store_pos.shape[2]
+                sl.store_keys, sl.store_values = one.store_keys[:, a : a + H_s, :S_i], one.store_values[:, a : a + H_s, :S_i]
+                sl.store_pos = one.store_pos[:, a : a + H_s, :S_i]
+                a += H_s
+            self._store = one
+        L = max(sl.keys.shape[2] for sl in slabs)
+        pad = lambda x, v: F.pad(x, (0, L - x.shape[-1]), value=v)
+        keys = torch.cat([F.pad(sl.keys, (0, 0, 0, L - sl.keys.shape[2])) for sl in slabs], 1)
+        values = torch.cat([F.pad(sl.values, (0, 0, 0, L - sl.values.shape[2])) for sl in slabs], 1)
+        positions = torch.cat([pad(sl.positions, -1) for sl in slabs], 1)
+        flags = None if any(sl.flags is None for sl in slabs) else torch.cat([pad(sl.flags, False) for sl in slabs], 1)
+        return Part(self._store.kv, keys, values, positions, flags, store=self._store)
 
     def count_read(self, fetched) -> None:
         """One decoding step's count of stored slots read, summed over slabs and (batch row, KV head) (None: none)."""
@@ -292,7 +321,7 @@ class PlanLayer(DynamicLayer):
         self.slabs = []
         self.is_initialized = False
         self.seen, self.evicted_at, self.page, self.fetched, self.steps = 0, None, None, 0, 0
-        self.summaries = None
+        self.summaries = self._store = None
 
     def crop(self, tokens_to_remove: int) -> None:
         raise NotImplementedError("PlanCache cannot be cropped (evicted keys are gone)")

@@ -68,21 +68,28 @@ def bound(q, m, M):
     return U.masked_fill(empty[:, :, None, :], float("-inf")).view(B, H, n, P)
 
 
-def page_summaries(k, columns, kv_of, page: int):
+def page_summaries(k, columns, kv_of, page: int, reads=None):
     """The page summaries after a prefill, each query head's over its KV head's keys without its own columns T_h (a
     sink does not make its page every query's best; a head reads its columns anyway), stored sparsely: the KV head's
     summaries over every key, and for each query head only the pages its columns touch.
 
-    k (B, H_kv, n, d) at positions 0 … n − 1, columns (B, H, g) (−1: empty), kv_of (H,) → (m, M, pc, mc, Mc):
-    m, M (B, H_kv, ⌈n / page⌉, d); pc (B, H, C) the pages holding a column of head h (−1: none), mc, Mc (B, H, C, d)
-    their min / max without h's columns (±inf: no key left).  2·d values a page and KV head (1/16 of its keys and
-    values) and 2·d per page a head's columns touch (``bound`` reads the two as one summary per query head)."""
+    k (B, H_kv, n, d) at positions 0 … n − 1, columns (B, H, g) (−1: empty), kv_of (H,), reads (H,) bool the heads that
+    read back (None: all) → (m, M, pc, mc, Mc, row): m, M (B, V, ⌈n / page⌉, d) for the V KV heads with a reading
+    query head, row (H_kv,) each KV head's row there (−1: none); pc (B, H, C) the pages holding a column of a reading
+    head h (−1: none), mc, Mc (B, H, C, d) their min / max without h's columns (±inf: no key left).  2·d values a page
+    and KV head (1/16 of its keys and values) and 2·d per page a head's columns touch (``summary_bound`` reads them as
+    one summary per query head)."""
     B, H_kv, n, d = k.shape
     H = kv_of.shape[0]
     P = -(-n // page)
-    m, M = _minmax(k, torch.arange(n, device=k.device).expand(B, H_kv, n), page, P)
+    reads = torch.ones(H, dtype=torch.bool) if reads is None else reads.cpu()
+    kept = torch.zeros(H_kv, dtype=torch.bool).index_fill_(0, kv_of.cpu()[reads], True)    # KV heads with a reader
+    row = torch.cumsum(kept.long(), 0) - 1
+    row = torch.where(kept, row, -1).to(k.device)
+    sub = torch.nonzero(kept).view(-1).to(k.device)
+    m, M = _minmax(k[:, sub], torch.arange(n, device=k.device).expand(B, len(sub), n), page, P)
     cols = (columns if columns is not None else torch.zeros(1, H, 0, dtype=torch.long)).to(k.device).expand(B, H, -1)
-    ok = (cols >= 0) & (cols < n)
+    ok = (cols >= 0) & (cols < n) & reads.to(k.device).view(1, H, 1)
     is_col = torch.zeros(B, H, n + 1, dtype=torch.bool, device=k.device).scatter_(-1, torch.where(ok, cols, n), True)
     touched = torch.zeros(B, H, P + 1, dtype=torch.bool, device=k.device).scatter_(-1, torch.where(ok, cols // page, P), True)[..., :P]
     C = int(touched.sum(-1).max()) if touched.numel() else 0
@@ -95,13 +102,14 @@ def page_summaries(k, columns, kv_of, page: int):
     kj = kj.view(B, H, C, page, d)                                                          # their keys
     mc = kj.masked_fill(~keep[..., None], float("inf")).amin(3)
     Mc = kj.masked_fill(~keep[..., None], float("-inf")).amax(3)
-    return m, M, pc, mc, Mc
+    return m, M, pc, mc, Mc, row
 
 
 def summary_bound(q, summaries, P: int):
-    """U_{h,P}(q) from ``page_summaries``' five parts (of these query heads and their KV heads): q (B, H, n, d) → (B, H, n, P)
-    for the pages 0 … P − 1 — the KV head's bound, replaced on the pages head h's columns touch by the bound without them."""
-    m, M, pc, mc, Mc = summaries
+    """U_{h,P}(q) from ``page_summaries``' parts (of these query heads and their KV heads: m, M one row per KV head):
+    q (B, H, n, d) → (B, H, n, P) for the pages 0 … P − 1 — the KV head's bound, replaced on the pages head h's columns
+    touch by the bound without them."""
+    m, M, pc, mc, Mc = summaries[:5]
     U = bound(q, m[:, :, :P], M[:, :, :P])                                                  # (B, H, n, P)
     if pc.shape[-1]:
         B, H, n, _ = q.shape
@@ -117,7 +125,8 @@ def summary_bound(q, summaries, P: int):
 def fold_keys(summaries, k_new, start: int, page: int):
     """``page_summaries``' parts with keys k_new (B, H_kv, t, d) at positions start … start + t − 1 folded in (pages
     appended; a new key is no column: it joins a head's column pages too)."""
-    m, M, pc, mc, Mc = summaries
+    m, M, pc, mc, Mc, row = summaries
+    k_all, k_new = k_new, k_new[:, row >= 0]                                                # the KV heads with summaries
     B, H_kv, P, d = m.shape
     H, t = pc.shape[1], k_new.shape[2]
     P2 = -(-(start + t) // page)
@@ -128,13 +137,13 @@ def fold_keys(summaries, k_new, start: int, page: int):
     idx = pages.view(1, 1, t, 1).expand(B, H_kv, t, d)
     m, M = m.scatter_reduce(2, idx, k_new, "amin"), M.scatter_reduce(2, idx, k_new, "amax")
     if pc.shape[-1] and bool((pc[..., None] == pages).any()):   # a column page still filling (the prefill's last, partial)
-        kq = k_new.repeat_interleave(H // H_kv, 1)                                          # (B, H, t, d)
+        kq = k_all.repeat_interleave(H // k_all.shape[1], 1)                                # (B, H, t, d)
         hit = (pc[..., None] == pages).to(k_new.dtype)                                      # (B, H, C, t)
         inf = torch.tensor(float("inf"), dtype=k_new.dtype, device=k_new.device)
         lo = torch.where(hit[..., None] > 0, kq[:, :, None], inf).amin(3)                   # (B, H, C, d)
         hi = torch.where(hit[..., None] > 0, kq[:, :, None], -inf).amax(3)
         mc, Mc = torch.minimum(mc, lo), torch.maximum(Mc, hi)
-    return m, M, pc, mc, Mc
+    return m, M, pc, mc, Mc, row
 
 
 def quest_pages(U, q_pos, page: int, pages: int, candidates=None):

@@ -179,5 +179,7 @@ class PlanMethod(Method):
             tails = sum(1 for row in p.heads for h in row if getattr(h, "tail", 0))
             d.update(full_heads=p.full_heads(), fraction=p.fraction(self.n), tail_heads=tails, pages=int(getattr(p, "pages", 0)),
                      slash_heads=p.slash_heads(), slashes=max((h.slashes for row in p.heads for h in row if not h.is_full), default=0),
-                     block_heads=p.block_heads(), blocks=max((h.blocks for row in p.heads for h in row if not h.is_full), default=0))
+                     block_heads=p.block_heads(), blocks=max((h.blocks for row in p.heads for h in row if not h.is_full), default=0),
+                     kept_heads=sum(1 for row in p.heads for h in row if getattr(h, "kept", 0)),
+                     kept=max((getattr(h, "kept", 0) for row in p.heads for h in row), default=0))
         return d
