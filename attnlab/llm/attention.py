@@ -19,14 +19,19 @@
   read by the prefill only: the kernel
   takes them as per-chunk extra keys (chunks of ``SLASH_CHUNK`` queries); decoding does not read them;
 * key blocks (``HeadPlan.blocks`` = K > 0): each block of ``BLOCK`` queries also reads the K blocks of ``BLOCK``
-  keys of largest pooled score q̄·k̄ (``attnlab.llm.key_blocks``, chosen per input); the kernel takes them as
-  per-chunk extras; at decoding such a head reads its whole cache;
+  keys of largest pooled score q̄·k̄ (``attnlab.llm.key_blocks``, chosen per input); the kernel reads them per chunk
+  where k, v lie (``band_heads_attention(blocks=)``); at decoding such a head reads the keys its last query block
+  chose (held as more columns), and its whole cache only with a tail;
+* tails (``HeadPlan.tail`` = T > 0): the last T rows read every causal key (one masked softmax for the layer's tail
+  heads); at decoding the head reads its whole cache, or with ``HeadPlan.kept`` = P its band, columns and the ⌈P/16⌉
+  key blocks its tail rows attended most (the vote, held as more columns);
 * decoding (queries after cached keys): a masked softmax over the cached keys; with
   ``attnlab.llm.kv_cache.PlanCache`` the cache holds, per KV head, only what its query heads can
   still read (window ∪ columns), so one step costs O(w + g) per planned head;
 * read-back (``Plan.pages`` = K > 0): a planned head's decoding query also reads the K pages of largest
-  Quest bound among those holding keys its band and columns miss (``attnlab.llm.pages.read_back``); the
-  keys the cache evicts are kept in its store and joined to the resident ones for the step.
+  Quest bound among those holding keys its band and columns miss (``attnlab.llm.pages``); the keys the
+  cache evicts are kept in its store, the page summaries beside the cache, and a step gathers the chosen
+  pages' keys from the store by position (``LayerRunner.decode_read_back``).
 
 GQA: query head h reads KV head h // (H / H_kv).  The model's own causal and sliding-window
 masks are applied here (transformers builds no mask for an unknown implementation); padded
