@@ -96,8 +96,10 @@ def band_of(n: int, m: int, w, offset=0, like=None):
 def column_mask(columns, m: int):
     """1[j ∈ T]: ``(..., m)`` bool from ``columns`` ``(..., g)`` (−1 slots hold nothing)."""
     xp = _ns(columns)
-    dev = {"device": columns.device} if xp is torch else {}
-    j = xp.arange(m, **dev)
+    if xp is torch:   # O(g + m) a row: a scatter into one spare slot ([m]) for the empty slots and those ≥ m
+        table = torch.zeros(*columns.shape[:-1], m + 1, dtype=torch.bool, device=columns.device)
+        return table.scatter_(-1, torch.where((columns >= 0) & (columns < m), columns, m), True)[..., :m]
+    j = xp.arange(m)
     return (columns[..., :, None] == j).any(-2)  # (..., m)
 
 

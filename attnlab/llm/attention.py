@@ -220,9 +220,8 @@ class LayerRunner:
             if in_place and chosen is not None and not diags.shape[-1]:   # the kernel reads each chunk's keys in place
                 # the columns (read once a head), and each chunk's block keys that are not columns (distinct from them)
                 keys = block_keys(chosen, n)                                                     # (B, |hs|, T, K·b), −1: none
-                is_col = torch.zeros(B, len(hs), n + 1, dtype=torch.bool, device=q.device)      # [n]: the empty slots
-                is_col.scatter_(-1, torch.where(cols >= 0, cols, n), True)
-                keys = keys.masked_fill(is_col.gather(-1, torch.where(keys >= 0, keys, n).flatten(2)).view_as(keys), -1)
+                is_col = column_mask(cols, n).gather(-1, keys.clamp_min(0).flatten(2)).view_as(keys)
+                keys = keys.masked_fill(is_col, -1)                                                # (an empty slot stays −1)
                 band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=cols, blocks=keys, chunk=BLOCK, scale=scaling)
                 continue
             k_g, v_g = k[:, kv_of[idx]], v[:, kv_of[idx]]                                   # (B, |hs|, n, ·): GQA, read once
@@ -268,15 +267,13 @@ class LayerRunner:
                 # the tail's vote: m_j = Σ_i a_ij over the keys the last row's band, the columns and the held blocks miss;
                 # kept for decoding: the ⌈P / b⌉ blocks of b keys of largest Σ_{j∈J} m_j (a needle's value lies beside the
                 # key the question finds: whole blocks keep both), held as more columns
-                taken = torch.zeros(B, n + 1, dtype=torch.bool, device=q.device)                    # [n]: the empty slots
-                own = torch.cat([self.columns[:, h], held[:, h]], -1)                                # (B, g + K·b), −1: empty
-                taken.scatter_(-1, torch.where(own >= 0, own, n), True)
-                taken[:, max(0, n - 1 - self.effective_w(h, n)) : n] = True                         # the band holds these
-                mass = a[:, x].sum(-2).masked_fill(taken[:, :n], 0.0)                                # (B, n)
+                taken = column_mask(torch.cat([self.columns[:, h], held[:, h]], -1), n)              # (B, n): columns, held
+                taken[:, max(0, n - 1 - self.effective_w(h, n)) :] = True                           # the band holds these
+                mass = a[:, x].sum(-2).masked_fill(taken, 0.0)                                       # (B, n)
                 per_block = F.pad(mass, (0, -n % BLOCK)).unflatten(-1, (-1, BLOCK)).sum(-1)          # (B, ⌈n/b⌉)
                 top = torch.topk(per_block, min(-(-self.kept[h] // BLOCK), per_block.shape[-1]), -1)
                 keys = block_keys(torch.where(top.values > 0, top.indices, -1), n)                  # (B, P'), −1: none
-                keys = keys.masked_fill(taken.gather(-1, torch.where(keys >= 0, keys, n)), -1)       # distinct from the rest
+                keys = keys.masked_fill(taken.gather(-1, keys.clamp_min(0)), -1)                     # distinct from the rest
                 voted[:, h, : keys.shape[-1]] = keys
         if held.shape[-1] or voted.shape[-1]:
             self.columns = torch.cat([self.columns, held, voted], -1)                          # (B, H, g + K·b + P), −1: empty
@@ -297,8 +294,7 @@ class LayerRunner:
             cols = self.columns[:, hq].to(k_pos.device).expand(B, -1, -1)                  # (B, H_s·r, g), −1: empty
             pos = k_pos.repeat_interleave(r, dim=1)                                         # (B, H_s·r, L)
             size = int(pos.max()) + 1 if pos.numel() else 1                                 # positions 0 … size − 1
-            table = torch.zeros(B, H_s * r, size + 1, dtype=torch.bool, device=k_pos.device)   # [size]: a spare slot
-            table.scatter_(-1, torch.where((cols >= 0) & (cols < size), cols, size), True)  # 1[j ∈ T_h] by position
+            table = column_mask(cols, size)                                                 # 1[j ∈ T_h] by position
             flags = table.gather(-1, pos.clamp_min(0)) & (pos >= 0)                         # O(L + g) a head, not O(L·g)
         return flags.view(B, H_s, r, L)
 
@@ -370,21 +366,18 @@ class LayerRunner:
             hq = self.query_heads(p.kv).to(q.device)
             one = len(parts) == 1 and len(hq) == H and bool((p.kv.cpu() == torch.arange(len(p.kv))).all())   # every head, in order
             q_p = q if one else q[:, hq]
-            kv = p.kv.to(q.device)
-            if summaries is not None:   # its KV heads' rows of m, M and its query heads' column pages
-                rows = summaries[5][kv]
-                mine = (*(x[:, rows.clamp_min(0)] for x in summaries[:2]), *(x[:, hq] for x in summaries[2:5]), rows)
-            else:
-                mine = None
             if p.whole and n == 1 and bool((self.per_kv(self.w_decode, p.kv) == FULL).all()):
                 out[:, hq] = self.attend(q_p, p.keys, p.values, scaling, None)          # every key, all before the query
                 continue
+            mine = None
+            if summaries is not None:   # its KV heads' rows of m, M and its query heads' column pages
+                rows = summaries[5][p.kv.to(q.device)]
+                mine = (*(x[:, rows.clamp_min(0)] for x in summaries[:2]), *(x[:, hq] for x in summaries[2:5]), rows)
             if p.store is not None and self.pages and n == 1 and mine is not None:     # read-back without joining the store
                 o, read = self.decode_read_back(q_p, p, scaling, q_pos, mine)
                 fetched = (fetched or 0.0) + read
             else:
-                kw = ({} if one else {"kv": p.kv}) | ({} if mine is None else {"summaries": mine})   # a subclass's decode (SnapKV's) as before
-                o = self.decode(q_p, p.keys, p.values, scaling, q_pos, p.positions, p.flags, **kw)
+                o = self.decode(q_p, p.keys, p.values, scaling, q_pos, p.positions, p.flags, kv=None if one else p.kv, summaries=mine)
                 if p.stored is not None and self.pages:
                     fetched = (fetched or 0.0) + float((self.fetched & p.stored).sum())
             if one:

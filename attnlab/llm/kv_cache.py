@@ -173,6 +173,12 @@ class Slab:
                     torch.cat([self.positions, self.store_pos], -1), flags, stored)
 
 
+def _slots_to(x, size: int, dim: int, value=0):
+    """x padded with ``value`` along its slot axis ``dim`` to ``size`` slots (a slab's keys, values: 2; positions: 2;
+    flags (B, H_s, r, L): 3)."""
+    return F.pad(x, [0, 0] * (x.dim() - 1 - dim) + [0, size - x.shape[dim]], value=value)
+
+
 def _one(name: str):
     """A PlanLayer attribute of its only slab (an unsplit layer: every KV head in one; what tests and baselines read)."""
 
@@ -263,11 +269,10 @@ class PlanLayer(DynamicLayer):
             return Part(sl.kv, sl.keys, sl.values, sl.positions, sl.flags, store=sl)
         if self._store is None:
             S = max(sl.store_keys.shape[2] for sl in slabs)
-            pad = lambda x, v: F.pad(x, (0, 0, 0, S - x.shape[2]), value=v) if x.dim() == 4 else F.pad(x, (0, S - x.shape[2]), value=v)
             one = Slab(torch.cat([sl.kv for sl in slabs]), None, None, None)
-            one.store_keys = torch.cat([pad(sl.store_keys, 0.0) for sl in slabs], 1)        # (B, ΣH_s, S, d)
-            one.store_values = torch.cat([pad(sl.store_values, 0.0) for sl in slabs], 1)
-            one.store_pos = torch.cat([pad(sl.store_pos, -1) for sl in slabs], 1)
+            one.store_keys = torch.cat([_slots_to(sl.store_keys, S, 2) for sl in slabs], 1)  # (B, ΣH_s, S, d)
+            one.store_values = torch.cat([_slots_to(sl.store_values, S, 2) for sl in slabs], 1)
+            one.store_pos = torch.cat([_slots_to(sl.store_pos, S, 2, -1) for sl in slabs], 1)
             a = 0
             for sl in slabs:   # each slab's store a view of the stacked one (no second copy)
                 H_s, S_i = sl.store_pos.shape[1], sl.store_pos.shape[2]
@@ -276,11 +281,10 @@ class PlanLayer(DynamicLayer):
                 a += H_s
             self._store = one
         L = max(sl.keys.shape[2] for sl in slabs)
-        pad = lambda x, v: F.pad(x, (0, L - x.shape[-1]), value=v)
-        keys = torch.cat([F.pad(sl.keys, (0, 0, 0, L - sl.keys.shape[2])) for sl in slabs], 1)
-        values = torch.cat([F.pad(sl.values, (0, 0, 0, L - sl.values.shape[2])) for sl in slabs], 1)
-        positions = torch.cat([pad(sl.positions, -1) for sl in slabs], 1)
-        flags = None if any(sl.flags is None for sl in slabs) else torch.cat([pad(sl.flags, False) for sl in slabs], 1)
+        keys = torch.cat([_slots_to(sl.keys, L, 2) for sl in slabs], 1)
+        values = torch.cat([_slots_to(sl.values, L, 2) for sl in slabs], 1)
+        positions = torch.cat([_slots_to(sl.positions, L, 2, -1) for sl in slabs], 1)
+        flags = None if any(sl.flags is None for sl in slabs) else torch.cat([_slots_to(sl.flags, L, 3, False) for sl in slabs], 1)
         return Part(self._store.kv, keys, values, positions, flags, store=self._store)
 
     def count_read(self, fetched) -> None:

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import torch
 
+from attnlab.support import column_mask
+
 __all__ = ["PAGE", "bound", "fold_keys", "page_summaries", "page_upper_bound", "quest_pages", "read_back", "summary_bound"]
 
 PAGE = 16  # tokens per page (Quest's default)
@@ -89,15 +91,15 @@ def page_summaries(k, columns, kv_of, page: int, reads=None):
     sub = torch.nonzero(kept).view(-1).to(k.device)
     m, M = _minmax(k[:, sub], torch.arange(n, device=k.device).expand(B, len(sub), n), page, P)
     cols = (columns if columns is not None else torch.zeros(1, H, 0, dtype=torch.long)).to(k.device).expand(B, H, -1)
-    ok = (cols >= 0) & (cols < n) & reads.to(k.device).view(1, H, 1)
-    is_col = torch.zeros(B, H, n + 1, dtype=torch.bool, device=k.device).scatter_(-1, torch.where(ok, cols, n), True)
-    touched = torch.zeros(B, H, P + 1, dtype=torch.bool, device=k.device).scatter_(-1, torch.where(ok, cols // page, P), True)[..., :P]
+    cols = torch.where(reads.to(k.device).view(1, H, 1) & (cols < n), cols, -1)             # a reading head's, < n
+    is_col = column_mask(cols, n)                                                           # (B, H, n)
+    touched = column_mask(torch.where(cols >= 0, cols // page, -1), P)                      # (B, H, P) its column pages
     C = int(touched.sum(-1).max()) if touched.numel() else 0
     order = torch.sort((~touched).to(torch.int8), dim=-1, stable=True).indices[..., :C]       # (B, H, C) touched pages first
     pc = torch.where(torch.gather(touched, -1, order), order, -1)
     j = pc.clamp_min(0)[..., None] * page + torch.arange(page, device=k.device)             # (B, H, C, page) positions
     keep = (pc >= 0)[..., None] & (j < n)
-    keep &= ~torch.gather(is_col, -1, j.clamp_max(n).flatten(2)).view_as(j)
+    keep &= ~torch.gather(is_col, -1, j.clamp_max(n - 1).flatten(2)).view_as(j)
     kj = k[torch.arange(B, device=k.device).view(B, 1, 1), kv_of.to(k.device).view(1, H, 1), j.clamp_max(n - 1).flatten(2)]
     kj = kj.view(B, H, C, page, d)                                                          # their keys
     mc = kj.masked_fill(~keep[..., None], float("inf")).amin(3)
@@ -112,11 +114,10 @@ def summary_bound(q, summaries, P: int):
     m, M, pc, mc, Mc = summaries[:5]
     U = bound(q, m[:, :, :P], M[:, :, :P])                                                  # (B, H, n, P)
     if pc.shape[-1]:
-        B, H, n, _ = q.shape
-        empty = torch.isinf(mc).all(-1)                                                     # (B, H, C): every key a column
-        Uc = q.clamp_min(0) @ Mc.masked_fill(empty[..., None], 0).transpose(-1, -2) \
-            + q.clamp_max(0) @ mc.masked_fill(empty[..., None], 0).transpose(-1, -2)        # (B, H, n, C)
-        Uc = Uc.masked_fill(empty[:, :, None, :], float("-inf"))
+        B, H, n, d = q.shape
+        C = pc.shape[-1]
+        # each query head its own "KV head" over its column pages (−inf where every key of the page is a column)
+        Uc = bound(q.reshape(B * H, 1, n, d), mc.reshape(B * H, 1, C, d), Mc.reshape(B * H, 1, C, d)).view(B, H, n, C)
         at = torch.where((pc >= 0) & (pc < P), pc, P)[:, :, None, :].expand(B, H, n, -1)
         U = torch.cat([U, U.new_empty(B, H, n, 1)], -1).scatter_(-1, at, Uc)[..., :P]
     return U

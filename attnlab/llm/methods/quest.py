@@ -35,10 +35,10 @@ def _quest_runner(base, page: int, pages: int):
     from attnlab.llm.attention import LayerRunner
 
     class QuestRunner(LayerRunner):
-        def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None):
-            # q: (B, H, n, d_k) at q_pos (n,); k, v: (B, H_kv, L, ·) at k_pos (B, H_kv, L) → (B, H, n, d_v)
+        def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None, kv=None, summaries=None):
+            # q: (B, H_s·r, n, d_k) at q_pos (n,); k, v: (B, H_s, L, ·) at k_pos (B, H_s, L) → (B, H_s·r, n, d_v)
             if self.layer_idx < DENSE_LAYERS:
-                return super().decode(q, k, v, scaling, q_pos, k_pos, flags)
+                return super().decode(q, k, v, scaling, q_pos, k_pos, flags, kv, summaries)
             B, H, n, d = q.shape
             H_kv, L = k.shape[1], k.shape[2]
             r = H // H_kv
@@ -46,7 +46,7 @@ def _quest_runner(base, page: int, pages: int):
             pid = (k_pos // page).clamp(0, chosen.shape[-1] - 1)                            # (B, H_kv, L)
             read = torch.gather(chosen.view(B, H_kv, r, n, -1), -1,
                                 pid[:, :, None, None, :].expand(B, H_kv, r, n, L))          # (B, H_kv, r, n, L)
-            return self.attend(q, k, v, scaling, self.allowed(q_pos, k_pos, flags) & read)
+            return self.attend(q, k, v, scaling, self.allowed(q_pos, k_pos, flags, kv) & read)
 
     runner = QuestRunner.__new__(QuestRunner)
     runner.__dict__.update(base.__dict__)

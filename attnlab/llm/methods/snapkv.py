@@ -73,10 +73,10 @@ def _snap_runner(base, window: int, kernel: int, compression: float):
                 self.selected = (n, snapkv_keep(q[:, :, n - window :], k, scaling, kernel, kept))
             return out
 
-        def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None):
+        def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None, kv=None, summaries=None):
             # the last prompt tokens after a reused full-attention prefix (Method.reuse_tail): full attention over the
             # cache, not compacted yet; the window's queries vote as in ``prefill``.  q: (B, H, t, d_k), k: (B, H_kv, m, d_k)
-            out = super().decode(q, k, v, scaling, q_pos, k_pos, flags)
+            out = super().decode(q, k, v, scaling, q_pos, k_pos, flags, kv, summaries)
             cache = self.cache() if self.cache is not None else None
             m = int(q_pos[-1]) + 1
             if (cache is not None and cache.layers[self.layer_idx].evicted_at is None and self.sliding is None

@@ -254,8 +254,8 @@ static void mask_keys(float *SE, long lde, const int *P, long gt, int rows, long
  * extras (e > 0): se: (N, n, e) their scores s_ix (NEG: not allowed), ve: (N, Te, e, d) their values —
  * row i uses chunk i / c if Te > 1, else chunk 0 (key columns: the same keys for every row);
  * columns (g > 0): cp (N, g) their key positions, the same for every row, distinct (−1: empty; ascending with the
- * empty slots last reads least: causal, a tile reads up to its last readable column, the rest masked); kc, vc:
- * (N, g, d) their keys and values, or NULL: read from k, v at their positions (once per head and thread);
+ * empty slots last reads least: causal, a tile reads up to its last readable column, the rest masked), read from k,
+ * v at their positions (once per head and thread);
  * blocks (gb > 0): bp (N, Tb, gb) a key set per chunk of cb rows (cb a multiple of R: a tile lies in one chunk; key
  * blocks chosen per query block), row i reads the set of chunk i / cb, distinct from the columns and within the set
  * (any order: a tile reads up to its last readable key, the rest masked); read from k, v in place, once per
@@ -266,7 +266,7 @@ static void mask_keys(float *SE, long lde, const int *P, long gt, int rows, long
  * (consecutive heads of one KV head share its transposed keys). */
 int attnlab_band_forward(const float *q, const float *k, const float *v, const unsigned char *keep,
                           const float *se, const float *ve, long e, long Te, long c,
-                          const long *cp, const float *kc, const float *vc, long g, const long *bp, long gb, long Tb, long cb,
+                          const long *cp, long g, const long *bp, long gb, long Tb, long cb,
                           float *o, float *lse, long N, long n, long m, long d, long sq, long sqr, long sk, long skr,
                           long sv, long svr, long so, long sor, long hpk,
                           long w, long off, int causal, float tau, int threads, const long *hq, const long *hkv, long r0)
@@ -285,14 +285,14 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
         float *SE = et ? aligned_alloc(64, (size_t)R * lde * sizeof(float)) : NULL;
         float *KC = g ? aligned_alloc(64, (size_t)d * gpad * sizeof(float)) : NULL; /* head kc_h's columns, transposed */
         int *PC = g ? malloc((size_t)g * sizeof(int)) : NULL;                   /* their positions (−1: empty or not kept) */
-        float *VC = g && !vc ? aligned_alloc(64, (size_t)gpad * d * sizeof(float)) : NULL; /* their values, read from v */
+        float *VC = g ? aligned_alloc(64, (size_t)gpad * d * sizeof(float)) : NULL; /* their values */
         float *KB = gb ? aligned_alloc(64, (size_t)d * gbpad * sizeof(float)) : NULL; /* chunk kb_t's block keys, transposed */
         int *PB = gb ? malloc((size_t)gb * sizeof(int)) : NULL;
         float *VB = gb ? aligned_alloc(64, (size_t)gbpad * d * sizeof(float)) : NULL;
         long kc_h = -1, kb_h = -1, kb_t = -1;
         Keys K = {NULL, 4 * lds, 0, 0, -1};
         K.kt = aligned_alloc(64, (size_t)d * K.cap * sizeof(float));
-        int ok = S && K.kt && (SE || !et) && ((KC && PC && (VC || vc)) || !g) && ((KB && PB && VB) || !gb);
+        int ok = S && K.kt && (SE || !et) && ((KC && PC && VC) || !g) && ((KB && PB && VB) || !gb);
         if (!ok) {
 #pragma omp atomic write
             failed = 1;
@@ -320,11 +320,7 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
             if (g) { /* the columns' scores, then their mask: off the row's band, causal, kept */
                 const long *p = cp + h * g;
                 if (kc_h != h) { /* the columns' keys, transposed once per head and thread (zeros past g) */
-                    if (kc)
-                        for (long kk = 0; kk < d; kk++)
-                            for (long x = 0; x < gpad; x++) KC[kk * gpad + x] = x < g ? kc[(h * g + x) * d + kk] : 0.0f;
-                    else
-                        gather_keys(k + hk * sk, skr, v + hk * sv, svr, p, g, gpad, d, KC, VC);
+                    gather_keys(k + hk * sk, skr, v + hk * sv, svr, p, g, gpad, d, KC, VC);
                     for (long x = 0; x < g; x++) PC[x] = p[x] >= 0 && !(kh && !kh[p[x]]) ? (int)p[x] : -1;
                     kc_h = h;
                 }
@@ -376,7 +372,7 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
                         for (long kk = 0; kk < d; kk++) o_t[r * sor + kk] += p * vx[kk];
                     }
             if (gt) /* + P_C V_C */
-                tile_values(SE + e, lde, gt, vc ? vc + h * g * d : VC, d, d, 0, inv, rows, o_t, sor, 1);
+                tile_values(SE + e, lde, gt, VC, d, d, 0, inv, rows, o_t, sor, 1);
             if (bt) /* + P_B V_B */
                 tile_values(SE + e + gpad, lde, bt, VB, d, d, 0, inv, rows, o_t, sor, 1);
         }

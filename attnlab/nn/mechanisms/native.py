@@ -113,7 +113,7 @@ def library() -> ctypes.CDLL | None:
         return None
     f = lib.attnlab_band_forward
     p, i64 = ctypes.c_void_p, ctypes.c_long
-    f.argtypes = [p, p, p, p, p, p, i64, i64, i64, p, p, p, i64, p, i64, i64, i64, p, p] + [i64] * 15 + [ctypes.c_int, ctypes.c_float, ctypes.c_int, p, p, i64]
+    f.argtypes = [p, p, p, p, p, p, i64, i64, i64, p, i64, p, i64, i64, i64, p, p] + [i64] * 15 + [ctypes.c_int, ctypes.c_float, ctypes.c_int, p, p, i64]
     f.restype = ctypes.c_int
     f = lib.attnlab_band_backward
     f.argtypes = [p, p, p, p, p, p, p, p, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
@@ -168,7 +168,7 @@ def band_forward(
     heads_per_keep: int = 1,
     scale: float,
     extras: tuple[Tensor, Tensor, int] | None = None,
-    columns: tuple[Tensor, Tensor | None, Tensor | None] | None = None,
+    columns: Tensor | None = None,
     blocks: Tensor | None = None,
     chunk: int = 0,
     heads: tuple[Tensor, Tensor] | None = None,
@@ -178,9 +178,9 @@ def band_forward(
     """(O, L) over N heads: q (N, n, d), k, v (N, m, d) float32 CPU (q, k, v and O may be views at any head and row
     stride whose rows are d contiguous floats); keep (N / heads_per_keep, m) bool or None; extras (S_E, V_E, c): S_E (N, n, e) the extra keys'
     scores (NEG_INF where not allowed), V_E (N, T|1, e, d) their values, c the rows per chunk;
-    columns (P, K_C, V_C): P (N, g) int64 key positions every row may read (−1: empty; ascending with the empty slots
-    last reads least), K_C, V_C (N, g, d) their keys and values, or None: the kernel reads them from k, v — scored and
-    masked (off the band, causal, kept) inside the kernel; blocks: (N, T, g_b) int64 a key set per chunk of ``chunk``
+    columns: (N, g) int64 key positions every row may read (−1: empty; ascending with the empty slots last reads
+    least), read from k, v where they lie (once per head), scored and masked (off the band, causal, kept) inside the
+    kernel; blocks: (N, T, g_b) int64 a key set per chunk of ``chunk``
     rows (a multiple of the kernel's tile, ``TILE``: key blocks chosen per query block), distinct in each set and from
     the columns, in any order, read from k, v where they lie (once per head and chunk);
     heads (h_q, h_kv): N int64 rows each — head x reads q row h_q[x] and k, v row h_kv[x], and writes
@@ -208,13 +208,9 @@ def band_forward(
         s_e, v_e = s_e.contiguous(), v_e.contiguous()
         Te, e = v_e.shape[1], v_e.shape[2]
     g = 0
-    p_c = k_c = v_c = None
+    p_c = None
     if columns is not None:
-        p_c, k_c, v_c = columns
-        p_c = p_c.to(torch.int64).contiguous()
-        if (k_c is None) != (v_c is None):
-            raise ValueError("band_forward: columns need both K_C and V_C, or neither (read from k, v)")
-        k_c, v_c = (None, None) if k_c is None else (k_c.contiguous(), v_c.contiguous())
+        p_c = columns.to(torch.int64).contiguous()
         g = p_c.shape[-1]
     gb, Tb = 0, 1
     if blocks is not None:   # a set per chunk, read from k, v in place
@@ -228,7 +224,7 @@ def band_forward(
     O, L = out if heads is not None else (q.new_empty(N, n, d), q.new_empty(N, n))
     failed = lib.attnlab_band_forward(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(keep_u8), _ptr(s_e), _ptr(v_e), e, Te, c,
-        _ptr(p_c), _ptr(k_c), _ptr(v_c), g, _ptr(blocks), gb, Tb, int(chunk) if gb else 1,
+        _ptr(p_c), g, _ptr(blocks), gb, Tb, int(chunk) if gb else 1,
         O.data_ptr(), L.data_ptr(), N, n, m, d, *q.stride()[:2], *k.stride()[:2], *v.stride()[:2], *O.stride()[:2], heads_per_keep,
         int(w), int(offset), int(bool(causal)), float(scale), torch.get_num_threads(), _ptr(h_q), _ptr(h_kv),
         min(int(first_row), n),

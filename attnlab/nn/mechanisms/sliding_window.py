@@ -490,16 +490,11 @@ def _needs_grad(*xs: Tensor) -> bool:
     return torch.is_grad_enabled() and any(x.requires_grad for x in xs)
 
 
-def _sorted_columns(k: Tensor, v: Tensor, kv: Tensor, idx: Tensor):
-    """The kernel's column arguments: positions ascending with the empty slots (−1) last, and their keys and values.
-
-    k, v: (R_kv, m, ·) at any strides; kv: (N,) the KV row each head reads; idx: (N, g) key positions (−1: empty).
-    Returns P (N, g), K_C (N, g, d), V_C (N, g, d_v) (only the g rows gathered: k, v are not copied).
-    """
-    m = k.shape[1]
+def _sorted_columns(idx: Tensor, m: int) -> Tensor:
+    """The kernel's column positions: idx (N, g) (−1: empty) ascending with the empty slots last (the kernel reads
+    their keys and values where k, v lie; a causal tile reads the columns up to its last row)."""
     idx = torch.where(idx < 0, torch.full_like(idx, m), idx).sort(-1).values            # empty slots last
-    at = (kv[:, None].to(idx.device), idx.clamp_max(m - 1))                              # (N, g) rows of k, v
-    return torch.where(idx >= m, torch.full_like(idx, -1), idx), k[at], v[at]
+    return torch.where(idx >= m, torch.full_like(idx, -1), idx)
 
 
 def _native_columns(q, k, v, w, offset, causal, key_keep, idx, own, scale) -> Tensor:
@@ -582,7 +577,7 @@ def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor,
     k2, v2 = k.reshape(B * H_kv, m, d), v.reshape(B * H_kv, m, v.shape[-1])
     cols = None
     if columns is not None and columns.shape[-1]:
-        cols = _sorted_columns(k2, v2, h_kv, columns.reshape(B * G, -1))
+        cols = _sorted_columns(columns.reshape(B * G, -1), m)
     L = q.new_empty(B * H, n)
     native.band_forward(q.reshape(B * H, n, d), k2, v2, w, offset=offset, causal=causal, keep=key_keep, heads_per_keep=G,
                         scale=scale, columns=cols, blocks=blocks.reshape(B * G, blocks.shape[2], -1) if per_chunk else None,
