@@ -17,8 +17,8 @@ the same author:
                  into the k-th play of each list.
 
 Each input is cut to ``--tokens`` n tokens and streamed through the model
-(``attnlab.llm.long_capture.capture_long``: the exact structured fit of band w +
-num_pos key columns, ``attnlab.llm.streamed_fit``); per head the fit with the
+(``attnlab.llm.heads.long_capture.capture_long``: the exact structured fit of band w +
+num_pos key columns, ``attnlab.llm.heads.streamed_fit``); per head the fit with the
 fewest entries holding ≥ ``--target`` of the mass gives (ŵ, num_pos); a head that
 no grid point (w < n, num_pos ≤ 64) fits gets ŵ = n − 1 (the whole band).  Per head
 and condition: the mean and the range [min, max] of ŵ over the inputs.  A head
@@ -128,7 +128,7 @@ def shakespeare_inputs(path: Path, k: int, chars: int) -> dict[str, list[str]]:
 
 def fit_heads(model, tokenizer, texts: list[str], n: int, target: float) -> tuple[np.ndarray, np.ndarray]:
     """(ŵ, num_pos) of every head on every text: (k, L, H) each."""
-    from attnlab.llm.long_capture import capture_long
+    from attnlab.llm.heads.long_capture import capture_long
 
     ws, nps = [], []
     for t in texts:
@@ -229,7 +229,7 @@ def main(argv=None) -> None:
         sh = shakespeare_inputs(a.shakespeare, a.inputs, chars)
         texts.update({c: sh[c] for c in (["verse", "prose"] if "form" in wanted else []) + (["early", "late"] if "period" in wanted else [])})
 
-    from attnlab.llm.loading import load_causal_lm
+    from attnlab.llm.models.loading import load_causal_lm
 
     report = {"command": "python benchmarks/band_by_language.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "tokens": a.tokens, "inputs": a.inputs, "target": a.target, "models": {}}

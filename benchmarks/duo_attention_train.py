@@ -1,4 +1,4 @@
-"""Train DuoAttention's gates for a model on multi-passkey prompts in Shakespeare (``attnlab.llm.duo_training``).
+"""Train DuoAttention's gates for a model on multi-passkey prompts in Shakespeare (``attnlab.llm.plans.duo_training``).
 
     python benchmarks/duo_attention_train.py --hf smollm2-135m --steps 20 --tokens 1024 \\
         --text ../shared/data/shakespeare/train.txt.gz --out runs/duo/smollm2-135m.safetensors
@@ -24,8 +24,8 @@ from attnlab.errors import UserError
 
 
 def main(argv=None) -> int:
-    from attnlab.llm.duo_training import GateTraining, save_gates, train_gates
-    from attnlab.llm.loading import load_causal_lm
+    from attnlab.llm.plans.duo_training import GateTraining, save_gates, train_gates
+    from attnlab.llm.models.loading import load_causal_lm
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hf", default="smollm2-135m")

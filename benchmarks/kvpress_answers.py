@@ -29,7 +29,7 @@ Two ways to feed one eval prompt (kvpress's pipeline takes a context and a quest
 
 Decoding is greedy, positions counted from the uncompressed length, up to the task's max_new tokens,
 stopping at attnlab's stop ids (exported) or once every expected string is in the answer (string_match_all
-cannot fall after), as ``attnlab.llm.greedy.greedy_answer`` does for attnlab's rows.
+cannot fall after), as ``attnlab.llm.eval.greedy.greedy_answer`` does for attnlab's rows.
 Resumable: keys already in ANSWERS.jsonl are skipped.
 """
 

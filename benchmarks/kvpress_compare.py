@@ -12,7 +12,7 @@ import sys
 import torch
 
 from attnlab.llm import methods
-from attnlab.llm.loading import load_causal_lm
+from attnlab.llm.models.loading import load_causal_lm
 
 
 def attnlab_kept(model, method: str, compression: float, ids: list[int]) -> list[list[list[int]]]:

@@ -8,7 +8,7 @@
     # (c) attnlab's env: score with string_match_all, append to results.jsonl, re-make table.md / summary / heatmaps
     PYTHONPATH=. .venv/bin/python benchmarks/kvpress_eval.py import runs/smol-noise-2k runs/smol-noise-2k/kvpress-answers.jsonl
 
-The prompts are regenerated from the run's ``config.json`` by ``attnlab.llm.tasks`` (same seed, haystack,
+The prompts are regenerated from the run's ``config.json`` by ``attnlab.llm.eval.tasks`` (same seed, haystack,
 lengths, depths, samples) with the run's tokenizer, so they are the ids attnlab's methods answered.
 A row of kvpress press P at compression c is ``method = kvpress-P`` (``kvpress-P-split``: the question after
 compression), ``budget`` = 1 − c (the fraction of the KV kept: c = 0.9 beside attnlab's β = 0.1),
@@ -25,9 +25,9 @@ from pathlib import Path
 
 from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
-from attnlab.llm.eval_grid import EvalSettings, depth_grid, read_results
-from attnlab.llm.eval_report import write_report
-from attnlab.llm.tasks import TASKS, Haystack, string_match_all
+from attnlab.llm.eval.eval_grid import EvalSettings, depth_grid, read_results
+from attnlab.llm.eval.eval_report import write_report
+from attnlab.llm.eval.tasks import TASKS, Haystack, string_match_all
 
 FORMAT = "attnlab-kvpress-prompts/1"
 QUESTION_MARKS = {"vt": "\nQuestion:", "cwe": "\nQuestion:"}   # where each task's question starts (niah*: "\nWhat")
@@ -42,7 +42,7 @@ def question_at(tokenizer, task: str, ids: list[int]) -> int | None:
 
 def model_dir(spec: str) -> str:
     """The HF folder (or hub name) kvpress loads for the run's model: a known model's converted folder."""
-    from attnlab.llm.loading import fetch_model, resolve_spec
+    from attnlab.llm.models.loading import fetch_model, resolve_spec
 
     kind, path, _ = resolve_spec(spec)
     if kind == "gguf":
@@ -52,12 +52,12 @@ def model_dir(spec: str) -> str:
 
 def export_prompts(run: Path, out: Path, tokenizer=None) -> dict:
     """Every answer prompt of the eval run in ``run`` (from its config.json) into ``out``; returns the JSON."""
-    from attnlab.llm.greedy import _stop_ids
+    from attnlab.llm.eval.greedy import _stop_ids
 
     cfg = json.loads((run / "config.json").read_text(encoding="utf-8"))
     s = EvalSettings(**{f.name: cfg[f.name] for f in dataclasses.fields(EvalSettings) if f.name in cfg})
     if tokenizer is None:
-        from attnlab.llm.loading import load_causal_lm
+        from attnlab.llm.models.loading import load_causal_lm
 
         tokenizer = load_causal_lm(s.model)[1]
     hay = Haystack.noise(tokenizer) if s.haystack == "noise" else Haystack.file(tokenizer, s.haystack, max(s.lengths))

@@ -9,10 +9,10 @@ of ``../shared/data/shakespeare/test.txt.gz``:
 * eager: ``attnlab.analysis.capture.capture_hf`` (``output_attentions=True``, every
   layer's weights returned and copied into an ``AttentionMaps``) — what attnlab
   did before this issue;
-* streamed: ``attnlab.llm.long_capture.capture_long`` (every head's statistics,
+* streamed: ``attnlab.llm.heads.long_capture.capture_long`` (every head's statistics,
   nothing n×n).
 
-Before an eager run its peak is estimated (``attnlab.llm.memory.estimate_eager``,
+Before an eager run its peak is estimated (``attnlab.llm.models.memory.estimate_eager``,
 ×2 for the copy into AttentionMaps); a run whose estimate exceeds the memory
 available is not started and the row says so (the estimate is printed).
 """
@@ -31,13 +31,13 @@ TEXT = ROOT / ".." / "shared" / "data" / "shakespeare" / "test.txt.gz"
 
 CHILD = r"""
 import json, resource, sys, time, torch
-from attnlab.llm.text_windows import read_text
+from attnlab.llm.models.text_windows import read_text
 mode, spec, n, text_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 text = read_text(text_path)
 t0, c0 = time.perf_counter(), time.process_time()
 if mode == "eager":
     from attnlab.analysis.capture import capture_hf, load_hf
-    from attnlab.llm.loading import fetch_model, resolve_spec
+    from attnlab.llm.models.loading import fetch_model, resolve_spec
     kind, path, _ = resolve_spec(spec)
     hf = load_hf(str(fetch_model(path)) if kind == "known" else path)
     ids = hf.tokenizer(text)["input_ids"][:n]
@@ -47,8 +47,8 @@ if mode == "eager":
     maps = capture_hf(hf, [sentence], truncate=False)
     n_got = len(maps[0].tokens["tgt"])
 else:
-    from attnlab.llm.loading import load_causal_lm
-    from attnlab.llm.long_capture import capture_long
+    from attnlab.llm.models.loading import load_causal_lm
+    from attnlab.llm.heads.long_capture import capture_long
     model, tok = load_causal_lm(spec)
     t1, c1 = time.perf_counter(), time.process_time()
     res = capture_long(model, text, tokenizer=tok, max_tokens=n, memory_limit=None)
@@ -70,9 +70,9 @@ def main() -> None:
     ap.add_argument("--text", default=str(TEXT))
     args = ap.parse_args()
 
-    from attnlab.llm.loading import load_causal_lm
-    from attnlab.llm.memory import available_bytes, estimate_eager, estimate_streamed, gib
-    from attnlab.llm.long_capture import default_block_rows
+    from attnlab.llm.models.loading import load_causal_lm
+    from attnlab.llm.models.memory import available_bytes, estimate_eager, estimate_streamed, gib
+    from attnlab.llm.heads.long_capture import default_block_rows
 
     model, _ = load_causal_lm(args.model)
     H = model.config.num_attention_heads

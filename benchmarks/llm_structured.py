@@ -31,21 +31,21 @@ sys.path.insert(0, str(ROOT))
 
 from attnlab.allocator import keep_freed_memory  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
-from attnlab.llm.calibration import ERR_ROWS, Calibration, calibrate  # noqa: E402
-from attnlab.llm.eval_grid import parse_method, retrieval_calibration  # noqa: E402
-from attnlab.llm.kv_cache import kv_bytes, read_tokens, store_bytes  # noqa: E402
-from attnlab.llm.perplexity import perplexity  # noqa: E402
-from attnlab.llm.plan import model_shape  # noqa: E402
-from attnlab.llm.text_windows import token_windows  # noqa: E402
+from attnlab.llm.plans.calibration import ERR_ROWS, Calibration, calibrate  # noqa: E402
+from attnlab.llm.eval.eval_grid import parse_method, retrieval_calibration  # noqa: E402
+from attnlab.llm.execution.kv_cache import kv_bytes, read_tokens, store_bytes  # noqa: E402
+from attnlab.llm.eval.perplexity import perplexity  # noqa: E402
+from attnlab.llm.plans.plan import model_shape  # noqa: E402
+from attnlab.llm.models.text_windows import token_windows  # noqa: E402
 from attnlab.masks import visible  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "shakespeare"  # the default of --data: a folder of train/dev/test.txt(.gz)
 
 
 def load(spec: str):
-    """The model and tokenizer (attnlab.llm.loading when present, else a local HF folder)."""
+    """The model and tokenizer (attnlab.llm.models.loading when present, else a local HF folder)."""
     try:
-        from attnlab.llm.loading import load_causal_lm
+        from attnlab.llm.models.loading import load_causal_lm
     except ImportError:
         load_causal_lm = None
     if load_causal_lm is not None:
@@ -180,7 +180,7 @@ def cmd_attention(args):
     model runs it) vs the plan's LayerRunner.prefill, on random q, k, v of the model's head size."""
     import torch.nn.functional as F
 
-    from attnlab.llm.attention import LayerRunner
+    from attnlab.llm.execution.attention import LayerRunner
 
     torch.set_num_threads(args.threads)
     model = load(args.model)[0]

@@ -1,4 +1,4 @@
-"""Head detectors (attnlab.analysis.head_detectors, attnlab.llm.head_scan, attnlab heads) on patterns whose answer is known."""
+"""Head detectors (attnlab.analysis.head_detectors, attnlab.llm.heads.head_scan, attnlab heads) on patterns whose answer is known."""
 
 from __future__ import annotations
 
@@ -183,12 +183,12 @@ def test_streamed_scores_equal_eager_attention_on_a_hf_model(tiny_folder):
     """The block capture of a real model gives the scores of its full eager attention matrices."""
     import transformers
 
-    from attnlab.llm.head_scan import detector_scores
+    from attnlab.llm.heads.head_scan import detector_scores
 
     tok = transformers.AutoTokenizer.from_pretrained(tiny_folder)
     model = transformers.AutoModelForCausalLM.from_pretrained(tiny_folder, attn_implementation="eager").eval()
     res = detector_scores(model, tok, 41, samples=2, block_rows=7)
-    ids = repeated_random_tokens(__import__("attnlab.llm.head_scan", fromlist=["x"]).random_vocab(tok), 20, 3, 2)[:, :41]
+    ids = repeated_random_tokens(__import__("attnlab.llm.heads.head_scan", fromlist=["x"]).random_vocab(tok), 20, 3, 2)[:, :41]
     with torch.no_grad():
         att = model(input_ids=torch.as_tensor(ids), output_attentions=True).attentions  # L × (B, H, n, n)
     sums = DetectorSums(REPEAT_DETECTORS, torch.as_tensor(ids), 2, 4)
@@ -202,8 +202,8 @@ def test_streamed_scores_equal_eager_attention_on_a_hf_model(tiny_folder):
 def test_retrieval_scores_run_on_needle_prompts(tiny_folder):
     import transformers
 
-    from attnlab.llm.head_scan import retrieval_scan, retrieval_scores
-    from attnlab.llm.needle_prompts import needle_prompts
+    from attnlab.llm.heads.head_scan import retrieval_scan, retrieval_scores
+    from attnlab.llm.heads.needle_prompts import needle_prompts
 
     tok = transformers.AutoTokenizer.from_pretrained(tiny_folder)
     model = transformers.AutoModelForCausalLM.from_pretrained(tiny_folder).eval()
@@ -221,7 +221,7 @@ def test_retrieval_scores_run_on_needle_prompts(tiny_folder):
 def test_attnlab_language_model_is_scored(tmp_path):
     from attnlab.config import ModelConfig
     from attnlab.data import Tokenizer
-    from attnlab.llm.head_scan import detector_scores, retrieval_scores
+    from attnlab.llm.heads.head_scan import detector_scores, retrieval_scores
     from attnlab.nn import build_model
 
     tok = Tokenizer.train_char(["The special magic number is 0123456789. What grass sky blue green? Here we go, there and back again."])
@@ -310,15 +310,15 @@ def test_thresholds_are_a_share_of_the_rows_that_can_hold_the_pattern():
 
 
 def test_retrieval_on_samples_of_the_task_generators(tmp_path):
-    """A niah Sample of attnlab.llm.tasks becomes a CopyPrompt: V = the value's tokens inside the asked needle."""
+    """A niah Sample of attnlab.llm.eval.tasks becomes a CopyPrompt: V = the value's tokens inside the asked needle."""
     import transformers
     from char_model_folder import save_with_char_tokenizer
 
     tiny_folder = save_with_char_tokenizer(_tiny_llama(max_positions=1024), tmp_path / "ctx1024")
 
-    from attnlab.llm.head_scan import retrieval_scores
-    from attnlab.llm.needle_prompts import from_sample
-    from attnlab.llm.tasks import TASKS, Haystack
+    from attnlab.llm.heads.head_scan import retrieval_scores
+    from attnlab.llm.heads.needle_prompts import from_sample
+    from attnlab.llm.eval.tasks import TASKS, Haystack
 
     tok = transformers.AutoTokenizer.from_pretrained(tiny_folder)
     model = transformers.AutoModelForCausalLM.from_pretrained(tiny_folder).eval()

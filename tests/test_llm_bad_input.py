@@ -96,7 +96,7 @@ def test_input_that_cannot_fit_is_refused_before_the_run(tmp_path, text_file, ca
 
 def test_allocator_error_is_one_line(tmp_path, text_file, capsys, monkeypatch):
     folder = tiny_folder(tmp_path, tokenizer=True)
-    import attnlab.llm.block_attention as ba
+    import attnlab.llm.heads.block_attention as ba
 
     def no_memory(*a, **k):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: you tried to allocate 68719476736 bytes.")
@@ -119,7 +119,7 @@ def test_unknown_known_model_and_missing_file(tmp_path, capsys):
 def test_eager_capture_that_cannot_fit_is_refused(tmp_path, capsys, monkeypatch):
     """The short (eager, n x n per layer) capture refuses in one line instead of an allocator traceback."""
     folder = tiny_folder(tmp_path, tokenizer=True)
-    import attnlab.llm.memory as memory
+    import attnlab.llm.models.memory as memory
 
     monkeypatch.setattr(memory, "available_bytes", lambda: 10 * 2**20)
     code, _, err = run_main(["attention", "--hf", str(folder), "the king of a rare land", "--out", str(tmp_path / "o")], capsys)

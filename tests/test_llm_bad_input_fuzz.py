@@ -71,7 +71,7 @@ def world(tmp_path_factory):
     import torch
 
     from attnlab.config import ModelConfig, TrainConfig
-    from attnlab.llm.plan import Plan
+    from attnlab.llm.plans.plan import Plan
     from attnlab.train.loop import train
     from char_model_folder import save_with_char_tokenizer
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from attnlab.errors import UserError
-from attnlab.llm.calibration import calibrate
-from attnlab.llm.calibration_mix import MIX_SEED, mix_windows, parse_mix
-from attnlab.llm.tasks import string_match_all
+from attnlab.llm.plans.calibration import calibrate
+from attnlab.llm.plans.calibration_mix import MIX_SEED, mix_windows, parse_mix
+from attnlab.llm.eval.tasks import string_match_all
 
 from test_llm_eval import text_file, tiny  # noqa: F401  (fixtures)
 
@@ -43,7 +43,7 @@ def test_mix_windows_are_n_tokens_and_their_rows_predict_the_answer(tiny, text_f
 
 def test_the_mix_changes_the_option_errors_and_only_through_the_answer_rows(tiny, text_file):
     _, model, tok = tiny
-    from attnlab.llm.text_windows import token_windows
+    from attnlab.llm.models.text_windows import token_windows
 
     n = 400
     text = token_windows(tok, text_file, n, 1)

@@ -31,7 +31,7 @@ def test_attention_long_writes_statistics_overview_and_window(tmp_path, text_fil
         assert (out / name).is_file(), name
     heads = json.loads((out / "heads.json").read_text())
     assert heads["summary"]["tokens"] == 601 and len(heads["heads"]) == 2
-    from attnlab.llm.long_capture import LongAttention
+    from attnlab.llm.heads.long_capture import LongAttention
 
     res = LongAttention.load(out / "long-attention.safetensors")
     assert res.window == (100, 140) and res.window_maps.shape == (1, 2, 40, 40)

@@ -10,7 +10,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
-from attnlab.llm.duo_training import GateTraining, load_gates, passkey_prompt, save_gates, train_gates  # noqa: E402
+from attnlab.llm.plans.duo_training import GateTraining, load_gates, passkey_prompt, save_gates, train_gates  # noqa: E402
 
 MARK = ord("R") % 64   # 'R' opens every passkey sentence ("Remember …") and appears nowhere else
 

@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
-from attnlab.llm.eval_grid import EvalSettings, depth_grid, read_results, run_eval
-from attnlab.llm.tasks import NOISE, TASKS, Haystack, string_match_all
+from attnlab.llm.eval.eval_grid import EvalSettings, depth_grid, read_results, run_eval
+from attnlab.llm.eval.tasks import NOISE, TASKS, Haystack, string_match_all
 
 from char_model_folder import save_with_char_tokenizer
 
@@ -26,7 +26,7 @@ def tiny(tmp_path_factory):
                                    num_key_value_heads=2, max_position_embeddings=2048)
     folder = tmp_path_factory.mktemp("tiny-llama")
     save_with_char_tokenizer(transformers.LlamaForCausalLM(cfg).eval(), folder)
-    from attnlab.llm.loading import load_causal_lm
+    from attnlab.llm.models.loading import load_causal_lm
 
     model, tok = load_causal_lm(str(folder))
     return folder, model, tok
@@ -130,7 +130,7 @@ def test_a_killed_run_resumes_to_the_same_results(tiny, tmp_path):
 
 
 def test_report_writes_table_and_heatmaps(tiny, tmp_path):
-    from attnlab.llm.eval_report import summarise, write_report
+    from attnlab.llm.eval.eval_report import summarise, write_report
 
     folder, model, tok = tiny
     settings = EvalSettings(model=str(folder), tasks=["niah"], lengths=[500], depths=3, samples=1, haystack="noise", max_new=2,
@@ -181,7 +181,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tiny, tmp_path, args, needle):
     folder, _, _ = tiny
     short = tmp_path / "short.txt"
     short.write_text("A short text.\n")
-    from attnlab.llm.plan import HeadPlan, Plan
+    from attnlab.llm.plans.plan import HeadPlan, Plan
 
     other = Plan([[HeadPlan.full() for _ in range(3)] for _ in range(5)], 1, "full", 1.0, 500)  # another model's shape
     other.save(tmp_path / "other.json")
@@ -199,7 +199,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tiny, tmp_path, args, needle):
 @pytest.mark.parametrize("shape", [(3, 2), None])
 def test_a_gate_file_for_another_model_is_refused_in_one_line_naming_it(tiny, tmp_path, shape):
     """duo-attention's gates are checked before anything runs: not a skipped row of a finished grid."""
-    from attnlab.llm.duo_training import GateTraining, save_gates
+    from attnlab.llm.plans.duo_training import GateTraining, save_gates
 
     folder, _, _ = tiny
     gates = tmp_path / "other-model.safetensors"
@@ -230,7 +230,7 @@ def test_other_settings_on_the_same_out_are_refused(tiny, tmp_path):
 
 
 def test_a_budget_a_method_cannot_meet_is_recorded_and_the_grid_goes_on(tiny, tmp_path):
-    from attnlab.llm.eval_report import markdown, summarise
+    from attnlab.llm.eval.eval_report import markdown, summarise
 
     folder, model, tok = tiny
     settings = EvalSettings(model=str(folder), tasks=["niah"], lengths=[500], depths=1, samples=1, methods=["streaming-llm"],

@@ -30,7 +30,7 @@ def test_attention_file_longer_than_the_context_reads_its_first_tokens(folder, t
     assert code == 0, err
     notes = [line for line in err.splitlines() if line.startswith("attnlab: note:")]
     assert len(notes) == 1 and f"{len(text.read_text())} tokens" in notes[0] and "first 48" in notes[0], err
-    from attnlab.llm.long_capture import LongAttention
+    from attnlab.llm.heads.long_capture import LongAttention
 
     res = LongAttention.load(out / "long-attention.safetensors")
     assert res.n == 48 and "".join(res.tokens) == text.read_text()[:48]

@@ -1,4 +1,4 @@
-"""Key blocks chosen per query block (``HeadPlan.blocks``, ``attnlab.llm.key_blocks``): the blocks are those of
+"""Key blocks chosen per query block (``HeadPlan.blocks``, ``attnlab.llm.plans.key_blocks``): the blocks are those of
 largest pooled score that the band does not hold, the kernel runs band ∪ columns ∪ blocks exactly, a head with
 blocks and no tail keeps a compressed cache at decoding, the plan file and the method carry the field, bad values are refused."""
 
@@ -18,10 +18,10 @@ sys.path.insert(0, __import__("os").path.dirname(__file__))
 from attnlab.errors import UserError  # noqa: E402
 from test_llm_retrieval_plan import scored_calibration  # noqa: E402  (2 layers × 4 heads, n = 128, retrieval scores)
 from attnlab.llm import methods  # noqa: E402
-from attnlab.llm import attention  # noqa: E402
-from attnlab.llm.attention import LayerRunner, apply_plan, attention_modules  # noqa: E402
-from attnlab.llm.key_blocks import BLOCK, block_extras, block_keys, top_blocks  # noqa: E402
-from attnlab.llm.plan import HeadPlan, Plan, entries_of  # noqa: E402
+from attnlab.llm.execution import attention  # noqa: E402
+from attnlab.llm.execution.attention import LayerRunner, apply_plan, attention_modules  # noqa: E402
+from attnlab.llm.plans.key_blocks import BLOCK, block_extras, block_keys, top_blocks  # noqa: E402
+from attnlab.llm.plans.plan import HeadPlan, Plan, entries_of  # noqa: E402
 from attnlab.support import Support  # noqa: E402
 
 
@@ -201,8 +201,8 @@ def test_a_head_with_key_blocks_and_no_tail_keeps_a_compressed_cache():
     block chose; its KV head keeps those, not every key."""
     from tiny_llama import tiny_model
 
-    from attnlab.llm.greedy import kv_tokens
-    from attnlab.llm.kv_cache import PlanCache
+    from attnlab.llm.eval.greedy import kv_tokens
+    from attnlab.llm.execution.kv_cache import PlanCache
 
     model = tiny_model()
     n = 120
@@ -228,7 +228,7 @@ def test_tiny_model_end_to_end_with_key_blocks():
     the plan's cache and the blocked heads' KV heads keep every key."""
     from tiny_llama import tiny_model
 
-    from attnlab.llm.kv_cache import PlanCache
+    from attnlab.llm.execution.kv_cache import PlanCache
 
     model = tiny_model()
     n = 100

@@ -10,10 +10,10 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from attnlab.llm.attention import apply_plan, remove_plan  # noqa: E402
-from attnlab.llm.greedy import kv_tokens  # noqa: E402
-from attnlab.llm.kv_cache import EVICT_EVERY, PlanCache, kv_bytes  # noqa: E402
-from attnlab.llm.plan import HeadPlan, Plan  # noqa: E402
+from attnlab.llm.execution.attention import apply_plan, remove_plan  # noqa: E402
+from attnlab.llm.eval.greedy import kv_tokens  # noqa: E402
+from attnlab.llm.execution.kv_cache import EVICT_EVERY, PlanCache, kv_bytes  # noqa: E402
+from attnlab.llm.plans.plan import HeadPlan, Plan  # noqa: E402
 from attnlab.support import Support  # noqa: E402
 
 N, W, T = 160, 6, 16

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab.llm.eval_grid import EvalSettings, read_results, run_eval
+from attnlab.llm.eval.eval_grid import EvalSettings, read_results, run_eval
 
 from char_model_folder import save_with_char_tokenizer
 
@@ -28,7 +28,7 @@ def run(tmp_path_factory):
     """A tiny eval run (full attention, niah at 500 tokens, 2 depths × 2 samples) and its exported prompts."""
     import transformers
 
-    from attnlab.llm.loading import load_causal_lm
+    from attnlab.llm.models.loading import load_causal_lm
     from kvpress_eval import export_prompts
 
     torch.manual_seed(0)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.llm.loading import MODELS, _package_dir
+from attnlab.llm.models.loading import MODELS, _package_dir
 
 pytestmark = pytest.mark.slow
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -33,7 +33,7 @@ needs_model = pytest.mark.skipif(not HAVE_MODEL, reason=f"smollm2-135m is not in
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from attnlab.llm.loading import load_causal_lm
+    from attnlab.llm.models.loading import load_causal_lm
 
     return load_causal_lm("smollm2-135m")[0]
 
@@ -60,7 +60,7 @@ def test_same_positions_as_the_recorded_kvpress_run(smollm2):
 @needs_model
 @pytest.mark.skipif(not VENV_PY.exists(), reason="kvpress reference environment absent: run `make reference-env` (creates .venv-kvpress)")
 def test_same_positions_as_kvpress_live(smollm2, tmp_path):
-    from attnlab.llm.loading import fetch_model
+    from attnlab.llm.models.loading import fetch_model
 
     out = tmp_path / "kept.json"
     subprocess.run([str(VENV_PY), str(ROOT / "benchmarks" / "kvpress_reference.py"), "--model", str(fetch_model("smollm2-135m")),

@@ -16,11 +16,11 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM  # 
 
 from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
-from attnlab.llm.attention import apply_plan, attention_modules  # noqa: E402
-from attnlab.llm.calibration import calibrate  # noqa: E402
-from attnlab.llm.pattern_search import add_patterns  # noqa: E402
-from attnlab.llm.plan import Plan, model_shape  # noqa: E402
-from attnlab.llm.text_windows import token_windows  # noqa: E402
+from attnlab.llm.execution.attention import apply_plan, attention_modules  # noqa: E402
+from attnlab.llm.plans.calibration import calibrate  # noqa: E402
+from attnlab.llm.plans.pattern_search import add_patterns  # noqa: E402
+from attnlab.llm.plans.plan import Plan, model_shape  # noqa: E402
+from attnlab.llm.models.text_windows import token_windows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 96
@@ -92,7 +92,7 @@ def test_applied_restores_the_model(loaded, name, tmp_path):
     before = model.config._attn_implementation
     opts = dict(SMALL.get(name, {}))
     if name == "duo-attention":                       # learned gates: a file of the model's shape
-        from attnlab.llm.duo_training import GateTraining, save_gates
+        from attnlab.llm.plans.duo_training import GateTraining, save_gates
 
         shape = model_shape(model)
         save_gates(tmp_path / "g.safetensors", torch.rand(shape["num_layers"], shape["num_kv_heads"]), "tiny", GateTraining())

@@ -11,11 +11,11 @@ from tiny_llama import tiny_model  # noqa: E402
 
 from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
-from attnlab.llm import sparse_patterns as sp  # noqa: E402
-from attnlab.llm.attention import attention_modules  # noqa: E402
-from attnlab.llm.calibration import Calibration  # noqa: E402
-from attnlab.llm.pattern_search import choose, counts, head_recall, measure, save_choice  # noqa: E402
-from attnlab.llm.plan import model_shape  # noqa: E402
+from attnlab.llm.execution import sparse_patterns as sp  # noqa: E402
+from attnlab.llm.execution.attention import attention_modules  # noqa: E402
+from attnlab.llm.plans.calibration import Calibration  # noqa: E402
+from attnlab.llm.plans.pattern_search import choose, counts, head_recall, measure, save_choice  # noqa: E402
+from attnlab.llm.plans.plan import model_shape  # noqa: E402
 from attnlab.support import Support  # noqa: E402
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.llm import oracle
+from attnlab.llm.plans import oracle
 
 
 @pytest.mark.parametrize("window", [None, 7])

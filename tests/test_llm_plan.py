@@ -19,12 +19,12 @@ transformers = pytest.importorskip("transformers")
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from attnlab.errors import UserError  # noqa: E402
-from attnlab.llm import baselines  # noqa: E402
-from attnlab.llm.attention import apply_plan, attention_modules, plan_reference  # noqa: E402
-from attnlab.llm.kv_cache import PlanCache, kv_bytes  # noqa: E402
-from attnlab.llm.calibration import Calibration, calibrate  # noqa: E402
-from attnlab.llm.plan import LAST_Q, HeadPlan, Plan, model_shape  # noqa: E402
-from attnlab.llm.selection import choose_plan  # noqa: E402
+from attnlab.llm.plans import baselines  # noqa: E402
+from attnlab.llm.execution.attention import apply_plan, attention_modules, plan_reference  # noqa: E402
+from attnlab.llm.execution.kv_cache import PlanCache, kv_bytes  # noqa: E402
+from attnlab.llm.plans.calibration import Calibration, calibrate  # noqa: E402
+from attnlab.llm.plans.plan import LAST_Q, HeadPlan, Plan, model_shape  # noqa: E402
+from attnlab.llm.plans.selection import choose_plan  # noqa: E402
 from attnlab.support import Support, top_columns  # noqa: E402
 
 
@@ -104,7 +104,7 @@ def test_each_planned_head_equals_its_dense_masked_reference(model, n, native, l
 
 @pytest.mark.parametrize("every", [1, 3])
 def test_generation_with_plan_cache_equals_full_cache_and_keeps_less(model, every, monkeypatch):
-    import attnlab.llm.kv_cache as kv_cache
+    import attnlab.llm.execution.kv_cache as kv_cache
 
     monkeypatch.setattr(kv_cache, "EVICT_EVERY", every)  # compaction after each token / every 3 tokens
     plan = Plan([[HeadPlan(Support(w=8, columns=np.array([0])), 2)] * 4 for _ in range(2)], 2, "t", 0.2, 200)
@@ -245,7 +245,7 @@ def test_gemma3_sliding_layers_full_plan_matches_sdpa():
         assert (m(ids).logits - ref).abs().max() < 1e-4
         cache = PlanCache(m)
         assert torch.equal(m.generate(ids, past_key_values=cache, max_new_tokens=6, do_sample=False), g_ref)
-    from attnlab.llm.kv_cache import EVICT_EVERY
+    from attnlab.llm.execution.kv_cache import EVICT_EVERY
 
     assert cache.layers[0].keys.shape[2] <= 32 + EVICT_EVERY - 1  # a sliding layer keeps its window (+ keys not yet compacted)
 
@@ -277,7 +277,7 @@ def dense_last_query_mass(q, k, scaling, last_q=LAST_Q):
        extra=st.integers(0, 9), last_q=st.integers(1, 12), pick=st.integers(0, 2 ** 9 - 1), tokens=st.booleans())
 @settings(max_examples=40, deadline=None)
 def test_last_query_mass_equals_the_summed_causal_softmax_of_the_last_queries(B, r, H_kv, n, extra, last_q, pick, tokens):
-    from attnlab.llm.slash_lines import last_query_mass, last_query_rows
+    from attnlab.llm.plans.slash_lines import last_query_mass, last_query_rows
 
     H, m, d = H_kv * r, n + extra, 8
     gen = torch.Generator().manual_seed(B * 1000 + n * 10 + extra)
@@ -295,7 +295,7 @@ def test_last_query_mass_equals_the_summed_causal_softmax_of_the_last_queries(B,
 
 @pytest.mark.parametrize("dynamic", [(3, 0, 4, 0), (2, 5, 1, 3), (40, 40, 0, 40)])   # some heads without dynamic columns / all / every allowed key
 def test_choose_columns_takes_each_heads_fixed_then_its_top_estimate_off_the_band(dynamic):
-    from attnlab.llm.attention import LayerRunner
+    from attnlab.llm.execution.attention import LayerRunner
 
     widths, fixed = (5, 0, 9, 2), ([0, 1], [], [], [0])
     heads = [HeadPlan(Support(w=w, columns=np.array(f, dtype=np.int64)), dy) for w, f, dy in zip(widths, fixed, dynamic)]

@@ -15,9 +15,9 @@ sys.path.insert(0, __import__("os").path.dirname(__file__))
 from attnlab.errors import UserError  # noqa: E402
 from test_llm_retrieval_plan import scored_calibration  # noqa: E402  (2 layers × 4 heads, n = 128, retrieval scores)
 from attnlab.llm import methods  # noqa: E402
-from attnlab.llm.attention import LayerRunner, apply_plan, attention_modules  # noqa: E402
-from attnlab.llm.plan import LAST_Q, HeadPlan, Plan, entries_of, slash_fraction  # noqa: E402
-from attnlab.llm.slash_lines import slash_mass, top_slashes  # noqa: E402
+from attnlab.llm.execution.attention import LayerRunner, apply_plan, attention_modules  # noqa: E402
+from attnlab.llm.plans.plan import LAST_Q, HeadPlan, Plan, entries_of, slash_fraction  # noqa: E402
+from attnlab.llm.plans.slash_lines import slash_mass, top_slashes  # noqa: E402
 from attnlab.support import NO_DIAGONAL, Support, diagonal_mask  # noqa: E402
 
 
@@ -149,7 +149,7 @@ def test_tiny_model_end_to_end_prefill_and_decoding(monkeypatch):
     generation runs with the plan's cache (decoding reads band + columns: the lines are prefill-only)."""
     from tiny_llama import tiny_model
 
-    from attnlab.llm.kv_cache import PlanCache
+    from attnlab.llm.execution.kv_cache import PlanCache
 
     model = tiny_model()
     n = 160
@@ -227,7 +227,7 @@ def test_cli_plan_writes_the_slashes_and_refuses_bad_input(model_dir, tmp_path, 
 def test_a_sink_column_does_not_draw_the_lines():
     """A sink (key 0, most of every last query's mass) puts MInference's top lines through it — δ = −p_r, reachable
     from the last rows only; a plan head holding the sink as a column estimates its lines without it."""
-    from attnlab.llm.attention import last_query_rows
+    from attnlab.llm.execution.attention import last_query_rows
 
     n, g = 200, torch.Generator().manual_seed(3)
     q, k, v = torch.randn(1, 1, n, 16, generator=g), torch.randn(1, 1, n, 16, generator=g), torch.randn(1, 1, n, 16, generator=g)

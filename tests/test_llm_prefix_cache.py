@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from attnlab.llm import methods as registry
-from attnlab.llm.eval_grid import EvalSettings, run_eval
-from attnlab.llm.greedy import greedy_answer
-from attnlab.llm.prefix_cache import FullPrefill, common_prefix
+from attnlab.llm.eval.eval_grid import EvalSettings, run_eval
+from attnlab.llm.eval.greedy import greedy_answer
+from attnlab.llm.execution.prefix_cache import FullPrefill, common_prefix
 
 from test_llm_eval import tiny  # noqa: F401  (the module's tiny Llama fixture)
 

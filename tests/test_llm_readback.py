@@ -12,10 +12,10 @@ transformers = pytest.importorskip("transformers")
 
 from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
-from attnlab.llm.attention import LayerRunner, apply_plan, attention_modules, remove_plan  # noqa: E402
-from attnlab.llm.kv_cache import EVICT_EVERY, PlanCache, PlanLayer, read_tokens, store_bytes, store_tokens  # noqa: E402
-from attnlab.llm.pages import page_upper_bound  # noqa: E402
-from attnlab.llm.plan import FULL, HeadPlan, Plan  # noqa: E402
+from attnlab.llm.execution.attention import LayerRunner, apply_plan, attention_modules, remove_plan  # noqa: E402
+from attnlab.llm.execution.kv_cache import EVICT_EVERY, PlanCache, PlanLayer, read_tokens, store_bytes, store_tokens  # noqa: E402
+from attnlab.llm.execution.pages import page_upper_bound  # noqa: E402
+from attnlab.llm.plans.plan import FULL, HeadPlan, Plan  # noqa: E402
 from attnlab.support import Support  # noqa: E402
 from tests.attnlab_cli import run_main  # noqa: E402
 from tests.tiny_llama import tiny_model  # noqa: E402
@@ -196,7 +196,7 @@ def test_plan_cli_refuses_bad_pages_in_one_line(args, word, tmp_path, capsys):
 
 def test_the_table_shows_read_back_and_store_apart():
     """The eval table: resident KV tokens, + stored tokens read per step, stored tokens; "–" for rows made before."""
-    from attnlab.llm.eval_report import markdown, summarise
+    from attnlab.llm.eval.eval_report import markdown, summarise
 
     base = {"kind": "answer", "task": "niah", "n": 100, "depth": 0.0, "score": 1.0, "beta": 0.1, "kv_tokens": 20.0,
             "prefill_s": 0.0, "decode_s": 0.0}
@@ -234,7 +234,7 @@ def test_the_cached_page_summaries_are_those_of_the_keys_resident_and_stored():
     """The summaries made after the prefill and folded at each step (PlanLayer.summaries: per KV head, and per query
     head the pages its columns touch) are each query head's min / max over the resident ∪ stored keys of every page,
     its own columns left out — what a step without a PlanCache makes from its keys — after evictions."""
-    from attnlab.llm.pages import _minmax
+    from attnlab.llm.execution.pages import _minmax
 
     model = tiny_model(3)
     heads = [band(4, [0]), band(6), band(3), band(8, [1])]
@@ -284,7 +284,7 @@ def test_the_step_without_joining_the_store_reads_what_the_joined_step_reads(pag
 def test_folding_keys_into_a_column_page_still_filling_equals_summarising_them_all():
     """A prefill of 20 keys leaves page 1 partial; head 0's column 17 lies there: the keys that arrive (20 … 37) join
     the KV head's summaries and head 0's own summary of page 1 (its column still out) — as if summarised at once."""
-    from attnlab.llm.pages import fold_keys, page_summaries
+    from attnlab.llm.execution.pages import fold_keys, page_summaries
 
     g = torch.Generator().manual_seed(4)
     k = torch.randn(1, 2, 38, 8, generator=g)

@@ -15,7 +15,7 @@ import torch
 from attnlab.analysis.attention_maps import AttentionMaps, SentenceAttention
 from attnlab.analysis.roles import head_roles
 from attnlab.analysis.structured_fit import structured_fit
-from attnlab.llm.loading import MODELS, _package_dir
+from attnlab.llm.models.loading import MODELS, _package_dir
 
 pytestmark = pytest.mark.slow
 
@@ -35,8 +35,8 @@ def text() -> str:
 
 
 def compare(name: str, layers: list[int]):
-    from attnlab.llm.loading import load_causal_lm
-    from attnlab.llm.long_capture import capture_long
+    from attnlab.llm.models.loading import load_causal_lm
+    from attnlab.llm.heads.long_capture import capture_long
 
     model, tok = load_causal_lm(name)
     res = capture_long(model, text(), tokenizer=tok, max_tokens=1024, layers=layers, ws=(0, 4, 64, 511), num_pos=(0, 4))

@@ -13,9 +13,9 @@ sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
 from attnlab.errors import UserError  # noqa: E402
 from test_llm_retrieval_plan import scored_calibration  # noqa: E402  (2 layers × 4 heads, 2 KV heads, retrieval scores)
 from attnlab.llm import methods  # noqa: E402
-from attnlab.llm.attention import LayerRunner, apply_plan, attention_modules  # noqa: E402
-from attnlab.llm.key_blocks import BLOCK  # noqa: E402
-from attnlab.llm.plan import HeadPlan, Plan  # noqa: E402
+from attnlab.llm.execution.attention import LayerRunner, apply_plan, attention_modules  # noqa: E402
+from attnlab.llm.plans.key_blocks import BLOCK  # noqa: E402
+from attnlab.llm.plans.plan import HeadPlan, Plan  # noqa: E402
 from attnlab.support import Support  # noqa: E402
 
 
@@ -108,8 +108,8 @@ def test_the_method_gives_the_vote_to_the_retrieval_heads_and_refuses_it_without
 def test_a_voting_head_keeps_a_compressed_cache_and_generates():
     from tiny_llama import tiny_model
 
-    from attnlab.llm.greedy import kv_tokens
-    from attnlab.llm.kv_cache import PlanCache
+    from attnlab.llm.eval.greedy import kv_tokens
+    from attnlab.llm.execution.kv_cache import PlanCache
 
     model = tiny_model()
     n = 120

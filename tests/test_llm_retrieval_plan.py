@@ -8,8 +8,8 @@ import torch
 
 from attnlab.errors import UserError
 from attnlab.llm import methods
-from attnlab.llm.calibration import Calibration
-from attnlab.llm.selection import choose_plan
+from attnlab.llm.plans.calibration import Calibration
+from attnlab.llm.plans.selection import choose_plan
 
 
 def _calibration(L=2, H=4, n=128, seed=0):
@@ -88,9 +88,9 @@ def test_tails_cost_what_they_read_and_run_exactly(tmp_path):
     fraction counts the tail; decoding reads the whole cache (PlanCache keeps it)."""
     import transformers
 
-    from attnlab.llm.attention import apply_plan, attention_modules
-    from attnlab.llm.kv_cache import PlanCache
-    from attnlab.llm.plan import HeadPlan, Plan, tail_entries
+    from attnlab.llm.execution.attention import apply_plan, attention_modules
+    from attnlab.llm.execution.kv_cache import PlanCache
+    from attnlab.llm.plans.plan import HeadPlan, Plan, tail_entries
     from attnlab.support import Support
 
     torch.manual_seed(0)
@@ -134,7 +134,7 @@ def test_tails_cost_what_they_read_and_run_exactly(tmp_path):
 def test_widths_own_makes_the_plan_independent_of_the_other_methods_candidates():
     """A calibration made beside MInference holds its candidate widths too; ``widths="own"`` offers attnlab's grid
     alone, so the plan is the one of a calibration made without them; ``"all"`` may take the foreign widths."""
-    from attnlab.llm.calibration import W_GRID
+    from attnlab.llm.plans.calibration import W_GRID
 
     def cal_with(candidates):
         cal = Calibration({"num_layers": 2, "num_heads": 4, "num_kv_heads": 2}, 128, candidates)

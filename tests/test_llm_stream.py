@@ -9,10 +9,10 @@ import torch
 from attnlab.analysis.attention_maps import AttentionMaps, SentenceAttention
 from attnlab.analysis.roles import head_roles
 from attnlab.analysis.structured_fit import structured_fit
-from attnlab.llm.block_attention import streaming
-from attnlab.llm.head_statistics import HeadStatistics
-from attnlab.llm.long_capture import capture_long, token_info
-from attnlab.llm.streamed_fit import fit_table
+from attnlab.llm.heads.block_attention import streaming
+from attnlab.llm.heads.head_statistics import HeadStatistics
+from attnlab.llm.heads.long_capture import capture_long, token_info
+from attnlab.llm.heads.streamed_fit import fit_table
 
 transformers = pytest.importorskip("transformers")
 

@@ -16,8 +16,8 @@ import torch
 from attnlab.config import ModelConfig, TrainConfig
 from attnlab.data.text import encode_text
 from attnlab.errors import UserError
-from attnlab.llm.long_capture import LongAttention, capture_long
-from attnlab.llm.mechanism_blocks import block_scores, streaming_lm
+from attnlab.llm.heads.long_capture import LongAttention, capture_long
+from attnlab.llm.heads.mechanism_blocks import block_scores, streaming_lm
 from attnlab.nn import build_model
 from attnlab.nn.mask import Mask
 from attnlab.train.checkpoint import Run, load_run

@@ -22,7 +22,7 @@ DETECTORS = ("previous-token", "duplicate-token", "induction", "sink", "retrieva
 
 @pytest.fixture(scope="module")
 def capture():
-    from attnlab.llm.long_capture import capture_long
+    from attnlab.llm.heads.long_capture import capture_long
     from tests.test_llm_stream import random_text, tiny, word_tokenizer
 
     model = tiny("gemma")
@@ -41,8 +41,8 @@ def detector_file(path, L: int, H: int):
 
 @pytest.fixture(scope="module")
 def page(capture, tmp_path_factory):
-    from attnlab.llm.heads_file import read_detector_scores
-    from attnlab.llm.plan import HeadPlan, Plan, model_shape
+    from attnlab.llm.heads.heads_file import read_detector_scores
+    from attnlab.llm.plans.plan import HeadPlan, Plan, model_shape
     from attnlab.support import Support
     from attnlab.viz.long_explorer import check_plan, write_long_explorer
 

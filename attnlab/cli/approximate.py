@@ -50,10 +50,10 @@ def _echo_warnings(caught) -> None:
 def _approximate_long(hf, file, w, num_pos, tokens, block_rows, layers, target, memory_gib, as_json, run_dir=None) -> None:
     """``attnlab approximate --hf MODEL --file TEXT`` (or ``RUN_DIR --file TEXT``): the streamed fit table of every head."""
     from attnlab.cli.attention import check_tokens, long_source
-    from attnlab.llm.head_statistics import DEFAULT_WS
-    from attnlab.llm.long_capture import DEFAULT_NUM_POS, capture_long, parse_layers
-    from attnlab.llm.text_windows import read_text
-    from attnlab.llm.report import summary
+    from attnlab.llm.heads.head_statistics import DEFAULT_WS
+    from attnlab.llm.heads.long_capture import DEFAULT_NUM_POS, capture_long, parse_layers
+    from attnlab.llm.models.text_windows import read_text
+    from attnlab.llm.heads.report import summary
 
     if not 0 < target <= 1:
         raise ValueError(f"--target: expected a mass share in (0, 1], got {target}")

@@ -50,9 +50,9 @@ def long_source(run_dir: str | None, hf: str | None):
 
 
 def _long(hf: str | None, file: Path, tokens, block_rows, layers, rows=None, pool=None, memory_gib=None, run_dir: str | None = None):
-    """The streamed statistics of RUN_DIR (an attnlab LM) or --hf on --file (``attnlab.llm.long_capture.capture_long``)."""
-    from attnlab.llm.long_capture import capture_long, parse_layers, parse_rows
-    from attnlab.llm.text_windows import read_text
+    """The streamed statistics of RUN_DIR (an attnlab LM) or --hf on --file (``attnlab.llm.heads.long_capture.capture_long``)."""
+    from attnlab.llm.heads.long_capture import capture_long, parse_layers, parse_rows
+    from attnlab.llm.models.text_windows import read_text
 
     _check_long_source(run_dir, hf)
     layers = parse_layers(layers)  # options first: nothing is loaded for a typo
@@ -79,7 +79,7 @@ def check_file_only(file, **values) -> None:
 def check_tokens(hf: str | None, tokens: int | None) -> None:
     """--tokens against the context of --hf, from its configuration (before any weight or text is read)."""
     if hf is not None and tokens is not None:
-        from attnlab.llm.loading import check_length
+        from attnlab.llm.models.loading import check_length
 
         check_length(hf, tokens, "--tokens")
 
@@ -93,7 +93,7 @@ def _one_run(args: list[str] | None, option: str = "--file") -> str | None:
 
 
 def _long_summary(res) -> None:
-    from attnlab.llm.report import summary
+    from attnlab.llm.heads.report import summary
 
     s = summary(res)
     typer.echo(f"{s['model']}: {s['tokens']} tokens, {s['layers']} layers x {s['heads']} heads in {s['seconds']} s "
@@ -102,7 +102,7 @@ def _long_summary(res) -> None:
 
 
 def _is_long(path: Path) -> bool:
-    from attnlab.llm.long_capture import LongAttention
+    from attnlab.llm.heads.long_capture import LongAttention
 
     return LongAttention.is_file(path)
 
@@ -111,7 +111,7 @@ def _plan_file(path: Path | None, tokens: int | None):
     """The --plan file, loaded before anything runs (its length checked against --tokens when both are known)."""
     if path is None:
         return None
-    from attnlab.llm.plan import Plan
+    from attnlab.llm.plans.plan import Plan
 
     if not Path(path).is_file():
         raise UserError(f"--plan {path}: no such file")
@@ -123,7 +123,7 @@ def _plan_file(path: Path | None, tokens: int | None):
 
 def _overlays(res, heads: Path | None, plan):
     """(detector scores, plan) checked against the capture ``res`` (one-line UserError when made for another model or length)."""
-    from attnlab.llm.heads_file import read_detector_scores
+    from attnlab.llm.heads.heads_file import read_detector_scores
     from attnlab.viz.long_explorer import check_plan, model_layers
 
     detectors = None if heads is None else read_detector_scores(heads, model_layers(res), int(res.profile.shape[1]))
@@ -170,7 +170,7 @@ def register(app: typer.Typer) -> None:
         if file is not None:
             run_dir = _one_run(args)
             _check_long_source(run_dir, hf)
-            from attnlab.llm.report import write_long_attention
+            from attnlab.llm.heads.report import write_long_attention
 
             if out is None:
                 out = Path(run_dir) / "attention-long" if run_dir else Path("attention-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(hf or "model").name or "model"))
@@ -192,9 +192,9 @@ def register(app: typer.Typer) -> None:
                 raise UserError("--maps draws a saved capture: give no RUN_DIR, --hf, sentence, --tokens or --rows (rows are kept at capture time)")
             if out is None:
                 raise UserError("--maps needs --out DIR")
-            from attnlab.llm.heads_file import detector_scores_beside
-            from attnlab.llm.long_capture import LongAttention
-            from attnlab.llm.report import write_long_attention
+            from attnlab.llm.heads.heads_file import detector_scores_beside
+            from attnlab.llm.heads.long_capture import LongAttention
+            from attnlab.llm.heads.report import write_long_attention
 
             claim = claim_folder(out, kind="attention", inputs=[("--maps", maps_file), ("--heads", heads_json), ("--plan", plan_json)], force=force)
             the_plan = _plan_file(plan_json, None)

@@ -54,8 +54,8 @@ def register(app: typer.Typer) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         from attnlab.cli.plan import _load
-        from attnlab.llm.eval_grid import EvalSettings, check_settings, parse_budgets, parse_lengths, parse_methods, read_results, run_eval
-        from attnlab.llm.eval_report import markdown, write_report
+        from attnlab.llm.eval.eval_grid import EvalSettings, check_settings, parse_budgets, parse_lengths, parse_methods, read_results, run_eval
+        from attnlab.llm.eval.eval_report import markdown, write_report
 
         settings = EvalSettings(
             model=hf, tasks=[t.strip() for t in task.split(",") if t.strip()], lengths=parse_lengths(lengths), depths=depths,
@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
                 if Path(haystack) == DEFAULT_HAYSTACK else ""
             raise ValueError(f"--haystack {haystack}: no such file{hint}")
         if plan is not None:
-            from attnlab.llm.plan import Plan
+            from attnlab.llm.plans.plan import Plan
 
             Plan.load(plan)                                                   # a malformed file: one line, before the model
         if out.exists() and not out.is_dir():

@@ -18,7 +18,7 @@ from attnlab.errors import UserError
 def _load(run_dir: str | None, hf: str | None):
     """(model, tokenizer, name) of RUN_DIR or --hf (exactly one of them is given)."""
     if hf is not None:
-        from attnlab.llm.loading import load_causal_lm
+        from attnlab.llm.models.loading import load_causal_lm
 
         model, tokenizer = load_causal_lm(hf)
         return model, tokenizer, hf
@@ -63,9 +63,9 @@ def register(app: typer.Typer) -> None:
             out = Path("heads-" + (re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(name).name) or "model"))
         claim = claim_folder(out, kind="heads", inputs=[("RUN_DIR", run_dir), ("--hf", hf)], force=force)
 
-        from attnlab.llm.head_scan import context_of, detector_scores, retrieval_scan
-        from attnlab.llm.heads_report import heads_document, write_heads
-        from attnlab.llm.needle_prompts import needle_prompts
+        from attnlab.llm.heads.head_scan import context_of, detector_scores, retrieval_scan
+        from attnlab.llm.heads.heads_report import heads_document, write_heads
+        from attnlab.llm.heads.needle_prompts import needle_prompts
 
         model, tokenizer, name = _load(run_dir, hf)
         top_n = context_of(model)
@@ -102,7 +102,7 @@ def _table(doc: dict, top: int) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from attnlab.llm.heads_report import top_heads
+    from attnlab.llm.heads.heads_report import top_heads
 
     names = list(doc["detectors"])
     s = {d: np.asarray(v) for d, v in doc["detectors"].items()}

@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
     @checked("models list")
     def list_models() -> None:
         """The known models, whether installed, and where their HF folder is (once fetched)."""
-        from attnlab.llm.loading import MODELS, _package_dir, cache_dir
+        from attnlab.llm.models.loading import MODELS, _package_dir, cache_dir
 
         for m in MODELS.values():
             installed = _package_dir(m.package) is not None
@@ -38,6 +38,6 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="convert again even if the folder exists"),
     ) -> None:
         """Convert the installed GGUF of NAME into a plain HF folder (config + safetensors + tokenizer); print its path."""
-        from attnlab.llm.loading import fetch_model
+        from attnlab.llm.models.loading import fetch_model
 
         typer.echo(str(fetch_model(name, cache=cache, force=force)))

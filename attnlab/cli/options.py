@@ -115,27 +115,27 @@ RULES: dict[str, Rule] = {
     "block_rows": Rule(int, 1, 2**20),
     "pool": Rule(int, 1, 2**20),
     "memory_gib": Rule(float, 0.0, 2**20, lo_open=True, flag="--memory-limit"),
-    "layers": Rule(str, parse="attnlab.llm.long_capture:parse_layers"),  # 0-3, 0,5 or 2 (train's is train.layers)
-    "rows": Rule(str, parse="attnlab.llm.long_capture:parse_rows"),
+    "layers": Rule(str, parse="attnlab.llm.heads.long_capture:parse_layers"),  # 0-3, 0,5 or 2 (train's is train.layers)
+    "rows": Rule(str, parse="attnlab.llm.heads.long_capture:parse_rows"),
     "kind": Rule(str, choices=("encoder", "decoder", "cross")),
     "approximate.target": Rule(float, 0.0, 1.0, lo_open=True),
     # structured LLM plans (plan, plan-run)
     "plan.budget": Rule(float, 0.0, 1.0, lo_open=True),
     "plan.n": Rule(int, 2, 2**20),
-    "plan.method": Rule(str, parse="attnlab.llm.eval_grid:parse_plan_method"),  # NAME or NAME:key=value (attnlab-retrieval:tail=32)
-    "plan.pages": Rule(int, 0, 10**6, note="(0 = none)"),  # = attnlab.llm.plan.PAGES_MAX (not imported: it pulls in torch)
-    "plan.slashes": Rule(int, 0, 10**4, note="(0 = none)"),  # = attnlab.llm.plan.SLASHES_MAX (not imported: it pulls in torch)
+    "plan.method": Rule(str, parse="attnlab.llm.eval.eval_grid:parse_plan_method"),  # NAME or NAME:key=value (attnlab-retrieval:tail=32)
+    "plan.pages": Rule(int, 0, 10**6, note="(0 = none)"),  # = attnlab.llm.plans.plan.PAGES_MAX (not imported: it pulls in torch)
+    "plan.slashes": Rule(int, 0, 10**4, note="(0 = none)"),  # = attnlab.llm.plans.plan.SLASHES_MAX (not imported: it pulls in torch)
     "plan-run.n": Rule(int, 2, 2**20),
     "windows": Rule(int, 1, 10**4),
-    # attnlab eval (the lengths against the model's context once it is known: attnlab.llm.eval_grid)
-    "eval.task": Rule(str, registry="attnlab.llm.tasks:TASKS", many=True),
-    "eval.lengths": Rule(str, parse="attnlab.llm.eval_grid:parse_lengths"),
-    "eval.method": Rule(str, parse="attnlab.llm.eval_grid:parse_methods"),
-    "eval.budget": Rule(str, parse="attnlab.llm.eval_grid:parse_budgets"),
+    # attnlab eval (the lengths against the model's context once it is known: attnlab.llm.eval.eval_grid)
+    "eval.task": Rule(str, registry="attnlab.llm.eval.tasks:TASKS", many=True),
+    "eval.lengths": Rule(str, parse="attnlab.llm.eval.eval_grid:parse_lengths"),
+    "eval.method": Rule(str, parse="attnlab.llm.eval.eval_grid:parse_methods"),
+    "eval.budget": Rule(str, parse="attnlab.llm.eval.eval_grid:parse_budgets"),
     "eval.depths": Rule(int, 1, 1000),
     "eval.samples": Rule(int, 1, 10**6),
     "eval.calibrate_windows": Rule(int, 1, 10**4),
-    "calibrate_mix": Rule(str, parse="attnlab.llm.calibration_mix:parse_mix"),
+    "calibrate_mix": Rule(str, parse="attnlab.llm.plans.calibration_mix:parse_mix"),
     "eval.ppl_windows": Rule(int, 1, 10**4),
     "eval.seed": Rule(int, 0, SEED_MAX),
     "eval.max_new": Rule(int, 1, 4096),
@@ -174,7 +174,7 @@ FREE_KINDS: dict[type, str] = {
     Path: "a path: an output is claimed (attnlab.outputs), an input read with a one-line error",
 }
 FREE: dict[str, str] = {
-    "hf": "a model spec: attnlab.llm.loading.resolve_spec (known name, folder, .gguf, hub name)",
+    "hf": "a model spec: attnlab.llm.models.loading.resolve_spec (known name, folder, .gguf, hub name)",
     "data": "a corpus spec: attnlab.data.spec / attnlab.data.text, parsed fully with one-line errors",
     "device": "a torch device: checked against the devices present (attnlab.train.loop)",
     "args": "a run folder and sentences",

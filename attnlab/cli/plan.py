@@ -27,9 +27,9 @@ from attnlab.outputs import claim_file
 
 
 def _load(spec: str):
-    """(model, tokenizer) through attnlab.llm.loading (the one loader); a plain HF folder before it exists."""
+    """(model, tokenizer) through attnlab.llm.models.loading (the one loader); a plain HF folder before it exists."""
     try:
-        from attnlab.llm.loading import load_causal_lm
+        from attnlab.llm.models.loading import load_causal_lm
     except ImportError:  # pragma: no cover - before the LLM-capture branch is merged
         load_causal_lm = None
     if load_causal_lm is not None:
@@ -55,8 +55,8 @@ def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows:
     and on the synthetic retrieval prompts of ``mix`` (``calibration_mix``), written into the plan's meta.
     ``slashes`` > 0: the method's option ``slashes`` (a method without it refuses)."""
     from attnlab.llm import methods
-    from attnlab.llm.eval_grid import build_calibration, parse_method
-    from attnlab.llm.text_windows import token_windows
+    from attnlab.llm.eval.eval_grid import build_calibration, parse_method
+    from attnlab.llm.models.text_windows import token_windows
 
     name, opts = parse_method(method)
     m = methods.get(name, budget, **opts, **({"slashes": slashes} if slashes else {}))
@@ -88,9 +88,9 @@ def register(app: typer.Typer) -> None:
         force: bool = typer.Option(False, "--force", help="replace an existing plan file"),
     ) -> None:
         """Choose one structured support per (layer, head) from calibration text under a budget; write it as JSON."""
-        from attnlab.llm.eval_grid import parse_method
-        from attnlab.llm.loading import check_length
-        from attnlab.llm.plan import check_budget
+        from attnlab.llm.eval.eval_grid import parse_method
+        from attnlab.llm.models.loading import check_length
+        from attnlab.llm.plans.plan import check_budget
 
         try:
             check_budget(budget)
@@ -141,9 +141,9 @@ def register(app: typer.Typer) -> None:
         import torch
 
         from attnlab.errors import UserError
-        from attnlab.llm.loading import check_length
+        from attnlab.llm.models.loading import check_length
         from attnlab.llm.methods.attnlab_plan import PlanFile
-        from attnlab.llm.text_windows import token_windows
+        from attnlab.llm.models.text_windows import token_windows
 
         method = PlanFile(plan)
         p = method.file_plan.check(name=f"--plan {plan}", n=n)  # its length and columns against --n

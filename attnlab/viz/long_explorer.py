@@ -5,14 +5,14 @@ renders ``long_explorer.html`` with ``long_explorer.css``/``.js`` and the payloa
 
 * a layers × heads grid coloured by a chosen score — the capture's roles (letter in each cell) and
   statistics (sink mass, band mass within w = 64, fitted w, far share, entropy, positional) and,
-  given the head detectors' ``heads.json`` (``attnlab.llm.heads_file``), their scores; a click
+  given the head detectors' ``heads.json`` (``attnlab.llm.heads.heads_file``), their scores; a click
   chooses the head;
 * the pooled overview (g tokens per cell, log colour scale by default, or linear) with the head's
   fitted structure drawn on it (band |i − j| ≤ w, the argmax diagonal i + offset, the fitted key
-  columns) and, given a plan (``attnlab.llm.plan.Plan``), the plan's support;
+  columns) and, given a plan (``attnlab.llm.plans.plan.Plan``), the plan's support;
 * a zoom: a region selected on the overview is drawn token by token from the rows kept exactly at
   capture time — the middle window (``--rows``) and each head's zoom tiles
-  (``attnlab.llm.zoom_tiles``) — with the tokens' text on hover; cells never captured are hatched
+  (``attnlab.llm.heads.zoom_tiles``) — with the tokens' text on hover; cells never captured are hatched
   and the page says so;
 * the band profile (mass by distance i − j, log–log) and the column mass (mass by key) as small plots.
 

@@ -2,7 +2,7 @@
 
     plan[l][h] = FULL | B_{w_lh} ∪ (rows × (T_fixed ∪ T_dyn(x)))   with Σ entries ≤ β·L·H·n(n+1)/2,
 
-chosen by ``attnlab.llm.selection.choose_plan`` from a table of the calibration:
+chosen by ``attnlab.llm.plans.selection.choose_plan`` from a table of the calibration:
 
     attnlab            the default: ``err-rel`` when the calibration holds option errors, else ``fit``
     attnlab-mass       ``fit``: maximise the captured mass μ_h(w, g) with the exact fit's columns
@@ -13,7 +13,7 @@ chosen by ``attnlab.llm.selection.choose_plan`` from a table of the calibration:
     attnlab-delta      ``delta``: minimise Σ_h (g_i · W_h (o_S,i − o_i))² (needs the loss gradients)
 
 Option ``pages`` = K (every variant): at decoding each planned head also reads back the K pages of 16
-evicted keys of largest Quest bound (``Plan.pages``, ``attnlab.llm.pages``; 0, the default: none).
+evicted keys of largest Quest bound (``Plan.pages``, ``attnlab.llm.execution.pages``; 0, the default: none).
 Option ``slashes`` = s (every variant): at the prefill each planned head (not full, not in a sliding layer) also
 reads the s diagonals δ < −w of largest mass from its last queries, chosen per input (``HeadPlan.slashes``;
 prefill only); their bound s·(n − 1) entries per head (``plan.slash_fraction``) is taken from β before the knapsack.
@@ -27,7 +27,7 @@ import warnings
 
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import PlanMethod
-from attnlab.llm.selection import WIDTHS
+from attnlab.llm.plans.selection import WIDTHS
 
 
 @register
@@ -42,8 +42,8 @@ class AttnlabPlan(PlanMethod):
 
     def make_plan(self, model, n, calibration):
         from attnlab.errors import UserError
-        from attnlab.llm.plan import slash_fraction, with_slashes
-        from attnlab.llm.selection import choose_plan
+        from attnlab.llm.plans.plan import slash_fraction, with_slashes
+        from attnlab.llm.plans.selection import choose_plan
 
         s = int(self.opts.get("slashes", 0))
         widths = self.opts.get("widths", "all")
@@ -86,7 +86,7 @@ class PlanFile(PlanMethod):
     decoding = AttnlabPlan.decoding
 
     def __init__(self, path):
-        from attnlab.llm.plan import Plan
+        from attnlab.llm.plans.plan import Plan
 
         self.path = str(path)
         self.file_plan = Plan.load(path)

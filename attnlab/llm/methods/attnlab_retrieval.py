@@ -2,7 +2,7 @@
 
     R = the k heads of largest retrieval score r_lh   (r_lh: mean attention from the answer tokens to the
         needle's value tokens while the model copies it, on synthetic needle prompts — Wu et al. 2024;
-        ``attnlab.llm.head_scan.retrieval_scores``, stored with the calibration as ``Calibration.retrieval``)
+        ``attnlab.llm.heads.head_scan.retrieval_scores``, stored with the calibration as ``Calibration.retrieval``)
 
 Two ways to keep them (option ``tail``):
 
@@ -15,14 +15,14 @@ Two ways to keep them (option ``tail``):
 The other heads read band + columns (their per-input columns chosen from the last queries) and their
 cache keeps what they can still read.  Options ``retrieval_heads`` = k, ``tail`` = T, ``pages`` = K: at
 decoding every planned head also reads back the K pages of 16 evicted keys of largest Quest bound
-(``Plan.pages``, ``attnlab.llm.pages``; 0, the default: none); ``slashes`` = s: at the prefill every planned
+(``Plan.pages``, ``attnlab.llm.execution.pages``; 0, the default: none); ``slashes`` = s: at the prefill every planned
 head (not full, not in a sliding layer) also reads the s diagonals δ < −w of largest mass from its last queries,
-chosen per input (``HeadPlan.slashes``, ``attnlab.llm.slash_lines``; prefill only).  Their bound s·(n − 1) per
+chosen per input (``HeadPlan.slashes``, ``attnlab.llm.plans.slash_lines``; prefill only).  Their bound s·(n − 1) per
 head (``plan.slash_fraction``) is taken from β before the knapsack, as the tails' is.  ``sliding_floor`` = F:
 a head of a sliding layer (Gemma-3) gets a band of at least min(F, window − 1) keys (``choose_plan``).
 ``widths`` = all | own: as ``attnlab``'s (the bands offered to the knapsack).
 ``blocks`` = K (with a tail): each retrieval head also reads, on every prefill row, the K blocks of 16 keys of
-largest pooled score for its block of 16 queries, chosen per input (``HeadPlan.blocks``, ``attnlab.llm.key_blocks``);
+largest pooled score for its block of 16 queries, chosen per input (``HeadPlan.blocks``, ``attnlab.llm.plans.key_blocks``);
 their bound K·16·(n − 1) per head is taken from β before the knapsack.  Multi-key needles need it: the rows of a
 later needle must see the earlier ones in the heads that retrieve, not only the rows that ask.
 ``other_blocks`` = K' (prefill only): every other planned head (not full, not a retrieval head, not in a sliding
@@ -44,10 +44,10 @@ ask; ``HeadPlan.kept``): its KV head's cache stays compressed.  Decoding only (t
 import numpy as np
 
 from attnlab.errors import UserError
-from attnlab.llm.key_blocks import BLOCK, BLOCKS_MAX
+from attnlab.llm.plans.key_blocks import BLOCK, BLOCKS_MAX
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import PlanMethod
-from attnlab.llm.selection import WIDTHS
+from attnlab.llm.plans.selection import WIDTHS
 
 TAIL = 64   # the default tail: rows of a retrieval head that read every key
 
@@ -79,8 +79,8 @@ class AttnlabRetrieval(PlanMethod):
             raise UserError(f"--method {self.name}: tail_keep={P} needs tail > 0 (the tail's rows cast the vote)")
 
     def make_plan(self, model, n, calibration):
-        from attnlab.llm.plan import HeadPlan, slash_fraction, tail_entries, with_slashes
-        from attnlab.llm.selection import choose_plan
+        from attnlab.llm.plans.plan import HeadPlan, slash_fraction, tail_entries, with_slashes
+        from attnlab.llm.plans.selection import choose_plan
 
         k = int(self.opts.get("retrieval_heads", 16))
         T = int(self.opts.get("tail", TAIL))

@@ -151,13 +151,13 @@ class PlanMethod(Method):
         self.plan = self.make_plan(model, n, calibration)
 
     def _install(self, model) -> None:
-        from attnlab.llm.attention import apply_plan
+        from attnlab.llm.execution.attention import apply_plan
 
         self._previous = getattr(model, "attnlab_plan", None)   # a plan the model ran before: put back on exit
         apply_plan(model, self.plan)
 
     def _uninstall(self, model) -> None:
-        from attnlab.llm.attention import apply_plan, remove_plan
+        from attnlab.llm.execution.attention import apply_plan, remove_plan
 
         remove_plan(model)
         if getattr(self, "_previous", None) is not None:
@@ -165,7 +165,7 @@ class PlanMethod(Method):
             self._previous = None
 
     def new_cache(self, model):
-        from attnlab.llm.kv_cache import PlanCache
+        from attnlab.llm.execution.kv_cache import PlanCache
 
         return PlanCache(model)
 

@@ -1,6 +1,6 @@
 """DuoAttention (Xiao et al. 2024, "DuoAttention: Efficient Long-Context LLM Inference with Retrieval and Streaming Heads").
 
-Each KV head g of layer l has a learned gate α_{l,g} ∈ [0, 1] (``attnlab.llm.duo_training.train_gates``,
+Each KV head g of layer l has a learned gate α_{l,g} ∈ [0, 1] (``attnlab.llm.plans.duo_training.train_gates``,
 as the repository's ``duo_attn/train.py``).  At deployment the heads of largest gate are retrieval
 heads, full in both phases; the others are streaming heads, sinks + recent tokens in both phases:
 
@@ -42,15 +42,15 @@ class DuoAttention(PlanMethod):
 
     def _gates(self, model):
         """The gate file's gates (L, H_kv), checked against ``model`` (one-line UserError naming the file)."""
-        from attnlab.llm.duo_training import load_gates
-        from attnlab.llm.plan import model_shape
+        from attnlab.llm.plans.duo_training import load_gates
+        from attnlab.llm.plans.plan import model_shape
 
         if not self.opts.get("gates"):
             raise UserError("--option gates: duo-attention needs a gate file (train one: python benchmarks/duo_attention_train.py)")
         return load_gates(self.opts["gates"], model_shape(model))
 
     def make_plan(self, model, n, calibration):
-        from attnlab.llm.plan import HeadPlan, Plan, model_shape
+        from attnlab.llm.plans.plan import HeadPlan, Plan, model_shape
         from attnlab.support import Support
 
         shape = model_shape(model)

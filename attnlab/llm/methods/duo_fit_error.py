@@ -1,7 +1,7 @@
 """``duo-fit-error``: DuoAttention's two kinds of heads as attnlab ran it in round 2, heads ranked by the error of a sink + window fit.
 
 The heads whose sink + window fit loses the most mass on calibration text stay full; the others keep
-4 sinks + a window (``attnlab.llm.baselines.duo_attention``).  The published method learns a gate
+4 sinks + a window (``attnlab.llm.plans.baselines.duo_attention``).  The published method learns a gate
 per KV head instead: ``duo-attention`` (``duo_attention.py``).
 """
 
@@ -17,6 +17,6 @@ class DuoAttentionFit(PlanMethod):
     decoding = "retrieval heads keep the whole cache; streaming heads the sinks + window"
 
     def make_plan(self, model, n, calibration):
-        from attnlab.llm import baselines
+        from attnlab.llm.plans import baselines
 
         return baselines.duo_attention(calibration, self.budget)

@@ -23,7 +23,7 @@ class Full(PlanMethod):
         self.budget = 1.0            # every entry is kept, whatever budget was asked for
 
     def make_plan(self, model, n, calibration):
-        from attnlab.llm.plan import Plan, model_shape
+        from attnlab.llm.plans.plan import Plan, model_shape
 
         return Plan.full(model_shape(model), n)
 

@@ -2,9 +2,9 @@
 
 ``minference`` — as the paper defines it (default ``patterns=search``): each head runs one of MInference's
 three patterns, chosen offline on calibration text by the paper's Kernel-Aware Optimal Sparse Pattern
-Search (``attnlab.llm.pattern_search``: the pattern whose support captures the most attention mass of the
+Search (``attnlab.llm.plans.pattern_search``: the pattern whose support captures the most attention mass of the
 full softmax, all three at the same cost of K = β(n + 1)/2 keys per row); the per-input parts are
-estimated on every prompt (``attnlab.llm.sparse_patterns``):
+estimated on every prompt (``attnlab.llm.execution.sparse_patterns``):
 
     Λ-shape         S_h(i) = {j < a} ∪ {i − w ≤ j ≤ i},  a + w + 1 = K                       (static)
     vertical-slash  S_h(i) = {j ≤ i : j ∈ V} ∪ {j ≤ i : j − i ∈ Δ},  |V| + |Δ| = K
@@ -25,7 +25,7 @@ sink columns; block-sparse as band 0 + the chosen blocks' keys per 64-row chunk 
 patterns scaled to the budget (Λ-shape, vertical-slash ×4, block-sparse mapped to vertical-slash),
 chosen on calibration text by captured mass or by the output error of the last queries, slash lines
 as the contiguous band, and the cache evicted to what the pattern can read
-(``attnlab.llm.baselines.minference``).
+(``attnlab.llm.plans.baselines.minference``).
 """
 
 from __future__ import annotations
@@ -33,17 +33,17 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.errors import UserError
-from attnlab.llm import sparse_patterns as sp
+from attnlab.llm.execution import sparse_patterns as sp
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import PlanMethod
-from attnlab.llm.sparse_patterns import vertical_slash
+from attnlab.llm.execution.sparse_patterns import vertical_slash
 
 __all__ = ["MInference", "MInferenceError", "MInferenceMass", "pattern_runner", "vertical_slash"]
 
 
 def pattern_runner(base, heads: list[dict]):
     """The layer's runner whose prefill runs each head's pattern (``heads[h]``: {"pattern", settings}); decoding reads the whole cache."""
-    from attnlab.llm.attention import LayerRunner
+    from attnlab.llm.execution.attention import LayerRunner
 
     class PatternRunner(LayerRunner):
         def prefill(self, q, k, v, scaling):
@@ -100,7 +100,7 @@ class MInference(PlanMethod):
         return [sp.budget_keys(self.budget, n)] if self.patterns == "search" else None
 
     def make_plan(self, model, n, calibration):
-        from attnlab.llm.plan import Plan, model_shape
+        from attnlab.llm.plans.plan import Plan, model_shape
 
         shape = model_shape(model)
         if self.patterns == "vs":
@@ -112,7 +112,7 @@ class MInference(PlanMethod):
 
     def searched(self, calibration, n: int) -> list[list[dict]]:
         """The per-head choice from the calibration's recall table at this budget (``pattern_search.choose``)."""
-        from attnlab.llm.pattern_search import choose
+        from attnlab.llm.plans.pattern_search import choose
 
         K = sp.budget_keys(self.budget, n)
         keys = list(getattr(calibration, "pattern_keys", []))
@@ -122,7 +122,7 @@ class MInference(PlanMethod):
         return choose(calibration.pattern_recall[:, :, keys.index(K)], K)
 
     def _install(self, model) -> None:
-        from attnlab.llm.attention import attention_modules
+        from attnlab.llm.execution.attention import attention_modules
 
         super()._install(model)
         for mod in attention_modules(model):
@@ -141,7 +141,7 @@ class MInference(PlanMethod):
         return float(np.mean([sp.entries(hd["pattern"], hd, n) for hd in flat]) / (n * (n + 1) / 2))
 
     def describe(self) -> dict:
-        from attnlab.llm.pattern_search import counts
+        from attnlab.llm.plans.pattern_search import counts
 
         d = super().describe()
         if self.heads:
@@ -156,12 +156,12 @@ class _MInferenceRound2(PlanMethod):
     decoding = "the cache keeps what the pattern can still read (band + columns); the rest is evicted"
 
     def calibration_candidates(self, shape, n):
-        from attnlab.llm import baselines
+        from attnlab.llm.plans import baselines
 
         return baselines.minference_candidates(self.budget, n, shape)
 
     def make_plan(self, model, n, calibration):
-        from attnlab.llm import baselines
+        from attnlab.llm.plans import baselines
 
         return baselines.minference(calibration, self.budget, by=self.by)
 

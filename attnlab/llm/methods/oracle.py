@@ -1,4 +1,4 @@
-"""The per-row top-k oracle (``attnlab.llm.oracle``): a bound, not a method one could run fast.
+"""The per-row top-k oracle (``attnlab.llm.plans.oracle``): a bound, not a method one could run fast.
 
     prefill: row i keeps its k_i = ⌈β(i+1)⌉ keys of largest score (all n² scores computed);
     decoding: the whole cache is read (the oracle bounds the prefill's support only).
@@ -19,19 +19,19 @@ class OracleTopK(Method):
     decoding = "the whole KV cache is kept and read"
 
     def prepare(self, model, n: int, calibration=None) -> None:
-        from attnlab.llm.plan import model_shape
+        from attnlab.llm.plans.plan import model_shape
 
         super().prepare(model, n, calibration)
         shape = model_shape(model)
         self.windows = shape["windows"] or [None] * shape["num_layers"]   # per layer: its sliding window or None
 
     def _install(self, model) -> None:
-        from attnlab.llm.oracle import apply_oracle
+        from attnlab.llm.plans.oracle import apply_oracle
 
         apply_oracle(model, self.budget)
 
     def prefill_fraction(self, n: int) -> float:
-        from attnlab.llm.oracle import entries_kept
+        from attnlab.llm.plans.oracle import entries_kept
 
         windows = getattr(self, "windows", None) or [None]
         return sum(entries_kept(self.budget, n, w) for w in windows) / len(windows)

@@ -23,7 +23,7 @@ import torch
 
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import Method
-from attnlab.llm.pages import page_upper_bound, quest_pages  # the page summary and choice, shared with read-back
+from attnlab.llm.execution.pages import page_upper_bound, quest_pages  # the page summary and choice, shared with read-back
 
 __all__ = ["DENSE_LAYERS", "Quest", "page_upper_bound", "quest_pages"]
 
@@ -32,7 +32,7 @@ DENSE_LAYERS = 2  # the first layers read every cached key (Quest, section 4)
 
 def _quest_runner(base, page: int, pages: int):
     """The layer's full-attention runner whose decoding reads only the chosen pages (dense in the first layers)."""
-    from attnlab.llm.attention import LayerRunner
+    from attnlab.llm.execution.attention import LayerRunner
 
     class QuestRunner(LayerRunner):
         def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None, kv=None, summaries=None):
@@ -76,8 +76,8 @@ class Quest(Method):
         return n
 
     def _install(self, model) -> None:
-        from attnlab.llm.attention import apply_plan, attention_modules
-        from attnlab.llm.plan import Plan, model_shape
+        from attnlab.llm.execution.attention import apply_plan, attention_modules
+        from attnlab.llm.plans.plan import Plan, model_shape
 
         apply_plan(model, Plan.full(model_shape(model), self.n))
         pages = self.tokens(self.n) // self.page
@@ -85,7 +85,7 @@ class Quest(Method):
             mod.attnlab_layer = _quest_runner(mod.attnlab_layer, self.page, pages)
 
     def _uninstall(self, model) -> None:
-        from attnlab.llm.attention import remove_plan
+        from attnlab.llm.execution.attention import remove_plan
 
         remove_plan(model)
 

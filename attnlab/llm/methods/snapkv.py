@@ -60,7 +60,7 @@ def snapkv_keep(q_win, k, scaling: float, kernel: int, kept: int):
 
 def _snap_runner(base, window: int, kernel: int, compression: float):
     """The layer's full-attention runner, which after its prefill marks the keys SnapKV keeps."""
-    from attnlab.llm.attention import LayerRunner
+    from attnlab.llm.execution.attention import LayerRunner
 
     class SnapKVRunner(LayerRunner):
         def prefill(self, q, k, v, scaling):
@@ -116,12 +116,12 @@ class SnapKV(PlanMethod):
         self.compression = float(self.opts.get("compression", 1.0 - self.budget))
 
     def make_plan(self, model, n, calibration):
-        from attnlab.llm.plan import Plan, model_shape
+        from attnlab.llm.plans.plan import Plan, model_shape
 
         return Plan.full(model_shape(model), n)
 
     def _install(self, model) -> None:
-        from attnlab.llm.attention import attention_modules
+        from attnlab.llm.execution.attention import attention_modules
 
         super()._install(model)
         for mod in attention_modules(model):

@@ -23,8 +23,8 @@ class StreamingLLM(PlanMethod):
     options = {"compression": (float, 0.0, 0.99)}
 
     def make_plan(self, model, n, calibration):
-        from attnlab.llm import baselines
-        from attnlab.llm.plan import SINKS, HeadPlan, Plan, model_shape
+        from attnlab.llm.plans import baselines
+        from attnlab.llm.plans.plan import SINKS, HeadPlan, Plan, model_shape
         from attnlab.support import Support
         import numpy as np
 

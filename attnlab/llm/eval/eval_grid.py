@@ -1,0 +1,437 @@
+"""``attnlab eval``: retrieval and perplexity of a model under methods, on a grid, resumable.
+
+    for n in lengths:                                   (the calibration of n, when a method needs one)
+      for task, depth d, sample s:                      the methods whose prefill is full attention, one shared prefill
+        for (method, β) in [full] + those methods × budgets:   score = string_match_all(answer, expected) → results.jsonl
+      for (method, β) in the other methods × budgets:
+        for task, depth d, sample s:   score = string_match_all(greedy answer, expected)   → results.jsonl
+      perplexity of each method at n on ``ppl`` windows                                  → results.jsonl
+
+Each line of ``results.jsonl`` is one prompt (or one perplexity), written and flushed as soon as it
+is measured, under a key of (method, β, task, n, d, s).  A run started again on the same ``--out``
+reads the lines there, drops a torn last line, and measures only the keys still missing: a killed run
+continues where it stopped and ends with the same lines as one never killed (greedy decoding is
+deterministic).  ``config.json`` holds the settings; a later run in the same folder may add tasks, lengths,
+methods and budgets (the rows are keyed by all four), any other setting that differs is refused.
+Full attention runs on every prompt: it is the ceiling the methods are compared against.  The methods
+whose prefill is full attention (``Method.prefill_reuse``: full, SnapKV, Quest) run prompt by prompt
+together, on one shared full-attention prefill that also keeps the prefix shared with the previous
+prompt (``prefix_cache``; ``reuse=False``, ``--no-reuse``: every answer its own prefill).  Each row
+records the prefill seconds it spent and its ``reused_tokens``; ``wall.jsonl`` the wall time of each run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from attnlab.atomic import write_text_atomic
+from attnlab.errors import UserError
+from attnlab.llm import methods as registry
+from attnlab.llm.eval.greedy import greedy_answer
+from attnlab.llm.eval.tasks import TASKS, Haystack, sample_key, string_match_all
+
+__all__ = ["EvalSettings", "depth_grid", "read_results", "run_eval"]
+
+FORMAT = "attnlab-eval/1"
+
+
+@dataclass
+class EvalSettings:
+    model: str
+    tasks: list[str] = field(default_factory=lambda: ["niah"])
+    lengths: list[int] = field(default_factory=lambda: [2048])
+    depths: int = 11
+    samples: int = 10
+    methods: list[str] = field(default_factory=list)     # registry names besides full
+    budgets: list[float] = field(default_factory=lambda: [0.1])
+    plan: str | None = None                              # a plan file run beside full
+    haystack: str = "noise"                              # "noise" or a text file
+    seed: int = 0
+    calibrate: str | None = None                         # calibration text of the calibrated methods
+    calibrate_windows: int = 2
+    calibrate_mix: str | None = None                     # synthetic retrieval prompts added ("niah:2,vt:1", calibration_mix)
+    ppl: str | None = None                               # text whose perplexity is reported beside
+    ppl_windows: int = 1
+    max_new: int | None = None                           # answer tokens (default: the task's)
+
+    def runs(self) -> list[tuple[str, float]]:
+        """(method, β) pairs: full first, then every method at every budget."""
+        out = [(registry.REFERENCE, 1.0)]
+        if self.plan:
+            out.append(("plan", 0.0))
+        out += [(m, b) for m in self.methods if m != registry.REFERENCE for b in self.budgets]
+        return out
+
+
+def depth_grid(count: int) -> list[float]:
+    """``count`` depths from 0 (the needle first) to 1 (last), evenly spaced (one: the middle)."""
+    return [0.5] if count == 1 else [float(x) for x in np.linspace(0.0, 1.0, count)]
+
+
+def read_results(path: Path) -> list[dict]:
+    """The complete lines of ``results.jsonl``; a torn last line (a killed write) is cut off the file."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    rows, good = [], 0
+    for line in raw.splitlines(keepends=True):
+        if not line.endswith(b"\n"):
+            break
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+        good += len(line)
+    if good < len(raw):
+        with open(path, "r+b") as f:
+            f.truncate(good)
+    return rows
+
+
+GROWS = ("tasks", "lengths", "methods", "budgets")  # settings a later run in the same folder may extend
+
+
+def _claim(out: Path, settings: EvalSettings) -> None:
+    """Write ``config.json`` or check that the run there has the same settings (``GROWS`` may gain values)."""
+    cfg = {"format": FORMAT, **asdict(settings)}
+    path = out / "config.json"
+    if path.exists():
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            raise UserError(f"--out {out}: config.json is not an eval configuration") from None
+        if old.get("format") != FORMAT:
+            raise UserError(f"--out {out}: holds something other than an attnlab eval run")
+        diff = sorted(k for k in cfg if k not in GROWS and old.get(k) != cfg[k])
+        if diff:
+            raise UserError(f"--out {out}: holds an eval run with other settings ({', '.join(diff)}); use another --out")
+        grown = {k: list(old.get(k) or []) + [x for x in cfg[k] if x not in (old.get(k) or [])] for k in GROWS}
+        if any(grown[k] != old.get(k) for k in GROWS):
+            write_text_atomic(path, json.dumps({**old, **grown}, indent=1) + "\n")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(cfg, indent=1) + "\n")
+
+
+def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, methods: list):
+    """The calibration at length n (``out/calibration-n.npz``, made once), for the calibrated methods."""
+    from attnlab.llm.plans.calibration import Calibration
+
+    if not any(m.calibrated for m in methods):
+        return None
+    path = out / f"calibration-{n}.npz"
+    old = Calibration.load(path) if path.exists() else None
+    cal, changed = build_calibration(model, tokenizer, methods, n, settings.calibrate, settings.calibrate_windows,
+                                     settings.calibrate_mix, old)
+    if changed:
+        cal.save(path)
+    return cal
+
+
+def build_calibration(model, tokenizer, methods: list, n: int, text_path, windows: int, mix: str | None = None, cal=None):
+    """What the calibrated ``methods`` need at length n, on ``windows`` windows of ``text_path`` (+ the ``mix``
+    prompts, ``calibration_mix``): the statistics (unless ``cal`` holds them), MInference's pattern search at the
+    keys it lacks, the retrieval scores.  Returns (calibration, whether anything was measured)."""
+    from attnlab.llm.plans.calibration import calibrate
+    from attnlab.llm.plans.calibration_mix import mix_windows, parse_mix
+    from attnlab.llm.plans.plan import model_shape
+    from attnlab.llm.models.text_windows import token_windows
+
+    need = [m for m in methods if m.calibrated]
+    text = None   # the calibration text's windows, tokenised once for the calibration and the pattern search
+    changed = cal is None
+    if cal is None:
+        shape = model_shape(model)
+        cands = sorted({c for m in need for c in (m.calibration_candidates(shape, n) or [])})
+        text = token_windows(tokenizer, text_path, n, windows)
+        cal = calibrate(model, text + mix_windows(tokenizer, text_path, n, parse_mix(mix)), cands or None,
+                        grads=any(m.calibration_grads for m in need))
+    keys = sorted({K for m in need for K in (m.calibration_pattern_keys(n) or [])} - set(cal.pattern_keys))
+    if keys:   # MInference's pattern search at budgets the calibration lacks (one more exact pass over its text windows, no mix)
+        from attnlab.llm.plans.pattern_search import add_patterns
+
+        if text is None:
+            text = token_windows(tokenizer, text_path, n, windows)
+        add_patterns(cal, model, text, keys)
+        changed = True
+    if any(m.needs_retrieval for m in need) and not cal.retrieval.any():
+        cal.retrieval = retrieval_calibration(model, tokenizer, n)
+        changed = True
+    return cal, changed
+
+
+RETRIEVAL_N, RETRIEVAL_PROMPTS, RETRIEVAL_SEED = 512, 6, 7  # needle prompts of the retrieval scores (never the eval's)
+
+
+def retrieval_calibration(model, tokenizer, n: int):
+    """Retrieval score per head (L, H) on ``RETRIEVAL_PROMPTS`` synthetic copy prompts of min(n, RETRIEVAL_N) tokens."""
+    from attnlab.llm.heads.head_scan import retrieval_scores
+
+    return retrieval_scores(model, tokenizer, n=min(n, RETRIEVAL_N), count=RETRIEVAL_PROMPTS, seed=RETRIEVAL_SEED)
+
+
+def _items(text: str, option: str) -> list[str]:
+    items = [x.strip() for x in str(text).split(",") if x.strip()]
+    if not items:
+        raise UserError(f"{option}: expected at least one value, got {text!r}")
+    return items
+
+
+def check_lengths(lengths: list[int]) -> list[int]:
+    """Prompt lengths of at least 64 tokens (the model's context is checked once it is known)."""
+    if min(lengths) < 64:
+        raise UserError(f"--lengths: every length must be >= 64 tokens, got {min(lengths)}")
+    return lengths
+
+
+def check_budgets(budgets: list[float]) -> list[float]:
+    """Budgets β in (0, 1]."""
+    bad = [b for b in budgets if not 0 < b <= 1]
+    if bad:
+        raise UserError(f"--budget: must be a fraction in (0, 1], got {bad[0]}")
+    return budgets
+
+
+def check_methods(specs: list[str]) -> list[str]:
+    """Registered names with their options: an unknown name or option is one line."""
+    for spec in specs:
+        base, opts = parse_method(spec)
+        registry.get(base, 1.0, **opts)
+    return specs
+
+
+def parse_lengths(text: str) -> list[int]:
+    """``--lengths 2048,4096``: positive token counts."""
+    try:
+        return check_lengths([int(x) for x in _items(text, "--lengths")])
+    except ValueError:
+        raise UserError(f"--lengths: expected a comma list of integers, got {text!r}") from None
+
+
+def parse_budgets(text: str) -> list[float]:
+    """``--budget 0.1,0.25``: fractions in (0, 1]."""
+    try:
+        return check_budgets([float(x) for x in _items(text, "--budget")])
+    except ValueError:
+        raise UserError(f"--budget: expected a comma list of fractions, got {text!r}") from None
+
+
+def parse_methods(text: str) -> list[str]:
+    """``--method streaming-llm,snapkv:window=32``: registered names with their options (empty: full alone)."""
+    return check_methods([x.strip() for x in str(text).split(",") if x.strip()])
+
+
+def parse_plan_method(spec: str) -> str:
+    """``attnlab plan --method NAME[:key=value…]``: a registered method that writes a plan file, with its options."""
+    base, opts = parse_method(spec)
+    if base not in registry.plan_names():
+        raise UserError(f"--method: expected one of {', '.join(registry.plan_names())} (options as name:key=value), got {spec!r}")
+    registry.get(base, 1.0, **opts)
+    return spec
+
+
+def parse_method(spec: str) -> tuple[str, dict]:
+    """``name`` or ``name:key=value:key=value`` → (name, options)."""
+    name, *rest = spec.split(":")
+    opts = {}
+    for item in rest:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--method {spec}: options are written name:key=value, got {item!r}")
+        opts[key.replace("-", "_")] = value
+    return name, opts
+
+
+def _method(settings: EvalSettings, name: str, budget: float):
+    if name == "plan":
+        from attnlab.llm.methods.attnlab_plan import PlanFile
+
+        return PlanFile(settings.plan)
+    base, opts = parse_method(name)
+    return registry.get(base, budget, **opts)
+
+
+def check_settings(settings: EvalSettings, max_len: int | None) -> None:
+    """Every option checked before the model runs (one line naming the option)."""
+    unknown = [t for t in settings.tasks if t not in TASKS]
+    if unknown:
+        raise UserError(f"--task: unknown task {unknown[0]!r} (known: {', '.join(TASKS)})")
+    check_methods(settings.methods)
+    check_budgets(settings.budgets)
+    if settings.depths < 1:
+        raise UserError(f"--depths: must be >= 1, got {settings.depths}")
+    if settings.samples < 1:
+        raise UserError(f"--samples: must be >= 1, got {settings.samples}")
+    check_lengths(settings.lengths)
+    if max_len is not None and max(settings.lengths) > max_len:
+        raise UserError(f"--lengths: {max(settings.lengths)} is beyond the model's context of {max_len} tokens")
+    if settings.haystack != "noise" and not Path(settings.haystack).is_file():
+        raise UserError(f"--haystack {settings.haystack}: no such file (or 'noise')")
+    need = [m for m in settings.methods if _method(settings, m, 1.0).calibrated]
+    if need and not settings.calibrate:
+        raise UserError(f"--calibrate: needed by --method {', '.join(need)} (a text file the evaluation never reads)")
+    if settings.calibrate_mix:
+        from attnlab.llm.plans.calibration_mix import parse_mix
+
+        parse_mix(settings.calibrate_mix)
+        if not settings.calibrate:
+            raise UserError("--calibrate-mix: needs --calibrate (the mixed prompts' haystack is the calibration text)")
+    for option in ("calibrate", "ppl"):
+        path = getattr(settings, option)
+        if path and not Path(path).is_file():
+            raise UserError(f"--{option} {path}: no such file")
+    if settings.max_new is not None and settings.max_new < 1:
+        raise UserError(f"--max-new: must be >= 1, got {settings.max_new}")
+
+
+def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, progress=None, stop_after: int | None = None,
+             reuse: bool = True) -> list[dict]:
+    """Measure the grid into ``out/results.jsonl`` (resuming what is there); returns every row.
+
+    ``progress(done, total, row)`` after each measured row; ``stop_after``: stop after measuring that
+    many new rows (tests of resumption).  ``reuse``: the methods whose prefill is full attention
+    (``Method.prefill_reuse``) share one prefill per prompt, and a prompt reuses the prefix it shares
+    with the one before (``prefix_cache``); the answers are those of ``reuse=False``, the seconds fewer.
+    """
+    from attnlab.llm.models.loading import model_max_len
+    from attnlab.llm.execution.prefix_cache import FullPrefill
+
+    out = Path(out)
+    check_settings(settings, model_max_len(model))
+    hay = Haystack.noise(tokenizer) if settings.haystack == "noise" else Haystack.file(tokenizer, settings.haystack, max(settings.lengths))
+    depths = depth_grid(settings.depths)
+    for t in settings.tasks:  # every task fits every length and the haystack holds it: refused before anything is written
+        for n in settings.lengths:
+            TASKS[t].make(tokenizer, hay, n, 0.5, 0, settings.seed)
+    if settings.plan:  # a plan for another model or length
+        for n in settings.lengths:
+            _method(settings, "plan", 0.0).make_plan(model, n, None)
+    for name in settings.methods:  # a method's own files (a gate file for another model): refused, not a skipped row
+        _method(settings, name, 1.0).check_model(model)
+    _claim(out, settings)
+    results = out / "results.jsonl"
+    rows = read_results(results)
+    done = {r["key"] for r in rows}
+    cells = [(t, d) for t in settings.tasks for d in (depths if TASKS[t].uses_depth else [None])]
+    per_run = len(cells) * settings.samples + (1 if settings.ppl else 0)
+    total = len(settings.lengths) * len(settings.runs()) * per_run
+    prefixes = FullPrefill() if reuse else None
+    measured, t_start = 0, time.time()
+    with open(results, "a", encoding="utf-8") as log:
+        def emit(row):
+            nonlocal measured
+            log.write(json.dumps(row) + "\n")
+            log.flush()
+            os.fsync(log.fileno())
+            rows.append(row)
+            done.add(row["key"])
+            measured += 1
+            if progress:
+                progress(len(done), total, row)
+            if stop_after is not None and measured >= stop_after:
+                raise KeyboardInterrupt
+
+        try:
+            for n in settings.lengths:
+                samples = {(t, d, s): None for t, d in cells for s in range(settings.samples)}
+
+                def answer(run, key):  # one prompt under one method → its row
+                    name, budget, method, beta = run.name, run.budget, run.method, run.beta
+                    t, d, s = key
+                    if samples[key] is None:
+                        samples[key] = TASKS[t].make(tokenizer, hay, n, d if d is not None else 0.0, s, settings.seed)
+                    smp = samples[key]
+                    ans = greedy_answer(model, tokenizer, method, smp.ids, settings.max_new or smp.max_new, prefixes=prefixes,
+                                        done=lambda text, refs=smp.answers: string_match_all(text, refs) == 1.0)
+                    emit({"key": f"{name}|{budget:g}|{smp.key}", "kind": "answer", "method": name, "budget": budget, "task": t,
+                          "n": n, "depth": d, "sample": s, "score": string_match_all(ans.text, smp.answers), "answer": ans.text,
+                          "expected": smp.answers, "prompt_tokens": len(smp.ids), "prefill_s": round(ans.prefill_s, 4),
+                          "reused_tokens": ans.reused, "decode_s": round(ans.decode_s, 4), "new_tokens": ans.tokens, "beta": beta,
+                          "kv_tokens": ans.kv_tokens, "kv_bytes": ans.kv_bytes, "kv_read_tokens": ans.kv_read_tokens,
+                          "kv_store_tokens": ans.kv_store_tokens, "kv_store_bytes": ans.kv_store_bytes,
+                          **{k: v for k, v in method.describe().items() if k in ("full_heads", "tail_heads", "pages", "slash_heads", "slashes",
+                                                                                      "block_heads", "blocks", "kept_heads", "kept",
+                                                                                      "pattern_counts")}})
+
+                for calibrated in (False, True):   # the methods without a calibration are answered before it is made
+                    ready = _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, calibrated)
+                    shared = [r for r in ready if prefixes is not None and r.method.prefill_reuse]
+                    for key in samples:  # prompts outer, the sharing methods inner: one full-attention prefill serves them all
+                        for run in shared:
+                            if key in run.todo:
+                                answer(run, key)
+                    for run in shared + [r for r in ready if r not in shared]:
+                        if run not in shared:   # the others method by method, as before
+                            for key in run.todo:
+                                answer(run, key)
+                        if run.ppl_key is not None:
+                            emit(_perplexity_row(model, tokenizer, settings, run.method, run.name, run.budget, n, run.beta, run.ppl_key))
+        finally:
+            if measured:
+                _log_wall(out, t_start, measured, reuse)
+    return rows
+
+
+class Run(NamedTuple):
+    """One (method, β) at one length, prepared, with what is left to measure."""
+    name: str
+    budget: float
+    method: object          # a prepared methods.Method
+    todo: dict              # {(task, depth, sample): None}: the prompts to answer, in grid order
+    ppl_key: str | None     # the perplexity row's key when it is still to measure
+    beta: float             # β measured: Method.prefill_fraction(n)
+
+
+def _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, calibrated: bool) -> list[Run]:
+    """The (method, β) runs at length n with something left to measure whose method is ``calibrated`` or not, prepared
+    (a run the method refuses: a skipped row)."""
+    runs = [(name, b, _method(settings, name, b)) for name, b in settings.runs()]
+    cal, ready = None, []
+    for name, budget, method in runs:
+        if method.calibrated != calibrated:
+            continue
+        prefix = f"{name}|{budget:g}|"
+        todo = {(t, d, s): None for (t, d, s) in samples
+                if prefix + sample_key(t, n, d, s) not in done}
+        ppl_key = f"ppl|{name}|{budget:g}|{n}|{settings.ppl_windows}"
+        ppl_key = ppl_key if settings.ppl and ppl_key not in done else None
+        if not todo and ppl_key is None:
+            continue
+        if method.calibrated and cal is None:
+            cal = _calibration(model, tokenizer, settings, out, n, [m for _, _, m in runs])
+        skip_key = f"{prefix}skipped|{n}"
+        if skip_key in done:
+            continue
+        try:
+            method.prepare(model, n, cal)
+        except UserError as err:  # e.g. a budget below the method's cheapest plan: said in the results, the grid goes on
+            emit({"key": skip_key, "kind": "skipped", "method": name, "budget": budget, "n": n, "reason": str(err)})
+            continue
+        ready.append(Run(name, budget, method, todo, ppl_key, method.prefill_fraction(n)))
+    return ready
+
+
+def _log_wall(out: Path, started: float, measured: int, reuse: bool) -> None:
+    """One line of ``wall.jsonl`` per run of the grid: its wall-clock seconds and the rows it measured."""
+    with open(out / "wall.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps({"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+                            "seconds": round(time.time() - started, 3), "rows": measured, "reuse": reuse}) + "\n")
+
+
+def _perplexity_row(model, tokenizer, settings, method, name, budget, n, beta, key) -> dict:
+    from attnlab.llm.eval.perplexity import perplexity
+    from attnlab.llm.models.text_windows import token_windows
+
+    windows = token_windows(tokenizer, settings.ppl, n, settings.ppl_windows)
+    t0 = time.perf_counter()
+    with method.applied(model):
+        ppl = perplexity(model, windows)
+    return {"key": key, "kind": "ppl", "method": name, "budget": budget, "n": n, "ppl": ppl, "windows": len(windows),
+            "beta": beta, "seconds": round(time.perf_counter() - t0, 3)}

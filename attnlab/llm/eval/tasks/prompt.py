@@ -1,0 +1,91 @@
+"""A prompt of an exact length in the model's tokens, with pieces inserted at chosen depths.
+
+    ids = head ‖ hay[0:p₁] ‖ piece₁ ‖ hay[p₁:p₂] ‖ piece₂ ‖ … ‖ hay[p_k:N] ‖ tail,   |ids| = length
+
+head = the chat template's opening (where the model has one) + the task's instruction; tail = the
+question + the chat template's closing + the answer prefix; N = length − |head| − Σ|pieceᵢ| − |tail|
+haystack tokens.  A piece at depth d ∈ [0, 1] goes at the last sentence or line end of the haystack at
+or before ⌊d·N⌋ (Kamradt's needle test: depth = where in the context the fact sits).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from attnlab.errors import UserError
+from attnlab.llm.eval.tasks.haystack import Haystack
+
+__all__ = ["Sample", "assemble", "chat_parts", "sample_key"]
+
+
+@dataclass
+class Sample:
+    """One prompt: ``ids`` (exactly ``length`` tokens), the strings the answer must contain, where the pieces sit."""
+
+    task: str
+    length: int
+    depth: float | None
+    index: int
+    ids: list[int]
+    answers: list[str]
+    spans: list[tuple[int, int]] = field(default_factory=list)  # token [start, end) of each inserted piece
+    max_new: int = 32
+
+    @property
+    def key(self) -> str:
+        return sample_key(self.task, self.length, self.depth, self.index)
+
+
+def sample_key(task: str, length: int, depth: float | None, index: int) -> str:
+    """A prompt's key in results files, known before the prompt is made: ``task|length|depth|index``."""
+    d = "-" if depth is None else f"{depth:.4f}"
+    return f"{task}|{length}|{d}|{index}"
+
+
+def chat_parts(tokenizer) -> tuple[str, str]:
+    """(opening, closing) of the model's chat template around one user message; ("", "") without one."""
+    if not getattr(tokenizer, "chat_template", None):
+        return "", ""
+    mark = "\x00CONTENT\x00"
+    text = tokenizer.apply_chat_template([{"role": "user", "content": mark}], add_generation_prompt=True, tokenize=False)
+    before, _, after = text.partition(mark)
+    return before, after
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False).input_ids if text else []
+
+
+def assemble(tokenizer, hay: Haystack, length: int, instruction: str, question: str, answer_prefix: str,
+             pieces: list[tuple[float, str]], start: int = 0, task: str = "task") -> tuple[list[int], list[tuple[int, int]]]:
+    """(ids of exactly ``length`` tokens, token spans of the pieces in the order given): ``pieces`` = [(depth, text)].
+
+    ``start``: where in the haystack stream its tokens begin (a different stretch per sample).
+    """
+    opening, closing = chat_parts(tokenizer)
+    head = _encode(tokenizer, opening + instruction)
+    if not opening and tokenizer.bos_token_id is not None:
+        head = [tokenizer.bos_token_id] + head
+    tail = _encode(tokenizer, question + closing) + _encode(tokenizer, answer_prefix)
+    order = sorted(range(len(pieces)), key=lambda x: pieces[x][0])                   # pieces by depth
+    coded = [(pieces[x][0], _encode(tokenizer, "\n" + pieces[x][1])) for x in order]
+    N = length - len(head) - len(tail) - sum(len(c) for _, c in coded)
+    if N < 0:
+        raise UserError(f"--lengths: {length} tokens cannot hold the {task} prompt ({length - N} tokens without haystack)")
+    hay_ids = hay.tokens(N, start)
+    ends = hay.boundaries(hay_ids, tokenizer)
+    ids, spans, last = list(head), [], 0
+    for d, c in coded:
+        p = ends[max(0, bisect.bisect_right(ends, int(d * N)) - 1)]
+        p = max(p, last)
+        ids += hay_ids[last:p]
+        spans.append((len(ids), len(ids) + len(c)))
+        ids += c
+        last = p
+    ids += hay_ids[last:] + tail
+    assert len(ids) == length, (len(ids), length)
+    by_input = [None] * len(pieces)
+    for x, span in zip(order, spans):
+        by_input[x] = span
+    return ids, by_input

@@ -1,0 +1,90 @@
+"""A calibration that contains retrieval: real text windows mixed with synthetic retrieval prompts.
+
+A calibration on prose never sees a head copy a fact from far back, so the option errors
+(``Calibration.err``) price cutting a retrieval head as cheap.  The mix adds, next to the text
+windows, prompts of the retrieval tasks (``attnlab.llm.eval.tasks``) with their answer appended
+(teacher-forced), on which the option errors are measured **on the answer rows only**:
+
+    window  = prompt(task, seed') ‖ answer          |window| = n   (the prompt is made n − |answer| tokens long)
+    rows    = { |prompt| − 1, …, n − 2 }             the queries that predict the answer tokens
+
+and the knapsack's error of an option is the mean over all windows (text and mixed alike, one
+weight each).  Mix spec ``"niah:2,vt:1"`` = 2 NIAH and 1 variable-tracking prompt.  The prompts
+never are the evaluation's: another seed (``MIX_SEED`` + index) and the calibration text as
+haystack (the evaluation defaults to RULER's noise), at depths spread over the context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attnlab.errors import UserError
+
+__all__ = ["MIX_SEED", "MixWindow", "mix_windows", "parse_mix"]
+
+MIX_SEED = 1_000_003  # seeds of the mixed prompts: far from any evaluation seed (eval's default is 0)
+
+
+@dataclass
+class MixWindow:
+    """One synthetic calibration window: ``ids`` (1, n) and the ``rows`` the option errors are measured on."""
+
+    task: str
+    ids: torch.Tensor
+    rows: torch.Tensor
+
+
+def parse_mix(text: str | None, option: str = "--calibrate-mix") -> list[tuple[str, int]]:
+    """``"niah:2,vt:1"`` → [("niah", 2), ("vt", 1)]; an unknown task or a count ≤ 0 is refused in one line."""
+    from attnlab.llm.eval.tasks import TASKS
+
+    if text is None or not str(text).strip():
+        return []
+    out = []
+    for item in str(text).split(","):
+        name, _, count = item.strip().partition(":")
+        if name not in TASKS:
+            raise UserError(f"{option}: unknown task {name!r} (known: {', '.join(TASKS)})")
+        try:
+            c = int(count) if count else 1
+        except ValueError:
+            raise UserError(f"{option}: {item.strip()!r}: the count after ':' must be an integer") from None
+        if c <= 0:
+            raise UserError(f"{option}: {item.strip()!r}: the count must be at least 1")
+        out.append((name, c))
+    return out
+
+
+def mix_windows(tokenizer, haystack_path, n: int, mix: list[tuple[str, int]]) -> list[MixWindow]:
+    """The synthetic windows of ``mix`` at length n, the calibration text as haystack."""
+    from attnlab.llm.eval.tasks import TASKS, Haystack
+
+    if not mix:
+        return []
+    hay = Haystack.file(tokenizer, haystack_path, n)
+    out = []
+    for task, count in mix:
+        for x in range(count):
+            depth = (x + 0.5) / count                                   # spread over the context
+            # the answer's length fixes the prompt's (n − |answer|); a task whose answer changes with the
+            # prompt's length (vt) gets the first length's: cut to it, or closed by end-of-text tokens (no rows)
+            first = TASKS[task].make(tokenizer, hay, n, depth, x, MIX_SEED + x)
+            A = len(_answer_ids(tokenizer, first.answers))
+            if A >= n // 2:
+                raise UserError(f"--calibrate-mix: the {task} answer ({A} tokens) does not fit {n} tokens")
+            s = TASKS[task].make(tokenizer, hay, n - A, depth, x, MIX_SEED + x)
+            answer = _answer_ids(tokenizer, s.answers)[:A]
+            R = len(answer)
+            pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else answer[-1]
+            answer += [pad] * (A - R)
+            ids = torch.tensor([s.ids + answer], dtype=torch.long)           # (1, n)
+            rows = torch.arange(len(s.ids) - 1, len(s.ids) - 1 + R)         # the rows that predict the answer
+            out.append(MixWindow(task, ids, rows))
+    return out
+
+
+def _answer_ids(tokenizer, answers: list[str]) -> list[int]:
+    """The tokens of the answer as the model would write it after the answer prefix."""
+    return tokenizer(" " + ", ".join(answers), add_special_tokens=False).input_ids
