@@ -23,78 +23,81 @@ from attnlab.cli.options import checked
 DEFAULT_HAYSTACK = Path("../shared/data/shakespeare/test.txt.gz")
 
 
+@checked("eval")
+def eval_command(
+    hf: str = typer.Option(..., "--hf", help="model: a HF folder, a .gguf file or a known name (smollm2-135m, gemma3-270m)"),
+    task: str = typer.Option("niah", "--task", help="comma list of tasks: niah, niah-words, niah-uuids, niah-multikey, "
+                             "niah-multivalue, niah-multiquery, vt, cwe"),
+    lengths: str = typer.Option("2048", "--lengths", help="comma list of prompt lengths in tokens, e.g. 2048,4096,8192"),
+    depths: int = typer.Option(11, "--depths", help="needle depths from 0 to 100 %, evenly spaced"),
+    samples: int = typer.Option(10, "--samples", help="prompts per (task, length, depth)"),
+    method: str = typer.Option("", "--method", help="comma list of methods besides full (attnlab methods lists them)"),
+    budget: str = typer.Option("0.1", "--budget", help="comma list of budgets β, fractions of the causal entries read (above zero, at most one), e.g. 0.1,0.25"),
+    plan: Optional[Path] = typer.Option(None, "--plan", help="a plan file (attnlab plan) run beside full"),
+    haystack: str = typer.Option(str(DEFAULT_HAYSTACK), "--haystack", help="'noise' (RULER's sentences) or a text file (plain or .gz)"),
+    calibrate: Optional[Path] = typer.Option(None, "--calibrate", help="calibration text for calibrated methods (never the haystack)"),
+    calibrate_windows: int = typer.Option(2, "--calibrate-windows", help="calibration windows per length"),
+    calibrate_mix: Optional[str] = typer.Option(None, "--calibrate-mix", help="synthetic retrieval prompts added to the calibration, a comma list of task:count (tasks of --task); errors on their answer rows"),
+    ppl: Optional[Path] = typer.Option(None, "--ppl", help="text whose perplexity is reported beside (plain or .gz)"),
+    ppl_windows: int = typer.Option(1, "--ppl-windows", help="windows of --ppl scored per length"),
+    seed: int = typer.Option(0, "--seed", help="seed of the prompts (keys, values, depths of distractors)"),
+    max_new: Optional[int] = typer.Option(None, "--max-new", help="answer tokens [default: the task's]"),
+    out: Path = typer.Option(Path("runs/eval"), "--out", help="run folder (results.jsonl, table.md, heatmaps)"),
+    no_reuse: bool = typer.Option(False, "--no-reuse", help="every answer its own prefill: no full-attention prefill "
+                                  "shared by full, snapkv and quest, no prefix shared with the previous prompt (same answers, slower)"),
+) -> None:
+    """Retrieval accuracy on a depth × length grid, and perplexity, of a model under methods (resumable)."""
+    import time
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from attnlab.cli.plan import _load
+    from attnlab.llm.eval.eval_grid import EvalSettings, check_settings, parse_budgets, parse_lengths, parse_methods, read_results, run_eval
+    from attnlab.llm.eval.eval_report import markdown, write_report
+
+    settings = EvalSettings(
+        model=hf, tasks=[t.strip() for t in task.split(",") if t.strip()], lengths=parse_lengths(lengths), depths=depths,
+        samples=samples, methods=parse_methods(method), budgets=parse_budgets(budget),
+        plan=str(plan) if plan else None, haystack=haystack, seed=seed, calibrate=str(calibrate) if calibrate else None,
+        calibrate_windows=calibrate_windows, calibrate_mix=calibrate_mix, ppl=str(ppl) if ppl else None, ppl_windows=ppl_windows, max_new=max_new)
+    if haystack != "noise" and not Path(haystack).is_file():
+        hint = " (the default Shakespeare text is looked for beside the repository: give --haystack FILE or noise)" \
+            if Path(haystack) == DEFAULT_HAYSTACK else ""
+        raise ValueError(f"--haystack {haystack}: no such file{hint}")
+    if plan is not None:
+        from attnlab.llm.plans.plan import Plan
+
+        Plan.load(plan)                                                   # a malformed file: one line, before the model
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: is a file, not a run folder")
+    check_settings(settings, None)                                        # everything but the model's context
+    model, tokenizer = _load(hf)                                          # run_eval checks the context before any write
+    t0 = time.time()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), transient=False) as bar:
+        job = bar.add_task("eval", total=None)
+
+        def progress(done, total, row):
+            what = f"{row['method']} β={row['budget']:g} n={row['n']}" + (f" {row['task']}" if "task" in row else " ppl")
+            bar.update(job, completed=done, total=total, description=what)
+
+        rows = run_eval(model, tokenizer, settings, out, progress=progress, reuse=not no_reuse)
+    summary = write_report(rows, out)
+    typer.echo(markdown(summary), nl=False)
+    typer.echo(f"{out}: {len(rows)} rows ({len(read_results(out / 'results.jsonl'))} in results.jsonl), "
+               f"{time.time() - t0:.0f} s this run; table.md, summary.json, {len(summary['figures'])} heatmaps")
+
+
+@checked("methods")
+def methods_command() -> None:
+    """The registered methods with their prefill and decoding policies."""
+    from attnlab.llm import methods as registry
+
+    for name in registry.names():
+        cls = registry.REGISTRY[name]
+        typer.echo(f"{name}{' (calibrated)' if cls.calibrated else ''}\n  prefill:  {cls.prefill}\n  decoding: {cls.decoding}")
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("eval")
-    @checked("eval")
-    def eval_(
-        hf: str = typer.Option(..., "--hf", help="model: a HF folder, a .gguf file or a known name (smollm2-135m, gemma3-270m)"),
-        task: str = typer.Option("niah", "--task", help="comma list of tasks: niah, niah-words, niah-uuids, niah-multikey, "
-                                 "niah-multivalue, niah-multiquery, vt, cwe"),
-        lengths: str = typer.Option("2048", "--lengths", help="comma list of prompt lengths in tokens, e.g. 2048,4096,8192"),
-        depths: int = typer.Option(11, "--depths", help="needle depths from 0 to 100 %, evenly spaced"),
-        samples: int = typer.Option(10, "--samples", help="prompts per (task, length, depth)"),
-        method: str = typer.Option("", "--method", help="comma list of methods besides full (attnlab methods lists them)"),
-        budget: str = typer.Option("0.1", "--budget", help="comma list of budgets β, fractions of the causal entries read (above zero, at most one), e.g. 0.1,0.25"),
-        plan: Optional[Path] = typer.Option(None, "--plan", help="a plan file (attnlab plan) run beside full"),
-        haystack: str = typer.Option(str(DEFAULT_HAYSTACK), "--haystack", help="'noise' (RULER's sentences) or a text file (plain or .gz)"),
-        calibrate: Optional[Path] = typer.Option(None, "--calibrate", help="calibration text for calibrated methods (never the haystack)"),
-        calibrate_windows: int = typer.Option(2, "--calibrate-windows", help="calibration windows per length"),
-        calibrate_mix: Optional[str] = typer.Option(None, "--calibrate-mix", help="synthetic retrieval prompts added to the calibration, a comma list of task:count (tasks of --task); errors on their answer rows"),
-        ppl: Optional[Path] = typer.Option(None, "--ppl", help="text whose perplexity is reported beside (plain or .gz)"),
-        ppl_windows: int = typer.Option(1, "--ppl-windows", help="windows of --ppl scored per length"),
-        seed: int = typer.Option(0, "--seed", help="seed of the prompts (keys, values, depths of distractors)"),
-        max_new: Optional[int] = typer.Option(None, "--max-new", help="answer tokens [default: the task's]"),
-        out: Path = typer.Option(Path("runs/eval"), "--out", help="run folder (results.jsonl, table.md, heatmaps)"),
-        no_reuse: bool = typer.Option(False, "--no-reuse", help="every answer its own prefill: no full-attention prefill "
-                                      "shared by full, snapkv and quest, no prefix shared with the previous prompt (same answers, slower)"),
-    ) -> None:
-        """Retrieval accuracy on a depth × length grid, and perplexity, of a model under methods (resumable)."""
-        import time
-
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-        from attnlab.cli.plan import _load
-        from attnlab.llm.eval.eval_grid import EvalSettings, check_settings, parse_budgets, parse_lengths, parse_methods, read_results, run_eval
-        from attnlab.llm.eval.eval_report import markdown, write_report
-
-        settings = EvalSettings(
-            model=hf, tasks=[t.strip() for t in task.split(",") if t.strip()], lengths=parse_lengths(lengths), depths=depths,
-            samples=samples, methods=parse_methods(method), budgets=parse_budgets(budget),
-            plan=str(plan) if plan else None, haystack=haystack, seed=seed, calibrate=str(calibrate) if calibrate else None,
-            calibrate_windows=calibrate_windows, calibrate_mix=calibrate_mix, ppl=str(ppl) if ppl else None, ppl_windows=ppl_windows, max_new=max_new)
-        if haystack != "noise" and not Path(haystack).is_file():
-            hint = " (the default Shakespeare text is looked for beside the repository: give --haystack FILE or noise)" \
-                if Path(haystack) == DEFAULT_HAYSTACK else ""
-            raise ValueError(f"--haystack {haystack}: no such file{hint}")
-        if plan is not None:
-            from attnlab.llm.plans.plan import Plan
-
-            Plan.load(plan)                                                   # a malformed file: one line, before the model
-        if out.exists() and not out.is_dir():
-            raise ValueError(f"--out {out}: is a file, not a run folder")
-        check_settings(settings, None)                                        # everything but the model's context
-        model, tokenizer = _load(hf)                                          # run_eval checks the context before any write
-        t0 = time.time()
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TimeRemainingColumn(), transient=False) as bar:
-            job = bar.add_task("eval", total=None)
-
-            def progress(done, total, row):
-                what = f"{row['method']} β={row['budget']:g} n={row['n']}" + (f" {row['task']}" if "task" in row else " ppl")
-                bar.update(job, completed=done, total=total, description=what)
-
-            rows = run_eval(model, tokenizer, settings, out, progress=progress, reuse=not no_reuse)
-        summary = write_report(rows, out)
-        typer.echo(markdown(summary), nl=False)
-        typer.echo(f"{out}: {len(rows)} rows ({len(read_results(out / 'results.jsonl'))} in results.jsonl), "
-                   f"{time.time() - t0:.0f} s this run; table.md, summary.json, {len(summary['figures'])} heatmaps")
-
-    @app.command("methods")
-    @checked("methods")
-    def methods_() -> None:
-        """The registered methods with their prefill and decoding policies."""
-        from attnlab.llm import methods as registry
-
-        for name in registry.names():
-            cls = registry.REGISTRY[name]
-            typer.echo(f"{name}{' (calibrated)' if cls.calibrated else ''}\n  prefill:  {cls.prefill}\n  decoding: {cls.decoding}")
+    app.command("eval")(eval_command)
+    app.command("methods")(methods_command)
