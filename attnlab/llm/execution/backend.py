@@ -1,0 +1,120 @@
+"""The execution seam: a layer's prefill and decoding step, given what each head reads, run by a backend per device.
+
+What a head reads is decided above the seam (``layer_plan``: the plan's static part of a layer and the per-input
+choice of columns, slashes, key blocks; ``decode_step``: the cache's slots and the pages read back); how the
+softmax over those keys is computed is decided below it, by an ``AttentionBackend``:
+
+    prefill:  out_i = Σ_{j ∈ S_h(i)} α_ij v_j,   α_ij = softmax_{j ∈ S_h(i)}(q_i·k_j · scaling),   i = 0 … n − 1
+              S_h(i) = {j ≤ i : i − j ≤ w_h}                               band (w_h = FULL: every causal key)
+                     ∪ {j ≤ i : j ∈ T_h}                                    columns (fixed and per-input vertical lines)
+                     ∪ {j ≤ i : j − i ∈ Δ_h}                                diagonals (per-input slash lines, δ < −w_h)
+                     ∪ {j ≤ i : ⌊j/b⌋ ∈ U_h(⌊i/b⌋)}                         key blocks per query block of b rows
+              and every j ≤ i on the tail rows i ≥ n − R_h                  tails
+    decode:   out_i = softmax over the allowed cached slots (and the keys gathered from read-back pages)
+
+Contract of ``prefill(parts, q, k, v, scaling) -> out``:
+    q (B, H, n, d_k); k, v (B, H_kv, n, d_k / d_v), positions 0 … n − 1 (a prefill: the keys are the queries' own);
+    GQA: query head h reads KV head ``parts.kv_of[h]`` (= h // (H / H_kv)), read in place (never repeated).
+    dtype: q, k, v alike (float32 on the CPU; bf16 / fp16 on an accelerator, the softmax accumulated in fp32);
+    out (B, H, n, d_v) in q's dtype (any strides; the CPU backend writes transformers' (B, n, H, d_v) layout
+    transposed).  ``parts`` is a ``PrefillParts``: per head its band, columns, diagonals, key blocks and tail rows.
+    Every key set above is causal (j ≤ i) whatever the parts hold; an empty slot (−1 / NO_DIAGONAL) reads nothing;
+    a key reached by two parts is read once.  A head with w_h = FULL, or w_h ≥ n − 1, reads every causal key.
+
+Contract of ``decode(q, k, v, scaling, allowed, pages=None) -> out``:
+    q (B, H_s·r, t, d_k) the query heads of the KV heads in k, in order (query head ρ of KV head g at row g·r + ρ);
+    k, v (B, H_s, L, ·) the cached slots; allowed (B, H_s, r, t, L) bool (None: every slot; a row with no allowed
+    slot gives 0); pages (t = 1 only): a ``PageKeys`` of keys gathered per query head from read-back pages, read
+    besides the allowed slots in the same softmax.  out (B, H_s·r, t, d_v) in q's dtype.
+
+``backend_for(device)`` picks the backend registered for the device's type (``register_backend``); the CPU backend
+(``cpu_backend``: the native C kernel, else PyTorch's chunked band and SDPA) serves any device without one of its own.
+A backend never chooses keys: the same ``parts`` / ``allowed`` give the same S_h(i) on every device, and the dense
+masked softmax (``attention.plan_reference``) is the reference every backend is tested against.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from importlib import import_module
+from typing import Callable, NamedTuple
+
+import torch
+
+__all__ = ["AttentionBackend", "PageKeys", "PrefillParts", "backend_for", "register_backend"]
+
+
+class PrefillParts(NamedTuple):
+    """What each query head of a layer reads in one prefill (per input: chosen by ``layer_plan`` from the last queries).
+
+    w:        (H,) ints, each head's band half-width as run (the model's sliding window applied); FULL (−1): every
+              causal key (the head's other parts are then ignored).
+    columns:  (B, H, g) long key positions T_h, distinct per head, −1: an empty slot.
+    diagonals:(B, H, s) long offsets δ = j − i < −w_h, NO_DIAGONAL (``attnlab.support``): an empty slot.
+    blocks:   (B, H, T, K) long key-block indices U_h(t) for each query block t = 0 … ⌈n/b⌉ − 1 (best first), −1: none;
+              head h reads the first ``block_counts[h]`` of them; K = 0: no head has key blocks.
+    block_counts: (H,) ints K_h.
+    tails:    (H,) ints R_h: the last R_h rows read every causal key (0: none).
+    kv_of:    (H,) long, the KV head of each query head.
+    block:    b, the rows of a query block and the keys of a key block.
+    """
+
+    w: tuple[int, ...]
+    columns: torch.Tensor
+    diagonals: torch.Tensor
+    blocks: torch.Tensor
+    block_counts: tuple[int, ...]
+    tails: tuple[int, ...]
+    kv_of: torch.Tensor
+    block: int
+
+
+class PageKeys(NamedTuple):
+    """Keys a decoding query head reads back from pages, beside its allowed slots: keys (B, H, X, d_k), values
+    (B, H, X, d_v), ok (B, H, X) bool (False: a padding slot, read nothing)."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    ok: torch.Tensor
+
+
+class AttentionBackend(ABC):
+    """How a layer's softmax over the keys its heads read is computed on one kind of device (module docstring)."""
+
+    name: str = "?"
+
+    @abstractmethod
+    def prefill(self, parts: PrefillParts, q, k, v, scaling: float):
+        """q (B, H, n, d_k), k, v (B, H_kv, n, ·) → out (B, H, n, d_v): each head over S_h(i) of ``parts``."""
+
+    @abstractmethod
+    def decode(self, q, k, v, scaling: float, allowed=None, pages: PageKeys | None = None):
+        """q (B, H_s·r, t, d_k), k, v (B, H_s, L, ·), allowed (B, H_s, r, t, L) | None → out (B, H_s·r, t, d_v)."""
+
+
+_FACTORIES: dict[str, Callable[[], AttentionBackend]] = {}
+_MADE: dict[str, AttentionBackend] = {}
+_MODULES = {"cpu": "attnlab.llm.execution.cpu_backend", "cuda": "attnlab.llm.execution.flex_backend"}
+
+
+def register_backend(device_type: str, factory: Callable[[], AttentionBackend]) -> None:
+    """Make ``factory()`` the backend of devices of ``device_type`` ("cpu", "cuda", …); a module registers itself on import."""
+    _FACTORIES[device_type] = factory
+    _MADE.pop(device_type, None)
+
+
+def backend_for(device) -> AttentionBackend:
+    """The backend of ``device`` (a torch.device, a tensor's device or its name): the one registered for its type (its
+    module, ``_MODULES``, imported on first use), else the CPU backend."""
+    kind = torch.device(device).type
+    if kind not in _MADE:
+        if kind not in _FACTORIES and kind in _MODULES:
+            try:
+                import_module(_MODULES[kind])
+            except ModuleNotFoundError as e:   # no backend of its own (yet): the CPU backend's PyTorch paths run anywhere
+                if e.name != _MODULES[kind]:
+                    raise
+        if kind not in _FACTORIES:
+            import_module(_MODULES["cpu"])
+        _MADE[kind] = _FACTORIES.get(kind, _FACTORIES["cpu"])()
+    return _MADE[kind]
