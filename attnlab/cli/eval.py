@@ -90,12 +90,21 @@ def eval_command(
 
 @checked("methods")
 def methods_command() -> None:
-    """The registered methods with their prefill and decoding policies."""
+    """The registered methods (prefill and decoding policies, options with defaults, ranges and help) and the presets."""
     from attnlab.llm import methods as registry
 
     for name in registry.names():
         cls = registry.REGISTRY[name]
         typer.echo(f"{name}{' (calibrated)' if cls.calibrated else ''}\n  prefill:  {cls.prefill}\n  decoding: {cls.decoding}")
+        for key, opt in cls.options.items():
+            default = "derived" if opt.default is None else opt.default if opt.default != "" else "none"
+            typer.echo(f"  {key} = {default}  {opt.range_text()}  {opt.help}")
+    typer.echo("\npresets (name = method with fixed options; more options of the method may follow, name:key=value):")
+    for name in registry.preset_names():
+        p = registry.PRESETS[name]
+        fixed = ":".join(f"{k}={v}" for k, v in p.values.items())
+        mark = "  [default]" if name == registry.DEFAULT else ""
+        typer.echo(f"{name}{mark} = {p.base}:{fixed}\n  {p.purpose}")
 
 
 def register(app: typer.Typer) -> None:

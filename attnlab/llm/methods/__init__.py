@@ -1,24 +1,45 @@
 """The registry of methods: every file of this package defines one ``Method`` and registers it by name.
 
-    methods.names()                      → ("attnlab", "duo-attention", "full", …)
-    methods.plan_names()                 → the methods ``attnlab plan`` can write a plan file for
+    methods.names()                      → ("attnlab-band", "attnlab-retrieval", "duo-attention", "full", …)
+    methods.preset_names()               → ("attnlab", "attnlab-key-blocks", …): named configurations
+    methods.plan_names()                 → the methods and presets ``attnlab plan`` can write a plan file for
     methods.get("snapkv", budget=0.25)   → a configured Method (UserError for an unknown name)
+    methods.get("attnlab", budget=0.1)   → the recommended default (``DEFAULT``), a preset
 
-Adding a method is one file here with a ``@register`` class; nothing else names it.
+Adding a method is one file here with a ``@register`` class; nothing else names it.  A preset is a base
+method with fixed option values and a one-line purpose (``register_preset``, in the base method's file);
+``get(preset, **options)`` takes further options of the base, and refuses one that contradicts the preset.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from dataclasses import dataclass
 
 from attnlab.errors import UserError
 from attnlab.llm.methods.base import Method, PlanMethod
 
-__all__ = ["Method", "PlanMethod", "REFERENCE", "REGISTRY", "default_names", "get", "names", "plan_names", "register"]
+__all__ = ["DEFAULT", "Method", "PlanMethod", "PRESETS", "Preset", "REFERENCE", "REGISTRY", "default_names", "get", "method_class",
+           "names", "plan_names", "preset_names", "register", "register_preset"]
 
 REGISTRY: dict[str, type[Method]] = {}
 REFERENCE = "full"   # the method every other is measured against (full attention, ``full.py``)
+DEFAULT = "attnlab"  # the configuration the project recommends (a preset, ``attnlab_retrieval.py``)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named configuration: the method ``base`` with ``values`` fixed, and what it is for."""
+
+    name: str
+    base: str
+    values: dict
+    purpose: str
+    default_run: bool = False   # run by a benchmark not told which methods (the recommended default)
+
+
+PRESETS: dict[str, Preset] = {}
 
 
 def register(cls: type[Method]) -> type[Method]:
@@ -27,6 +48,16 @@ def register(cls: type[Method]) -> type[Method]:
         raise ValueError(f"method name {cls.name!r} is empty or taken")
     REGISTRY[cls.name] = cls
     return cls
+
+
+def register_preset(name: str, base: str, purpose: str, default: bool = False, **values) -> Preset:
+    """Register ``name`` = ``base`` with the option ``values`` fixed (checked against the base's declared options)."""
+    if not name or name in REGISTRY or name in PRESETS or base not in REGISTRY:
+        raise ValueError(f"preset name {name!r} is empty or taken, or its base {base!r} is not registered")
+    cls = REGISTRY[base]
+    fixed = {key: cls.options[key].parse(key, value) for key, value in values.items()}  # a key of no option: KeyError
+    PRESETS[name] = Preset(name, base, fixed, purpose, default)
+    return PRESETS[name]
 
 
 def _discover() -> None:
@@ -40,21 +71,48 @@ def names() -> tuple[str, ...]:
     return tuple(sorted(REGISTRY))
 
 
-def default_names() -> tuple[str, ...]:
-    """The registered methods a benchmark runs when not told which (``Method.default_run``: no variants, no bounds)."""
+def preset_names() -> tuple[str, ...]:
     _discover()
-    return tuple(sorted(name for name, cls in REGISTRY.items() if cls.default_run))
+    return tuple(sorted(PRESETS))
+
+
+def method_class(name: str) -> type[Method]:
+    """The class a method or preset name runs (a preset: its base's)."""
+    _discover()
+    return REGISTRY[PRESETS[name].base if name in PRESETS else name]
+
+
+def default_names() -> tuple[str, ...]:
+    """The methods and presets a benchmark runs when not told which (``Method.default_run``: no variants, no bounds;
+    of the presets, the recommended default)."""
+    _discover()
+    return tuple(sorted([name for name, cls in REGISTRY.items() if cls.default_run]
+                        + [name for name, p in PRESETS.items() if p.default_run]))
 
 
 def plan_names() -> tuple[str, ...]:
-    """The registered methods that have a plan file (``Method.writes_plan``): the choices of ``attnlab plan``."""
+    """The methods and presets that have a plan file (``Method.writes_plan``): the choices of ``attnlab plan``."""
     _discover()
-    return tuple(sorted(name for name, cls in REGISTRY.items() if cls.writes_plan()))
+    return tuple(sorted(name for name in (*REGISTRY, *PRESETS) if method_class(name).writes_plan()))
 
 
 def get(name: str, budget: float = 1.0, **options) -> Method:
-    """The method ``name`` at ``budget`` with its options; one-line UserError for an unknown name."""
+    """The method or preset ``name`` at ``budget`` with its options; one-line UserError for an unknown name, an option
+    the method has not, or an option that contradicts the preset's value."""
     _discover()
+    if name in PRESETS:
+        p = PRESETS[name]
+        cls = REGISTRY[p.base]
+        unknown = sorted(set(options) - set(cls.options))
+        if unknown:
+            raise UserError(f"--option: method {name} ({p.base}) has no option {', '.join(unknown)} (it takes: {', '.join(cls.options)})")
+        for key, value in options.items():
+            if key in p.values and key in cls.options and cls.options[key].parse(key, value) != p.values[key]:
+                raise UserError(f"--method {name}:{key}={value}: contradicts the preset {name} ({key}={p.values[key]}); "
+                                f"write {p.base}:… to run another value")
+        method = cls(budget, **{**p.values, **options})
+        method.name, method.preset = name, p
+        return method
     if name not in REGISTRY:
-        raise UserError(f"--method: unknown method {name!r} (known: {', '.join(sorted(REGISTRY))})")
+        raise UserError(f"--method: unknown method {name!r} (known: {', '.join(sorted((*REGISTRY, *PRESETS)))})")
     return REGISTRY[name](budget, **options)

@@ -4,7 +4,8 @@
 
 chosen by ``attnlab.llm.plans.selection.choose_plan`` from a table of the calibration:
 
-    attnlab            the default: ``err-rel`` when the calibration holds option errors, else ``fit``
+    attnlab-band       ``err-rel`` when the calibration holds option errors, else ``fit`` (round 2's plan; the
+                       recommended default ``attnlab`` is a preset of ``attnlab-retrieval``)
     attnlab-mass       ``fit``: maximise the captured mass μ_h(w, g) with the exact fit's columns
     attnlab-est        ``est``: the same with the columns an input gets at run time
     attnlab-err        ``err``: minimise Σ_h ε_h, ε_h = mean_i ‖W_h (o_S,i − o_i)‖²
@@ -26,16 +27,19 @@ plan does not depend on which other methods were calibrated with it (``selection
 import warnings
 
 from attnlab.llm.methods import register
-from attnlab.llm.methods.base import PlanMethod
-from attnlab.llm.plans.selection import WIDTHS
+from attnlab.llm.methods.base import Option, PlanMethod
+from attnlab.llm.plans.limits import WIDTHS
 
 
 @register
 class AttnlabPlan(PlanMethod):
-    name = "attnlab"
+    name = "attnlab-band"
     calibrated = True
     table: str | None = None      # ``choose_plan``'s table (None: its default)
-    options = {"pages": (int, 0, 10**6), "slashes": (int, 0, 10**4), "widths": (str, WIDTHS, None)}
+    options = {"pages": Option(0, 0, 10**6, "pages of 16 evicted keys each planned head reads back at decoding (Quest bound)"),
+               "slashes": Option(0, 0, 10**4, "per-input diagonals δ < −w each planned head also reads in the prefill"),
+               "widths": Option("all", help="bands offered to the knapsack: every width calibrated, or attnlab's grid alone",
+                                choices=WIDTHS)}
     prefill = ("per head its planned support (band w_h + sink columns + per-input columns; slashes=s: + s per-input "
                "diagonals), some heads full")
     decoding = "the cache keeps, per KV head, the keys its heads can still read (band + columns; slash lines are prefill-only)"
@@ -45,8 +49,8 @@ class AttnlabPlan(PlanMethod):
         from attnlab.llm.plans.plan import slash_fraction, with_slashes
         from attnlab.llm.plans.selection import choose_plan
 
-        s = int(self.opts.get("slashes", 0))
-        widths = self.opts.get("widths", "all")
+        s = int(self.option("slashes"))
+        widths = self.option("widths")
         shape = calibration.shape
         lines = slash_fraction(shape.get("windows"), shape["num_layers"], shape["num_heads"], s, n or calibration.n)
         if lines and lines >= self.budget:
@@ -55,13 +59,13 @@ class AttnlabPlan(PlanMethod):
             if not (calibration.err_rows and calibration.err.any()):
                 warnings.warn(f"calibration n={calibration.n} holds no option errors (made before them): {self.name} uses "
                               "the mass rule; recalibrate for the output-error rule", stacklevel=2)
-            plan = choose_plan(calibration, self.budget - lines, widths=widths)
+            plan = choose_plan(calibration, self.budget - lines, method=self.name, widths=widths)
         else:
             plan = choose_plan(calibration, self.budget - lines, table=self.table, method=self.name, widths=widths)
         plan.budget = self.budget
         if s:
             plan.meta["slashes"] = s
-        plan.pages = int(self.opts.get("pages", 0))
+        plan.pages = int(self.option("pages"))
         return with_slashes(plan, s) if s else plan
 
 
@@ -69,7 +73,8 @@ def _variant(table: str, grads: bool = False) -> type[AttnlabPlan]:
     """The attnlab plan chosen by one table of ``choose_plan`` (a study of the rule; not run by default)."""
     name = "attnlab-mass" if table == "fit" else f"attnlab-{table}"
     cls = type(name.replace("-", "_"), (AttnlabPlan,),
-               {"name": name, "table": table, "calibration_grads": grads, "default_run": False, "__module__": __name__,
+               {"name": name, "table": table, "prefill": f"as attnlab-band's, the plan chosen by the {table} table: "
+                + AttnlabPlan.prefill, "calibration_grads": grads, "default_run": False, "__module__": __name__,
                 "__doc__": f"attnlab's plan chosen by choose_plan(table={table!r})."})
     return register(cls)
 

@@ -44,10 +44,9 @@ ask; ``HeadPlan.kept``): its KV head's cache stays compressed.  Decoding only (t
 import numpy as np
 
 from attnlab.errors import UserError
-from attnlab.llm.plans.key_blocks import BLOCK, BLOCKS_MAX
-from attnlab.llm.methods import register
-from attnlab.llm.methods.base import PlanMethod
-from attnlab.llm.plans.selection import WIDTHS
+from attnlab.llm.plans.limits import BLOCK, BLOCKS_MAX, WIDTHS
+from attnlab.llm.methods import register, register_preset
+from attnlab.llm.methods.base import Option, PlanMethod
 
 TAIL = 64   # the default tail: rows of a retrieval head that read every key
 
@@ -57,9 +56,20 @@ class AttnlabRetrieval(PlanMethod):
     name = "attnlab-retrieval"
     calibrated = True
     needs_retrieval = True
-    options = {"retrieval_heads": (int, 0, 10**6), "tail": (int, 0, 10**7), "pages": (int, 0, 10**6), "slashes": (int, 0, 10**4),
-               "sliding_floor": (int, 0, 10**7), "blocks": (int, 0, BLOCKS_MAX), "other_blocks": (int, 0, BLOCKS_MAX),
-               "by_kv": (int, 0, 1), "tail_keep": (int, 0, 10**7), "widths": (str, WIDTHS, None)}
+    options = {
+        "retrieval_heads": Option(16, 0, 10**6, "k: heads of largest retrieval score that read every key from their tail"),
+        "tail": Option(TAIL, 0, 10**7, "T: last prefill rows of a retrieval head that read every key (0: the head runs full)"),
+        "blocks": Option(0, 0, BLOCKS_MAX, "K (needs tail): key blocks of 16 a retrieval head reads on every prefill row"),
+        "other_blocks": Option(0, 0, BLOCKS_MAX, "K': key blocks of 16 every other planned head reads on every prefill row"),
+        "tail_keep": Option(0, 0, 10**7, "P (needs tail): keys a retrieval head keeps at decoding, voted by its tail rows "
+                                         "(0: its whole cache)"),
+        "pages": Option(0, 0, 10**6, "pages of 16 evicted keys each planned head reads back a decoding step (Quest bound)"),
+        "by_kv": Option(0, 0, 1, "1: retrieval heads taken as whole KV groups"),
+        "slashes": Option(0, 0, 10**4, "per-input diagonals δ < −w each planned head also reads in the prefill"),
+        "sliding_floor": Option(0, 0, 10**7, "least band of a head in a sliding layer (Gemma-3)"),
+        "widths": Option("all", help="bands offered to the knapsack: every width calibrated, or attnlab's grid alone",
+                         choices=WIDTHS),
+    }
     prefill = ("the k heads of largest retrieval score read every key from their last T rows (T = 0: all rows; blocks=K: and "
                "on every row the K key blocks of 16 of largest pooled score); every head its planned band + columns "
                "(knapsack over the rest of β); slashes=s: and s per-input diagonals; other_blocks=K': the other planned heads "
@@ -71,10 +81,10 @@ class AttnlabRetrieval(PlanMethod):
 
     def __init__(self, budget: float = 1.0, **options):
         super().__init__(budget, **options)
-        K, T = int(self.opts.get("blocks", 0)), int(self.opts.get("tail", TAIL))
+        K, T = int(self.option("blocks")), int(self.option("tail"))
         if K and not T:   # refused before any model or calibration work
             raise UserError(f"--method {self.name}: blocks={K} needs tail > 0 (tail=0 keeps the retrieval heads full: nothing to choose)")
-        P = int(self.opts.get("tail_keep", 0))
+        P = int(self.option("tail_keep"))
         if P and not T:
             raise UserError(f"--method {self.name}: tail_keep={P} needs tail > 0 (the tail's rows cast the vote)")
 
@@ -82,18 +92,18 @@ class AttnlabRetrieval(PlanMethod):
         from attnlab.llm.plans.plan import HeadPlan, slash_fraction, tail_entries, with_slashes
         from attnlab.llm.plans.selection import choose_plan
 
-        k = int(self.opts.get("retrieval_heads", 16))
-        T = int(self.opts.get("tail", TAIL))
-        K = int(self.opts.get("blocks", 0))
-        K2 = int(self.opts.get("other_blocks", 0))
-        P = int(self.opts.get("tail_keep", 0))
+        k = int(self.option("retrieval_heads"))
+        T = int(self.option("tail"))
+        K = int(self.option("blocks"))
+        K2 = int(self.option("other_blocks"))
+        P = int(self.option("tail_keep"))
         r = np.asarray(calibration.retrieval, dtype=np.float64)                     # (L, H)
         if k and not r.any():
             raise UserError(f"--method {self.name}: the calibration holds no retrieval scores (made before them); recalibrate")
         if k > r.size:
             raise UserError(f"--method {self.name}: retrieval_heads={k} but the model has {r.size} heads")
         keep = np.zeros(r.shape, dtype=bool)
-        if k and int(self.opts.get("by_kv", 0)):   # whole KV groups, ranked by their best query head's score
+        if k and int(self.option("by_kv")):   # whole KV groups, ranked by their best query head's score
             L, H = r.shape
             g = H // int(calibration.shape.get("num_kv_heads") or H)                     # query heads per KV head
             best = r.reshape(L, H // g, g).max(-1).reshape(-1)                            # (L·H_kv,)
@@ -102,9 +112,9 @@ class AttnlabRetrieval(PlanMethod):
         elif k:
             keep.reshape(-1)[np.argsort(-r.reshape(-1), kind="stable")[:k]] = True
         heads = [[int(l), int(h)] for l, h in zip(*np.nonzero(keep))]
-        s = int(self.opts.get("slashes", 0))
-        floor = int(self.opts.get("sliding_floor", 0))
-        widths = self.opts.get("widths", "all")
+        s = int(self.option("slashes"))
+        floor = int(self.option("sliding_floor"))
+        widths = self.option("widths")
         windows = calibration.shape.get("windows") or [None] * r.shape[0]
         L, H = r.shape
         lines = slash_fraction(windows, L, H, s, n)
@@ -142,7 +152,17 @@ class AttnlabRetrieval(PlanMethod):
                         plan.heads[l][h] = HeadPlan(old.support, old.dynamic, 0, 0, K2)
         plan.budget = self.budget
         plan.meta.update(retrieval_heads=heads, tail=T, **({"slashes": s} if s else {}), **({"sliding_floor": floor} if floor else {}),
-                         **({"blocks": K} if K else {}), **({"other_blocks": K2} if K2 else {}), **({"by_kv": 1} if self.opts.get("by_kv") else {}),
+                         **({"blocks": K} if K else {}), **({"other_blocks": K2} if K2 else {}), **({"by_kv": 1} if self.option("by_kv") else {}),
                          **({"tail_keep": P} if P else {}))
-        plan.pages = int(self.opts.get("pages", 0))
+        plan.pages = int(self.option("pages"))
         return with_slashes(plan, s) if s else plan
+
+
+register_preset("attnlab", "attnlab-retrieval", "the recommended default: retrieval, perplexity and KV together (the read-back "
+                "configuration: 32 retrieval heads with key blocks, every other head 4 key blocks, a voted decoding cache, "
+                "8 pages read back a step)", default=True,
+                retrieval_heads=32, blocks=8, other_blocks=4, tail_keep=512, pages=8)
+register_preset("attnlab-other-blocks", "attnlab-retrieval", "multi-key retrieval with whole caches for the retrieval heads "
+                "(more KV than attnlab, no read-back)", retrieval_heads=32, blocks=8, other_blocks=4)
+register_preset("attnlab-key-blocks", "attnlab-retrieval", "key blocks in the retrieval heads only (multi-key at 2K; "
+                "perplexity of the band plan)", retrieval_heads=32, blocks=8)

@@ -24,11 +24,59 @@ manager that restores the model as it was::
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from attnlab.errors import UserError
 
-__all__ = ["Method", "PlanMethod"]
+__all__ = ["Method", "Option", "PlanMethod"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a method, declared: its default, its range and what it does (a kvpress press's field).
+
+    ``default`` None: derived at run time (``help`` says from what, e.g. from β); ``kind`` the type a value
+    given as text is read as (default: the default's type); a number must lie in [lo, hi], a choice be one of
+    ``choices``.
+    """
+
+    default: Any
+    lo: Any = None
+    hi: Any = None
+    help: str = ""
+    kind: type | None = None
+    choices: tuple = ()
+
+    @property
+    def type(self) -> type:
+        return self.kind or type(self.default)
+
+    def parse(self, key: str, value: Any) -> Any:
+        """``value`` (text or a number) read and checked; a one-line UserError naming ``key`` otherwise."""
+        kind = self.type
+        try:
+            if kind is int and isinstance(value, str):
+                out = int(value.strip())
+            elif kind is int and isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            else:
+                out = kind(value)
+        except (TypeError, ValueError):
+            raise UserError(f"--option {key}: expected {kind.__name__}, got {value!r}") from None
+        if self.choices and out not in self.choices:
+            raise UserError(f"--option {key}: expected one of {', '.join(self.choices)}, got {out!r}")
+        if self.lo is not None and not self.lo <= out <= self.hi:
+            raise UserError(f"--option {key}: must be in [{self.lo:g}, {self.hi:g}], got {out}")
+        return out
+
+    def range_text(self) -> str:
+        """The values the option takes, as ``attnlab methods`` prints them."""
+        if self.choices:
+            return " | ".join(self.choices)
+        if self.lo is not None:
+            return f"[{self.lo}, {self.hi}]" if self.type is int else f"[{self.lo:g}, {self.hi:g}]"
+        return self.type.__name__
 
 
 class Method:
@@ -39,7 +87,7 @@ class Method:
     decoding: ClassVar[str] = ""       # one sentence: what the cache keeps, what a new token reads
     calibrated: ClassVar[bool] = False  # needs calibration text (``prepare(..., calibration=...)``)
     needs_retrieval: ClassVar[bool] = False  # needs the calibration's retrieval scores (``Calibration.retrieval``)
-    options: ClassVar[dict[str, tuple]] = {}  # option → (type, lo, hi), or (str, (choices…), None); checked by __init__
+    options: ClassVar[dict[str, Option]] = {}  # option → its declared default, range and help; checked by __init__
     default_run: ClassVar[bool] = True  # run when a benchmark is not told which methods (variants and bounds: False)
     prefill_reuse: ClassVar[bool] = False  # the prefill is full attention, S_h(i) = {j ≤ i}, and the cache is made from its
     #   keys and values: a full-attention prefill of the same tokens may stand for it (``eval`` reuses one, prefix_cache.py)
@@ -52,21 +100,12 @@ class Method:
         if unknown:
             raise UserError(f"--option: method {self.name} has no option {', '.join(unknown)}"
                             f" (it takes: {', '.join(self.options) or 'none'})")
-        self.opts = {}
-        for key, (kind, lo, hi) in self.options.items():
-            if key in options:
-                value = options[key]
-                try:
-                    value = kind(value)
-                except (TypeError, ValueError):
-                    raise UserError(f"--option {key}: expected {kind.__name__}, got {value!r}") from None
-                if isinstance(lo, tuple):   # a choice: (str, ("a", "b"), None)
-                    if value not in lo:
-                        raise UserError(f"--option {key}: expected one of {', '.join(lo)}, got {value!r}")
-                elif not lo <= value <= hi:
-                    raise UserError(f"--option {key}: must be in [{lo:g}, {hi:g}], got {value}")
-                self.opts[key] = value
+        self.opts = {key: self.options[key].parse(key, value) for key, value in options.items()}   # the options given
         self.n = 0
+
+    def option(self, key: str) -> Any:
+        """The value of option ``key``: the one given, else its declared default (None: derived, see its help)."""
+        return self.opts[key] if key in self.opts else self.options[key].default
 
     # ---- per length ---------------------------------------------------------------------------
     def prepare(self, model, n: int, calibration=None) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from attnlab.errors import UserError
 from attnlab.llm.methods import register
-from attnlab.llm.methods.base import PlanMethod
+from attnlab.llm.methods.base import Option, PlanMethod
 
 
 @register
@@ -29,13 +29,15 @@ class DuoAttention(PlanMethod):
     default_run = False  # needs a gate file (option ``gates``), which a benchmark run without options has not
     prefill = "retrieval heads (largest learned gates) read every causal entry; streaming heads sinks + recent tokens"
     decoding = "retrieval heads keep and read the whole cache; streaming heads keep the sinks + recent tokens"
-    options = {"gates": (str, "", "\U0010ffff"), "threshold": (float, 0.0, 1.0), "sinks": (int, 1, 1 << 20),
-               "recent": (int, 1, 1 << 24)}
+    options = {"gates": Option("", help="the gate file of `attnlab duo-train` (required)"),
+               "threshold": Option(None, 0.0, 1.0, "KV heads with a gate above it run full (default: the most that fit β)", kind=float),
+               "sinks": Option(16, 1, 1 << 20, "sink tokens of a streaming head"),
+               "recent": Option(64, 1, 1 << 24, "recent tokens of a streaming head")}
 
     def __init__(self, budget: float = 1.0, **options):
         super().__init__(budget, **options)
-        self.sinks = int(self.opts.get("sinks", 16))
-        self.recent = int(self.opts.get("recent", 64))
+        self.sinks = int(self.option("sinks"))
+        self.recent = int(self.option("recent"))
 
     def check_model(self, model) -> None:
         self._gates(model)

@@ -33,16 +33,16 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.errors import UserError
-from attnlab.llm.execution import sparse_patterns as sp
 from attnlab.llm.methods import register
-from attnlab.llm.methods.base import PlanMethod
-from attnlab.llm.execution.sparse_patterns import vertical_slash
+from attnlab.llm.methods.base import Option, PlanMethod
+# torch loads inside the functions that compute: `attnlab methods` reads this file's class without it (test_cli_imports.py)
 
-__all__ = ["MInference", "MInferenceError", "MInferenceMass", "pattern_runner", "vertical_slash"]
+__all__ = ["MInference", "MInferenceError", "MInferenceMass", "pattern_runner"]
 
 
 def pattern_runner(base, heads: list[dict]):
     """The layer's runner whose prefill runs each head's pattern (``heads[h]``: {"pattern", settings}); decoding reads the whole cache."""
+    from attnlab.llm.execution import sparse_patterns as sp
     from attnlab.llm.execution.attention import LayerRunner
 
     class PatternRunner(LayerRunner):
@@ -80,11 +80,14 @@ class MInference(PlanMethod):
                "(64×64 blocks by pooled q·k); patterns=vs: every head vertical-slash")
     decoding = "the whole KV cache is kept and read (MInference sparsifies the prefill only)"
     calibrated = True                  # the default, patterns=search; patterns=vs needs none (set per instance)
-    options = {"patterns": (str, ("search", "vs"), None), "vertical": (int, 0, 10**7), "slash": (int, 1, 10**7)}
+    options = {"patterns": Option("search", help="search: each head its pattern from the offline search (needs calibration); "
+                                  "vs: every head vertical-slash", choices=("search", "vs")),
+               "vertical": Option(None, 0, 10**7, "patterns=vs: vertical lines per head (default: half of β(n+1)/2)", kind=int),
+               "slash": Option(None, 1, 10**7, "patterns=vs: slash lines per head (default: the other half)", kind=int)}
 
     def __init__(self, budget: float = 1.0, **options):
         super().__init__(budget, **options)
-        self.patterns = self.opts.get("patterns", "search")
+        self.patterns = self.option("patterns")
         lines = sorted({"vertical", "slash"} & set(self.opts))
         if self.patterns == "search" and lines:
             raise UserError(f"--option {lines[0]}: only with patterns=vs (the search sets every pattern at β's keys per row)")
@@ -93,10 +96,14 @@ class MInference(PlanMethod):
 
     def lines(self, n: int) -> tuple[int, int]:
         """(v, s): the options, else half of the β(n + 1)/2 keys per row each."""
+        from attnlab.llm.execution import sparse_patterns as sp
+
         keys = sp.budget_keys(self.budget, n)
         return int(self.opts.get("vertical", keys // 2)), int(self.opts.get("slash", keys - keys // 2))
 
     def calibration_pattern_keys(self, n: int) -> list[int] | None:
+        from attnlab.llm.execution import sparse_patterns as sp
+
         return [sp.budget_keys(self.budget, n)] if self.patterns == "search" else None
 
     def make_plan(self, model, n, calibration):
@@ -112,6 +119,7 @@ class MInference(PlanMethod):
 
     def searched(self, calibration, n: int) -> list[list[dict]]:
         """The per-head choice from the calibration's recall table at this budget (``pattern_search.choose``)."""
+        from attnlab.llm.execution import sparse_patterns as sp
         from attnlab.llm.plans.pattern_search import choose
 
         K = sp.budget_keys(self.budget, n)
@@ -137,6 +145,8 @@ class MInference(PlanMethod):
         """Upper bound of β: the entries each head's pattern reads (``sparse_patterns.entries``) over the causal entries."""
         if not self.heads:
             return 1.0
+        from attnlab.llm.execution import sparse_patterns as sp
+
         flat = [hd for row in self.heads for hd in row]
         return float(np.mean([sp.entries(hd["pattern"], hd, n) for hd in flat]) / (n * (n + 1) / 2))
 

@@ -19,20 +19,21 @@ the accuracy is Quest's, the speed is not.
 
 from __future__ import annotations
 
-import torch
-
+# torch loads inside the functions that compute: `attnlab methods` reads this file's class without it (test_cli_imports.py)
 from attnlab.llm.methods import register
-from attnlab.llm.methods.base import Method
-from attnlab.llm.execution.pages import page_upper_bound, quest_pages  # the page summary and choice, shared with read-back
+from attnlab.llm.methods.base import Method, Option
 
-__all__ = ["DENSE_LAYERS", "Quest", "page_upper_bound", "quest_pages"]
+__all__ = ["DENSE_LAYERS", "Quest"]
 
 DENSE_LAYERS = 2  # the first layers read every cached key (Quest, section 4)
 
 
 def _quest_runner(base, page: int, pages: int):
     """The layer's full-attention runner whose decoding reads only the chosen pages (dense in the first layers)."""
+    import torch
+
     from attnlab.llm.execution.attention import LayerRunner
+    from attnlab.llm.execution.pages import page_upper_bound, quest_pages  # the page summary and choice, shared with read-back
 
     class QuestRunner(LayerRunner):
         def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None, kv=None, summaries=None):
@@ -59,12 +60,13 @@ class Quest(Method):
     prefill = "every causal entry (full attention)"
     decoding = ("the cache keeps every token; a query reads the ⌊tokens/page⌋ pages of 16 keys of largest min/max upper "
                 "bound, the current page always, the first two layers densely")
-    options = {"page": (int, 1, 1024), "tokens": (int, 1, 10**7)}
+    options = {"page": Option(16, 1, 1024, "keys per page (min/max summaries kept per page)"),
+               "tokens": Option(None, 1, 10**7, "keys a decoding query reads, in whole pages (default: β·n)", kind=int)}
     prefill_reuse = True   # the prefill is full attention into a DynamicCache: a full prefill's logits and cache are its own
 
     def __init__(self, budget: float = 1.0, **options):
         super().__init__(budget, **options)
-        self.page = int(self.opts.get("page", 16))
+        self.page = int(self.option("page"))
 
     def tokens(self, n: int) -> int:
         """Tokens a decoding query reads: the ``tokens`` option, else β·n, in whole pages (at least one)."""

@@ -23,18 +23,19 @@ here (``decode`` of a cache not compacted yet): the same keys, values and votes 
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
-
+# torch loads inside the functions that compute: `attnlab methods` reads this file's class without it (test_cli_imports.py)
 from attnlab.errors import UserError
 from attnlab.llm.methods import register
-from attnlab.llm.methods.base import PlanMethod
+from attnlab.llm.methods.base import Option, PlanMethod
 
 __all__ = ["SnapKV", "snapkv_keep", "snapkv_vote"]
 
 
 def snapkv_vote(q_win, k, scaling: float, kernel: int):
     """Pooled vote p of the prefix keys: q_win (B, H, w, d) at positions m − w … m − 1, k (B, H_kv, m, d) → (B, H_kv, m − w)."""
+    import torch
+    import torch.nn.functional as F
+
     B, H, w, d = q_win.shape
     H_kv, m = k.shape[1], k.shape[2]
     qg = q_win.reshape(B, H_kv, (H // H_kv) * w, d)                                     # the query heads of a KV head, stacked
@@ -47,6 +48,8 @@ def snapkv_vote(q_win, k, scaling: float, kernel: int):
 
 def snapkv_keep(q_win, k, scaling: float, kernel: int, kept: int):
     """K_g as a mask (B, H_kv, m): the window and the top ``kept − w`` prefix keys by the pooled vote."""
+    import torch
+
     B, H_kv, m = k.shape[0], k.shape[1], k.shape[2]
     w = q_win.shape[2]
     keep = torch.zeros(B, H_kv, m, dtype=torch.bool, device=k.device)
@@ -60,6 +63,8 @@ def snapkv_keep(q_win, k, scaling: float, kernel: int, kept: int):
 
 def _snap_runner(base, window: int, kernel: int, compression: float):
     """The layer's full-attention runner, which after its prefill marks the keys SnapKV keeps."""
+    import torch
+
     from attnlab.llm.execution.attention import LayerRunner
 
     class SnapKVRunner(LayerRunner):
@@ -104,13 +109,15 @@ class SnapKV(PlanMethod):
     prefill = "every causal entry (full attention)"
     decoding = ("after the prefill each KV head keeps the last `window` tokens + the prefix keys of largest pooled vote "
                 "of the window's queries, ⌊n(1−c)⌋ in all; new tokens are appended and everything kept is read")
-    options = {"window": (int, 1, 8192), "kernel": (int, 1, 63), "compression": (float, 0.0, 0.99)}
+    options = {"window": Option(64, 1, 8192, "last prompt queries that vote, and whose keys are always kept"),
+               "kernel": Option(5, 1, 63, "width of the vote's pooling (odd)"),
+               "compression": Option(None, 0.0, 0.99, "fraction of the prompt evicted (default: 1 − β)", kind=float)}
     prefill_reuse = True   # full attention; the vote needs the queries of the last window only (``reuse_tail``)
 
     def __init__(self, budget: float = 1.0, **options):
         super().__init__(budget, **options)
-        self.window = int(self.opts.get("window", 64))
-        self.kernel = int(self.opts.get("kernel", 5))
+        self.window = int(self.option("window"))
+        self.kernel = int(self.option("kernel"))
         if self.kernel % 2 == 0:
             raise UserError(f"--option kernel: must be odd (the pool keeps the prefix's length), got {self.kernel}")
         self.compression = float(self.opts.get("compression", 1.0 - self.budget))

@@ -12,7 +12,7 @@ prefill is full).
 
 from attnlab.errors import UserError
 from attnlab.llm.methods import register
-from attnlab.llm.methods.base import PlanMethod
+from attnlab.llm.methods.base import Option, PlanMethod
 
 
 @register
@@ -20,7 +20,8 @@ class StreamingLLM(PlanMethod):
     name = "streaming-llm"
     prefill = "4 sink tokens + the w most recent tokens (w the largest window at budget β, or ⌊n(1−c)⌋ − 4)"
     decoding = "the cache keeps the 4 sinks + the last w tokens; older keys are evicted"
-    options = {"compression": (float, 0.0, 0.99)}
+    options = {"compression": Option(None, 0.0, 0.99, "fraction of the prompt evicted: keeps ⌊n(1−c)⌋ tokens "
+                                     "(default: the largest window at β)", kind=float)}
 
     def make_plan(self, model, n, calibration):
         from attnlab.llm.plans import baselines
@@ -28,9 +29,9 @@ class StreamingLLM(PlanMethod):
         from attnlab.support import Support
         import numpy as np
 
-        if "compression" not in self.opts:
+        if self.option("compression") is None:
             return baselines.streaming_llm(model_shape(model), self.budget, n)
-        k = max(1, int(n * (1 - self.opts["compression"])))
+        k = max(1, int(n * (1 - self.option("compression"))))
         if k <= SINKS:
             raise UserError(f"--option compression: keeps {k} of {n} tokens, no more than the {SINKS} sinks")
         w = k - SINKS
