@@ -103,113 +103,116 @@ def _approximate_long(hf, file, w, num_pos, tokens, block_rows, layers, target, 
     typer.echo(f"{s['tokens']} tokens in {s['seconds']} s, peak memory {s['peak']} (estimated {s['estimate']})")
 
 
+@checked("approximate")
+def approximate_command(
+    input: Optional[Path] = typer.Argument(None, help="attention heads: .npy/.npz (n,n) or (H,n,n), or an attnlab attention file; with --file: a language-model RUN_DIR (or --hf)"),
+    w: int = typer.Option(3, "--w", help="band half-width w (0 <= w < n)"),
+    num_pos: int = typer.Option(2, "--num-pos", help="number of key columns (0 <= num_pos <= n)"),
+    sparse: Optional[int] = typer.Option(None, "--sparse", help="sparse entries s of the optimal fit [default: n]"),
+    attempts: int = typer.Option(30, "--attempts", help="random draws per family (thesis protocol)"),
+    seed: int = typer.Option(0, "--seed", help="seed of the random search"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON list, one object per head"),
+    renormalize: bool = typer.Option(False, "--renormalize", help="divide rows that do not sum to 1 by their sum"),
+    hf: Optional[str] = typer.Option(None, "--hf", help="with --file: a causal LM (known name, HF folder, hub name or .gguf)"),
+    file: Optional[Path] = typer.Option(None, "--file", help="a long text (.txt/.txt.gz): the exact band + columns fit of every head, streamed"),
+    tokens: Optional[int] = typer.Option(None, "--tokens", help="with --file: keep the first N tokens"),
+    block_rows: Optional[int] = typer.Option(None, "--block-rows", help="with --file: query rows per block"),
+    layers: Optional[str] = typer.Option(None, "--layers", help="with --file: layers to analyse, e.g. 0-3"),
+    target: float = typer.Option(0.95, "--target", help="with --file: mass each head's chosen (w, num_pos) must hold"),
+    memory_gib: Optional[float] = typer.Option(None, "--memory-limit", help="with --file: refuse a run estimated above this many GiB"),
+) -> None:
+    """Thesis random search (Σ1, Σ2(w), Σ3) beside the optimal band + columns + sparse fit, per head.
+
+    With RUN_DIR --file TEXT (an attnlab LM run) or --hf MODEL --file TEXT: the exact band + num_pos columns fit (s = 0) of every head of the model over the
+    long text, streamed (no n x n matrix), at --w/--num-pos and over a grid; per head the cheapest grid point
+    holding --target of the mass.
+    """
+    from attnlab.analysis.attention_file import load_heads
+    from attnlab.analysis.comparison import compare_fits
+
+    from attnlab.cli.attention import check_file_only
+
+    check_file_only(file, tokens=tokens, block_rows=block_rows, layers=layers, memory_gib=memory_gib)
+    if file is not None or hf is not None:
+        if file is None:
+            raise UserError("--hf needs --file TEXT (a long text file)")
+        if input is not None and hf is not None:
+            raise UserError("give INPUT (a language-model RUN_DIR with --file) or --hf MODEL --file TEXT, not both")
+        _approximate_long(hf, file, w, num_pos, tokens, block_rows, layers, target, memory_gib, as_json,
+                          run_dir=None if input is None else str(input))
+        return
+    if input is None:
+        raise UserError("give INPUT (attention heads) or --hf MODEL --file TEXT")
+
+    heads, _labels = load_heads(input)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = compare_fits(heads, w, num_pos, sparse, n_attempts=attempts, seed=seed, renormalize=renormalize, name=str(input))
+    _echo_warnings(caught)
+    if as_json:
+        clean = [{k: (v if not (isinstance(v, float) and not math.isfinite(v)) else None) for k, v in r.items()} for r in rows]
+        typer.echo(json.dumps(clean, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    n = heads.shape[-1]
+    s = n if sparse is None else sparse
+    table = Table(title=f"{input.name}: {len(rows)} heads, n = {n}, w = {w}, num_pos = {num_pos}, s = {s}, {attempts} draws/family")
+    # thesis columns (random search) | optimal fit
+    for col, style in (("Head_n", "bold"), ("Min_distance", "red"), ("Mean Error", "red"), ("opt. dist", "green"),
+                       ("opt. Mean Err", "green"), ("ratio", "bold cyan"), ("mass", ""), ("stored", "")):
+        table.add_column(col, justify="right", style=style, no_wrap=True)
+    table.caption = "red: thesis random search (Σ1, Σ2(w), Σ3) · green: optimal fit · ratio = Mean Error / opt. Mean Err · mass captured · stored entries"
+    for r in rows:
+        table.add_row(str(r["head"]), f"{r['random_min_distance']:.2f}", f"{r['random_mean_error']:.4f}", f"{r['optimal_distance']:.3f}",
+                      f"{r['optimal_mean_error']:.5f}", f"{r['ratio']:.1f}×", f"{r['mass_captured']:.1%}", str(r["stored_entries"]))
+    mean = lambda k: sum(r[k] for r in rows) / len(rows)  # noqa: E731
+    ratio = mean("random_mean_error") / mean("optimal_mean_error") if mean("optimal_mean_error") > 0 else math.inf
+    table.add_section()
+    table.add_row("mean", f"{mean('random_min_distance'):.2f}", f"{mean('random_mean_error'):.4f}", f"{mean('optimal_distance'):.3f}",
+                  f"{mean('optimal_mean_error'):.5f}", f"{ratio:.1f}×", f"{mean('mass_captured'):.1%}", f"{mean('stored_entries'):.0f}")
+    console = Console()
+    (console if console.width >= 110 else Console(width=110)).print(table)
+    zero = float(n if renormalize else heads.sum((-2, -1)).mean())  # ‖A − 0‖₁ = Σ a_ij (= n when rows sum to 1)
+    typer.echo(f"zero matrix for reference: ‖A − 0‖₁ = Σ a_ij = {zero:.2f} per head on average "
+               f"(mean error {zero / (n * n):.4f}); dense budget n² = {n * n}")
+
+
+@checked("sweep")
+def sweep_command(
+    input: Path = typer.Argument(..., help="attention heads: .npy/.npz (n,n) or (H,n,n), or an attnlab attention file"),
+    w: Optional[str] = typer.Option(None, "--w", help="half-widths: 0..10, 0,2,4 or 3 [default: 0..min(10, n-1)]"),
+    num_pos: str = typer.Option("0..4", "--num-pos", help="column counts: 0..4, 0,2 or 1"),
+    sparse: Optional[int] = typer.Option(None, "--sparse", help="sparse entries s [default: n]"),
+    out: Path = typer.Option(Path("."), "--out", help="folder for sweep.csv and sweep.png"),
+    renormalize: bool = typer.Option(False, "--renormalize", help="divide rows that do not sum to 1 by their sum"),
+    force: bool = typer.Option(False, "--force", help="replace sweep.csv and sweep.png of an earlier sweep in --out"),
+) -> None:
+    """Error surface of the optimal fit over a (w, num_pos) grid: CSV + PNG heat map."""
+    from attnlab.analysis.attention_file import load_heads
+    from attnlab.analysis.error_surface import sweep
+    from attnlab.outputs import claim_files
+
+    claim_files({"sweep-csv": out / "sweep.csv", "png": out / "sweep.png"}, inputs=[("INPUT", input)], force=force, option="--out", new_folder=True)
+    heads, _labels = load_heads(input)
+    n, m = heads.shape[-2:]
+    ws = list(range(0, min(10, max(n, m) - 1) + 1)) if w is None else _int_list(w, "--w")
+    ps = _int_list(num_pos, "--num-pos")
+    from attnlab.support import check_num_pos, check_w
+
+    ws, ps = [check_w(x, max(n, m)) for x in ws], [check_num_pos(x, m) for x in ps]  # ValueError "w: …" → "--w: …"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows, csv_path, png_path = sweep(heads, ws, ps, out, sparse, renormalize=renormalize, name=str(input))
+    _echo_warnings(caught)
+    lo = min(rows, key=lambda r: r["mean_error"])
+    hi = max(rows, key=lambda r: r["mean_error"])
+    typer.echo(f"wrote {csv_path} and {png_path}: {len(rows)} grid points over {heads.shape[0]} heads; mean error "
+               f"from {hi['mean_error']:.5f} at w={hi['w']}, num_pos={hi['num_pos']} ({hi['stored_entries']:.0f} stored entries) "
+               f"down to {lo['mean_error']:.5f} at w={lo['w']}, num_pos={lo['num_pos']} ({lo['stored_entries']:.0f})")
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("approximate")
-    @checked("approximate")
-    def approximate(
-        input: Optional[Path] = typer.Argument(None, help="attention heads: .npy/.npz (n,n) or (H,n,n), or an attnlab attention file; with --file: a language-model RUN_DIR (or --hf)"),
-        w: int = typer.Option(3, "--w", help="band half-width w (0 <= w < n)"),
-        num_pos: int = typer.Option(2, "--num-pos", help="number of key columns (0 <= num_pos <= n)"),
-        sparse: Optional[int] = typer.Option(None, "--sparse", help="sparse entries s of the optimal fit [default: n]"),
-        attempts: int = typer.Option(30, "--attempts", help="random draws per family (thesis protocol)"),
-        seed: int = typer.Option(0, "--seed", help="seed of the random search"),
-        as_json: bool = typer.Option(False, "--json", help="print a JSON list, one object per head"),
-        renormalize: bool = typer.Option(False, "--renormalize", help="divide rows that do not sum to 1 by their sum"),
-        hf: Optional[str] = typer.Option(None, "--hf", help="with --file: a causal LM (known name, HF folder, hub name or .gguf)"),
-        file: Optional[Path] = typer.Option(None, "--file", help="a long text (.txt/.txt.gz): the exact band + columns fit of every head, streamed"),
-        tokens: Optional[int] = typer.Option(None, "--tokens", help="with --file: keep the first N tokens"),
-        block_rows: Optional[int] = typer.Option(None, "--block-rows", help="with --file: query rows per block"),
-        layers: Optional[str] = typer.Option(None, "--layers", help="with --file: layers to analyse, e.g. 0-3"),
-        target: float = typer.Option(0.95, "--target", help="with --file: mass each head's chosen (w, num_pos) must hold"),
-        memory_gib: Optional[float] = typer.Option(None, "--memory-limit", help="with --file: refuse a run estimated above this many GiB"),
-    ) -> None:
-        """Thesis random search (Σ1, Σ2(w), Σ3) beside the optimal band + columns + sparse fit, per head.
-
-        With RUN_DIR --file TEXT (an attnlab LM run) or --hf MODEL --file TEXT: the exact band + num_pos columns fit (s = 0) of every head of the model over the
-        long text, streamed (no n x n matrix), at --w/--num-pos and over a grid; per head the cheapest grid point
-        holding --target of the mass.
-        """
-        from attnlab.analysis.attention_file import load_heads
-        from attnlab.analysis.comparison import compare_fits
-
-        from attnlab.cli.attention import check_file_only
-
-        check_file_only(file, tokens=tokens, block_rows=block_rows, layers=layers, memory_gib=memory_gib)
-        if file is not None or hf is not None:
-            if file is None:
-                raise UserError("--hf needs --file TEXT (a long text file)")
-            if input is not None and hf is not None:
-                raise UserError("give INPUT (a language-model RUN_DIR with --file) or --hf MODEL --file TEXT, not both")
-            _approximate_long(hf, file, w, num_pos, tokens, block_rows, layers, target, memory_gib, as_json,
-                              run_dir=None if input is None else str(input))
-            return
-        if input is None:
-            raise UserError("give INPUT (attention heads) or --hf MODEL --file TEXT")
-
-        heads, _labels = load_heads(input)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            rows = compare_fits(heads, w, num_pos, sparse, n_attempts=attempts, seed=seed, renormalize=renormalize, name=str(input))
-        _echo_warnings(caught)
-        if as_json:
-            clean = [{k: (v if not (isinstance(v, float) and not math.isfinite(v)) else None) for k, v in r.items()} for r in rows]
-            typer.echo(json.dumps(clean, indent=2))
-            return
-        from rich.console import Console
-        from rich.table import Table
-
-        n = heads.shape[-1]
-        s = n if sparse is None else sparse
-        table = Table(title=f"{input.name}: {len(rows)} heads, n = {n}, w = {w}, num_pos = {num_pos}, s = {s}, {attempts} draws/family")
-        # thesis columns (random search) | optimal fit
-        for col, style in (("Head_n", "bold"), ("Min_distance", "red"), ("Mean Error", "red"), ("opt. dist", "green"),
-                           ("opt. Mean Err", "green"), ("ratio", "bold cyan"), ("mass", ""), ("stored", "")):
-            table.add_column(col, justify="right", style=style, no_wrap=True)
-        table.caption = "red: thesis random search (Σ1, Σ2(w), Σ3) · green: optimal fit · ratio = Mean Error / opt. Mean Err · mass captured · stored entries"
-        for r in rows:
-            table.add_row(str(r["head"]), f"{r['random_min_distance']:.2f}", f"{r['random_mean_error']:.4f}", f"{r['optimal_distance']:.3f}",
-                          f"{r['optimal_mean_error']:.5f}", f"{r['ratio']:.1f}×", f"{r['mass_captured']:.1%}", str(r["stored_entries"]))
-        mean = lambda k: sum(r[k] for r in rows) / len(rows)  # noqa: E731
-        ratio = mean("random_mean_error") / mean("optimal_mean_error") if mean("optimal_mean_error") > 0 else math.inf
-        table.add_section()
-        table.add_row("mean", f"{mean('random_min_distance'):.2f}", f"{mean('random_mean_error'):.4f}", f"{mean('optimal_distance'):.3f}",
-                      f"{mean('optimal_mean_error'):.5f}", f"{ratio:.1f}×", f"{mean('mass_captured'):.1%}", f"{mean('stored_entries'):.0f}")
-        console = Console()
-        (console if console.width >= 110 else Console(width=110)).print(table)
-        zero = float(n if renormalize else heads.sum((-2, -1)).mean())  # ‖A − 0‖₁ = Σ a_ij (= n when rows sum to 1)
-        typer.echo(f"zero matrix for reference: ‖A − 0‖₁ = Σ a_ij = {zero:.2f} per head on average "
-                   f"(mean error {zero / (n * n):.4f}); dense budget n² = {n * n}")
-
-    @app.command("sweep")
-    @checked("sweep")
-    def sweep_cmd(
-        input: Path = typer.Argument(..., help="attention heads: .npy/.npz (n,n) or (H,n,n), or an attnlab attention file"),
-        w: Optional[str] = typer.Option(None, "--w", help="half-widths: 0..10, 0,2,4 or 3 [default: 0..min(10, n-1)]"),
-        num_pos: str = typer.Option("0..4", "--num-pos", help="column counts: 0..4, 0,2 or 1"),
-        sparse: Optional[int] = typer.Option(None, "--sparse", help="sparse entries s [default: n]"),
-        out: Path = typer.Option(Path("."), "--out", help="folder for sweep.csv and sweep.png"),
-        renormalize: bool = typer.Option(False, "--renormalize", help="divide rows that do not sum to 1 by their sum"),
-        force: bool = typer.Option(False, "--force", help="replace sweep.csv and sweep.png of an earlier sweep in --out"),
-    ) -> None:
-        """Error surface of the optimal fit over a (w, num_pos) grid: CSV + PNG heat map."""
-        from attnlab.analysis.attention_file import load_heads
-        from attnlab.analysis.error_surface import sweep
-        from attnlab.outputs import claim_files
-
-        claim_files({"sweep-csv": out / "sweep.csv", "png": out / "sweep.png"}, inputs=[("INPUT", input)], force=force, option="--out", new_folder=True)
-        heads, _labels = load_heads(input)
-        n, m = heads.shape[-2:]
-        ws = list(range(0, min(10, max(n, m) - 1) + 1)) if w is None else _int_list(w, "--w")
-        ps = _int_list(num_pos, "--num-pos")
-        from attnlab.support import check_num_pos, check_w
-
-        ws, ps = [check_w(x, max(n, m)) for x in ws], [check_num_pos(x, m) for x in ps]  # ValueError "w: …" → "--w: …"
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            rows, csv_path, png_path = sweep(heads, ws, ps, out, sparse, renormalize=renormalize, name=str(input))
-        _echo_warnings(caught)
-        lo = min(rows, key=lambda r: r["mean_error"])
-        hi = max(rows, key=lambda r: r["mean_error"])
-        typer.echo(f"wrote {csv_path} and {png_path}: {len(rows)} grid points over {heads.shape[0]} heads; mean error "
-                   f"from {hi['mean_error']:.5f} at w={hi['w']}, num_pos={hi['num_pos']} ({hi['stored_entries']:.0f} stored entries) "
-                   f"down to {lo['mean_error']:.5f} at w={lo['w']}, num_pos={lo['num_pos']} ({lo['stored_entries']:.0f})")
+    app.command("approximate")(approximate_command)
+    app.command("sweep")(sweep_command)
