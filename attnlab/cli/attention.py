@@ -133,141 +133,144 @@ def _overlays(res, heads: Path | None, plan):
 FILE_HELP = "a long text file (.txt or .txt.gz): streamed statistics of RUN_DIR (an LM run) or --hf in bounded memory"
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("attention")
-    @checked("attention")
-    def attention(
-        args: List[str] = typer.Argument(None, metavar="[RUN_DIR] SENTENCE...", help="a run folder (unless --hf) then one or more sentences"),
-        hf: Optional[str] = typer.Option(None, "--hf", help="a Hugging Face model: hub name or local folder"),
-        target: Optional[List[str]] = typer.Option(None, "--target", help="target sentence(s) for the decoder (default: greedy translation)"),
-        out: Optional[Path] = typer.Option(None, "--out", help="output folder (default RUN_DIR/attention or ./attention-MODEL)"),
-        truncate: bool = typer.Option(False, "--truncate", help="truncate sentences longer than the model maximum (default: error)"),
-        maps_file: Optional[Path] = typer.Option(None, "--maps", help="draw a saved attention file instead of capturing"),
-        force: bool = typer.Option(False, "--force", help="replace the earlier attention output in --out"),
-        file: Optional[Path] = typer.Option(None, "--file", help=FILE_HELP),
-        tokens: Optional[int] = typer.Option(None, "--tokens", help="with --file: keep the first N tokens (default: the whole file, at most the model's context)"),
-        block_rows: Optional[int] = typer.Option(None, "--block-rows", help="with --file: query rows per block (default: ~64 MB of weights)"),
-        layers: Optional[str] = typer.Option(None, "--layers", help="with --file: layers to analyse, e.g. 0-3 or 0,5 (default all)"),
-        rows: Optional[str] = typer.Option(None, "--rows", help="with --file: keep the exact maps of rows a:b (keys a:b), e.g. 4096:4352"),
-        pool: Optional[int] = typer.Option(None, "--pool", help="with --file: pooled overview, tokens per group (default: n/256)"),
-        memory_gib: Optional[float] = typer.Option(None, "--memory-limit", help="with --file: refuse a run estimated above this many GiB (default: memory available)"),
-        heads_json: Optional[Path] = typer.Option(None, "--heads", help="with --file or a long --maps: the head detectors' heads.json, drawn in the explorer's grid"),
-        plan_json: Optional[Path] = typer.Option(None, "--plan", help="with --file or a long --maps: a plan of `attnlab plan` for this model and length, drawn on the maps"),
-    ) -> None:
-        """Capture the attention of every layer and head on SENTENCE; write the maps file, PNG grids and the HTML explorer.
+@checked("attention")
+def attention_command(
+    args: List[str] = typer.Argument(None, metavar="[RUN_DIR] SENTENCE...", help="a run folder (unless --hf) then one or more sentences"),
+    hf: Optional[str] = typer.Option(None, "--hf", help="a Hugging Face model: hub name or local folder"),
+    target: Optional[List[str]] = typer.Option(None, "--target", help="target sentence(s) for the decoder (default: greedy translation)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="output folder (default RUN_DIR/attention or ./attention-MODEL)"),
+    truncate: bool = typer.Option(False, "--truncate", help="truncate sentences longer than the model maximum (default: error)"),
+    maps_file: Optional[Path] = typer.Option(None, "--maps", help="draw a saved attention file instead of capturing"),
+    force: bool = typer.Option(False, "--force", help="replace the earlier attention output in --out"),
+    file: Optional[Path] = typer.Option(None, "--file", help=FILE_HELP),
+    tokens: Optional[int] = typer.Option(None, "--tokens", help="with --file: keep the first N tokens (default: the whole file, at most the model's context)"),
+    block_rows: Optional[int] = typer.Option(None, "--block-rows", help="with --file: query rows per block (default: ~64 MB of weights)"),
+    layers: Optional[str] = typer.Option(None, "--layers", help="with --file: layers to analyse, e.g. 0-3 or 0,5 (default all)"),
+    rows: Optional[str] = typer.Option(None, "--rows", help="with --file: keep the exact maps of rows a:b (keys a:b), e.g. 4096:4352"),
+    pool: Optional[int] = typer.Option(None, "--pool", help="with --file: pooled overview, tokens per group (default: n/256)"),
+    memory_gib: Optional[float] = typer.Option(None, "--memory-limit", help="with --file: refuse a run estimated above this many GiB (default: memory available)"),
+    heads_json: Optional[Path] = typer.Option(None, "--heads", help="with --file or a long --maps: the head detectors' heads.json, drawn in the explorer's grid"),
+    plan_json: Optional[Path] = typer.Option(None, "--plan", help="with --file or a long --maps: a plan of `attnlab plan` for this model and length, drawn on the maps"),
+) -> None:
+    """Capture the attention of every layer and head on SENTENCE; write the maps file, PNG grids and the HTML explorer.
 
-        With --hf MODEL --file TEXT: stream every head's statistics (band profile, key columns, structured fit,
-        roles) over the long text without holding any n x n matrix; write them, a pooled overview and an optional
-        exact window to --out, with OUT/explorer.html (heads grid, pooled overview that zooms into exact tiles).
-        With --maps OUT/long-attention.safetensors: write that folder again from the saved capture (with --heads, --plan).
-        """
-        from attnlab.analysis.attention_maps import AttentionMaps
-        from attnlab.outputs import claim_folder, write_folder
-        from attnlab.viz.export import write_attention
+    With --hf MODEL --file TEXT: stream every head's statistics (band profile, key columns, structured fit,
+    roles) over the long text without holding any n x n matrix; write them, a pooled overview and an optional
+    exact window to --out, with OUT/explorer.html (heads grid, pooled overview that zooms into exact tiles).
+    With --maps OUT/long-attention.safetensors: write that folder again from the saved capture (with --heads, --plan).
+    """
+    from attnlab.analysis.attention_maps import AttentionMaps
+    from attnlab.outputs import claim_folder, write_folder
+    from attnlab.viz.export import write_attention
 
-        if maps_file is None or not _is_long(maps_file):  # a saved capture refuses these options with its own line (below)
-            check_file_only(file, tokens=tokens, block_rows=block_rows, layers=layers, rows=rows, pool=pool, memory_gib=memory_gib)
-        if file is not None:
-            run_dir = _one_run(args)
-            _check_long_source(run_dir, hf)
-            from attnlab.llm.heads.report import write_long_attention
+    if maps_file is None or not _is_long(maps_file):  # a saved capture refuses these options with its own line (below)
+        check_file_only(file, tokens=tokens, block_rows=block_rows, layers=layers, rows=rows, pool=pool, memory_gib=memory_gib)
+    if file is not None:
+        run_dir = _one_run(args)
+        _check_long_source(run_dir, hf)
+        from attnlab.llm.heads.report import write_long_attention
 
-            if out is None:
-                out = Path(run_dir) / "attention-long" if run_dir else Path("attention-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(hf or "model").name or "model"))
-            claim = claim_folder(out, kind="attention", inputs=[("--file", file), ("RUN_DIR", run_dir), ("--hf", hf), ("--heads", heads_json), ("--plan", plan_json)], force=force)
-            the_plan = _plan_file(plan_json, tokens)
-            if heads_json is not None and not heads_json.is_file():
-                raise UserError(f"--heads {heads_json}: no such file")
-            res = _long(hf, file, tokens, block_rows, layers, rows or "auto", "auto" if pool is None else pool, memory_gib, run_dir=run_dir)
-            detectors, the_plan = _overlays(res, heads_json, the_plan)  # before the summary: a mismatch is one line
-            _long_summary(res)
-            for p in write_folder(claim, lambda: write_long_attention(res, out, detectors=detectors, plan=the_plan)):
-                typer.echo(str(p))
-            return
-        if (heads_json is not None or plan_json is not None) and not (maps_file is not None and _is_long(maps_file)):
-            raise UserError("--heads and --plan draw on a long input's explorer: give --file TEXT (or --maps OUT/long-attention.safetensors)")
-
-        if maps_file is not None and _is_long(maps_file):
-            if args or hf or rows or tokens is not None:
-                raise UserError("--maps draws a saved capture: give no RUN_DIR, --hf, sentence, --tokens or --rows (rows are kept at capture time)")
-            if out is None:
-                raise UserError("--maps needs --out DIR")
-            from attnlab.llm.heads.heads_file import detector_scores_beside
-            from attnlab.llm.heads.long_capture import LongAttention
-            from attnlab.llm.heads.report import write_long_attention
-
-            claim = claim_folder(out, kind="attention", inputs=[("--maps", maps_file), ("--heads", heads_json), ("--plan", plan_json)], force=force)
-            the_plan = _plan_file(plan_json, None)
-            res = LongAttention.load(maps_file)
-            detectors, the_plan = _overlays(res, heads_json, the_plan)
-            if detectors is None:
-                from attnlab.viz.long_explorer import model_layers
-
-                detectors = detector_scores_beside(maps_file, model_layers(res), int(res.profile.shape[1]))
-            for p in write_folder(claim, lambda: write_long_attention(res, out, detectors=detectors, plan=the_plan)):
-                typer.echo(str(p))
-            return
-
-        if maps_file is not None:
-            if args or hf:
-                raise UserError("--maps draws a saved file: give no RUN_DIR, --hf or sentence")
-            if out is None:
-                raise UserError("--maps needs --out DIR")
-            claim = claim_folder(out, kind="attention", inputs=[("--maps", maps_file)], force=force)
-            maps = AttentionMaps.load(maps_file)
-        else:
-            run_dir, sentences = _source(list(args or []), hf)
-            if not sentences:
-                raise UserError("give at least one sentence")
-            if out is None:
-                out = Path(run_dir) / "attention" if run_dir else Path("attention-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(hf).name or "model"))
-            claim = claim_folder(out, kind="attention", inputs=[("RUN_DIR", run_dir), ("--hf", hf)], force=force)
-            maps = _capture(run_dir, hf, sentences, target or None, truncate)
-        for p in write_folder(claim, lambda: write_attention(maps, out)):
+        if out is None:
+            out = Path(run_dir) / "attention-long" if run_dir else Path("attention-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(hf or "model").name or "model"))
+        claim = claim_folder(out, kind="attention", inputs=[("--file", file), ("RUN_DIR", run_dir), ("--hf", hf), ("--heads", heads_json), ("--plan", plan_json)], force=force)
+        the_plan = _plan_file(plan_json, tokens)
+        if heads_json is not None and not heads_json.is_file():
+            raise UserError(f"--heads {heads_json}: no such file")
+        res = _long(hf, file, tokens, block_rows, layers, rows or "auto", "auto" if pool is None else pool, memory_gib, run_dir=run_dir)
+        detectors, the_plan = _overlays(res, heads_json, the_plan)  # before the summary: a mismatch is one line
+        _long_summary(res)
+        for p in write_folder(claim, lambda: write_long_attention(res, out, detectors=detectors, plan=the_plan)):
             typer.echo(str(p))
+        return
+    if (heads_json is not None or plan_json is not None) and not (maps_file is not None and _is_long(maps_file)):
+        raise UserError("--heads and --plan draw on a long input's explorer: give --file TEXT (or --maps OUT/long-attention.safetensors)")
 
-    @app.command("roles")
-    @checked("roles")
-    def roles(
-        args: List[str] = typer.Argument(None, metavar="[RUN_DIR]", help="a run folder (unless --hf)"),
-        hf: Optional[str] = typer.Option(None, "--hf", help="a Hugging Face model: hub name or local folder"),
-        data: Optional[str] = typer.Option(None, "--data", help="corpus spec (synthetic, a TSV file, Moses pair, hf:NAME:CONFIG)"),
-        maps: Optional[Path] = typer.Option(None, "--maps", help="a saved attention file (instead of a model and --data)"),
-        conllu: Optional[Path] = typer.Option(None, "--conllu", help="a CoNLL-U file: its sentences and gold dependencies (instead of --data)"),
-        split: str = typer.Option("dev", "--split", help="split of --data to classify on"),
-        limit: int = typer.Option(200, "--limit", help="number of sentences"),
-        kind: Optional[List[str]] = typer.Option(None, "--kind", help="encoder, decoder and/or cross (default: all)"),
-        as_json: bool = typer.Option(False, "--json", help="print a JSON list instead of a table"),
-        truncate: bool = typer.Option(False, "--truncate", help="truncate sentences longer than the model maximum"),
-        file: Optional[Path] = typer.Option(None, "--file", help=FILE_HELP),
-        tokens: Optional[int] = typer.Option(None, "--tokens", help="with --file: keep the first N tokens"),
-        block_rows: Optional[int] = typer.Option(None, "--block-rows", help="with --file: query rows per block"),
-        layers: Optional[str] = typer.Option(None, "--layers", help="with --file: layers to analyse, e.g. 0-3"),
-        memory_gib: Optional[float] = typer.Option(None, "--memory-limit", help="with --file: refuse a run estimated above this many GiB"),
-    ) -> None:
-        """Scores and role of every head over --limit sentences of --data (or --conllu), or over one long --file."""
-        from attnlab.workflows import classify_heads
+    if maps_file is not None and _is_long(maps_file):
+        if args or hf or rows or tokens is not None:
+            raise UserError("--maps draws a saved capture: give no RUN_DIR, --hf, sentence, --tokens or --rows (rows are kept at capture time)")
+        if out is None:
+            raise UserError("--maps needs --out DIR")
+        from attnlab.llm.heads.heads_file import detector_scores_beside
+        from attnlab.llm.heads.long_capture import LongAttention
+        from attnlab.llm.heads.report import write_long_attention
 
-        check_file_only(file, tokens=tokens, block_rows=block_rows, layers=layers, memory_gib=memory_gib)
-        if file is not None:
-            if data or maps or conllu:
-                raise UserError("--file reads one long text: give no --data, --maps or --conllu")
-            res = _long(hf, file, tokens, block_rows, layers, memory_gib=memory_gib, run_dir=_one_run(args))
-            _long_summary(res)
-            if as_json:
-                typer.echo(json.dumps([r.to_dict() for r in res.roles], indent=1))
-            else:
-                _table(res.roles)
-            return
+        claim = claim_folder(out, kind="attention", inputs=[("--maps", maps_file), ("--heads", heads_json), ("--plan", plan_json)], force=force)
+        the_plan = _plan_file(plan_json, None)
+        res = LongAttention.load(maps_file)
+        detectors, the_plan = _overlays(res, heads_json, the_plan)
+        if detectors is None:
+            from attnlab.viz.long_explorer import model_layers
 
-        run_dir, rest = (None, list(args or [])) if maps else _source(list(args or []), hf)
-        if rest:
-            raise UserError(f"unexpected argument {rest[0]!r}")
-        result = classify_heads(run_dir=run_dir, hf=hf, data=data, maps_file=maps, conllu=conllu, split=split, limit=limit, kinds=kind, truncate=truncate)
+            detectors = detector_scores_beside(maps_file, model_layers(res), int(res.profile.shape[1]))
+        for p in write_folder(claim, lambda: write_long_attention(res, out, detectors=detectors, plan=the_plan)):
+            typer.echo(str(p))
+        return
+
+    if maps_file is not None:
+        if args or hf:
+            raise UserError("--maps draws a saved file: give no RUN_DIR, --hf or sentence")
+        if out is None:
+            raise UserError("--maps needs --out DIR")
+        claim = claim_folder(out, kind="attention", inputs=[("--maps", maps_file)], force=force)
+        maps = AttentionMaps.load(maps_file)
+    else:
+        run_dir, sentences = _source(list(args or []), hf)
+        if not sentences:
+            raise UserError("give at least one sentence")
+        if out is None:
+            out = Path(run_dir) / "attention" if run_dir else Path("attention-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(hf).name or "model"))
+        claim = claim_folder(out, kind="attention", inputs=[("RUN_DIR", run_dir), ("--hf", hf)], force=force)
+        maps = _capture(run_dir, hf, sentences, target or None, truncate)
+    for p in write_folder(claim, lambda: write_attention(maps, out)):
+        typer.echo(str(p))
+
+
+@checked("roles")
+def roles_command(
+    args: List[str] = typer.Argument(None, metavar="[RUN_DIR]", help="a run folder (unless --hf)"),
+    hf: Optional[str] = typer.Option(None, "--hf", help="a Hugging Face model: hub name or local folder"),
+    data: Optional[str] = typer.Option(None, "--data", help="corpus spec (synthetic, a TSV file, Moses pair, hf:NAME:CONFIG)"),
+    maps: Optional[Path] = typer.Option(None, "--maps", help="a saved attention file (instead of a model and --data)"),
+    conllu: Optional[Path] = typer.Option(None, "--conllu", help="a CoNLL-U file: its sentences and gold dependencies (instead of --data)"),
+    split: str = typer.Option("dev", "--split", help="split of --data to classify on"),
+    limit: int = typer.Option(200, "--limit", help="number of sentences"),
+    kind: Optional[List[str]] = typer.Option(None, "--kind", help="encoder, decoder and/or cross (default: all)"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON list instead of a table"),
+    truncate: bool = typer.Option(False, "--truncate", help="truncate sentences longer than the model maximum"),
+    file: Optional[Path] = typer.Option(None, "--file", help=FILE_HELP),
+    tokens: Optional[int] = typer.Option(None, "--tokens", help="with --file: keep the first N tokens"),
+    block_rows: Optional[int] = typer.Option(None, "--block-rows", help="with --file: query rows per block"),
+    layers: Optional[str] = typer.Option(None, "--layers", help="with --file: layers to analyse, e.g. 0-3"),
+    memory_gib: Optional[float] = typer.Option(None, "--memory-limit", help="with --file: refuse a run estimated above this many GiB"),
+) -> None:
+    """Scores and role of every head over --limit sentences of --data (or --conllu), or over one long --file."""
+    from attnlab.workflows import classify_heads
+
+    check_file_only(file, tokens=tokens, block_rows=block_rows, layers=layers, memory_gib=memory_gib)
+    if file is not None:
+        if data or maps or conllu:
+            raise UserError("--file reads one long text: give no --data, --maps or --conllu")
+        res = _long(hf, file, tokens, block_rows, layers, memory_gib=memory_gib, run_dir=_one_run(args))
+        _long_summary(res)
         if as_json:
-            typer.echo(json.dumps([r.to_dict() for r in result], indent=1))
-            return
-        _table(result)
+            typer.echo(json.dumps([r.to_dict() for r in res.roles], indent=1))
+        else:
+            _table(res.roles)
+        return
+
+    run_dir, rest = (None, list(args or [])) if maps else _source(list(args or []), hf)
+    if rest:
+        raise UserError(f"unexpected argument {rest[0]!r}")
+    result = classify_heads(run_dir=run_dir, hf=hf, data=data, maps_file=maps, conllu=conllu, split=split, limit=limit, kinds=kind, truncate=truncate)
+    if as_json:
+        typer.echo(json.dumps([r.to_dict() for r in result], indent=1))
+        return
+    _table(result)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("attention")(attention_command)
+    app.command("roles")(roles_command)
 
 
 def _table(result) -> None:
