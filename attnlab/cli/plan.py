@@ -71,91 +71,94 @@ def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows:
     return p
 
 
+@checked("plan")
+def plan_command(
+    hf: str = typer.Option(..., "--hf", help="model: a HF folder, a .gguf file or a known name (smollm2-135m, gemma3-270m)"),
+    calibrate: Path = typer.Option(..., "--calibrate", help="calibration text (plain or .gz)"),
+    budget: float = typer.Option(0.1, "--budget", help="fraction of causal attention entries kept, in (0, 1]"),
+    n: int = typer.Option(2048, "--n", help="window length in tokens (the length the budget refers to)"),
+    windows: int = typer.Option(2, "--windows", help="calibration windows"),
+    calibrate_mix: Optional[str] = typer.Option(None, "--calibrate-mix", help="synthetic retrieval prompts added to the calibration, a comma list of task:count (tasks of --task); errors on their answer rows"),
+    method: str = typer.Option("attnlab", "--method", help="a registered method with a plan file, options as name:key=value, e.g. attnlab-retrieval:tail=T"),
+    pages: int = typer.Option(0, "--pages", help="pages of 16 evicted keys each planned head reads back per decoding query (0 = none)"),
+    slashes: int = typer.Option(0, "--slashes", help="diagonals beyond its band each planned head reads at the prefill, chosen per input from the last queries; their entries come out of the budget (0 = none)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="plan file (.json) [default: next to the model]"),
+    force: bool = typer.Option(False, "--force", help="replace an existing plan file"),
+) -> None:
+    """Choose one structured support per (layer, head) from calibration text under a budget; write it as JSON."""
+    from attnlab.llm.eval.eval_grid import parse_method
+    from attnlab.llm.models.loading import check_length
+    from attnlab.llm.plans.plan import check_budget
+
+    try:
+        check_budget(budget)
+    except ValueError:
+        raise ValueError(f"--budget: must be a fraction in (0, 1], got {budget}") from None
+    if not calibrate.is_file():
+        raise ValueError(f"--calibrate {calibrate}: no such file")
+    if out is None:
+        folder = Path(hf) if Path(hf).is_dir() else Path(".")
+        out = folder / f"attnlab-plan-{method.replace(':', '-').replace('=', '')}-{budget:g}-{n}.json"
+    name, opts = parse_method(method)
+    if pages and "pages" in opts:
+        raise ValueError(f"--pages {pages}: --method {method} gives its pages already (give one of them)")
+    if slashes and "slashes" in opts:
+        raise ValueError(f"--slashes {slashes}: --method {method} gives its slashes already (give one of them)")
+    if slashes:   # a method without the option refuses here, before the model loads
+        from attnlab.llm import methods
+
+        methods.get(name, budget, **opts, slashes=slashes)
+    claim_file(out, kind="plan", inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
+    check_length(hf, n, "--n")  # from the model's configuration: no weights loaded, no text read
+    model, tokenizer = _load(hf)
+    p = make_plan(model, tokenizer, calibrate, budget, n, windows, method, calibrate_mix, slashes)
+    if pages:
+        p.pages = pages
+    p.save(out)
+    lines = f"{p.slash_heads()} with {max(h.slashes for r in p.heads for h in r)} slash lines, " if p.slash_heads() else ""
+    counts = Counter(h.blocks for r in p.heads for h in r if h.blocks and not h.is_full)   # K → heads (retrieval, others)
+    lines += "".join(f"{c} with {K} key blocks, " for K, c in sorted(counts.items(), reverse=True))
+    voting = [h.kept for r in p.heads for h in r if h.kept]   # retrieval heads decoding from their tail's voted keys
+    lines += f"{len(voting)} decoding from {max(voting)} voted keys, " if voting else ""
+    lines += f"{p.pages} pages read back a step, " if p.pages else ""
+    typer.echo(f"{out}: {p.num_layers}×{p.num_heads} heads, {p.full_heads()} full, {lines}"
+               f"{100 * p.fraction(n):.1f} % of the causal entries at n = {n}")
+
+
+@checked("plan-run")
+def plan_run_command(
+    hf: str = typer.Option(..., "--hf", help="model: a HF folder, a .gguf file or a known name"),
+    plan: Path = typer.Option(..., "--plan", help="plan file made by `attnlab plan`"),
+    file: Path = typer.Option(..., "--file", help="text to score (plain or .gz)"),
+    n: int = typer.Option(2048, "--n", help="window length in tokens"),
+    windows: int = typer.Option(1, "--windows", help="windows scored"),
+) -> None:
+    """Perplexity of the model with a plan applied, beside the full model's."""
+    import math
+
+    import torch
+
+    from attnlab.errors import UserError
+    from attnlab.llm.models.loading import check_length
+    from attnlab.llm.methods.attnlab_plan import PlanFile
+    from attnlab.llm.models.text_windows import token_windows
+
+    method = PlanFile(plan)
+    p = method.file_plan.check(name=f"--plan {plan}", n=n)  # its length and columns against --n
+    check_length(hf, n, "--n")  # the model's context, from its configuration
+    if not file.is_file():
+        raise UserError(f"--file {file}: no such file")
+    model, tokenizer = _load(hf)
+    method.prepare(model, n)   # refuses a plan made for another model
+    ids = token_windows(tokenizer, file, n, windows)
+    with torch.no_grad():
+        full = math.exp(sum(model(x, labels=x).loss.item() for x in ids) / len(ids))
+        with method.applied(model):
+            planned = math.exp(sum(model(x, labels=x).loss.item() for x in ids) / len(ids))
+    typer.echo(f"perplexity at n = {n} ({len(ids)} windows): full {full:.3f}, plan {planned:.3f} "
+               f"({100 * (planned / full - 1):+.2f} %), {100 * p.fraction(n):.1f} % of the entries")
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("plan")
-    @checked("plan")
-    def plan(
-        hf: str = typer.Option(..., "--hf", help="model: a HF folder, a .gguf file or a known name (smollm2-135m, gemma3-270m)"),
-        calibrate: Path = typer.Option(..., "--calibrate", help="calibration text (plain or .gz)"),
-        budget: float = typer.Option(0.1, "--budget", help="fraction of causal attention entries kept, in (0, 1]"),
-        n: int = typer.Option(2048, "--n", help="window length in tokens (the length the budget refers to)"),
-        windows: int = typer.Option(2, "--windows", help="calibration windows"),
-        calibrate_mix: Optional[str] = typer.Option(None, "--calibrate-mix", help="synthetic retrieval prompts added to the calibration, a comma list of task:count (tasks of --task); errors on their answer rows"),
-        method: str = typer.Option("attnlab", "--method", help="a registered method with a plan file, options as name:key=value, e.g. attnlab-retrieval:tail=T"),
-        pages: int = typer.Option(0, "--pages", help="pages of 16 evicted keys each planned head reads back per decoding query (0 = none)"),
-        slashes: int = typer.Option(0, "--slashes", help="diagonals beyond its band each planned head reads at the prefill, chosen per input from the last queries; their entries come out of the budget (0 = none)"),
-        out: Optional[Path] = typer.Option(None, "--out", help="plan file (.json) [default: next to the model]"),
-        force: bool = typer.Option(False, "--force", help="replace an existing plan file"),
-    ) -> None:
-        """Choose one structured support per (layer, head) from calibration text under a budget; write it as JSON."""
-        from attnlab.llm.eval.eval_grid import parse_method
-        from attnlab.llm.models.loading import check_length
-        from attnlab.llm.plans.plan import check_budget
-
-        try:
-            check_budget(budget)
-        except ValueError:
-            raise ValueError(f"--budget: must be a fraction in (0, 1], got {budget}") from None
-        if not calibrate.is_file():
-            raise ValueError(f"--calibrate {calibrate}: no such file")
-        if out is None:
-            folder = Path(hf) if Path(hf).is_dir() else Path(".")
-            out = folder / f"attnlab-plan-{method.replace(':', '-').replace('=', '')}-{budget:g}-{n}.json"
-        name, opts = parse_method(method)
-        if pages and "pages" in opts:
-            raise ValueError(f"--pages {pages}: --method {method} gives its pages already (give one of them)")
-        if slashes and "slashes" in opts:
-            raise ValueError(f"--slashes {slashes}: --method {method} gives its slashes already (give one of them)")
-        if slashes:   # a method without the option refuses here, before the model loads
-            from attnlab.llm import methods
-
-            methods.get(name, budget, **opts, slashes=slashes)
-        claim_file(out, kind="plan", inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
-        check_length(hf, n, "--n")  # from the model's configuration: no weights loaded, no text read
-        model, tokenizer = _load(hf)
-        p = make_plan(model, tokenizer, calibrate, budget, n, windows, method, calibrate_mix, slashes)
-        if pages:
-            p.pages = pages
-        p.save(out)
-        lines = f"{p.slash_heads()} with {max(h.slashes for r in p.heads for h in r)} slash lines, " if p.slash_heads() else ""
-        counts = Counter(h.blocks for r in p.heads for h in r if h.blocks and not h.is_full)   # K → heads (retrieval, others)
-        lines += "".join(f"{c} with {K} key blocks, " for K, c in sorted(counts.items(), reverse=True))
-        voting = [h.kept for r in p.heads for h in r if h.kept]   # retrieval heads decoding from their tail's voted keys
-        lines += f"{len(voting)} decoding from {max(voting)} voted keys, " if voting else ""
-        lines += f"{p.pages} pages read back a step, " if p.pages else ""
-        typer.echo(f"{out}: {p.num_layers}×{p.num_heads} heads, {p.full_heads()} full, {lines}"
-                   f"{100 * p.fraction(n):.1f} % of the causal entries at n = {n}")
-
-    @app.command("plan-run")
-    @checked("plan-run")
-    def plan_run(
-        hf: str = typer.Option(..., "--hf", help="model: a HF folder, a .gguf file or a known name"),
-        plan: Path = typer.Option(..., "--plan", help="plan file made by `attnlab plan`"),
-        file: Path = typer.Option(..., "--file", help="text to score (plain or .gz)"),
-        n: int = typer.Option(2048, "--n", help="window length in tokens"),
-        windows: int = typer.Option(1, "--windows", help="windows scored"),
-    ) -> None:
-        """Perplexity of the model with a plan applied, beside the full model's."""
-        import math
-
-        import torch
-
-        from attnlab.errors import UserError
-        from attnlab.llm.models.loading import check_length
-        from attnlab.llm.methods.attnlab_plan import PlanFile
-        from attnlab.llm.models.text_windows import token_windows
-
-        method = PlanFile(plan)
-        p = method.file_plan.check(name=f"--plan {plan}", n=n)  # its length and columns against --n
-        check_length(hf, n, "--n")  # the model's context, from its configuration
-        if not file.is_file():
-            raise UserError(f"--file {file}: no such file")
-        model, tokenizer = _load(hf)
-        method.prepare(model, n)   # refuses a plan made for another model
-        ids = token_windows(tokenizer, file, n, windows)
-        with torch.no_grad():
-            full = math.exp(sum(model(x, labels=x).loss.item() for x in ids) / len(ids))
-            with method.applied(model):
-                planned = math.exp(sum(model(x, labels=x).loss.item() for x in ids) / len(ids))
-        typer.echo(f"perplexity at n = {n} ({len(ids)} windows): full {full:.3f}, plan {planned:.3f} "
-                   f"({100 * (planned / full - 1):+.2f} %), {100 * p.fraction(n):.1f} % of the entries")
+    app.command("plan")(plan_command)
+    app.command("plan-run")(plan_run_command)
