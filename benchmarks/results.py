@@ -1,0 +1,285 @@
+"""docs/results.md, generated from the runs: one section per recipe, each table beside the commands that made it.
+
+    bash benchmarks/recipes/niah-2k.sh                 # measures into runs/niah-2k/ (git-ignored: calibrations, heatmaps)
+    python benchmarks/results.py --collect runs        # its small result files → docs/runs/niah-2k/, then docs/results.md
+    python benchmarks/results.py                       # docs/results.md again from docs/runs/ alone (a clean clone)
+
+A recipe is ``benchmarks/recipes/NAME.sh``: its comment lines say what it measures, its other lines are the
+commands, and it writes into ``runs/NAME/`` (sub-folders allowed: one per grid).  ``docs/runs/NAME/`` holds the
+small files those commands wrote (they are committed, so the document is regenerated anywhere), read as:
+
+    results.jsonl (+ config.json, wall.jsonl)       attnlab eval                 → its table (attnlab.llm.eval.eval_report)
+    speed.jsonl                                     llm_structured.py speed      → mean over the alternated runs, × full
+    ppl.jsonl, attention.jsonl                      llm_structured.py ppl / attention → one row each
+    any other *.jsonl                               a benchmark's --json lines   → one row per line, its fields as columns
+
+The document holds no date and no figure typed by hand: run twice on the same folder it is the same file.
+A folder with no runs, a run without its recipe, or a line that is not JSON: one line naming it, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from attnlab.llm.eval.eval_report import markdown, summarise  # noqa: E402
+
+EVAL_FILES = ("results.jsonl", "config.json", "wall.jsonl")        # attnlab eval's small files (not the calibration, heatmaps)
+BENCH_FILES = ("speed.jsonl", "ppl.jsonl", "attention.jsonl")      # benchmarks/llm_structured.py
+MAX_BYTES = 4 << 20                                                # a result file larger than this is not a "small" one
+
+
+class Refused(Exception):
+    """Bad input: one line, exit 2."""
+
+
+def read_lines(path: Path) -> list[dict]:
+    """Every line of a JSON-lines file as a dict; a line that is not a JSON object is refused, naming file:line."""
+    rows = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise Refused(f"{path}:{i}: not a JSON line ({err.msg})") from None
+        if not isinstance(row, dict):
+            raise Refused(f"{path}:{i}: not a JSON object")
+        rows.append(row)
+    return rows
+
+
+def result_folders(recipe_dir: Path) -> list[Path]:
+    """The folders under a recipe's folder (itself included) that hold a result file, in path order."""
+    found = {p.parent for p in recipe_dir.rglob("*.jsonl")}
+    return sorted(found, key=lambda p: (p != recipe_dir, str(p)))
+
+
+def recipe_names(runs: Path) -> list[str]:
+    """The recipe folders of ``runs`` that hold at least one result file; none: refused."""
+    if not runs.is_dir():
+        raise Refused(f"{runs}: no such folder of runs")
+    names = [d.name for d in sorted(runs.iterdir()) if d.is_dir() and result_folders(d)]
+    if not names:
+        raise Refused(f"{runs}: no runs (no results.jsonl or other *.jsonl in any folder); run a recipe of benchmarks/recipes/ first")
+    return names
+
+
+# --- a recipe: what it measures, its commands -------------------------------------------------------------------
+
+def read_recipe(path: Path) -> tuple[str, list[str]]:
+    """(its description: the comment lines after the shebang, its commands: the other lines, continuations joined)."""
+    about, commands, pending = [], [], ""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        s = line.strip()
+        if s.startswith("#!") or (not s and not pending):
+            continue
+        if s.startswith("#") and not pending:
+            if not commands:
+                about.append(s.lstrip("#").strip())
+            continue
+        if s.startswith('cd "$(dirname "$0")') and not pending:
+            continue                                        # the recipe's own move to the repository root
+        pending += line.rstrip() + "\n"
+        if not s.endswith("\\"):
+            commands.append(pending.rstrip("\n"))
+            pending = ""
+    if pending:
+        commands.append(pending.rstrip("\n"))
+    return " ".join(a for a in about if a), commands
+
+
+# --- the tables --------------------------------------------------------------------------------------------------
+
+def _num(x, spec: str = ".4g") -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x).replace("|", "\\|")
+    return format(x, spec)
+
+
+def eval_table(folder: Path) -> str:
+    """The table ``attnlab eval`` writes into table.md, from the folder's results.jsonl and wall.jsonl."""
+    rows = read_lines(folder / "results.jsonl")
+    walls = read_lines(folder / "wall.jsonl") if (folder / "wall.jsonl").exists() else []
+    if not any(r.get("kind") == "answer" for r in rows):
+        raise Refused(f"{folder / 'results.jsonl'}: no answer rows (is it attnlab eval's?)")
+    text = markdown(summarise(rows, walls))
+    cfg = folder / "config.json"
+    if cfg.exists():
+        try:
+            c = json.loads(cfg.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise Refused(f"{cfg}: not JSON ({err.msg})") from None
+        keys = ("model", "haystack", "depths", "samples", "seed", "calibrate", "calibrate_windows", "calibrate_mix", "ppl", "ppl_windows")
+        text = "settings: " + ", ".join(f"{k} = `{c[k]}`" for k in keys if c.get(k) is not None) + "\n\n" + text
+    return text
+
+
+def speed_table(path: Path) -> str:
+    """llm_structured.py speed: per (n, method, β, threads) the mean over its runs (min–max), and full's ratio."""
+    groups = defaultdict(list)
+    for r in read_lines(path):
+        groups[(r["n"], r["method"], r["budget"], r["threads"])].append(r)
+    full = {(n, t): rs for (n, m, b, t), rs in groups.items() if m in ("sdpa", "full")}
+
+    def mean(rs, key):
+        return statistics.fmean(r[key] for r in rs)
+
+    def spread(rs, key, spec):
+        v = [r[key] for r in rs]
+        return f"{statistics.fmean(v):{spec}}" + (f" ({min(v):{spec}}–{max(v):{spec}})" if len(v) > 1 else "")
+
+    lines = ["| n | method | β | threads | runs | prefill s | prefill × full | decode tok/s | decode × full | KV MiB | KV ÷ full | "
+             "stored MiB (read back / step) | peak RSS MiB |", "|" + "---|" * 13]
+    for (n, m, b, t), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] not in ("sdpa", "full"), kv[0][1], kv[0][2])):
+        f = full.get((n, t))
+        kv = mean(rs, "kv_bytes_end") / 2**20
+        stored = [r.get("store_bytes_end") for r in rs]
+        store = f"{statistics.fmean(stored) / 2**20:.1f} ({statistics.fmean(r.get('read_tokens') or 0 for r in rs):.0f})" if all(stored) else "–"
+        lines.append(f"| {n} | {m} | {b:g} | {t} | {len(rs)} | {spread(rs, 'prefill_s', '.1f')} | "
+                     f"{_num(mean(f, 'prefill_s') / mean(rs, 'prefill_s') if f else None, '.2f')}× | {spread(rs, 'decode_tok_s', '.2f')} | "
+                     f"{_num(mean(rs, 'decode_tok_s') / mean(f, 'decode_tok_s') if f else None, '.2f')}× | {kv:.1f} | "
+                     f"{_num(mean(f, 'kv_bytes_end') / mean(rs, 'kv_bytes_end') if f else None, '.2f')}× | {store} | {mean(rs, 'peak_rss_mib'):.0f} |")
+    return "\n".join(lines) + "\n\n× full: full attention's (SDPA's) mean prefill seconds over the method's, the method's decoding " \
+                              "tokens/s over full's, full's KV bytes over the method's — at the same n and threads.\n"
+
+
+def ppl_table(path: Path) -> str:
+    """llm_structured.py ppl: the last row per (n, method, β, split), and its change from full attention."""
+    last = {}
+    for r in read_lines(path):
+        last[(r["n"], r["method"], r["budget"], r.get("split", "test"))] = r
+    full = {(n, s): r["ppl"] for (n, m, b, s), r in last.items() if m == "full"}
+    lines = ["| n | split | method | β | entries kept | full heads | windows | perplexity | vs full |", "|" + "---|" * 9]
+    for (n, m, b, s), r in sorted(last.items(), key=lambda kv: (kv[0][0], kv[0][3], kv[0][1] != "full", kv[0][2], kv[0][1])):
+        rel = f"{100 * (r['ppl'] / full[(n, s)] - 1):+.2f} %" if (n, s) in full else "–"
+        lines.append(f"| {n} | {s} | {m} | {b:g} | {r['fraction']:.3f} | {r['full_heads']} | {r['windows']} | {r['ppl']:.3f} | {rel} |")
+    return "\n".join(lines) + "\n"
+
+
+def rows_table(path: Path) -> str:
+    """Any other JSON-lines file (a benchmark's --json output): one row per line, the union of its fields as columns."""
+    rows = read_lines(path)
+    cols = list(dict.fromkeys(k for r in rows for k in r if not isinstance(r[k], (dict, list))))
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(_num(r.get(c)) for c in cols) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def folder_tables(folder: Path) -> list[tuple[str, str]]:
+    """(the file, its table) for every result file of one folder."""
+    out = []
+    if (folder / "results.jsonl").exists():
+        out.append(("results.jsonl", eval_table(folder)))
+    for name, make in (("speed.jsonl", speed_table), ("ppl.jsonl", ppl_table), ("attention.jsonl", rows_table)):
+        if (folder / name).exists():
+            out.append((name, make(folder / name)))
+    for p in sorted(folder.glob("*.jsonl")):
+        if p.name not in EVAL_FILES + BENCH_FILES:
+            out.append((p.name, rows_table(p)))
+    return out
+
+
+# --- the document ------------------------------------------------------------------------------------------------
+
+def section(name: str, runs: Path, recipes: Path, shown: Path, here: Path) -> str:
+    """One recipe's section: what it measures, the recipe's commands, then each result folder's tables."""
+    recipe = recipes / f"{name}.sh"
+    if not recipe.is_file():
+        raise Refused(f"{runs / name}: no recipe {recipe} (every published run names the recipe that made it)")
+    about, commands = read_recipe(recipe)
+    parts = [f"## {name}\n", about + "\n" if about else "",
+             f"Recipe: [`{_rel(recipe, shown)}`]({os.path.relpath(recipe, here)}), run from the repository root:\n",
+             "```bash\n" + "\n".join(commands) + "\n```\n"]
+    for folder in result_folders(runs / name):
+        for file, table in folder_tables(folder):
+            parts.append(f"From `{_rel(folder / file, shown)}`:\n\n{table}")
+    return "\n".join(p for p in parts if p)
+
+
+def _rel(path: Path, shown: Path) -> str:
+    """``path`` relative to the repository root when it lies inside it (the names a reader can follow), else as given."""
+    try:
+        return str(path.resolve().relative_to(shown))
+    except ValueError:
+        return str(path)
+
+
+def document(runs: Path, recipes: Path, shown: Path = ROOT, here: Path = ROOT / "docs") -> str:
+    """The whole of results.md: the index of recipes, then one section each (``here``: the folder links are relative to)."""
+    names = recipe_names(runs)
+    head = ["# Results", "",
+            f"Generated by `python benchmarks/results.py` from the result files in `{_rel(runs, shown)}/`: do not edit by hand. Each "
+            "section is one recipe of `benchmarks/recipes/` (its commands shown), then the tables of what those commands "
+            "wrote; rerun the recipe, then `python benchmarks/results.py --collect runs`, to measure it again. Figures that "
+            "earlier versions of attnlab measured and no committed run backs are in [earlier-results.md](earlier-results.md).",
+            "", "Eval tables (`attnlab eval`): accuracy = mean of RULER's `string_match_all` over the prompts; β measured = "
+            "entries read at the prefill over the causal entries; KV tokens kept per (layer, KV head) after the prefill; "
+            "“of full” = the method's accuracy on the (length, depth) cells where full attention scores ≥ 80 %, over full's there.",
+            "", "| recipe | what it measures |", "|---|---|"]
+    for n in names:
+        about = read_recipe(recipes / f"{n}.sh")[0] if (recipes / f"{n}.sh").is_file() else ""
+        head.append(f"| [{n}](#{n}) | {about.split('; ')[0].split('. ')[0].replace('|', '/')} |")
+    return "\n".join(head) + "\n\n" + "\n".join(section(n, runs, recipes, shown, here) for n in names)
+
+
+def collect(source: Path, runs: Path, recipes: Path) -> list[Path]:
+    """Copy the small result files of ``source/NAME/`` into ``runs/NAME/`` for every NAME that has a recipe."""
+    if not source.is_dir():
+        raise Refused(f"--collect {source}: no such folder")
+    copied = []
+    for d in sorted(source.iterdir()):
+        if not (d.is_dir() and (recipes / f"{d.name}.sh").is_file()):
+            continue
+        for folder in result_folders(d):
+            folder_tables(folder)                                        # a torn, foreign or incomplete run: refused before copying
+            for p in sorted(folder.iterdir()):
+                if p.is_file() and (p.suffix == ".jsonl" or p.name == "config.json") and p.stat().st_size <= MAX_BYTES:
+                    copied.append(p)
+    if not copied:
+        raise Refused(f"--collect {source}: no runs of a recipe of {recipes} (runs/NAME/ for benchmarks/recipes/NAME.sh)")
+    for p in copied:
+        dest = runs / p.relative_to(source)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(p, dest)
+    return copied
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=Path, default=ROOT / "docs" / "runs", help="the recipes' result folders [docs/runs]")
+    ap.add_argument("--recipes", type=Path, default=ROOT / "benchmarks" / "recipes", help="the recipes [benchmarks/recipes]")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md", help="the document written [docs/results.md]")
+    ap.add_argument("--collect", type=Path, metavar="DIR", help="first copy the small result files of DIR/NAME/ (e.g. runs) into --runs")
+    args = ap.parse_args(argv)
+    try:
+        if args.collect is not None:
+            copied = collect(args.collect, args.runs, args.recipes)
+            print(f"{len(copied)} result files copied into {args.runs}")
+        text = document(args.runs, args.recipes, here=args.out.resolve().parent)
+    except Refused as err:
+        print(f"results.py: error: {err}", file=sys.stderr)
+        return 2
+    except (KeyError, TypeError) as err:   # a line without a field its table needs
+        print(f"results.py: error: {args.runs}: a result line lacks the field {err}", file=sys.stderr)
+        return 2
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(args.out)
+    print(f"wrote {args.out} ({len(recipe_names(args.runs))} recipes, {text.count(chr(10))} lines)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

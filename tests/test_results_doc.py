@@ -1,0 +1,152 @@
+"""benchmarks/results.py: docs/results.md generated from run folders (attnlab eval's rows, the speed benchmark's)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import results  # noqa: E402
+
+RECIPE = """#!/bin/bash
+# Single needle at 2,048 tokens on the tiny model; full and streaming-llm at beta 10 %.
+cd "$(dirname "$0")/../.."
+.venv/bin/attnlab eval --hf tiny --task niah --lengths 2048 --depths 2 --samples 1 \\
+  --method streaming-llm --budget 0.1 --out ${RUNS:-runs}/niah-tiny
+"""
+
+
+def answer(method: str, budget: float, depth: float, score: float, beta: float, kv: int) -> dict:
+    """One line of results.jsonl exactly as attnlab eval writes it (eval_grid.run_eval's emit)."""
+    key = f"{method}|{budget:g}|niah|2048|{depth:g}|0"
+    return {"key": key, "kind": "answer", "method": method, "budget": budget, "task": "niah", "n": 2048, "depth": depth,
+            "sample": 0, "score": score, "answer": " 1234567." if score else " 12.", "expected": ["1234567"],
+            "prompt_tokens": 2048, "prefill_s": 1.5, "reused_tokens": 0, "decode_s": 0.25, "new_tokens": 8, "beta": beta,
+            "kv_tokens": kv, "kv_bytes": kv * 1024, "kv_read_tokens": None, "kv_store_tokens": None, "kv_store_bytes": None}
+
+
+def speed(method: str, prefill: float, tok_s: float, kv: int) -> dict:
+    """One line of speed.jsonl as benchmarks/llm_structured.py speed writes it."""
+    return {"n": 8192, "method": method, "budget": 0.1, "threads": 2, "prefill_s": prefill, "peak_rss_mib": 900.0,
+            "rss_before_mib": 700.0, "kv_bytes_after_prefill": kv, "kv_bytes_end": kv, "decode_tokens": 32,
+            "decode_tok_s": tok_s, "fraction": 0.1, "store_bytes_end": 0, "read_tokens": 0.0}
+
+
+def write_lines(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+@pytest.fixture
+def tree(tmp_path):
+    """recipes/, runs/ (as a recipe leaves them, with a calibration that must not be copied) and docs/runs/."""
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "niah-tiny.sh").write_text(RECIPE)
+    (recipes / "speed-tiny.sh").write_text("#!/bin/bash\n# Prefill and decoding speed at 8K.\npython benchmarks/llm_structured.py speed --n 8192\n")
+    run = tmp_path / "runs" / "niah-tiny"
+    write_lines(run / "results.jsonl", [answer("full", 1.0, 0.0, 1.0, 1.0, 2048), answer("full", 1.0, 1.0, 1.0, 1.0, 2048),
+                                        answer("streaming-llm", 0.1, 0.0, 0.0, 0.098, 204),
+                                        answer("streaming-llm", 0.1, 1.0, 1.0, 0.098, 204),
+                                        {"key": "ppl|full|1|2048|1", "kind": "ppl", "method": "full", "budget": 1.0, "n": 2048,
+                                         "ppl": 28.153, "windows": 1, "beta": 1.0, "seconds": 3.0}])
+    write_lines(run / "wall.jsonl", [{"started": "x", "seconds": 42.5, "rows": 5, "reuse": True}])
+    (run / "config.json").write_text(json.dumps({"format": "attnlab-eval/1", "model": "tiny", "haystack": "noise", "depths": 2,
+                                                 "samples": 1, "seed": 0}))
+    (run / "calibration-2048.npz").write_bytes(b"\0" * 64)
+    write_lines(tmp_path / "runs" / "speed-tiny" / "speed.jsonl",
+                [speed("sdpa", 100.0, 7.0, 360 << 20), speed("attnlab", 50.0, 14.0, 72 << 20),
+                 speed("sdpa", 110.0, 7.0, 360 << 20), speed("attnlab", 50.0, 14.0, 72 << 20)])
+    write_lines(tmp_path / "runs" / "elsewhere" / "results.jsonl", [answer("full", 1.0, 0.0, 1.0, 1.0, 2048)])  # no recipe
+    return tmp_path
+
+
+def run_main(tree: Path, *extra: str) -> int:
+    return results.main(["--runs", str(tree / "docs" / "runs"), "--recipes", str(tree / "recipes"),
+                         "--out", str(tree / "results.md"), *extra])
+
+
+def test_collect_then_regenerate(tree, capsys):
+    assert run_main(tree, "--collect", str(tree / "runs")) == 0
+    published = tree / "docs" / "runs"
+    assert sorted(p.relative_to(published).as_posix() for p in published.rglob("*") if p.is_file()) == [
+        "niah-tiny/config.json", "niah-tiny/results.jsonl", "niah-tiny/wall.jsonl", "speed-tiny/speed.jsonl"]
+    doc = (tree / "results.md").read_text()
+    assert "## niah-tiny" in doc and "## speed-tiny" in doc and "elsewhere" not in doc
+    assert "--method streaming-llm --budget 0.1 --out ${RUNS:-runs}/niah-tiny" in doc           # the recipe's command beside
+    assert "Single needle at 2,048 tokens on the tiny model" in doc                              # what it measures
+    # the eval table: full 2/2, streaming-llm 1/2 = 50 %, on full's 2 cells: 50 % of full; β measured; perplexity
+    assert "| niah | 2048 | full | 1 | 1.000 | 2048 |" in doc
+    assert "| niah | 2048 | streaming-llm | 0.1 | 0.098 | 204 | – | – | 2 | 50.0 % | 2/2 | 50.0 | 50 |" in doc
+    assert "| 28.153 |" in doc and "grid wall time: 42.5 s" in doc
+    # the speed table: means over the alternated runs and the ratios to SDPA (105 s / 50 s = 2.10×, 14/7 = 2.00×, KV 5.00×)
+    assert "| 8192 | sdpa | 0.1 | 2 | 2 | 105.0 (100.0–110.0) | 1.00× |" in doc
+    assert "| 8192 | attnlab | 0.1 | 2 | 2 | 50.0 (50.0–50.0) | 2.10× | 14.00 (14.00–14.00) | 2.00× | 72.0 | 5.00× |" in doc
+    # from the committed files alone (a clean clone): the same document, byte for byte
+    (tree / "runs" / "niah-tiny" / "results.jsonl").unlink()
+    before = doc
+    assert run_main(tree) == 0
+    assert (tree / "results.md").read_text() == before
+
+
+def test_figures_follow_the_runs(tree):
+    """A changed result line changes the document: the figures are read, not written down."""
+    assert run_main(tree, "--collect", str(tree / "runs")) == 0
+    published = tree / "docs" / "runs" / "niah-tiny" / "results.jsonl"
+    rows = results.read_lines(published)
+    rows[2]["score"] = 1.0                                                       # streaming-llm now finds both
+    write_lines(published, rows)
+    assert run_main(tree) == 0
+    assert "| niah | 2048 | streaming-llm | 0.1 | 0.098 | 204 | – | – | 2 | 100.0 % | 2/2 | 100.0 | 100 |" in (tree / "results.md").read_text()
+
+
+def refused(tree: Path, capsys, *extra: str) -> str:
+    assert run_main(tree, *extra) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("results.py: error: ")
+    assert not (tree / "results.md").exists()
+    return err
+
+
+def test_no_runs_is_one_line(tree, capsys):
+    (tree / "docs" / "runs").mkdir(parents=True)
+    assert "no runs" in refused(tree, capsys)
+    assert "no such folder" in refused(tree, capsys, "--runs", str(tree / "nothing"))
+
+
+def test_run_without_recipe_and_torn_line(tree, capsys):
+    published = tree / "docs" / "runs"
+    write_lines(published / "elsewhere" / "results.jsonl", [answer("full", 1.0, 0.0, 1.0, 1.0, 2048)])
+    assert "no recipe" in refused(tree, capsys)
+    (published / "elsewhere" / "results.jsonl").unlink()
+    (tree / "recipes" / "elsewhere.sh").write_text("#!/bin/bash\n# x\ntrue\n")
+    (published / "elsewhere" / "results.jsonl").write_text(json.dumps(answer("full", 1.0, 0.0, 1.0, 1.0, 2048)) + "\n{\"key\": \"torn")
+    assert "results.jsonl:2: not a JSON line" in refused(tree, capsys)
+
+
+def test_collect_refuses_a_torn_run_before_copying(tree, capsys):
+    with open(tree / "runs" / "niah-tiny" / "results.jsonl", "a") as f:
+        f.write('{"key": "full|1|niah')
+    assert "results.jsonl:6" in refused(tree, capsys, "--collect", str(tree / "runs"))
+    assert not (tree / "docs" / "runs").exists()
+
+
+def test_command_line_no_traceback(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "results.py"), "--runs", str(tmp_path), "--out", str(tmp_path / "r.md")],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert not (tmp_path / "r.md").exists()
+
+
+def test_published_document_is_generated():
+    """docs/results.md is what the script writes from the committed docs/runs/ (when both are there)."""
+    doc, runs = ROOT / "docs" / "results.md", ROOT / "docs" / "runs"
+    if not runs.is_dir():
+        pytest.skip("no docs/runs/ in this checkout")
+    assert doc.read_text(encoding="utf-8") == results.document(runs, ROOT / "benchmarks" / "recipes", here=ROOT / "docs")
