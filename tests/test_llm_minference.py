@@ -12,7 +12,7 @@ from tiny_llama import tiny_model  # noqa: E402
 from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.execution.attention import attention_modules  # noqa: E402
-from attnlab.llm.methods.minference import vertical_slash  # noqa: E402
+from attnlab.llm.execution.sparse_patterns import vertical_slash  # noqa: E402
 from attnlab.support import NO_DIAGONAL, Support  # noqa: E402
 
 

@@ -14,7 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.execution.attention import attention_modules  # noqa: E402
-from attnlab.llm.methods.quest import page_upper_bound, quest_pages  # noqa: E402
+from attnlab.llm.execution.pages import page_upper_bound, quest_pages  # noqa: E402
 
 
 def tiny_model(seed=0, layers=3):

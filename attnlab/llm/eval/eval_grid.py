@@ -34,7 +34,6 @@ import numpy as np
 from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
 from attnlab.llm import methods as registry
-from attnlab.llm.eval.greedy import greedy_answer
 from attnlab.llm.eval.tasks import TASKS, Haystack, sample_key, string_match_all
 
 __all__ = ["EvalSettings", "depth_grid", "read_results", "run_eval"]
@@ -300,6 +299,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
     (``Method.prefill_reuse``) share one prefill per prompt, and a prompt reuses the prefix it shares
     with the one before (``prefix_cache``); the answers are those of ``reuse=False``, the seconds fewer.
     """
+    from attnlab.llm.eval.greedy import greedy_answer   # torch: imported here, so that the settings are checked without it
     from attnlab.llm.models.loading import model_max_len
     from attnlab.llm.execution.prefix_cache import FullPrefill
 

@@ -41,8 +41,6 @@ held key blocks and the P keys its tail rows attended most (Σ_i a_ij over the t
 ask; ``HeadPlan.kept``): its KV head's cache stays compressed.  Decoding only (the prefill is unchanged).
 """
 
-import numpy as np
-
 from attnlab.errors import UserError
 from attnlab.llm.plans.limits import BLOCK, BLOCKS_MAX, WIDTHS
 from attnlab.llm.methods import register, register_preset
@@ -89,6 +87,8 @@ class AttnlabRetrieval(PlanMethod):
             raise UserError(f"--method {self.name}: tail_keep={P} needs tail > 0 (the tail's rows cast the vote)")
 
     def make_plan(self, model, n, calibration):
+        import numpy as np
+
         from attnlab.llm.plans.plan import HeadPlan, slash_fraction, tail_entries, with_slashes
         from attnlab.llm.plans.selection import choose_plan
 

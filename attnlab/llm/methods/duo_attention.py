@@ -16,8 +16,6 @@ are 2K-32K, so the defaults are scaled down (set them for longer prompts).
 
 from __future__ import annotations
 
-import numpy as np
-
 from attnlab.errors import UserError
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import Option, PlanMethod
@@ -52,6 +50,8 @@ class DuoAttention(PlanMethod):
         return load_gates(self.opts["gates"], model_shape(model))
 
     def make_plan(self, model, n, calibration):
+        import numpy as np
+
         from attnlab.llm.plans.plan import HeadPlan, Plan, model_shape
         from attnlab.support import Support
 

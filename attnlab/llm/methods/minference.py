@@ -30,12 +30,10 @@ as the contiguous band, and the cache evicted to what the pattern can read
 
 from __future__ import annotations
 
-import numpy as np
-
 from attnlab.errors import UserError
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import Option, PlanMethod
-# torch loads inside the functions that compute: `attnlab methods` reads this file's class without it (test_cli_imports.py)
+# numpy and torch load inside the functions that compute: `attnlab methods` reads this file's class without them
 
 __all__ = ["MInference", "MInferenceError", "MInferenceMass", "pattern_runner"]
 
@@ -145,6 +143,8 @@ class MInference(PlanMethod):
         """Upper bound of β: the entries each head's pattern reads (``sparse_patterns.entries``) over the causal entries."""
         if not self.heads:
             return 1.0
+        import numpy as np
+
         from attnlab.llm.execution import sparse_patterns as sp
 
         flat = [hd for row in self.heads for hd in row]

@@ -19,7 +19,7 @@ the accuracy is Quest's, the speed is not.
 
 from __future__ import annotations
 
-# torch loads inside the functions that compute: `attnlab methods` reads this file's class without it (test_cli_imports.py)
+# numpy and torch load inside the functions that compute: `attnlab methods` reads this file's class without them
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import Method, Option
 

@@ -23,7 +23,7 @@ here (``decode`` of a cache not compacted yet): the same keys, values and votes 
 
 from __future__ import annotations
 
-# torch loads inside the functions that compute: `attnlab methods` reads this file's class without it (test_cli_imports.py)
+# numpy and torch load inside the functions that compute: `attnlab methods` reads this file's class without them
 from attnlab.errors import UserError
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import Option, PlanMethod

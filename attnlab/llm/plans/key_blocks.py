@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["BLOCK", "BLOCKS_MAX", "block_extras", "block_keys", "block_means", "top_blocks", "top_pooled_blocks"]
+from attnlab.llm.plans.limits import BLOCK, BLOCKS_MAX  # b: tokens per block; K: key blocks per query block, at most
 
-BLOCK = 16          # b: tokens per query block and per key block (the kernel's chunk for such heads)
-BLOCKS_MAX = 4096   # K: key blocks per query block (a sanity bound)
+__all__ = ["BLOCK", "BLOCKS_MAX", "block_extras", "block_keys", "block_means", "top_blocks", "top_pooled_blocks"]
 
 
 def top_blocks(q, k, w, K: int, b: int = BLOCK):

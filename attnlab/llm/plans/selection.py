@@ -28,13 +28,13 @@ import numpy as np
 
 from attnlab.errors import UserError
 from attnlab.llm.plans.calibration import W_GRID, Calibration
+from attnlab.llm.plans.limits import WIDTHS  # choose_plan's bands: every width calibrated, or attnlab's grid W_GRID alone
 from attnlab.llm.plans.plan import FULL, SINKS, HeadPlan, Plan, check_budget, head_entries
 from attnlab.support import Support
 
 __all__ = ["TABLES", "WIDTHS", "choose_plan", "knapsack"]
 
 TABLES = ("fit", "est", "err", "err-rel", "err-grad", "delta")
-WIDTHS = ("all", "own")   # choose_plan's bands: every width calibrated, or attnlab's grid W_GRID alone
 
 
 def knapsack(gain: np.ndarray, cost: np.ndarray, limit: float) -> np.ndarray:
