@@ -244,6 +244,8 @@ def parse_method(spec: str) -> tuple[str, dict]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UserError(f"--method {spec}: options are written name:key=value, got {item!r}")
+        if key.replace("-", "_") in opts:   # the last value would win without a word, the row labelled with both
+            raise UserError(f"--method {spec}: option {key} given twice")
         opts[key.replace("-", "_")] = value
     return name, opts
 

@@ -136,8 +136,12 @@ class Method:
 
     @classmethod
     def writes_plan(cls) -> bool:
-        """Whether the method has a plan file (it defines ``make_plan``)."""
-        return cls.make_plan is not Method.make_plan
+        """Whether the method has a plan file that is the method: it defines ``make_plan``, and its policy is not in
+        its decoding alone (a method whose prefill is full attention, ``prefill_reuse``, besides full itself — SnapKV —
+        would write the plan of full attention under its name, its budget dropped)."""
+        from attnlab.llm.methods import REFERENCE
+
+        return cls.make_plan is not Method.make_plan and (cls.name == REFERENCE or not cls.prefill_reuse)
 
     # ---- running ----------------------------------------------------------------------------
     @contextlib.contextmanager
