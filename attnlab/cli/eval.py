@@ -27,7 +27,7 @@ DEFAULT_HAYSTACK = Path("../shared/data/shakespeare/test.txt.gz")
 def eval_command(
     hf: str = typer.Option(..., "--hf", help="model: a HF folder, a .gguf file or a known name (smollm2-135m, gemma3-270m)"),
     task: str = typer.Option("niah", "--task", help="comma list of tasks: niah, niah-words, niah-uuids, niah-multikey, "
-                             "niah-multivalue, niah-multiquery, vt, cwe"),
+                             "niah-multivalue, niah-multiquery, vt, cwe, passkey, passkey-once, passkey-bare, passkey-varied"),
     lengths: str = typer.Option("2048", "--lengths", help="comma list of prompt lengths in tokens, e.g. 2048,4096,8192"),
     depths: int = typer.Option(11, "--depths", help="needle depths from 0 to 100 %, evenly spaced"),
     samples: int = typer.Option(10, "--samples", help="prompts per (task, length, depth)"),
@@ -42,6 +42,9 @@ def eval_command(
     ppl_windows: int = typer.Option(1, "--ppl-windows", help="windows of --ppl scored per length"),
     seed: int = typer.Option(0, "--seed", help="seed of the prompts (keys, values, depths of distractors)"),
     max_new: Optional[int] = typer.Option(None, "--max-new", help="answer tokens [default: the task's]"),
+    template: str = typer.Option("auto", "--template", help="chat: the model's chat template around the prompt (refused "
+                                 "without one); none: plain text; auto: chat where the model has one"),
+    question: str = typer.Option("after", "--question", help="the question after the context or before it"),
     out: Path = typer.Option(Path("runs/eval"), "--out", help="run folder (results.jsonl, table.md, heatmaps)"),
     no_reuse: bool = typer.Option(False, "--no-reuse", help="every answer its own prefill: no full-attention prefill "
                                   "shared by full, snapkv and quest, no prefix shared with the previous prompt (same answers, slower)"),
@@ -59,7 +62,8 @@ def eval_command(
         model=hf, tasks=[t.strip() for t in task.split(",") if t.strip()], lengths=parse_lengths(lengths), depths=depths,
         samples=samples, methods=parse_methods(method), budgets=parse_budgets(budget),
         plan=str(plan) if plan else None, haystack=haystack, seed=seed, calibrate=str(calibrate) if calibrate else None,
-        calibrate_windows=calibrate_windows, calibrate_mix=calibrate_mix, ppl=str(ppl) if ppl else None, ppl_windows=ppl_windows, max_new=max_new)
+        calibrate_windows=calibrate_windows, calibrate_mix=calibrate_mix, ppl=str(ppl) if ppl else None, ppl_windows=ppl_windows, max_new=max_new,
+        template=template, question=question)
     if haystack != "noise" and not Path(haystack).is_file():
         hint = " (the default Shakespeare text is looked for beside the repository: give --haystack FILE or noise)" \
             if Path(haystack) == DEFAULT_HAYSTACK else ""

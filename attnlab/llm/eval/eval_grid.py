@@ -34,7 +34,7 @@ import numpy as np
 from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
 from attnlab.llm import methods as registry
-from attnlab.llm.eval.tasks import TASKS, Haystack, sample_key, string_match_all
+from attnlab.llm.eval.tasks import QUESTIONS, TASKS, TEMPLATES, Haystack, PromptFormat, sample_key, string_match_all
 
 __all__ = ["EvalSettings", "depth_grid", "read_results", "run_eval"]
 
@@ -59,6 +59,11 @@ class EvalSettings:
     ppl: str | None = None                               # text whose perplexity is reported beside
     ppl_windows: int = 1
     max_new: int | None = None                           # answer tokens (default: the task's)
+    template: str = "auto"                               # chat | none | auto (the chat template where the model has one)
+    question: str = "after"                              # the question after or before the context
+
+    def format(self) -> PromptFormat:
+        return PromptFormat(self.template, self.question)
 
     def runs(self) -> list[tuple[str, float]]:
         """(method, β) pairs: full first, then every method at every budget."""
@@ -108,7 +113,8 @@ def _claim(out: Path, settings: EvalSettings) -> None:
             raise UserError(f"--out {out}: config.json is not an eval configuration") from None
         if old.get("format") != FORMAT:
             raise UserError(f"--out {out}: holds something other than an attnlab eval run")
-        diff = sorted(k for k in cfg if k not in GROWS and old.get(k) != cfg[k])
+        later = {"template": "auto", "question": "after"}   # settings added later: a folder without them ran their default
+        diff = sorted(k for k in cfg if k not in GROWS and old.get(k, later.get(k)) != cfg[k])
         if diff:
             raise UserError(f"--out {out}: holds an eval run with other settings ({', '.join(diff)}); use another --out")
         grown = {k: list(old.get(k) or []) + [x for x in cfg[k] if x not in (old.get(k) or [])] for k in GROWS}
@@ -288,6 +294,10 @@ def check_settings(settings: EvalSettings, max_len: int | None) -> None:
         path = getattr(settings, option)
         if path and not Path(path).is_file():
             raise UserError(f"--{option} {path}: no such file")
+    if settings.template not in TEMPLATES:
+        raise UserError(f"--template: expected one of {', '.join(TEMPLATES)}, got {settings.template!r}")
+    if settings.question not in QUESTIONS:
+        raise UserError(f"--question: expected one of {', '.join(QUESTIONS)}, got {settings.question!r}")
     if settings.max_new is not None and settings.max_new < 1:
         raise UserError(f"--max-new: must be >= 1, got {settings.max_new}")
 
@@ -311,7 +321,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
     depths = depth_grid(settings.depths)
     for t in settings.tasks:  # every task fits every length and the haystack holds it: refused before anything is written
         for n in settings.lengths:
-            TASKS[t].make(tokenizer, hay, n, 0.5, 0, settings.seed)
+            TASKS[t].make(tokenizer, hay, n, 0.5, 0, settings.seed, settings.format())
     if settings.plan:  # a plan for another model or length
         for n in settings.lengths:
             _method(settings, "plan", 0.0).make_plan(model, n, None)
@@ -348,7 +358,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
                     name, budget, method, beta = run.name, run.budget, run.method, run.beta
                     t, d, s = key
                     if samples[key] is None:
-                        samples[key] = TASKS[t].make(tokenizer, hay, n, d if d is not None else 0.0, s, settings.seed)
+                        samples[key] = TASKS[t].make(tokenizer, hay, n, d if d is not None else 0.0, s, settings.seed, settings.format())
                     smp = samples[key]
                     ans = greedy_answer(model, tokenizer, method, smp.ids, settings.max_new or smp.max_new, prefixes=prefixes,
                                         done=lambda text, refs=smp.answers: string_match_all(text, refs) == 1.0)

@@ -11,7 +11,9 @@ windows, prompts of the retrieval tasks (``attnlab.llm.eval.tasks``) with their 
 and the knapsack's error of an option is the mean over all windows (text and mixed alike, one
 weight each).  Mix spec ``"niah:2,vt:1"`` = 2 NIAH and 1 variable-tracking prompt.  The prompts
 never are the evaluation's: another seed (``MIX_SEED`` + index) and the calibration text as
-haystack (the evaluation defaults to RULER's noise), at depths spread over the context.
+haystack (the evaluation defaults to RULER's noise), at depths spread over the context; a task with
+calibration phrasings of its own (``for_calibration``: the pass-key variants) says its needle, question
+and instruction in words no evaluation prompt uses.
 """
 
 from __future__ import annotations
@@ -66,15 +68,16 @@ def mix_windows(tokenizer, haystack_path, n: int, mix: list[tuple[str, int]]) ->
     hay = Haystack.file(tokenizer, haystack_path, n)
     out = []
     for task, count in mix:
+        maker = TASKS[task].for_calibration() if hasattr(TASKS[task], "for_calibration") else TASKS[task]
         for x in range(count):
             depth = (x + 0.5) / count                                   # spread over the context
             # the answer's length fixes the prompt's (n − |answer|); a task whose answer changes with the
             # prompt's length (vt) gets the first length's: cut to it, or closed by end-of-text tokens (no rows)
-            first = TASKS[task].make(tokenizer, hay, n, depth, x, MIX_SEED + x)
+            first = maker.make(tokenizer, hay, n, depth, x, MIX_SEED + x)
             A = len(_answer_ids(tokenizer, first.answers))
             if A >= n // 2:
                 raise UserError(f"--calibrate-mix: the {task} answer ({A} tokens) does not fit {n} tokens")
-            s = TASKS[task].make(tokenizer, hay, n - A, depth, x, MIX_SEED + x)
+            s = maker.make(tokenizer, hay, n - A, depth, x, MIX_SEED + x)
             answer = _answer_ids(tokenizer, s.answers)[:A]
             R = len(answer)
             pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else answer[-1]

@@ -17,7 +17,7 @@ import random
 from attnlab.errors import UserError
 
 from attnlab.llm.eval.tasks.haystack import Haystack
-from attnlab.llm.eval.tasks.prompt import Sample, chat_parts
+from attnlab.llm.eval.tasks.prompt import PromptFormat, Sample
 from attnlab.llm.eval.tasks.values import word_pool
 
 __all__ = ["CommonWords"]
@@ -36,16 +36,18 @@ class CommonWords:
     def __init__(self, num_cw: int = 10, freq_cw: int = 30, freq_ucw: int = 3):
         self.num_cw, self.freq_cw, self.freq_ucw = num_cw, freq_cw, freq_ucw
 
-    def _ids(self, tokenizer, words: list[str], rare: int, rng: random.Random) -> list[int]:
+    def _ids(self, tokenizer, words: list[str], rare: int, rng: random.Random, fmt: PromptFormat) -> list[int]:
         listed = [w for w in words[: self.num_cw] for _ in range(self.freq_cw)]
         listed += [w for w in words[self.num_cw : self.num_cw + rare] for _ in range(self.freq_ucw)]
         random.Random(rng.random()).shuffle(listed)
-        opening, closing = chat_parts(tokenizer)
-        text = opening + INSTRUCTION + "\n".join(f"{i + 1}. {w}" for i, w in enumerate(listed)) + QUESTION + closing
+        opening, closing = fmt.opening_closing(tokenizer)
+        ask, after = (QUESTION + "\n", "") if fmt.question == "before" else ("", QUESTION)
+        text = opening + INSTRUCTION + ask + "\n".join(f"{i + 1}. {w}" for i, w in enumerate(listed)) + after + closing
         ids = tokenizer(text, add_special_tokens=False).input_ids + tokenizer(ANSWER, add_special_tokens=False).input_ids
         return ([tokenizer.bos_token_id] if not opening and tokenizer.bos_token_id is not None else []) + ids
 
-    def make(self, tokenizer, hay: Haystack, length: int, depth, index: int, seed: int) -> Sample:
+    def make(self, tokenizer, hay: Haystack, length: int, depth, index: int, seed: int, fmt: PromptFormat | None = None) -> Sample:
+        fmt = fmt or PromptFormat()
         rng = random.Random(f"{self.name}|{length}|{index}|{seed}")
         words = rng.sample(word_pool(), len(word_pool()))
         lo, hi = 0, len(words) - self.num_cw
@@ -53,12 +55,12 @@ class CommonWords:
         while lo < hi:  # the most rare words whose prompt fits (the same shuffle for every try)
             mid = (lo + hi + 1) // 2
             rng.setstate(state)
-            if len(self._ids(tokenizer, words, mid, rng)) <= length:
+            if len(self._ids(tokenizer, words, mid, rng, fmt)) <= length:
                 lo = mid
             else:
                 hi = mid - 1
         rng.setstate(state)
-        ids = self._ids(tokenizer, words, lo, rng)
+        ids = self._ids(tokenizer, words, lo, rng, fmt)
         if len(ids) > length:
             raise UserError(f"--lengths: {length} tokens cannot hold the cwe list ({self.num_cw} words × {self.freq_cw} "
                             f"take {len(ids)} tokens)")

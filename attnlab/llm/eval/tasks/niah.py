@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 
 from attnlab.llm.eval.tasks.haystack import Haystack
-from attnlab.llm.eval.tasks.prompt import Sample, assemble
+from attnlab.llm.eval.tasks.prompt import PromptFormat, Sample, assemble
 from attnlab.llm.eval.tasks.values import draw
 
 __all__ = ["NIAH"]
@@ -45,7 +45,7 @@ class NIAH:
         self.name, self.k, self.v, self.q = name, keys, values, queries
         self.key_kind, self.value_kind, self.max_new = key_kind, value_kind, max_new
 
-    def make(self, tokenizer, hay: Haystack, length: int, depth: float, index: int, seed: int) -> Sample:
+    def make(self, tokenizer, hay: Haystack, length: int, depth: float, index: int, seed: int, fmt: PromptFormat | None = None) -> Sample:
         rng = random.Random(f"{self.name}|{length}|{depth:.4f}|{index}|{seed}")
         keys: list[str] = []
         while len(keys) < self.k:  # distinct keys
@@ -67,7 +67,7 @@ class NIAH:
             instruction, question, answer, vname = _singular(instruction), _singular(question), _singular(answer), vname[:-1]
         start = rng.randrange(max(1, len(hay.ids) - 8 * length)) if not hay.period else rng.randrange(hay.period)
         ids, spans = assemble(tokenizer, hay, length, instruction.format(v=vname), question.format(v=vname, query=query),
-                              answer.format(v=vname, query=query), pieces, start=start, task=self.name)
+                              answer.format(v=vname, query=query), pieces, start=start, task=self.name, fmt=fmt)
         expected = [val for x in asked for val in values[x]]
         asked_spans = [s for s, x in zip(spans, owner) if x in asked]                  # the needles the answer copies
         return Sample(self.name, length, depth, index, ids, expected, asked_spans, self.max_new)

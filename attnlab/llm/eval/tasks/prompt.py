@@ -2,8 +2,9 @@
 
     ids = head ‖ hay[0:p₁] ‖ piece₁ ‖ hay[p₁:p₂] ‖ piece₂ ‖ … ‖ hay[p_k:N] ‖ tail,   |ids| = length
 
-head = the chat template's opening (where the model has one) + the task's instruction; tail = the
-question + the chat template's closing + the answer prefix; N = length − |head| − Σ|pieceᵢ| − |tail|
+head = the chat template's opening (``--template chat``, or where the model has one) + the task's
+instruction; tail = the question + the chat template's closing + the answer prefix (``--question before``:
+the question ends the head instead, the tail is the closing + the answer prefix); N = length − |head| − Σ|pieceᵢ| − |tail|
 haystack tokens.  A piece at depth d ∈ [0, 1] goes at the last sentence or line end of the haystack at
 or before ⌊d·N⌋ (Kamradt's needle test: depth = where in the context the fact sits).
 """
@@ -16,7 +17,26 @@ from dataclasses import dataclass, field
 from attnlab.errors import UserError
 from attnlab.llm.eval.tasks.haystack import Haystack
 
-__all__ = ["Sample", "assemble", "chat_parts", "sample_key"]
+__all__ = ["PromptFormat", "Sample", "assemble", "chat_parts", "sample_key"]
+
+TEMPLATES = ("auto", "chat", "none")   # auto: the chat template where the model has one (the earlier behaviour)
+QUESTIONS = ("after", "before")
+
+
+@dataclass(frozen=True)
+class PromptFormat:
+    """How a task's pieces are laid out: ``template`` chat | none | auto, the question ``after`` or ``before`` the context."""
+
+    template: str = "auto"
+    question: str = "after"
+
+    def opening_closing(self, tokenizer) -> tuple[str, str]:
+        """The chat template's (opening, closing), or ("", "") for plain text; chat without a template is refused."""
+        if self.template == "none":
+            return "", ""
+        if self.template == "chat" and not getattr(tokenizer, "chat_template", None):
+            raise UserError("--template chat: the model's tokenizer has no chat template (use --template none)")
+        return chat_parts(tokenizer)
 
 
 @dataclass
@@ -58,12 +78,17 @@ def _encode(tokenizer, text: str) -> list[int]:
 
 
 def assemble(tokenizer, hay: Haystack, length: int, instruction: str, question: str, answer_prefix: str,
-             pieces: list[tuple[float, str]], start: int = 0, task: str = "task") -> tuple[list[int], list[tuple[int, int]]]:
+             pieces: list[tuple[float, str]], start: int = 0, task: str = "task",
+             fmt: PromptFormat | None = None) -> tuple[list[int], list[tuple[int, int]]]:
     """(ids of exactly ``length`` tokens, token spans of the pieces in the order given): ``pieces`` = [(depth, text)].
 
-    ``start``: where in the haystack stream its tokens begin (a different stretch per sample).
+    ``start``: where in the haystack stream its tokens begin (a different stretch per sample); ``fmt``: the
+    template and the question's place (default: the model's chat template, the question after the context).
     """
-    opening, closing = chat_parts(tokenizer)
+    fmt = fmt or PromptFormat()
+    opening, closing = fmt.opening_closing(tokenizer)
+    if fmt.question == "before":
+        instruction, question = instruction + question, ""
     head = _encode(tokenizer, opening + instruction)
     if not opening and tokenizer.bos_token_id is not None:
         head = [tokenizer.bos_token_id] + head

@@ -13,7 +13,7 @@ import random
 import string
 
 from attnlab.llm.eval.tasks.haystack import Haystack
-from attnlab.llm.eval.tasks.prompt import Sample, assemble
+from attnlab.llm.eval.tasks.prompt import PromptFormat, Sample, assemble
 
 __all__ = ["VariableTracking"]
 
@@ -26,7 +26,7 @@ class VariableTracking:
     def __init__(self, chains: int = 1, hops: int = 4):
         self.chains, self.hops = chains, hops
 
-    def make(self, tokenizer, hay: Haystack, length: int, depth, index: int, seed: int) -> Sample:
+    def make(self, tokenizer, hay: Haystack, length: int, depth, index: int, seed: int, fmt: PromptFormat | None = None) -> Sample:
         rng = random.Random(f"{self.name}|{length}|{index}|{seed}")
         names: list[str] = []
         while len(names) < self.chains * (self.hops + 1):
@@ -47,5 +47,5 @@ class VariableTracking:
             tokenizer, hay, length, "Memorize and track the chain(s) of variable assignment hidden in the following text.\n",
             f"\nQuestion: Find all variables that are assigned the value {value} in the text above.",
             f" Answer: According to the chain(s) of variable assignment in the text above, {self.hops + 1} variables are "
-            f"assigned the value {value}, they are: ", pieces, start=start, task=self.name)
+            f"assigned the value {value}, they are: ", pieces, start=start, task=self.name, fmt=fmt)
         return Sample(self.name, length, None, index, ids, list(chain), spans, self.max_new)
