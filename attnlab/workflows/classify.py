@@ -23,7 +23,8 @@ import os
 from collections import Counter
 from typing import Sequence
 
-from attnlab.analysis.capture import capture, capture_hf, load_hf
+from attnlab.analysis.capture import capture
+from attnlab.llm.heads.hf_capture import capture_hf, load_hf
 from attnlab.analysis.roles import (RoleThresholds, corpus_relations, head_roles, read_conllu,
                                    token_relations)
 from attnlab.errors import UserError
