@@ -3,6 +3,7 @@
     bash benchmarks/recipes/niah-2k.sh                 # measures into runs/niah-2k/ (git-ignored: calibrations, heatmaps)
     python benchmarks/results.py --collect runs        # its small result files → docs/runs/niah-2k/, then docs/results.md
     python benchmarks/results.py                       # docs/results.md again from docs/runs/ alone (a clean clone)
+    python benchmarks/results.py --collect runs/passkey-2k-test=retrieval-formats-2k/passkey-2k-test   # a folder not named after its recipe
 
 A recipe is ``benchmarks/recipes/NAME.sh``: its comment lines say what it measures, its other lines are the
 commands, and it writes into ``runs/NAME/`` (sub-folders allowed: one per grid).  ``docs/runs/NAME/`` holds the
@@ -121,8 +122,8 @@ def eval_table(folder: Path) -> str:
             c = json.loads(cfg.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise Refused(f"{cfg}: not JSON ({err.msg})") from None
-        keys = ("model", "haystack", "depths", "samples", "seed", "calibrate", "calibrate_windows", "calibrate_mix", "ppl", "ppl_windows")
-        text = "settings: " + ", ".join(f"{k} = `{c[k]}`" for k in keys if c.get(k) is not None) + "\n\n" + text
+        shown = [k for k in c if k not in ("format", "tasks", "lengths", "methods", "budgets") and c[k] not in (None, "", [])]
+        text = "settings: " + ", ".join(f"{k} = `{c[k]}`" for k in shown) + "\n\n" + text   # what the table's rows do not say
     return text
 
 
@@ -234,26 +235,37 @@ def document(runs: Path, recipes: Path, shown: Path = ROOT, here: Path = ROOT / 
     return "\n".join(head) + "\n\n" + "\n".join(section(n, runs, recipes, shown, here) for n in names)
 
 
-def collect(source: Path, runs: Path, recipes: Path) -> list[Path]:
-    """Copy the small result files of ``source/NAME/`` into ``runs/NAME/`` for every NAME that has a recipe."""
+def collect(spec: str, runs: Path, recipes: Path) -> list[tuple[Path, Path]]:
+    """The small result files to copy into ``runs``, as (file, its copy), each run checked (nothing copied yet).  ``spec`` = DIR: ``DIR/NAME/`` → ``runs/NAME/`` for every NAME that has a
+    recipe; ``spec`` = SRC=RECIPE[/PART]: the run folder SRC → ``runs/RECIPE[/PART]/`` (a recipe whose folders are not
+    named after it)."""
+    source, _, dest = spec.partition("=")
+    source = Path(source)
     if not source.is_dir():
         raise Refused(f"--collect {source}: no such folder")
+    if dest:
+        recipe = dest.split("/")[0]
+        if not (recipes / f"{recipe}.sh").is_file():
+            raise Refused(f"--collect {spec}: no recipe {recipes / (recipe + '.sh')}")
+        pairs = [(source, runs / dest)]
+    else:
+        pairs = [(d, runs / d.name) for d in sorted(source.iterdir()) if d.is_dir() and (recipes / f"{d.name}.sh").is_file()]
     copied = []
-    for d in sorted(source.iterdir()):
-        if not (d.is_dir() and (recipes / f"{d.name}.sh").is_file()):
-            continue
-        for folder in result_folders(d):
+    for src, dst in pairs:
+        for folder in result_folders(src):
             folder_tables(folder)                                        # a torn, foreign or incomplete run: refused before copying
             for p in sorted(folder.iterdir()):
                 if p.is_file() and (p.suffix == ".jsonl" or p.name == "config.json") and p.stat().st_size <= MAX_BYTES:
-                    copied.append(p)
+                    copied.append((p, dst / p.relative_to(src)))
     if not copied:
-        raise Refused(f"--collect {source}: no runs of a recipe of {recipes} (runs/NAME/ for benchmarks/recipes/NAME.sh)")
-    for p in copied:
-        dest = runs / p.relative_to(source)
+        raise Refused(f"--collect {spec}: no runs of a recipe of {recipes} (runs/NAME/ for benchmarks/recipes/NAME.sh)")
+    return copied
+
+
+def copy_files(pairs: list[tuple[Path, Path]]) -> None:
+    for p, dest in pairs:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(p, dest)
-    return copied
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,12 +273,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=Path, default=ROOT / "docs" / "runs", help="the recipes' result folders [docs/runs]")
     ap.add_argument("--recipes", type=Path, default=ROOT / "benchmarks" / "recipes", help="the recipes [benchmarks/recipes]")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md", help="the document written [docs/results.md]")
-    ap.add_argument("--collect", type=Path, metavar="DIR", help="first copy the small result files of DIR/NAME/ (e.g. runs) into --runs")
+    ap.add_argument("--collect", action="append", default=[], metavar="DIR|SRC=RECIPE[/PART]",
+                    help="first copy the small result files of DIR/NAME/ (e.g. runs), or of the run folder SRC as RECIPE's "
+                         "(PART: a sub-folder), into --runs; may be given more than once")
     args = ap.parse_args(argv)
     try:
-        if args.collect is not None:
-            copied = collect(args.collect, args.runs, args.recipes)
-            print(f"{len(copied)} result files copied into {args.runs}")
+        pairs = [pair for spec in args.collect for pair in collect(spec, args.runs, args.recipes)]   # every spec checked first
+        copy_files(pairs)
+        if pairs:
+            print(f"{len(pairs)} result files copied into {args.runs}")
         text = document(args.runs, args.recipes, here=args.out.resolve().parent)
     except Refused as err:
         print(f"results.py: error: {err}", file=sys.stderr)
@@ -282,4 +297,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from attnlab.errors import main_guard
+
+    main_guard(main)

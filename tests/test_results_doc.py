@@ -150,3 +150,19 @@ def test_published_document_is_generated():
     if not runs.is_dir():
         pytest.skip("no docs/runs/ in this checkout")
     assert doc.read_text(encoding="utf-8") == results.document(runs, ROOT / "benchmarks" / "recipes", here=ROOT / "docs")
+
+
+def test_collect_a_folder_not_named_after_its_recipe(tree, capsys):
+    """SRC=RECIPE/PART: a recipe that writes several folders of other names (e.g. one per prompt format)."""
+    (tree / "recipes" / "formats.sh").write_text("#!/bin/bash\n# Retrieval on two prompt formats.\ntrue\n")
+    src = tree / "runs" / "elsewhere"
+    assert run_main(tree, "--collect", f"{src}=formats/plain", "--collect", str(tree / "runs")) == 0
+    assert (tree / "docs" / "runs" / "formats" / "plain" / "results.jsonl").exists()
+    doc = (tree / "results.md").read_text()
+    assert "## formats" in doc and "formats/plain/results.jsonl" in doc
+    # an unknown recipe in one spec: nothing of the other specs copied either
+    import shutil
+    shutil.rmtree(tree / "docs")
+    (tree / "results.md").unlink()
+    assert "no recipe" in refused(tree, capsys, "--collect", str(tree / "runs"), "--collect", f"{src}=nosuch/x")
+    assert not (tree / "docs").exists()
