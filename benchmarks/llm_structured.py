@@ -301,7 +301,7 @@ def main():
     p.add_argument("--grads", action="store_true", help="calibrate: also the loss gradients (tables err-grad, delta; one backward pass per window)")
     p.add_argument("--err-rows", type=int, default=ERR_ROWS, help="calibrate: rows on which every executed option's output error is measured (0: none)")
     p.add_argument("--n", type=int, default=8192)
-    p.add_argument("--method", default="attnlab", help="speed, attention: a registered method (speed: or sdpa, the model as loaded)")
+    p.add_argument("--method", default="attnlab-band", help="speed, attention: a registered method (speed: or sdpa, the model as loaded)")
     p.add_argument("--budget", type=float, default=0.1)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--new-tokens", type=int, default=16)

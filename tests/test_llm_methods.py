@@ -58,7 +58,7 @@ def loaded(folder):
 
 def test_every_method_states_both_policies():
     names = methods.names()
-    assert {"full", "streaming-llm", "minference-mass", "duo-attention", "attnlab", "oracle-topk", "attnlab-mass"} <= set(names)
+    assert {"full", "streaming-llm", "minference-mass", "duo-attention", "attnlab-band", "oracle-topk", "attnlab-mass"} <= set(names)
     for name in names:
         m = methods.get(name, 0.25)
         assert m.name == name
@@ -75,7 +75,7 @@ def test_get_refuses_an_unknown_name_in_one_line():
 
 def test_plan_names_are_the_methods_with_a_plan_file():
     plans = methods.plan_names()
-    assert "oracle-topk" not in plans and {"full", "streaming-llm", "attnlab", "duo-attention", "minference-mass"} <= set(plans)
+    assert "oracle-topk" not in plans and {"full", "streaming-llm", "attnlab", "attnlab-band", "duo-attention", "minference-mass"} <= set(plans)
     assert set(methods.default_names()) >= {"full", "attnlab", "streaming-llm"} and "oracle-topk" not in methods.default_names()
     assert methods.get("full", 0.1).budget == 1.0      # full attention keeps every entry, whatever it is asked
 
@@ -133,7 +133,7 @@ def test_applied_puts_back_a_plan_the_model_ran(loaded):
 def test_calibrated_method_refuses_without_calibration(loaded):
     model, _, _ = loaded
     with pytest.raises(UserError, match="needs calibration text"):
-        methods.get("attnlab", 0.2).prepare(model, N)
+        methods.get("attnlab-band", 0.2).prepare(model, N)
 
 
 def test_attnlab_variants_choose_by_their_table(loaded):
@@ -142,7 +142,7 @@ def test_attnlab_variants_choose_by_their_table(loaded):
                         ("attnlab-err-grad", "err-grad"), ("attnlab-delta", "delta")):
         plan = methods.get(name, 0.3).make_plan(model, N, cal)
         assert plan.meta["table"] == table and plan.method == name and plan.fraction(N) <= 0.3
-    assert methods.get("attnlab", 0.3).make_plan(model, N, cal).meta["table"] == "err-rel"
+    assert methods.get("attnlab-band", 0.3).make_plan(model, N, cal).meta["table"] == "err-rel"
 
 
 def test_plan_cli_takes_its_choices_from_the_registry(folder, tmp_path, capsys, monkeypatch):

@@ -200,18 +200,18 @@ def test_cli_plan_writes_the_slashes_and_refuses_bad_input(model_dir, tmp_path, 
     planned = [h for row in d["heads"] for h in row if h["w"] != -1]
     assert planned and all(h["slashes"] == 3 for h in planned) and d["fraction"] <= 0.3 and d["meta"]["slashes"] == 3
     assert "slash lines" in stdout
-    code, _, err = cli(*base, "--method", "attnlab:slashes=2", "--out", tmp_path / "m.json")
+    code, _, err = cli(*base, "--method", "attnlab-band:slashes=2", "--out", tmp_path / "m.json")
     assert code == 0, err
     assert {h["slashes"] for row in json.loads((tmp_path / "m.json").read_text())["heads"] for h in row if h["w"] != -1} == {2}
-    bad = [("--slashes", "-1"), ("--slashes", "x"), ("--slashes", "1.5"), ("--method", "attnlab:slashes=-1"),
-           ("--method", "attnlab:slashes=x"), ("--method", "streaming-llm", "--slashes", "2"),
-           ("--method", "attnlab:slashes=2", "--slashes", "2")]
+    bad = [("--slashes", "-1"), ("--slashes", "x"), ("--slashes", "1.5"), ("--method", "attnlab-band:slashes=-1"),
+           ("--method", "attnlab-band:slashes=x"), ("--method", "streaming-llm", "--slashes", "2"),
+           ("--method", "attnlab-band:slashes=2", "--slashes", "2")]
     for extra in bad:
         x = tmp_path / "x.json"
         code, _, err = cli(*base, *extra, "--out", x)
         assert code == 2 and err.count("\n") == 1 and "slashes" in err, (extra, err)
         assert not x.exists()
-    for m in ("attnlab-retrieval:slashes=-1", "attnlab:slashes=x"):     # attnlab eval refuses them before the model loads
+    for m in ("attnlab-retrieval:slashes=-1", "attnlab-band:slashes=x"):     # attnlab eval refuses them before the model loads
         x = tmp_path / "eval"
         code, _, err = cli("eval", "--hf", model_dir, "--task", "niah", "--lengths", "300", "--method", m,
                            "--budget", "0.1", "--calibrate", text, "--out", x)

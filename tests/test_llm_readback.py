@@ -168,12 +168,12 @@ def test_plan_pages_round_trip_and_old_files_read_none(tmp_path):
 def test_the_methods_take_pages():
     m = methods.get("attnlab-retrieval", 0.5, pages="4")
     assert m.opts["pages"] == 4
-    assert methods.get("attnlab", 0.5, pages="2").opts["pages"] == 2
+    assert methods.get("attnlab-band", 0.5, pages="2").opts["pages"] == 2
     assert methods.get("attnlab-err", 0.5, pages="2").opts["pages"] == 2
     with pytest.raises(UserError, match="pages"):
         methods.get("attnlab-retrieval", 0.5, pages="-1")
     with pytest.raises(UserError, match="pages"):
-        methods.get("attnlab", 0.5, pages="x")
+        methods.get("attnlab-band", 0.5, pages="x")
 
 
 @pytest.mark.parametrize("args,word", [

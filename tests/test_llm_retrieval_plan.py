@@ -159,4 +159,4 @@ def test_widths_own_makes_the_plan_independent_of_the_other_methods_candidates()
     beside.retrieval = SCORES.copy()
     assert all(h.w in W_GRID for row in m.make_plan(None, 128, beside).heads for h in row if not h.is_full)
     with pytest.raises(UserError, match="widths"):
-        methods.get("attnlab", 0.2, widths="some")
+        methods.get("attnlab-band", 0.2, widths="some")

@@ -1,6 +1,6 @@
 """``attnlab plan`` and ``attnlab plan-run``: per-head structured plans of a real LLM.
 
-    attnlab plan --hf MODEL --calibrate train.txt.gz --budget 0.1 [--n 2048] [--windows 2] [--method attnlab] [--pages K] [--slashes S] [--out PLAN.json]
+    attnlab plan --hf MODEL --calibrate train.txt.gz --budget 0.1 [--n 2048] [--windows 2] [--method attnlab-band|attnlab|…] [--pages K] [--slashes S] [--out PLAN.json]
     attnlab plan-run --hf MODEL --plan PLAN.json --file test.txt.gz [--n 2048] [--windows 1]
 
 ``plan`` calibrates on the text (exact attention, streamed in blocks of rows), chooses one
@@ -79,7 +79,7 @@ def plan_command(
     n: int = typer.Option(2048, "--n", help="window length in tokens (the length the budget refers to)"),
     windows: int = typer.Option(2, "--windows", help="calibration windows"),
     calibrate_mix: Optional[str] = typer.Option(None, "--calibrate-mix", help="synthetic retrieval prompts added to the calibration, a comma list of task:count (tasks of --task); errors on their answer rows"),
-    method: str = typer.Option("attnlab", "--method", help="a registered method with a plan file, options as name:key=value, e.g. attnlab-retrieval:tail=T"),
+    method: str = typer.Option("attnlab-band", "--method", help="a registered method or preset with a plan file, options as name:key=value, e.g. attnlab (the recommended default) or attnlab-retrieval:tail=T"),
     pages: int = typer.Option(0, "--pages", help="pages of 16 evicted keys each planned head reads back per decoding query (0 = none)"),
     slashes: int = typer.Option(0, "--slashes", help="diagonals beyond its band each planned head reads at the prefill, chosen per input from the last queries; their entries come out of the budget (0 = none)"),
     out: Optional[Path] = typer.Option(None, "--out", help="plan file (.json) [default: next to the model]"),
