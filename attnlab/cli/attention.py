@@ -168,14 +168,21 @@ def attention_command(
     if file is not None:
         run_dir = _one_run(args)
         _check_long_source(run_dir, hf)
+        from attnlab.llm.eval.eval_inputs import check_input_file
         from attnlab.llm.heads.report import write_long_attention
+
+        check_input_file("--file", file)              # missing, a folder, empty, binary: one line before the model loads
+        if hf is not None:
+            from attnlab.llm.models.loading import resolve_spec
+
+            resolve_spec(hf)                          # an unknown model: one line, no download tried
 
         if out is None:
             out = Path(run_dir) / "attention-long" if run_dir else Path("attention-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(hf or "model").name or "model"))
         claim = claim_folder(out, kind="attention", inputs=[("--file", file), ("RUN_DIR", run_dir), ("--hf", hf), ("--heads", heads_json), ("--plan", plan_json)], force=force)
         the_plan = _plan_file(plan_json, tokens)
-        if heads_json is not None and not heads_json.is_file():
-            raise UserError(f"--heads {heads_json}: no such file")
+        if heads_json is not None:
+            check_input_file("--heads", heads_json)
         res = _long(hf, file, tokens, block_rows, layers, rows or "auto", "auto" if pool is None else pool, memory_gib, run_dir=run_dir)
         detectors, the_plan = _overlays(res, heads_json, the_plan)  # before the summary: a mismatch is one line
         _long_summary(res)

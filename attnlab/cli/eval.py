@@ -64,17 +64,23 @@ def eval_command(
         plan=str(plan) if plan else None, haystack=haystack, seed=seed, calibrate=str(calibrate) if calibrate else None,
         calibrate_windows=calibrate_windows, calibrate_mix=calibrate_mix, ppl=str(ppl) if ppl else None, ppl_windows=ppl_windows, max_new=max_new,
         template=template, question=question)
-    if haystack != "noise" and not Path(haystack).is_file():
-        hint = " (the default Shakespeare text is looked for beside the repository: give --haystack FILE or noise)" \
-            if Path(haystack) == DEFAULT_HAYSTACK else ""
-        raise ValueError(f"--haystack {haystack}: no such file{hint}")
+    from attnlab.llm.eval.eval_inputs import check_eval_folder, check_input_file
+    from attnlab.llm.models.loading import check_length, resolve_spec
+
+    resolve_spec(hf)                                                      # an unknown model: one line, no download tried
+    if haystack != "noise" and not Path(haystack).exists() and Path(haystack) == DEFAULT_HAYSTACK:
+        raise ValueError(f"--haystack {haystack}: no such file (the default Shakespeare text is looked for beside the "
+                         f"repository: give --haystack FILE or noise)")
+    for option, path in (("--haystack", None if haystack == "noise" else haystack), ("--calibrate", calibrate), ("--ppl", ppl)):
+        if path is not None:
+            check_input_file(option, path)                                # missing, a folder, empty, binary: one line
     if plan is not None:
         from attnlab.llm.plans.plan import Plan
 
         Plan.load(plan)                                                   # a malformed file: one line, before the model
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out}: is a file, not a run folder")
     check_settings(settings, None)                                        # everything but the model's context
+    check_eval_folder(out, settings)                                      # a user's folder, another model's eval: refused
+    check_length(hf, max(settings.lengths), "--lengths")                  # the model's context, from its configuration
     model, tokenizer = _load(hf)                                          # run_eval checks the context before any write
     t0 = time.time()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -60,6 +60,10 @@ def heads_command(
     if out is None:
         out = Path("heads-" + (re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(name).name) or "model"))
     claim = claim_folder(out, kind="heads", inputs=[("RUN_DIR", run_dir), ("--hf", hf)], force=force)
+    if hf is not None:   # an unknown model, a --length beyond its context: one line before it loads
+        from attnlab.llm.models.loading import check_length
+
+        check_length(hf, length, "--length")
 
     from attnlab.llm.heads.head_scan import context_of, detector_scores, retrieval_scan
     from attnlab.llm.heads.heads_report import heads_document, write_heads

@@ -94,8 +94,11 @@ def plan_command(
         check_budget(budget)
     except ValueError:
         raise ValueError(f"--budget: must be a fraction in (0, 1], got {budget}") from None
-    if not calibrate.is_file():
-        raise ValueError(f"--calibrate {calibrate}: no such file")
+    from attnlab.llm.eval.eval_inputs import check_input_file
+    from attnlab.llm.models.loading import resolve_spec
+
+    resolve_spec(hf)                          # an unknown model: one line, no download tried
+    check_input_file("--calibrate", calibrate)   # missing, a folder, empty, binary: one line before the model loads
     if out is None:
         folder = Path(hf) if Path(hf).is_dir() else Path(".")
         out = folder / f"attnlab-plan-{method.replace(':', '-').replace('=', '')}-{budget:g}-{n}.json"
@@ -138,16 +141,16 @@ def plan_run_command(
 
     import torch
 
-    from attnlab.errors import UserError
     from attnlab.llm.models.loading import check_length
     from attnlab.llm.methods.attnlab_plan import PlanFile
     from attnlab.llm.models.text_windows import token_windows
 
     method = PlanFile(plan)
     p = method.file_plan.check(name=f"--plan {plan}", n=n)  # its length and columns against --n
-    check_length(hf, n, "--n")  # the model's context, from its configuration
-    if not file.is_file():
-        raise UserError(f"--file {file}: no such file")
+    check_length(hf, n, "--n")  # the model's context, from its configuration (an unknown model: one line)
+    from attnlab.llm.eval.eval_inputs import check_input_file
+
+    check_input_file("--file", file)   # missing, a folder, empty, binary: one line before the model loads
     model, tokenizer = _load(hf)
     method.prepare(model, n)   # refuses a plan made for another model
     ids = token_windows(tokenizer, file, n, windows)

@@ -34,6 +34,7 @@ import numpy as np
 from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
 from attnlab.llm import methods as registry
+from attnlab.llm.eval.eval_inputs import check_texts
 from attnlab.llm.eval.tasks import QUESTIONS, TASKS, TEMPLATES, Haystack, PromptFormat, sample_key, string_match_all
 
 __all__ = ["EvalSettings", "depth_grid", "read_results", "run_eval"]
@@ -104,19 +105,12 @@ GROWS = ("tasks", "lengths", "methods", "budgets")  # settings a later run in th
 
 def _claim(out: Path, settings: EvalSettings) -> None:
     """Write ``config.json`` or check that the run there has the same settings (``GROWS`` may gain values)."""
+    from attnlab.llm.eval.eval_inputs import check_eval_folder
+
     cfg = {"format": FORMAT, **asdict(settings)}
     path = out / "config.json"
-    if path.exists():
-        try:
-            old = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
-            raise UserError(f"--out {out}: config.json is not an eval configuration") from None
-        if old.get("format") != FORMAT:
-            raise UserError(f"--out {out}: holds something other than an attnlab eval run")
-        later = {"template": "auto", "question": "after"}   # settings added later: a folder without them ran their default
-        diff = sorted(k for k in cfg if k not in GROWS and old.get(k, later.get(k)) != cfg[k])
-        if diff:
-            raise UserError(f"--out {out}: holds an eval run with other settings ({', '.join(diff)}); use another --out")
+    old = check_eval_folder(out, settings)   # a user's folder, another model's or other settings' run: refused
+    if old is not None:
         grown = {k: list(old.get(k) or []) + [x for x in cfg[k] if x not in (old.get(k) or [])] for k in GROWS}
         if any(grown[k] != old.get(k) for k in GROWS):
             write_text_atomic(path, json.dumps({**old, **grown}, indent=1) + "\n")
@@ -327,6 +321,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
             _method(settings, "plan", 0.0).make_plan(model, n, None)
     for name in settings.methods:  # a method's own files (a gate file for another model): refused, not a skipped row
         _method(settings, name, 1.0).check_model(model)
+    check_texts(tokenizer, settings, any(_method(settings, m, 1.0).calibrated for m in settings.methods))  # long enough
     _claim(out, settings)
     results = out / "results.jsonl"
     rows = read_results(results)

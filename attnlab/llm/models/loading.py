@@ -10,7 +10,7 @@
   (``fetch_model``) and later uses read that folder;
 * a local folder made by ``save_pretrained`` (config + weights + tokenizer);
 * a ``.gguf`` file (transformers dequantises it to float32; needs ``gguf``);
-* a Hugging Face hub name (read from the local HF cache when offline).
+* a Hugging Face hub name, read from the local HF cache (``hub_snapshot``; never downloaded).
 
 Every failure the user can fix — a file that is not GGUF or is truncated, an
 architecture transformers cannot load, a folder without a tokenizer, a
@@ -150,7 +150,24 @@ def resolve_spec(spec: str | os.PathLike) -> tuple[str, str, str | None]:
         raise UserError(f"{p} is neither a model folder nor a .gguf file")
     if text.startswith((".", "/", "~")) or text.count("/") > 1:
         raise UserError(f"model folder or file {text} does not exist")
-    return "hub", text, None
+    return "hub", str(hub_snapshot(text)), None
+
+
+def hub_snapshot(name: str) -> Path:
+    """The folder of hub model ``name`` in the local Hugging Face cache (``HF_HUB_CACHE``), read as a model folder:
+    nothing is downloaded, so an unknown name is one line at once, not a minute of network retries.
+
+    The cache's layout: ``models--OWNER--NAME/refs/main`` holds the commit whose files are in ``snapshots/COMMIT/``."""
+    from huggingface_hub.constants import HF_HUB_CACHE   # the constants only: the hub client is not imported
+
+    repo = Path(HF_HUB_CACHE) / f"models--{name.replace('/', '--')}"
+    ref = repo / "refs" / "main"
+    snapshots = [repo / "snapshots" / ref.read_text().strip()] if ref.is_file() else sorted((repo / "snapshots").glob("*"))
+    found = [s for s in snapshots if (s / "config.json").is_file()]
+    if not found:
+        raise UserError(f"model '{name}': not a known name ({', '.join(MODELS)}), a model folder, a .gguf file, nor a hub "
+                        f"model in the local cache {HF_HUB_CACHE} (download it first: hf download {name})")
+    return found[-1]
 
 
 def _quiet():

@@ -327,6 +327,9 @@ class Plan:
                 if beyond or len(head.columns) + head.dynamic > n:
                     what = f"column {beyond[0]}" if beyond else f"{len(head.columns)} + {head.dynamic} dynamic columns"
                     raise UserError(f"{name}: layer {l} head {h}: {what} beyond the {n} keys of a window of n = {n}")
+                for what, rows in (("tail", head.tail), ("kept", head.kept), ("slashes", head.slashes)):
+                    if rows > n:   # tail rows, kept keys, slash lines: each at most the window's n
+                        raise UserError(f"{name}: layer {l} head {h}: {what} {rows} beyond the {n} tokens of a window of n = {n}")
         return self
 
     def to_dict(self) -> dict:
@@ -357,9 +360,14 @@ class Plan:
             heads = [[HeadPlan.from_dict(h) for h in row] for row in d["heads"]]
             plan = cls(heads, int(d["num_kv_heads"]), d.get("method", "attnlab"), float(d.get("budget", 1.0)), int(d.get("n", 0)), d.get("meta", {}),
                        d.get("windows"), d.get("pages", 0), d.get("page", 16))
-            n = d.get("n", 0)
-            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-                raise ValueError(f"n must be an integer >= 0, got {n!r}")
+            n = d.get("n")
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:   # the length its budget and columns refer to
+                raise ValueError(f"n must be an integer >= 1 (the length the plan was made for), got {n!r}")
+            for key in ("num_layers", "num_heads", "num_kv_heads"):
+                if isinstance(d.get(key), bool) or not isinstance(d.get(key), int) or d[key] < 1:
+                    raise ValueError(f"{key} must be an integer >= 1, got {d.get(key)!r}")
+            if d["num_heads"] % d["num_kv_heads"]:
+                raise ValueError(f"num_heads {d['num_heads']} is not a multiple of num_kv_heads {d['num_kv_heads']}")
             check_budget(d.get("budget", 1.0))
         except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise UserError(f"{path}: malformed plan ({err})") from None

@@ -1,0 +1,80 @@
+"""``attnlab eval``'s files and output folder, checked before the model loads and before anything is written.
+
+    an input file (--haystack FILE, --calibrate, --ppl):  exists · a file, not a folder · UTF-8 text, not empty, not binary
+    --out:  new · an empty folder · an eval folder (``config.json`` of format attnlab-eval/1) of the same model and
+            settings (a later run may add tasks, lengths, methods and budgets: ``GROWS``) — never a folder of a user's
+            files, nor a place that cannot be written
+    the texts against the tokenizer (``run_eval``, before ``config.json``): --calibrate and --ppl hold one window of
+            n tokens at every length n
+
+Each refusal is one ``UserError`` line naming the option; none of these checks writes anything.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from attnlab.errors import UserError
+
+__all__ = ["check_input_file", "check_eval_folder", "check_texts"]
+
+LATER = {"template": "auto", "question": "after"}   # settings added later: a folder without them ran their default
+
+
+def check_input_file(option: str, path) -> Path:
+    """``path`` when it is a readable UTF-8 text file (plain or .gz); a one-line refusal naming ``option`` otherwise."""
+    from attnlab.textfile import read_text_file
+
+    p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{option}: {p} is a folder, expected a file")
+    if not p.is_file():
+        raise UserError(f"{option} {p}: no such file")
+    try:
+        read_text_file(p)
+    except (UserError, OSError) as err:   # empty, binary, not UTF-8, a corrupt gzip, unreadable
+        raise UserError(f"{option} {err}") from None
+    return p
+
+
+def check_eval_folder(out, settings) -> dict | None:
+    """The ``config.json`` of the eval run already in ``out`` (None: a new or empty folder), after checking that
+    ``settings`` may continue it: same format, same model, same settings but those a later run may grow."""
+    from attnlab.llm.eval.eval_grid import FORMAT, GROWS
+    from attnlab.lock import LOCK_NAME
+    from attnlab.outputs import _check_writable
+
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: is a file, not a run folder")
+    _check_writable(out, "--out")                     # below a file, or in a folder that cannot be written
+    if not out.is_dir() or not [e for e in out.iterdir() if e.name != LOCK_NAME]:
+        return None
+    try:
+        old = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        old = None
+    if not isinstance(old, dict) or old.get("format") != FORMAT:
+        raise UserError(f"--out {out}: holds files that are not an attnlab eval run (no config.json of format {FORMAT}); "
+                        f"give a new or empty folder")
+    if old.get("model") != settings.model:
+        raise UserError(f"--out {out}: holds the eval of model {old.get('model')!r}, not {settings.model!r}; use another --out")
+    cfg = {"format": FORMAT, **asdict(settings)}
+    diff = sorted(k for k in cfg if k not in GROWS and old.get(k, LATER.get(k)) != cfg[k])
+    if diff:
+        raise UserError(f"--out {out}: holds an eval run with other settings ({', '.join(diff)}); use another --out")
+    return old
+
+
+def check_texts(tokenizer, settings, calibrated: bool) -> None:
+    """--calibrate (when a method is ``calibrated``) and --ppl hold one window of n tokens at every length n."""
+    from attnlab.llm.models.text_windows import token_windows
+
+    texts = [("--calibrate", settings.calibrate)] * bool(calibrated and settings.calibrate) + [("--ppl", settings.ppl)] * bool(settings.ppl)
+    for option, path in texts:
+        try:
+            token_windows(tokenizer, path, max(settings.lengths), 1)   # the longest window: the shorter ones fit too
+        except UserError as err:
+            raise UserError(f"{option} {err}") from None
