@@ -112,4 +112,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from attnlab.errors import main_guard
+
+    main_guard(main)

@@ -252,4 +252,6 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from attnlab.errors import main_guard
+
+    main_guard(main)

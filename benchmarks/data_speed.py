@@ -41,4 +41,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from attnlab.errors import main_guard
+
+    main_guard(main)

@@ -75,4 +75,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from attnlab.errors import main_guard
+
+    main_guard(main)

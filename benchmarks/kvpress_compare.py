@@ -6,8 +6,8 @@ Prints, per (method, compression ratio), how many (layer, KV head) keep the same
 positions differ.
 """
 
+import argparse
 import json
-import sys
 
 import torch
 
@@ -26,8 +26,11 @@ def attnlab_kept(model, method: str, compression: float, ids: list[int]) -> list
             for layer in cache.layers]
 
 
-def main(path: str) -> None:
-    ref = json.load(open(path))
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("kept", help="the JSON of kvpress_reference.py (runs/kvpress/kept-N.json)")
+    with open(ap.parse_args(argv).kept, encoding="utf-8") as f:
+        ref = json.load(f)
     model = load_causal_lm("smollm2-135m")[0]
     for method, by in ref["kept"].items():
         for ratio, want in by.items():
@@ -39,4 +42,6 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    from attnlab.errors import main_guard
+
+    main_guard(main)

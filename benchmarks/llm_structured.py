@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from attnlab.allocator import keep_freed_memory  # noqa: E402
+from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.plans.calibration import ERR_ROWS, Calibration, calibrate  # noqa: E402
 from attnlab.llm.eval.eval_grid import parse_method, retrieval_calibration  # noqa: E402
@@ -38,6 +39,7 @@ from attnlab.llm.eval.perplexity import perplexity  # noqa: E402
 from attnlab.llm.plans.plan import model_shape  # noqa: E402
 from attnlab.llm.models.text_windows import token_windows  # noqa: E402
 from attnlab.masks import visible  # noqa: E402
+from attnlab.progress import LineProgress  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "shakespeare"  # the default of --data: a folder of train/dev/test.txt(.gz)
 
@@ -91,7 +93,7 @@ def cmd_calibrate(args):
         cands = sorted({c for b in args.budgets for name in methods.names()   # every candidate a method asks for
                         for c in methods.get(name, b).calibration_candidates(shape, n) or ()})
         t = time.time()
-        cal = calibrate(model, windows, cands, progress=lambda x, m: log(f"calibration n={n}: window {x}/{m}"), err_rows=args.err_rows, grads=args.grads)
+        cal = calibrate(model, windows, cands, progress=LineProgress(), err_rows=args.err_rows, grads=args.grads)
         cal.save(path)
         log(f"calibrated n={n} windows={len(windows)} in {time.time() - t:.0f} s -> {path}")
 
@@ -281,7 +283,7 @@ def split_file(folder: Path, split: str) -> Path:
     for name in (f"{split}.txt.gz", f"{split}.txt"):
         if (Path(folder) / name).is_file():
             return Path(folder) / name
-    sys.exit(f"llm_structured: error: --data {folder}: no {split}.txt.gz or {split}.txt")
+    raise UserError(f"--data {folder}: {'no such folder' if not Path(folder).is_dir() else f'no {split}.txt.gz or {split}.txt'}")
 
 
 def main():
@@ -307,7 +309,7 @@ def main():
     p.add_argument("--new-tokens", type=int, default=16)
     p.add_argument("--system-malloc", action="store_true", help="leave glibc's malloc as it is (default: attnlab.allocator.keep_freed_memory(), as the CLI)")
     args = p.parse_args()
-    known = set(methods.names())
+    known = set(methods.names()) | set(methods.preset_names())
     bad = [m for m in args.methods if m not in known]
     if bad:
         p.exit(2, f"llm_structured: error: --methods: unknown {', '.join(bad)} (known: {', '.join(sorted(known))})\n")
@@ -315,10 +317,15 @@ def main():
         p.exit(2, f"llm_structured: error: --err-rows: must be >= 0, got {args.err_rows}\n")
     if not args.system_malloc:
         keep_freed_memory()
+    reads = {"calibrate": "train", "ppl": args.split, "speed": "test"}.get(args.stage)
+    if reads is not None:
+        split_file(args.data, reads)   # the text the stage reads: one line before anything is written
     Path(args.out).mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", args.threads)))
     {"calibrate": cmd_calibrate, "ppl": cmd_ppl, "speed": cmd_speed, "attention": cmd_attention, "report": cmd_report}[args.stage](args)
 
 
 if __name__ == "__main__":
-    main()
+    from attnlab.errors import main_guard
+
+    main_guard(main)

@@ -74,4 +74,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     torch.set_grad_enabled(False)
-    main()
+    from attnlab.errors import main_guard
+
+    main_guard(main)
