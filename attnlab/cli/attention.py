@@ -49,8 +49,12 @@ def long_source(run_dir: str | None, hf: str | None):
     return load_run(run_dir)
 
 
-def _long(hf: str | None, file: Path, tokens, block_rows, layers, rows=None, pool=None, memory_gib=None, run_dir: str | None = None):
-    """The streamed statistics of RUN_DIR (an attnlab LM) or --hf on --file (``attnlab.llm.heads.long_capture.capture_long``)."""
+def _long(hf: str | None, file: Path, tokens, block_rows, layers, rows=None, pool=None, memory_gib=None, run_dir: str | None = None,
+          progress=None):
+    """The streamed statistics of RUN_DIR (an attnlab LM) or --hf on --file (``attnlab.llm.heads.long_capture.capture_long``);
+    ``progress`` (``attnlab.progress``): the loading, then the blocks of rows with the time left."""
+    from attnlab.progress import SILENT
+
     from attnlab.llm.heads.long_capture import capture_long, parse_layers, parse_rows
     from attnlab.llm.models.text_windows import read_text
 
@@ -60,8 +64,11 @@ def _long(hf: str | None, file: Path, tokens, block_rows, layers, rows=None, poo
     check_tokens(hf, tokens)
     text = read_text(file)
     limit = None if memory_gib is None else int(memory_gib * 2**30)
+    progress = progress or SILENT
+    if hf is None:
+        progress.stage(f"loading the run {run_dir}")
     res = capture_long(long_source(run_dir, hf), text, max_tokens=tokens, block_rows=block_rows, layers=layers, rows=rows,
-                       pool=pool, memory_limit=limit, truncate=True)
+                       pool=pool, memory_limit=limit, truncate=True, progress=progress)
     if "truncated_from" in res.meta:  # no --tokens: the first context-length tokens of a longer file
         typer.echo(f"attnlab: note: {file} has {res.meta['truncated_from']} tokens, more than the model's context; "
                    f"reading its first {res.n} (choose with --tokens)", err=True)
@@ -151,6 +158,7 @@ def attention_command(
     memory_gib: Optional[float] = typer.Option(None, "--memory-limit", help="with --file: refuse a run estimated above this many GiB (default: memory available)"),
     heads_json: Optional[Path] = typer.Option(None, "--heads", help="with --file or a long --maps: the head detectors' heads.json, drawn in the explorer's grid"),
     plan_json: Optional[Path] = typer.Option(None, "--plan", help="with --file or a long --maps: a plan of `attnlab plan` for this model and length, drawn on the maps"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Capture the attention of every layer and head on SENTENCE; write the maps file, PNG grids and the HTML explorer.
 
@@ -183,9 +191,14 @@ def attention_command(
         the_plan = _plan_file(plan_json, tokens)
         if heads_json is not None:
             check_input_file("--heads", heads_json)
-        res = _long(hf, file, tokens, block_rows, layers, rows or "auto", "auto" if pool is None else pool, memory_gib, run_dir=run_dir)
+        from attnlab.progress import Progress
+
+        progress = Progress.for_command(quiet)
+        res = _long(hf, file, tokens, block_rows, layers, rows or "auto", "auto" if pool is None else pool, memory_gib, run_dir=run_dir,
+                    progress=progress)
         detectors, the_plan = _overlays(res, heads_json, the_plan)  # before the summary: a mismatch is one line
         _long_summary(res)
+        progress.stage(f"writing {out}: the capture, summary, pictures and explorer.html")
         for p in write_folder(claim, lambda: write_long_attention(res, out, detectors=detectors, plan=the_plan)):
             typer.echo(str(p))
         return

@@ -48,11 +48,10 @@ def eval_command(
     out: Path = typer.Option(Path("runs/eval"), "--out", help="run folder (results.jsonl, table.md, heatmaps)"),
     no_reuse: bool = typer.Option(False, "--no-reuse", help="every answer its own prefill: no full-attention prefill "
                                   "shared by full, snapkv and quest, no prefix shared with the previous prompt (same answers, slower)"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Retrieval accuracy on a depth × length grid, and perplexity, of a model under methods (resumable)."""
     import time
-
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from attnlab.cli.plan import _load
     from attnlab.llm.eval.eval_grid import EvalSettings, check_settings, parse_budgets, parse_lengths, parse_methods, read_results, run_eval
@@ -81,17 +80,13 @@ def eval_command(
     check_settings(settings, None)                                        # everything but the model's context
     check_eval_folder(out, settings)                                      # a user's folder, another model's eval: refused
     check_length(hf, max(settings.lengths), "--lengths")                  # the model's context, from its configuration
-    model, tokenizer = _load(hf)                                          # run_eval checks the context before any write
+    from attnlab.progress import Progress
+
+    progress = Progress.for_command(quiet)                                # bars in a terminal, a line per stage otherwise
+    model, tokenizer = _load(hf, progress)                                # run_eval checks the texts' lengths before any write
     t0 = time.time()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), transient=False) as bar:
-        job = bar.add_task("eval", total=None)
-
-        def progress(done, total, row):
-            what = f"{row['method']} β={row['budget']:g} n={row['n']}" + (f" {row['task']}" if "task" in row else " ppl")
-            bar.update(job, completed=done, total=total, description=what)
-
-        rows = run_eval(model, tokenizer, settings, out, progress=progress, reuse=not no_reuse)
+    rows = run_eval(model, tokenizer, settings, out, progress=progress, reuse=not no_reuse)
+    progress.stage(f"writing {out}: table.md, summary.json, heatmaps")
     summary = write_report(rows, out)
     typer.echo(markdown(summary), nl=False)
     typer.echo(f"{out}: {len(rows)} rows ({len(read_results(out / 'results.jsonl'))} in results.jsonl), "

@@ -15,15 +15,16 @@ from attnlab.cli.options import checked
 from attnlab.errors import UserError
 
 
-def _load(run_dir: str | None, hf: str | None):
-    """(model, tokenizer, name) of RUN_DIR or --hf (exactly one of them is given)."""
+def _load(run_dir: str | None, hf: str | None, progress):
+    """(model, tokenizer, name) of RUN_DIR or --hf (exactly one of them is given); ``progress`` says "loading …" first."""
     if hf is not None:
         from attnlab.llm.models.loading import load_causal_lm
 
-        model, tokenizer = load_causal_lm(hf)
+        model, tokenizer = load_causal_lm(hf, progress=progress)
         return model, tokenizer, hf
     from attnlab.train.checkpoint import load_run
 
+    progress.stage(f"loading the run {run_dir}")
     run = load_run(run_dir)
     return run.model, run.tokenizer, Path(run_dir).name
 
@@ -44,6 +45,7 @@ def heads_command(
     block_rows: Optional[int] = typer.Option(None, "--block-rows", help="query rows per block (default: ~64 MB of weights)"),
     out: Optional[Path] = typer.Option(None, "--out", help="output folder (default ./heads-MODEL): heads.json, summary.md"),
     force: bool = typer.Option(False, "--force", help="replace an earlier heads folder in --out"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Score every head as a previous-token, duplicate-token, induction, sink and retrieval head; print the table, write heads.json."""
     from attnlab.analysis.head_detectors import parse_detectors
@@ -69,7 +71,10 @@ def heads_command(
     from attnlab.llm.heads.heads_report import heads_document, write_heads
     from attnlab.llm.heads.needle_prompts import needle_prompts
 
-    model, tokenizer, name = _load(run_dir, hf)
+    from attnlab.progress import Progress
+
+    progress = Progress.for_command(quiet)
+    model, tokenizer, name = _load(run_dir, hf, progress)
     top_n = context_of(model)
     if top_n is not None and length > top_n:
         raise UserError(f"--length must be at most the model's context of {top_n} tokens, got {length}")
@@ -78,16 +83,17 @@ def heads_command(
     needles = needle_prompts(tokenizer, length, prompts, seed=seed) if "retrieval" in names else None  # a too short --length fails here
     start = time.perf_counter()
     res = detector_scores(model, tokenizer, length, detectors=names, repeats=repeats, samples=samples, seed=seed,
-                          exclude_bos=exclude_bos, exclude_current=exclude_current, block_rows=block_rows)
+                          exclude_bos=exclude_bos, exclude_current=exclude_current, block_rows=block_rows, progress=progress)
     scores, meta = dict(res.scores), dict(res.meta)
     if "retrieval" in names:
-        per_prompt, copied = retrieval_scan(model, tokenizer, needles, block_rows=block_rows)
+        per_prompt, copied = retrieval_scan(model, tokenizer, needles, block_rows=block_rows, progress=progress)
         scores["retrieval"] = per_prompt.mean(0)
         meta.update(prompts=prompts, copy_accuracy=round(float(copied.mean()), 4), copy_accuracy_per_prompt=copied.round(4).tolist())
     scores = {d: scores[d] for d in names}
     meta.update(seconds=round(time.perf_counter() - start, 1), command="attnlab " + shlex.join(sys.argv[1:]))
     doc = heads_document(name, length, scores, res.thresholds, meta)
     _table(doc, top)
+    progress.stage(f"writing {out}")
     for p in write_folder(claim, lambda: write_heads(doc, out)):
         typer.echo(str(p))
 

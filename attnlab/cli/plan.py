@@ -26,14 +26,17 @@ from attnlab.cli.options import checked
 from attnlab.outputs import claim_file
 
 
-def _load(spec: str):
-    """(model, tokenizer) through attnlab.llm.models.loading (the one loader); a plain HF folder before it exists."""
+def _load(spec: str, progress=None):
+    """(model, tokenizer) through attnlab.llm.models.loading (the one loader); a plain HF folder before it exists.
+    ``progress`` (``attnlab.progress``): says "loading model …" before transformers is imported."""
     try:
         from attnlab.llm.models.loading import load_causal_lm
     except ImportError:  # pragma: no cover - before the LLM-capture branch is merged
         load_causal_lm = None
     if load_causal_lm is not None:
-        return load_causal_lm(spec)
+        from attnlab.progress import SILENT
+
+        return load_causal_lm(spec, progress=progress or SILENT)
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -49,20 +52,21 @@ def _load(spec: str):
 
 
 def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows: int, method: str, mix: str | None = None,
-              slashes: int = 0):
+              slashes: int = 0, progress=None):
     """The plan of the registered ``method`` at ``budget`` and length n; a calibrated method first calibrates
     ``model`` on ``windows`` windows of n tokens of ``calibrate`` (with the candidates and gradients it asks for),
     and on the synthetic retrieval prompts of ``mix`` (``calibration_mix``), written into the plan's meta.
-    ``slashes`` > 0: the method's option ``slashes`` (a method without it refuses)."""
+    ``slashes`` > 0: the method's option ``slashes`` (a method without it refuses); ``progress``: the calibration's bar."""
     from attnlab.llm import methods
     from attnlab.llm.eval.eval_grid import build_calibration, parse_method
     from attnlab.llm.models.text_windows import token_windows
+    from attnlab.progress import SILENT
 
     name, opts = parse_method(method)
     m = methods.get(name, budget, **opts, **({"slashes": slashes} if slashes else {}))
     cal = None
     if m.calibrated:
-        cal, _ = build_calibration(model, tokenizer, [m], n, calibrate, windows, mix)
+        cal, _ = build_calibration(model, tokenizer, [m], n, calibrate, windows, mix, progress=progress or SILENT)
     else:
         token_windows(tokenizer, calibrate, n, windows)   # the calibration text is checked for every method
     p = m.make_plan(model, n, cal)
@@ -84,6 +88,7 @@ def plan_command(
     slashes: int = typer.Option(0, "--slashes", help="diagonals beyond its band each planned head reads at the prefill, chosen per input from the last queries; their entries come out of the budget (0 = none)"),
     out: Optional[Path] = typer.Option(None, "--out", help="plan file (.json) [default: next to the model]"),
     force: bool = typer.Option(False, "--force", help="replace an existing plan file"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Choose one structured support per (layer, head) from calibration text under a budget; write it as JSON."""
     from attnlab.llm.eval.eval_grid import parse_method
@@ -113,8 +118,11 @@ def plan_command(
         methods.get(name, budget, **opts, slashes=slashes)
     claim_file(out, kind="plan", inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
     check_length(hf, n, "--n")  # from the model's configuration: no weights loaded, no text read
-    model, tokenizer = _load(hf)
-    p = make_plan(model, tokenizer, calibrate, budget, n, windows, method, calibrate_mix, slashes)
+    from attnlab.progress import Progress
+
+    progress = Progress.for_command(quiet)
+    model, tokenizer = _load(hf, progress)
+    p = make_plan(model, tokenizer, calibrate, budget, n, windows, method, calibrate_mix, slashes, progress)
     if pages:
         p.pages = pages
     p.save(out)
@@ -135,11 +143,10 @@ def plan_run_command(
     file: Path = typer.Option(..., "--file", help="text to score (plain or .gz)"),
     n: int = typer.Option(2048, "--n", help="window length in tokens"),
     windows: int = typer.Option(1, "--windows", help="windows scored"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Perplexity of the model with a plan applied, beside the full model's."""
     import math
-
-    import torch
 
     from attnlab.llm.models.loading import check_length
     from attnlab.llm.methods.attnlab_plan import PlanFile
@@ -151,13 +158,23 @@ def plan_run_command(
     from attnlab.llm.eval.eval_inputs import check_input_file
 
     check_input_file("--file", file)   # missing, a folder, empty, binary: one line before the model loads
-    model, tokenizer = _load(hf)
+    import torch
+
+    from attnlab.progress import Progress
+
+    progress = Progress.for_command(quiet)
+    model, tokenizer = _load(hf, progress)
     method.prepare(model, n)   # refuses a plan made for another model
     ids = token_windows(tokenizer, file, n, windows)
-    with torch.no_grad():
-        full = math.exp(sum(model(x, labels=x).loss.item() for x in ids) / len(ids))
+    with torch.no_grad(), progress.bar(f"perplexity n={n}, full then the plan", total=2 * len(ids), unit="windows") as bar:
+        def loss(x):
+            value = model(x, labels=x).loss.item()
+            bar.advance()
+            return value
+
+        full = math.exp(sum(loss(x) for x in ids) / len(ids))
         with method.applied(model):
-            planned = math.exp(sum(model(x, labels=x).loss.item() for x in ids) / len(ids))
+            planned = math.exp(sum(loss(x) for x in ids) / len(ids))
     typer.echo(f"perplexity at n = {n} ({len(ids)} windows): full {full:.3f}, plan {planned:.3f} "
                f"({100 * (planned / full - 1):+.2f} %), {100 * p.fraction(n):.1f} % of the entries")
 

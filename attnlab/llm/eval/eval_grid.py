@@ -33,6 +33,7 @@ import numpy as np
 
 from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
+from attnlab.progress import SILENT, Progress
 from attnlab.llm import methods as registry
 from attnlab.llm.eval.eval_inputs import check_texts
 from attnlab.llm.eval.tasks import QUESTIONS, TASKS, TEMPLATES, Haystack, PromptFormat, sample_key, string_match_all
@@ -119,7 +120,7 @@ def _claim(out: Path, settings: EvalSettings) -> None:
     write_text_atomic(path, json.dumps(cfg, indent=1) + "\n")
 
 
-def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, methods: list):
+def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, methods: list, progress: Progress = SILENT):
     """The calibration at length n (``out/calibration-n.npz``, made once), for the calibrated methods."""
     from attnlab.llm.plans.calibration import Calibration
 
@@ -128,13 +129,14 @@ def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, me
     path = out / f"calibration-{n}.npz"
     old = Calibration.load(path) if path.exists() else None
     cal, changed = build_calibration(model, tokenizer, methods, n, settings.calibrate, settings.calibrate_windows,
-                                     settings.calibrate_mix, old)
+                                     settings.calibrate_mix, old, progress)
     if changed:
         cal.save(path)
     return cal
 
 
-def build_calibration(model, tokenizer, methods: list, n: int, text_path, windows: int, mix: str | None = None, cal=None):
+def build_calibration(model, tokenizer, methods: list, n: int, text_path, windows: int, mix: str | None = None, cal=None,
+                      progress: Progress = SILENT):
     """What the calibrated ``methods`` need at length n, on ``windows`` windows of ``text_path`` (+ the ``mix``
     prompts, ``calibration_mix``): the statistics (unless ``cal`` holds them), MInference's pattern search at the
     keys it lacks, the retrieval scores.  Returns (calibration, whether anything was measured)."""
@@ -151,16 +153,18 @@ def build_calibration(model, tokenizer, methods: list, n: int, text_path, window
         cands = sorted({c for m in need for c in (m.calibration_candidates(shape, n) or [])})
         text = token_windows(tokenizer, text_path, n, windows)
         cal = calibrate(model, text + mix_windows(tokenizer, text_path, n, parse_mix(mix)), cands or None,
-                        grads=any(m.calibration_grads for m in need))
+                        grads=any(m.calibration_grads for m in need), progress=progress)
     keys = sorted({K for m in need for K in (m.calibration_pattern_keys(n) or [])} - set(cal.pattern_keys))
     if keys:   # MInference's pattern search at budgets the calibration lacks (one more exact pass over its text windows, no mix)
         from attnlab.llm.plans.pattern_search import add_patterns
 
         if text is None:
             text = token_windows(tokenizer, text_path, n, windows)
+        progress.stage(f"calibration n={n}: MInference's pattern search at {', '.join(map(str, keys))} keys per row")
         add_patterns(cal, model, text, keys)
         changed = True
     if any(m.needs_retrieval for m in need) and not cal.retrieval.any():
+        progress.stage(f"calibration n={n}: retrieval scores of every head on {RETRIEVAL_PROMPTS} needle prompts")
         cal.retrieval = retrieval_calibration(model, tokenizer, n)
         changed = True
     return cal, changed
@@ -296,12 +300,12 @@ def check_settings(settings: EvalSettings, max_len: int | None) -> None:
         raise UserError(f"--max-new: must be >= 1, got {settings.max_new}")
 
 
-def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, progress=None, stop_after: int | None = None,
+def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, progress: Progress = SILENT, stop_after: int | None = None,
              reuse: bool = True) -> list[dict]:
     """Measure the grid into ``out/results.jsonl`` (resuming what is there); returns every row.
 
-    ``progress(done, total, row)`` after each measured row; ``stop_after``: stop after measuring that
-    many new rows (tests of resumption).  ``reuse``: the methods whose prefill is full attention
+    ``progress`` (``attnlab.progress``): a bar over the rows, row by row, and the calibrations' bars; ``stop_after``:
+    stop after measuring that many new rows (tests of resumption).  ``reuse``: the methods whose prefill is full attention
     (``Method.prefill_reuse``) share one prefill per prompt, and a prompt reuses the prefix it shares
     with the one before (``prefix_cache``); the answers are those of ``reuse=False``, the seconds fewer.
     """
@@ -331,6 +335,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
     total = len(settings.lengths) * len(settings.runs()) * per_run
     prefixes = FullPrefill() if reuse else None
     measured, t_start = 0, time.time()
+    bar = progress.start("eval", total=total, unit="rows", done=len(done))
     with open(results, "a", encoding="utf-8") as log:
         def emit(row):
             nonlocal measured
@@ -340,8 +345,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
             rows.append(row)
             done.add(row["key"])
             measured += 1
-            if progress:
-                progress(len(done), total, row)
+            bar.update(len(done), note=f"{row['method']} β={row['budget']:g} n={row['n']}" + (f" {row['task']}" if "task" in row else " ppl"))
             if stop_after is not None and measured >= stop_after:
                 raise KeyboardInterrupt
 
@@ -368,7 +372,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
                                                                                       "pattern_counts")}})
 
                 for calibrated in (False, True):   # the methods without a calibration are answered before it is made
-                    ready = _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, calibrated)
+                    ready = _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, calibrated, progress)
                     shared = [r for r in ready if prefixes is not None and r.method.prefill_reuse]
                     for key in samples:  # prompts outer, the sharing methods inner: one full-attention prefill serves them all
                         for run in shared:
@@ -381,6 +385,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
                         if run.ppl_key is not None:
                             emit(_perplexity_row(model, tokenizer, settings, run.method, run.name, run.budget, n, run.beta, run.ppl_key))
         finally:
+            bar.close()
             if measured:
                 _log_wall(out, t_start, measured, reuse)
     return rows
@@ -396,7 +401,7 @@ class Run(NamedTuple):
     beta: float             # β measured: Method.prefill_fraction(n)
 
 
-def _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, calibrated: bool) -> list[Run]:
+def _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, calibrated: bool, progress: Progress = SILENT) -> list[Run]:
     """The (method, β) runs at length n with something left to measure whose method is ``calibrated`` or not, prepared
     (a run the method refuses: a skipped row)."""
     runs = [(name, b, _method(settings, name, b)) for name, b in settings.runs()]
@@ -412,7 +417,7 @@ def _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, cali
         if not todo and ppl_key is None:
             continue
         if method.calibrated and cal is None:
-            cal = _calibration(model, tokenizer, settings, out, n, [m for _, _, m in runs])
+            cal = _calibration(model, tokenizer, settings, out, n, [m for _, _, m in runs], progress)
         skip_key = f"{prefix}skipped|{n}"
         if skip_key in done:
             continue

@@ -39,6 +39,7 @@ from attnlab.llm.heads.long_attention import LongAttention
 from attnlab.llm.models.memory import check_fits, estimate_streamed, gib
 from attnlab.llm.heads.streamed_fit import fit_table
 from attnlab.llm.heads.zoom_tiles import TILE, TILES
+from attnlab.progress import SILENT, Progress
 
 __all__ = ["LongAttention", "capture_long", "token_info", "DEFAULT_NUM_POS", "default_block_rows", "layer_types"]
 
@@ -211,6 +212,7 @@ def capture_long(
     thresholds: RoleThresholds = RoleThresholds(),
     name: str | None = None,
     truncate: bool = False,
+    progress: Progress = SILENT,
 ) -> LongAttention:
     """Streamed statistics of every head of ``model`` on ``text`` (module docstring).
 
@@ -230,7 +232,8 @@ def capture_long(
     (``meta["truncated_from"]``: the text's token count).  Raises ``UserError`` (one line) when the input is
     longer than the model's context or would not fit in memory
     (``memory_limit`` bytes, default: available now), and when the allocator
-    fails during the run.
+    fails during the run.  ``progress`` (``attnlab.progress``): the model's loading, then a bar over the blocks
+    of rows, (last layer + 1) · ⌈n / block_rows⌉ of them, with the time left.
     """
     from attnlab.llm.models.loading import load_causal_lm, model_max_len
 
@@ -245,7 +248,7 @@ def capture_long(
     else:
         if isinstance(model, (str, os.PathLike)):
             name = name or str(model)
-            model, tokenizer = load_causal_lm(model)
+            model, tokenizer = load_causal_lm(model, progress=progress)
         elif tokenizer is None:
             raise ValueError("tokenizer: needed when model is a loaded model")
         name = name or type(model).__name__
@@ -277,7 +280,10 @@ def capture_long(
     row_of = {l: k for k, l in enumerate(chosen)}
     last = chosen[-1]
 
+    blocks = progress.start(f"capture of {n} tokens, {len(chosen)} layers", total=(last + 1) * math.ceil(n / r), unit="blocks")
+
     def observe(layer, i0, j0, p, allowed, entropy=None):
+        blocks.advance(note=f"layer {layer}")
         if layer in row_of:
             stats.observe(row_of[layer], i0, j0, p, allowed, entropy)
             if layer == last and i0 + p.shape[2] >= n:
@@ -302,6 +308,8 @@ def capture_long(
             raise UserError(f"out of memory on {n} tokens (estimated {gib(estimate.total)}): pass a smaller --block-rows "
                             f"(now {r}), fewer --layers or fewer --tokens ({text_err})") from None
         raise
+    finally:
+        blocks.close()
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     if int(stats.rows_seen.min()) != n:
         raise UserError(f"model '{name}' did not run its attention through attnlab's block attention "

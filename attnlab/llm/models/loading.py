@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnlab.errors import UserError
+from attnlab.progress import SILENT, Progress
 
 __all__ = ["MODELS", "KnownModel", "load_causal_lm", "fetch_model", "cache_dir", "resolve_spec", "model_max_len",
            "spec_context", "check_length"]
@@ -283,23 +284,30 @@ def fetch_model(name: str, *, cache: str | os.PathLike | None = None, force: boo
     return target
 
 
-def load_causal_lm(spec: str | os.PathLike, *, attn_implementation: str | None = "sdpa"):
+def load_causal_lm(spec: str | os.PathLike, *, attn_implementation: str | None = "sdpa", progress: Progress = SILENT):
     """``(model, tokenizer)`` of ``spec`` (module docstring), float32, eval mode.
 
     ``attn_implementation`` is passed to transformers ("sdpa", "eager", or a
     name registered with ``transformers.AttentionInterface``, e.g.
-    attnlab's streaming capture).
+    attnlab's streaming capture).  ``progress`` (``attnlab.progress``) says
+    "loading model …" before transformers is imported, then its three steps.
     """
     kind, path, gguf_file = resolve_spec(spec)
-    if kind == "known":
-        path = str(fetch_model(path))
-    restore = _quiet()
-    try:
-        _load_config(path, gguf_file, str(spec))  # an unknown architecture is named before anything else
-        tokenizer = _load_tokenizer(path, gguf_file, str(spec))
-        model = _load_model(path, gguf_file, str(spec), attn_implementation)
-    finally:
-        restore()
+    with progress.bar(f"loading model {spec}", total=3, unit="steps") as bar:
+        if kind == "known":
+            if not (cache_dir() / path / "config.json").is_file():
+                progress.stage(f"converting the GGUF of {path} into a HF folder under {cache_dir()} (once)")
+            path = str(fetch_model(path))
+        restore = _quiet()
+        try:
+            _load_config(path, gguf_file, str(spec))  # an unknown architecture is named before anything else
+            bar.advance(note="configuration")
+            tokenizer = _load_tokenizer(path, gguf_file, str(spec))
+            bar.advance(note="tokenizer")
+            model = _load_model(path, gguf_file, str(spec), attn_implementation)
+            bar.advance(note="weights")
+        finally:
+            restore()
     return model, tokenizer
 
 

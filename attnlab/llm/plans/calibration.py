@@ -21,6 +21,7 @@ from attnlab.llm.execution.attention import apply_plan, attention_modules, estim
 from attnlab.llm.plans.plan import LAST_Q, SINKS, Plan, model_shape
 from attnlab.llm.plans.plan_error import head_gradients, option_errors, projection_factor, sample_rows
 from attnlab.masks import hidden, near
+from attnlab.progress import SILENT, Progress
 from attnlab.support import top_columns
 
 __all__ = ["ERR_ROWS", "G_GRID", "ROW_BLOCK", "W_GRID", "Calibration", "calibrate", "candidate_columns", "output_gain",
@@ -314,13 +315,14 @@ def _record_out_scale(cal: "Calibration", layer: int):
 
 
 @torch.no_grad()
-def calibrate(model, windows, candidates=None, progress=None, err_rows: int = ERR_ROWS, grads: bool = False) -> Calibration:
+def calibrate(model, windows, candidates=None, progress: Progress = SILENT, err_rows: int = ERR_ROWS, grads: bool = False) -> Calibration:
     """Run ``model`` on each window ``(1, n)`` with exact attention and stream the per-head statistics.
 
     ``windows``: tensors (1, n), or ``calibration_mix.MixWindow`` whose errors are measured on its answer rows.
     ``err_rows`` > 0: also the executed options' output errors on that many rows (``Calibration``),
     measured through each layer's ``o_proj``; ``grads``: also their first-order loss change (``delta``,
     ``gsq``), from one backward pass per window (SmolLM2 at 8K: +110 s, peak RSS 21 GB instead of ~9).
+    ``progress`` (``attnlab.progress``): a bar over the windows.
     """
     shape = model_shape(model)
     rows_of = [getattr(w, "rows", None) for w in windows]
@@ -340,6 +342,7 @@ def calibrate(model, windows, candidates=None, progress=None, err_rows: int = ER
         for l, (mod, nm) in enumerate(zip(mods, norms)):
             if nm is not None:
                 hooks.append(mod.o_proj.register_forward_hook(_record_out_scale(cal, l)))
+    bar = progress.start(f"calibration n={n}", total=len(windows), unit="windows")
     try:
         for mod in mods:
             mod.attnlab_layer.recorder = cal
@@ -354,9 +357,9 @@ def calibrate(model, windows, candidates=None, progress=None, err_rows: int = ER
                 rows = cal.rows()
                 for l in range(shape["num_layers"]):
                     cal.resid[l] += float((o.hidden_states[l][0, rows].double() ** 2).sum(-1).mean())
-            if progress:
-                progress(x + 1, len(windows))
+            bar.advance()
     finally:
+        bar.close()
         for hk in hooks:
             hk.remove()
         for mod in mods:

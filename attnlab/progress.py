@@ -1,0 +1,196 @@
+"""Progress of a long job: its stages, and its counted steps with an ETA, said on stderr where the user looks.
+
+    progress = Progress.for_command(quiet)            # the CLI: see below
+    progress.stage("loading model smollm2-135m")      # one line, before the slow part starts
+    with progress.bar("calibration n=2048", total=4, unit="windows") as bar:
+        for window in windows:
+            ...
+            bar.advance()                             # or bar.update(done, total=…, note="snapkv β=0.1")
+    bar = progress.start("capture", total=64, unit="blocks"); …; bar.close()   # where a ``with`` does not fit
+    SILENT                                            # the library's default: says nothing
+
+Three ways of saying it, chosen once per command (``for_command``):
+
+* a terminal (stderr is a tty): rich progress bars — done/total, elapsed, remaining time — that stay on screen
+  when done, each stage a line above them;
+* not a terminal (a log file, a pipe, CI): one line per stage and per bar — ``attnlab: calibration n=2048: 4
+  windows …`` when it starts, ``… 4/4 windows in 31 s`` when it ends — and, for a bar that lasts, a line every
+  ``every`` seconds with the count and the time left;
+* ``--quiet``: nothing (errors still say their one line).
+
+The remaining time of a bar is the mean pace of this run: t_left = (total − done) · elapsed / (done − first), where
+``first`` counts the steps a resumed job found done.
+Library functions take ``progress: Progress = SILENT``: tests and library users see no output unless they ask.
+This module imports no torch and rich only for a terminal, so the first line comes before any model loads.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import contextmanager
+from typing import Iterator, TextIO
+
+__all__ = ["SILENT", "Bar", "LineProgress", "Progress", "TerminalProgress"]
+
+
+def duration(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``, ``1 h 02 min``."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+class Bar:
+    """Counted steps of one part of a job: ``advance`` / ``update``; what is shown is the owner's business."""
+
+    def __init__(self, owner: "Progress", description: str, total: int | None, unit: str, done: int = 0):
+        self.owner, self.description, self.total, self.unit = owner, description, total, unit
+        self.done, self.note, self.started, self.closed = done, "", time.monotonic(), False
+        self.first = done     # steps done before this run (a resumed job): not part of its pace
+
+    def advance(self, n: int = 1, note: str | None = None) -> None:
+        self.update(self.done + n, note=note)
+
+    def update(self, done: int | None = None, total: int | None = None, note: str | None = None) -> None:
+        if done is not None:
+            self.done = done
+        if total is not None:
+            self.total = total
+        if note is not None:
+            self.note = note
+        self.owner._updated(self)
+
+    def close(self) -> None:
+        """The bar's last word (its count and time); once."""
+        if not self.closed:
+            self.closed = True
+            self.owner._closed(self)
+
+    def remaining(self) -> float | None:
+        """t_left = (total − done) · elapsed / (done − first), None before this run's first step or without a total."""
+        if not self.total or self.done <= self.first:
+            return None
+        return (self.total - self.done) * (time.monotonic() - self.started) / (self.done - self.first)
+
+
+class Progress:
+    """Says nothing: the default of every library function (``SILENT``); the base of the two that speak."""
+
+    def stage(self, text: str) -> None:
+        """A step of the job without a count (loading, writing): one line where the progress is shown."""
+
+    @contextmanager
+    def bar(self, description: str, total: int | None = None, unit: str = "", done: int = 0) -> Iterator[Bar]:
+        """Counted steps: ``with progress.bar("eval", total=110, unit="prompts") as bar: … bar.advance()``."""
+        bar = self.start(description, total, unit, done)
+        try:
+            yield bar
+        finally:
+            bar.close()
+
+    def start(self, description: str, total: int | None = None, unit: str = "", done: int = 0) -> Bar:
+        """A bar opened now with ``done`` steps already done, closed by ``Bar.close()`` (``bar``: as a context manager)."""
+        bar = Bar(self, description, total, unit, done)
+        self._opened(bar)
+        return bar
+
+    def _opened(self, bar: Bar) -> None:
+        pass
+
+    def _updated(self, bar: Bar) -> None:
+        pass
+
+    def _closed(self, bar: Bar) -> None:
+        pass
+
+    @staticmethod
+    def for_command(quiet: bool = False, stream: TextIO | None = None) -> "Progress":
+        """The progress a command shows: nothing under ``--quiet``, bars in a terminal, lines otherwise."""
+        stream = stream or sys.stderr
+        if quiet:
+            return SILENT
+        return TerminalProgress(stream) if stream.isatty() else LineProgress(stream)
+
+
+SILENT = Progress()
+
+
+class LineProgress(Progress):
+    """One line per stage and per bar (start, end), and a line every ``every`` seconds while a bar runs."""
+
+    def __init__(self, stream: TextIO | None = None, every: float = 30.0):
+        self.stream, self.every = stream or sys.stderr, every
+        self._said: dict[int, float] = {}
+
+    def _line(self, text: str) -> None:
+        self.stream.write(f"attnlab: {text}\n")
+        self.stream.flush()
+
+    def stage(self, text: str) -> None:
+        self._line(text)
+
+    def _count(self, bar: Bar) -> str:
+        unit = f" {bar.unit}" if bar.unit else ""
+        return f"{bar.done}/{bar.total}{unit}" if bar.total is not None else f"{bar.done}{unit}"
+
+    def _opened(self, bar: Bar) -> None:
+        unit = f" {bar.unit}" if bar.unit else ""
+        start = f"{bar.total}{unit}" + (f", {bar.done} done before" if bar.done else "") if bar.total is not None else ""
+        self._line(f"{bar.description}: {start} …" if start else f"{bar.description} …")
+        self._said[id(bar)] = time.monotonic()
+
+    def _updated(self, bar: Bar) -> None:
+        now = time.monotonic()
+        if now - self._said.get(id(bar), now) < self.every:
+            return
+        self._said[id(bar)] = now
+        left = bar.remaining()
+        self._line(f"{bar.description}: {self._count(bar)}, {duration(now - bar.started)}"
+                   + (f", about {duration(left)} left" if left is not None else "") + (f" ({bar.note})" if bar.note else ""))
+
+    def _closed(self, bar: Bar) -> None:
+        self._said.pop(id(bar), None)
+        self._line(f"{bar.description}: {self._count(bar)} in {duration(time.monotonic() - bar.started)}")
+
+
+class TerminalProgress(Progress):
+    """rich bars on stderr (done/total, elapsed, time left), kept on screen when done; stages as lines above."""
+
+    def __init__(self, stream: TextIO | None = None):
+        from rich.console import Console
+
+        self.console = Console(file=stream or sys.stderr)
+        self._rich = None
+        self._tasks: dict[int, int] = {}
+
+    def stage(self, text: str) -> None:
+        (self._rich.console if self._rich is not None else self.console).print(f"[dim]attnlab:[/dim] {text}", highlight=False)
+
+    def _opened(self, bar: Bar) -> None:
+        if self._rich is None:  # one live display for every bar open at once (a calibration inside the eval grid)
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn,
+                                       TimeElapsedColumn, TimeRemainingColumn)
+
+            self._rich = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                      TextColumn("{task.fields[unit]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                                      TextColumn("{task.fields[note]}"), console=self.console)
+            self._rich.start()
+        self._tasks[id(bar)] = self._rich.add_task(bar.description, total=bar.total, completed=bar.done, unit=bar.unit, note="")
+
+    def _updated(self, bar: Bar) -> None:
+        if self._rich is not None and id(bar) in self._tasks:
+            self._rich.update(self._tasks[id(bar)], completed=bar.done, total=bar.total, note=bar.note)
+
+    def _closed(self, bar: Bar) -> None:
+        task = self._tasks.pop(id(bar), None)
+        if self._rich is None or task is None:
+            return
+        self._rich.update(task, completed=bar.done, total=bar.total if bar.total is not None else bar.done)
+        self._rich.stop_task(task)
+        if not self._tasks:
+            self._rich.stop()
+            self._rich = None
