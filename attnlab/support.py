@@ -187,33 +187,41 @@ class Support:
         count = s.sum((-2, -1))
         return count + self.residual * n if self.residual else count
 
-    def mask_mod(self):
+    def mask_mod(self, device=None):
         """The FlexAttention predicate ``(b, h, q_idx, kv_idx) -> bool`` of band ∪ columns ∪ diagonals (torch).
 
         Per-head ``w``, ``offset`` of shape ``(H,)`` and ``columns`` / ``diagonals`` of shape ``(H, g)`` or
         ``(B, H, g)`` are indexed by ``h`` (and ``b``); the residual is data-dependent and not included.
+        The tables are placed on ``device`` once, here (default: ``columns``' device if it is a tensor, else the
+        CPU): the predicate itself moves nothing, as ``torch.compile`` lowers it into the kernel (a device copy
+        inside it fails there: "Buffers cannot be created while lowering a pointwise subgraph").
         """
-        w = torch.as_tensor(self.w, dtype=torch.long)
-        o = torch.as_tensor(self.offset, dtype=torch.long)
-        cols = torch.as_tensor(self.columns, dtype=torch.long)
-        diags = torch.as_tensor(self.diagonals, dtype=torch.long)
+        if device is None:
+            device = next((x.device for x in (self.columns, self.w, self.offset, self.diagonals) if isinstance(x, torch.Tensor)), "cpu")
 
-        def per_head(x: torch.Tensor, b, h):
-            if x.dim() == 0:
+        def table(x):   # a scalar stays a Python int (a constant of the kernel), an array becomes a tensor on device
+            if not isinstance(x, torch.Tensor) and np.ndim(x) == 0:
+                return int(x)
+            return torch.as_tensor(x, dtype=torch.long, device=device)
+
+        w, o = table(self.w), table(self.offset)
+        cols = torch.as_tensor(self.columns, dtype=torch.long, device=device)
+        diags = torch.as_tensor(self.diagonals, dtype=torch.long, device=device)
+
+        def per_head(x, b, h):
+            if not isinstance(x, torch.Tensor) or x.dim() == 0:
                 return x
             return x[h] if x.dim() == 1 else x[b, h]
 
         def fn(b, h, q, kv):
-            w_h, o_h = per_head(w.to(q.device), b, h), per_head(o.to(q.device), b, h)
+            w_h, o_h = per_head(w, b, h), per_head(o, b, h)
             ok = in_band(q, kv, w_h, o_h) | (w_h == FULL)
             if cols.shape[-1]:
-                c = cols.to(q.device)
-                c_h = c if c.dim() == 1 else (c[h] if c.dim() == 2 else c[b, h])  # (..., g)
+                c_h = cols if cols.dim() == 1 else (cols[h] if cols.dim() == 2 else cols[b, h])  # (..., g)
                 for t in range(c_h.shape[-1]):  # g slots, unrolled: FlexAttention's compiler lowers no reduction here
                     ok = ok | (c_h[..., t] == kv)
             if diags.shape[-1]:
-                d = diags.to(q.device)
-                d_h = d if d.dim() == 1 else (d[h] if d.dim() == 2 else d[b, h])  # (..., s)
+                d_h = diags if diags.dim() == 1 else (diags[h] if diags.dim() == 2 else diags[b, h])  # (..., s)
                 for t in range(d_h.shape[-1]):
                     ok = ok | (d_h[..., t] == kv - q)
             return ok

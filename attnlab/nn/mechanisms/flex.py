@@ -50,10 +50,10 @@ def flex_available() -> bool:
     return torch.cuda.is_available() or shutil.which("g++") is not None or shutil.which("c++") is not None
 
 
-def flex_attention_compiled(q: Tensor, k: Tensor, v: Tensor, block_mask) -> Tensor:
-    """Compiled FlexAttention with a BlockMask (differentiable on CUDA)."""
-    # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
-    return _compiled()(q, k, v, block_mask=block_mask)
+def flex_attention_compiled(q: Tensor, k: Tensor, v: Tensor, block_mask, scale: float | None = None, enable_gqa: bool = False) -> Tensor:
+    """Compiled FlexAttention with a BlockMask (differentiable on CUDA); ``enable_gqa``: k, v with H_kv | H heads, read in place."""
+    # q: (B, H, n, d_k), k: (B, H or H_kv, m, d_k), v: (B, H or H_kv, m, d_v) → (B, H, n, d_v)
+    return _compiled()(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa)
 
 
 def flex_block_mask(pattern: MaskMod, mask: Mask, B: int, H: int, n: int, m: int, device):

@@ -186,7 +186,7 @@ class Structured(Mechanism):
         B, H, n, _ = q.shape
         m = k.shape[-2]
         cols, _ = self.key_columns(k, mask)
-        pattern = Support(w=self.w, offset=self.offset, columns=cols.view(-1)).mask_mod()
+        pattern = Support(w=self.w, offset=self.offset, columns=cols.view(-1)).mask_mod(q.device)
         key = (n, m, mask.causal, str(q.device))
         block_mask = self._block_masks.get(key) if mask.key_keep is None else None
         if block_mask is None:

@@ -1,0 +1,252 @@
+"""A layer's prefill parts as one FlexAttention ``BlockMask``: the tiles read, the tiles read whole, the predicate of the rest.
+
+For query tile a (rows I_a = [a·t, (a+1)·t) ∩ [0, n), first / last row a₀, a₁), key tile c (keys J_c, c₀, c₁), head h
+and batch row β, with S_βh(i) the seam's support (``backend``: j ≤ i and i − j ≤ w_h ∨ j ∈ T_βh ∨ j − i ∈ Δ_βh ∨
+⌊j/b⌋ ∈ U_βh(⌊i/b⌋) ∨ i ≥ n − R_h):
+
+    any[β,h,a,c]  = (I_a × J_c) ∩ S_βh ≠ ∅       the tile is read            (FlexAttention's kv_indices)
+    full[β,h,a,c] = I_a × J_c ⊂ S_βh              read without the predicate  (full_kv_indices; a subset of any)
+    mask_mod(β, h, i, j) = 1[(i, j) ∈ S_βh]       evaluated on the tiles of any ∖ full only
+
+Each part's tiles are written straight from its indices, never by evaluating a predicate on the n × n grid:
+
+    band   i − j ≤ w:   any ⇔ c₀ ≤ a₁ ∧ c₁ ≥ a₀ − w        full ⇔ c₁ ≤ a₀ ∧ c₀ ≥ a₁ − w
+    tail   i ≥ n − R:   any ⇔ a₁ ≥ n − R ∧ c₀ ≤ a₁          full ⇔ a₀ ≥ n − R ∧ c₁ ≤ a₀
+    column τ:           any ⇔ τ ∈ J_c ∧ τ ≤ a₁             (each key tile's smallest column: one scatter)
+    diagonal δ:         any ⇔ c ∈ {⌊max(0, a₀+δ)/t⌋, ⌊(a₁+δ)/t⌋} ∧ a₁ + δ ≥ 0   (a line crosses ≤ 2 key tiles of a row tile)
+    key block u of query block p (b | t): any at (⌊p·b/t⌋, ⌊u·b/t⌋) when u·b ≤ p's last row;  full when b = t ∧ u < p
+
+A full tile lies inside [0, n)² (the boundary tiles always go through the predicate).  The band and the tails are
+the plan's own (w_h, R_h, n): their tiles are built once per (plan, n, t, device) and cached (``static_tiles``); a
+layer without per-input parts reuses one cached BlockMask (``layer_block_mask``).  The predicate reads per-input
+tables placed on the device once: 1[j ∈ T_βh] (B, H, N), 1[i − j ∈ −Δ_βh] (B, H, 2N), U_βh (B, H, N/b, K), N = ⌈n/t⌉·t.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+
+from attnlab.llm.execution.backend import PrefillParts
+from attnlab.llm.plans.plan import FULL
+from attnlab.support import NO_DIAGONAL, column_mask
+
+__all__ = ["TILE", "block_mask_bytes", "dense_of", "layer_block_mask", "static_tiles", "tiles_to_block_mask"]
+
+TILE = 128   # t: FlexAttention's query and key tile on CUDA (its kernels' default BLOCK_SIZE)
+
+
+def _rows(T: int, t: int, n: int, device):
+    """First and last index of each of T tiles of t, the last clipped to n − 1: two (T,) long tensors."""
+    first = torch.arange(T, device=device) * t
+    return first, (first + t - 1).clamp_max(n - 1)
+
+
+def _inside(T: int, t: int, n: int, device):
+    """(T,) bool: the tile holds t real positions (a boundary tile is never read whole)."""
+    return (torch.arange(T, device=device) + 1) * t <= n
+
+
+@lru_cache(maxsize=64)
+def static_tiles(w: tuple[int, ...], tails: tuple[int, ...], n: int, t: int, device: str):
+    """The plan's band ∪ tail rows ∩ causal as tiles: (any, full), each (H, T, T) bool, T = ⌈n/t⌉ — built once."""
+    T = -(-n // t)
+    a0, a1 = _rows(T, t, n, device)
+    c0, c1 = a0, a1
+    a0, a1, c0, c1 = a0[:, None], a1[:, None], c0[None, :], c1[None, :]                 # (T, 1), (1, T)
+    inside = _inside(T, t, n, device)
+    whole = inside[:, None] & inside[None, :]                                          # (T, T) tiles inside [0, n)²
+    w_ = torch.tensor([n if x == FULL or x >= n - 1 else x for x in w], device=device).view(-1, 1, 1)   # (H, 1, 1)
+    start = torch.tensor([n - min(r, n) if r > 0 else n for r in tails], device=device).view(-1, 1, 1)  # first tail row
+    any_ = ((c0 <= a1) & (c1 >= a0 - w_)) | ((a1 >= start) & (c0 <= a1))               # (H, T, T)
+    full = (((c1 <= a0) & (c0 >= a1 - w_)) | ((a0 >= start) & (c1 <= a0))) & whole
+    return any_, full
+
+
+def column_tiles(columns, n: int, t: int):
+    """Tiles holding a column some row of the row tile reads: columns (B, H, g) (−1: empty) → (B, H, T, T) bool."""
+    B, H, _ = columns.shape
+    T = -(-n // t)
+    ok = (columns >= 0) & (columns < n)
+    first = torch.full((B, H, T + 1), n, dtype=torch.long, device=columns.device)     # smallest column of each key tile
+    first.scatter_reduce_(-1, torch.where(ok, columns // t, T), torch.where(ok, columns, n), "amin")
+    _, a1 = _rows(T, t, n, columns.device)
+    return first[:, :, None, :T] <= a1[:, None]                                         # (B, H, T, T)
+
+
+def diagonal_tiles(diagonals, n: int, t: int):
+    """Tiles a diagonal j − i = δ crosses on rows i with 0 ≤ i + δ: diagonals (B, H, s) → (B, H, T, T) bool."""
+    B, H, s = diagonals.shape
+    T = -(-n // t)
+    dev = diagonals.device
+    out = torch.zeros(B, H, T, T + 1, dtype=torch.bool, device=dev)
+    if s == 0:
+        return out[..., :T]
+    a0, a1 = _rows(T, t, n, dev)
+    d = diagonals[:, :, None, :]                                                         # (B, H, 1, s)
+    ok = (diagonals != NO_DIAGONAL)[:, :, None, :] & (a1[:, None] + d >= 0) & (a0[:, None] + d <= n - 1)   # (B, H, T, s)
+    lo = ((a0[:, None] + d).clamp_min(0) // t).clamp_max(T - 1)
+    hi = ((a1[:, None] + d).clamp(0, n - 1) // t)
+    for c in (lo, hi):
+        out.scatter_(-1, torch.where(ok, c, T), True)
+    return out[..., :T]
+
+
+def key_block_tiles(blocks, counts: tuple[int, ...], n: int, b: int, t: int):
+    """Tiles of the key blocks each query block chose: blocks (B, H, ⌈n/b⌉, K) (−1: none; head h reads its first
+    counts[h]) → (any, full), each (B, H, T, T) bool.  Needs b | t."""
+    B, H, P, K = blocks.shape
+    T = -(-n // t)
+    dev = blocks.device
+    any_ = torch.zeros(B, H, T, T + 1, dtype=torch.bool, device=dev)
+    full = torch.zeros(B, H, T, T + 1, dtype=torch.bool, device=dev)
+    if K == 0:
+        return any_[..., :T], full[..., :T]
+    mine = torch.arange(K, device=dev) < torch.tensor(counts, device=dev)[:, None]     # (H, K): the head's first K_h
+    p = torch.arange(P, device=dev)[:, None]                                             # (P, 1)
+    ok = mine[:, None, :] & (blocks >= 0) & (blocks * b <= ((p + 1) * b - 1).clamp_max(n - 1))   # (B, H, P, K)
+    row = (p * b // t).expand(P, K)                                                      # (P, K) the row tile
+    col = torch.where(ok, blocks * b // t, T)
+    flat = (row * (T + 1) + col).flatten(-2)                                             # (B, H, P·K) into (T, T + 1)
+    any_.view(B, H, -1).scatter_(-1, flat, True)
+    if b == t:   # a whole block of queries reads a whole earlier block of keys: the tile is read whole
+        inside = _inside(T, t, n, dev)
+        whole = ok & (blocks < p) & inside[p] & inside[blocks.clamp_min(0)]
+        full.view(B, H, -1).scatter_(-1, (row * (T + 1) + torch.where(whole, col, T)).flatten(-2), True)
+    any_[..., T] = False
+    return any_[..., :T], full[..., :T]
+
+
+def _indices(tiles):
+    """(B, H, T, T) bool → (num (B, H, T) int32, indices (B, H, T, T) int32): the tiles of each row first."""
+    num = tiles.sum(-1, dtype=torch.int32)
+    idx = torch.argsort(tiles.to(torch.int8), dim=-1, descending=True, stable=True).to(torch.int32)
+    return num, idx
+
+
+def tiles_to_block_mask(any_, full, mask_mod, n: int, t: int):
+    """FlexAttention's ``BlockMask`` from tile sets (``BlockMask.from_kv_blocks``): partial = any ∖ full via the predicate."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    num, idx = _indices(any_ & ~full)
+    fnum, fidx = _indices(full)
+    return BlockMask.from_kv_blocks(num, idx, fnum, fidx, BLOCK_SIZE=t, mask_mod=mask_mod, seq_lengths=(n, n),
+                                    compute_q_blocks=False)   # forward only: no transposed (q-tile) index
+
+
+def support_mask_mod(parts: PrefillParts, n: int, t: int, device):
+    """mask_mod(β, h, i, j) = 1[(i, j) ∈ S_βh] (module docstring), every table placed on ``device`` here, once."""
+    B, H = parts.columns.shape[:2]
+    T = -(-n // t)
+    N = T * t                                                                            # FlexAttention may ask padded rows
+    w_run = torch.tensor([N if x == FULL or x >= n - 1 else x for x in parts.w], device=device)         # (H,)
+    start = torch.tensor([n - min(r, n) if r > 0 else N for r in parts.tails], device=device)            # (H,)
+    cols = parts.columns.to(device)
+    colmap = column_mask(cols, N) if cols.shape[-1] else None                            # (B, H, N)
+    diagmap = None
+    if parts.diagonals.shape[-1] and bool((parts.diagonals != NO_DIAGONAL).any()):
+        d = parts.diagonals.to(device)                                                   # δ = j − i: index i − j + N
+        ok = (d != NO_DIAGONAL) & (d > -N) & (d < N)
+        diagmap = torch.zeros(B, H, 2 * N + 1, dtype=torch.bool, device=device)
+        diagmap.scatter_(-1, torch.where(ok, N - d, 2 * N), True)
+        diagmap[..., 2 * N] = False
+    K = max(parts.block_counts, default=0) if parts.blocks.shape[-1] else 0
+    blocks = None
+    b = parts.block
+    if K:
+        u = parts.blocks[..., :K].to(device)
+        mine = torch.arange(K, device=device) < torch.tensor(parts.block_counts, device=device)[:, None]   # (H, K)
+        u = torch.where(mine[:, None, :], u, -1)
+        blocks = torch.full((B, H, N // b + 1, K), -1, dtype=torch.long, device=device)  # padded rows read none
+        blocks[:, :, : u.shape[2]] = u
+
+    def mask_mod(bb, h, i, j):
+        ok = (i - j <= w_run[h]) | (i >= start[h])
+        if colmap is not None:
+            ok = ok | colmap[bb, h, j]
+        if diagmap is not None:
+            ok = ok | diagmap[bb, h, i - j + N]
+        if blocks is not None:
+            for x in range(K):   # K slots, unrolled: FlexAttention's compiler lowers no reduction here
+                ok = ok | (blocks[bb, h, i // b, x] == j // b)
+        return ok & (j <= i)
+
+    return mask_mod
+
+
+def layer_tiles(parts: PrefillParts, n: int, t: int, device):
+    """(any, full) of a layer's parts, each (B, H, T, T) bool: the cached static tiles ∪ the per-input ones."""
+    B = parts.columns.shape[0]
+    s_any, s_full = static_tiles(tuple(parts.w), tuple(parts.tails), n, t, str(device))
+    any_, full = s_any.expand(B, -1, -1, -1), s_full.expand(B, -1, -1, -1)
+    if parts.columns.shape[-1]:
+        any_ = any_ | column_tiles(parts.columns.to(device), n, t)
+    if parts.diagonals.shape[-1]:
+        any_ = any_ | diagonal_tiles(parts.diagonals.to(device), n, t)
+    if parts.blocks.shape[-1] and max(parts.block_counts, default=0):
+        k_any, k_full = key_block_tiles(parts.blocks.to(device), parts.block_counts, n, parts.block, t)
+        any_, full = any_ | k_any, full | k_full
+    return any_, full
+
+
+_STATIC: dict = {}   # (w, tails, n, t, device) → the BlockMask of a layer without per-input parts
+
+
+def has_input_parts(parts: PrefillParts) -> bool:
+    """Does the layer read anything chosen per input (columns, diagonals, key blocks)?"""
+    return bool(parts.columns.shape[-1] and (parts.columns >= 0).any()) or \
+        bool(parts.diagonals.shape[-1] and (parts.diagonals != NO_DIAGONAL).any()) or \
+        bool(parts.blocks.shape[-1] and max(parts.block_counts, default=0) and (parts.blocks >= 0).any())
+
+
+def layer_block_mask(parts: PrefillParts, n: int, device, t: int = TILE):
+    """The BlockMask of a layer's prefill at length n, tiles of t (``t`` a multiple of ``parts.block``)."""
+    if t % parts.block:
+        raise ValueError(f"flex tile {t} is not a multiple of the plan's key block {parts.block}")
+    if not has_input_parts(parts):   # band and tails only: the plan's own, one BlockMask per (plan, n)
+        key = (tuple(parts.w), tuple(parts.tails), n, t, str(device))
+        if key not in _STATIC:
+            if len(_STATIC) > 64:
+                _STATIC.clear()
+            none = parts._replace(columns=parts.columns[:1, :, :0], diagonals=parts.diagonals[:1, :, :0], blocks=parts.blocks[:1, :, :, :0])
+            any_, full = static_tiles(*key)
+            _STATIC[key] = tiles_to_block_mask(any_[None], full[None], support_mask_mod(none, n, t, device), n, t)
+        return _STATIC[key]
+    any_, full = layer_tiles(parts, n, t, device)
+    return tiles_to_block_mask(any_, full, support_mask_mod(parts, n, t, device), n, t)
+
+
+def dense_of(block_mask, B: int, H: int, n: int):
+    """The entries a BlockMask reads, (B, H, n, n) bool: its full tiles whole, its partial tiles through its mask_mod
+    (the test of every BlockMask against the dense support it stands for)."""
+    t_q, t_k = block_mask.BLOCK_SIZE
+    T = -(-n // t_q)
+    dev = block_mask.kv_num_blocks.device
+
+    def tiles(num, idx):
+        num, idx = num.expand(B, H, -1), idx.expand(B, H, -1, -1)
+        on = torch.arange(idx.shape[-1], device=dev) < num[..., None].long()
+        out = torch.zeros(B, H, T, idx.shape[-1] + 1, dtype=torch.bool, device=dev)
+        return out.scatter_(-1, torch.where(on, idx.long(), idx.shape[-1]), True)[..., :-1]
+
+    part = tiles(block_mask.kv_num_blocks, block_mask.kv_indices)
+    full = tiles(block_mask.full_kv_num_blocks, block_mask.full_kv_indices) if block_mask.full_kv_num_blocks is not None \
+        else torch.zeros_like(part)
+    grid = lambda x: x.repeat_interleave(t_q, 2).repeat_interleave(t_k, 3)[:, :, :n, :n]   # noqa: E731
+    b = torch.arange(B, device=dev).view(B, 1, 1, 1)
+    h = torch.arange(H, device=dev).view(1, H, 1, 1)
+    i = torch.arange(n, device=dev).view(1, 1, n, 1)
+    j = torch.arange(n, device=dev).view(1, 1, 1, n)
+    pred = block_mask.mask_mod(b, h, i, j).expand(B, H, n, n)
+    return grid(full) | (grid(part) & pred)
+
+
+def block_mask_bytes(B: int, H: int, n: int, t: int = TILE, K: int = 0, b: int = 16) -> int:
+    """Device bytes a layer's BlockMask and its tables take at length n: the tile sets (bool) and two index tables
+    (int32) for the partial and the full tiles, the column and diagonal tables, the key blocks (the memory check)."""
+    T = -(-n // t)
+    N = T * t
+    tiles = B * H * T * T * (3 * 1 + 2 * 4 * 2)          # any, full, partial; kv_indices + full_kv_indices (+ transposes)
+    tables = B * H * (N + 2 * N + (N // b + 1) * K * 8)
+    return tiles + tables

@@ -1,0 +1,62 @@
+"""The CUDA backend of the execution seam (``backend``): a layer's prefill in one FlexAttention call.
+
+    out = flex_attention(q, k, v, block_mask = BlockMask(S), scale = scaling, enable_gqa = True)
+
+S is every head's support of the layer (band, columns, diagonals, key blocks per query block, tail rows, causal), the
+heads with different supports in one ``BlockMask`` of shape (B, H, ⌈n/t⌉, ⌈n/t⌉) (``block_masks``): the plan's band
+and tails as tiles built once per (plan, n), the per-input parts written straight as tile indices
+(``BlockMask.from_kv_blocks``), the partial tiles through one predicate that reads per-input tables.  GQA is read in
+place (query head h reads KV head h // (H / H_kv), the seam's ``kv_of``); bf16 / fp16 inputs keep FlexAttention's
+fp32 softmax.  The kernel is compiled once per shape (``nn.mechanisms.flex.flex_attention_compiled``).
+
+Decoding: the CPU backend's masked softmax over the allowed cached slots (and the read-back pages' keys), which runs
+on any device, here accumulated in fp32 for half-precision caches.  Every method runs through this seam: MInference's
+three patterns (columns, diagonals, key blocks), DuoAttention's streaming heads (band + sinks), SnapKV's and Quest's
+decoding (allowed slots, pages); none branches on the device.
+
+The backend also runs on the CPU (FlexAttention compiles there, forward only): the tests compare it with the dense
+support there (``tests/test_flex_backend.py``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnlab.llm.execution.backend import PageKeys, PrefillParts, register_backend
+from attnlab.llm.execution.block_masks import TILE, layer_block_mask
+from attnlab.llm.execution.cpu_backend import CpuBackend
+
+__all__ = ["FlexBackend", "flex_prefill"]
+
+HALF = (torch.float16, torch.bfloat16)
+
+
+def flex_prefill(parts: PrefillParts, q, k, v, scaling: float, tile: int = TILE):
+    """q (B, H, n, d_k), k, v (B, H_kv, n, ·) → (B, H, n, d_v): each head over its S_h(i), one compiled FlexAttention call."""
+    from attnlab.nn.mechanisms.flex import flex_attention_compiled
+
+    n = q.shape[2]
+    block_mask = layer_block_mask(parts, n, q.device, tile)
+    return flex_attention_compiled(q, k, v, block_mask, scale=scaling, enable_gqa=k.shape[1] != q.shape[1])
+
+
+class FlexBackend(CpuBackend):
+    """Prefill through FlexAttention with the layer's BlockMask; decoding as the CPU backend's masked softmax, in fp32."""
+
+    name = "flex"
+
+    def __init__(self, tile: int = TILE):
+        self.tile = tile
+
+    def prefill(self, parts: PrefillParts, q, k, v, scaling):
+        return flex_prefill(parts, q, k, v, scaling, self.tile)
+
+    def decode(self, q, k, v, scaling, allowed=None, pages: PageKeys | None = None):
+        # q: (B, H_s·r, t, d_k), k, v: (B, H_s, L, ·), allowed: (B, H_s, r, t, L) → (B, H_s·r, t, d_v)
+        if q.dtype not in HALF:
+            return super().decode(q, k, v, scaling, allowed, pages)
+        up = pages._replace(keys=pages.keys.float(), values=pages.values.float()) if pages is not None else None
+        return super().decode(q.float(), k.float(), v.float(), scaling, allowed, up).to(q.dtype)
+
+
+register_backend("cuda", FlexBackend)
