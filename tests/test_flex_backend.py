@@ -199,3 +199,20 @@ def test_support_mask_mod_through_compiled_flex_attention():
     allowed = S.dense(n, n) & torch.ones(n, n, dtype=torch.bool).tril()
     ref = torch.softmax((q @ k.transpose(-1, -2) * D ** -0.5).masked_fill(~allowed, float("-inf")), -1) @ v
     torch.testing.assert_close(flex_attention_compiled(q, k, v, bm), ref, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: the calibration's statistics measured on the device")
+def test_calibration_observes_on_cuda_as_on_the_cpu():
+    # the model's own mask (`far`), the column sums and the candidates' errors on the input's device, the tables on the host
+    from attnlab.llm.plans.calibration import Calibration
+
+    Hc, n = 3, 300
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, Hc, n, 16, generator=gen) for _ in range(3))
+    shape = {"num_layers": 1, "num_heads": Hc, "num_kv_heads": Hc}
+    cpu, gpu = Calibration(shape, n, [(8, 4, 16)]), Calibration(shape, n, [(8, 4, 16)])
+    out_c = cpu.observe(0, q, k, v, 0.25)
+    out_g = gpu.observe(0, q.cuda(), k.cuda(), v.cuda(), 0.25, sliding=None)
+    torch.testing.assert_close(out_g.cpu(), out_c, atol=1e-4, rtol=1e-4)
+    for table in ("fit", "est", "sink", "cand_err", "cand_mass"):
+        torch.testing.assert_close(torch.as_tensor(getattr(gpu, table)), torch.as_tensor(getattr(cpu, table)), atol=1e-4, rtol=1e-4)

@@ -102,18 +102,19 @@ class Calibration:
         out = torch.empty_like(q[..., : v.shape[-1]])
         w_grid = self.w_grid
         Gw = len(w_grid)
-        j = torch.arange(n)
+        dev = q.device                                               # every mask and sum on the input's device
+        j = torch.arange(n, device=dev)
         for b in range(B):
-            c = torch.zeros(H, Gw, n, dtype=torch.float64)          # c_t(w) = Σ_{i − t > w} a_it: off-band column mass
+            c = torch.zeros(H, Gw, n, dtype=torch.float64, device=dev)   # c_t(w) = Σ_{i − t > w} a_it: off-band column mass
             for i0 in range(0, n, ROW_BLOCK):
                 i1 = min(n, i0 + ROW_BLOCK)
                 k0 = 0 if sliding is None else max(0, i0 - sliding + 1)               # a sliding layer's rows read keys ≥ k0 only
-                i = torch.arange(i0, i1)[:, None]
+                i = torch.arange(i0, i1, device=dev)[:, None]
                 jj = j[None, k0:i1]
-                s = (q[b, :, i0:i1] @ k[b, :, k0:i1].transpose(-1, -2)) * scaling  # (H, r, i1 − k0)
+                s = (q[b, :, i0:i1].float() @ k[b, :, k0:i1].float().transpose(-1, -2)) * scaling  # (H, r, i1 − k0), fp32 (a bf16 model too)
                 far = hidden(i, jj, sliding)
                 a = torch.softmax(s.masked_fill(far, float("-inf")), dim=-1)  # (H, r, i1 − k0), the model's own mask
-                out[b, :, i0:i1] = a @ v[b, :, k0:i1]
+                out[b, :, i0:i1] = (a @ v[b, :, k0:i1].float()).to(out.dtype)
                 colsum = a.sum(-2, dtype=torch.float64)                            # (H, i1 − k0): key t at colsum[:, t − k0]
                 for x, w in enumerate(w_grid):
                     # rows i0..i1−1 are all off-band for t ≤ i0 − w − 1, some for i0 − w − 1 < t < i1 − w − 1
@@ -126,7 +127,7 @@ class Calibration:
                         c[:, x, t0:t1] += (a[:, :, t0 - k0 : t1 - k0] * off).sum(-2, dtype=torch.float64)
             band = n - c.sum(-1)                                                   # rows sum to 1: band = n − off-band
             est_scores = self._estimate(q[b], k[b], scaling)                       # (H, n)
-            self._reduce(layer, band, c, est_scores, n)
+            self._reduce(layer, band.cpu(), c.cpu(), est_scores.cpu(), n)   # the tables are numpy, on the host
             if self.err_rows:
                 self._option_errors(layer, q[b], k[b], v[b], scaling, est_scores, sliding)
             if self.candidates:
@@ -171,6 +172,7 @@ class Calibration:
         H, _, d = v.shape
         U = projection_factor(self.out_proj[layer], H, d)
         u = head_gradients(self.out_proj[layer], self.row_grads[layer], H, d)
+        q, k, v, est_scores = q.cpu(), k.cpu(), v.cpu(), est_scores.cpu()   # R sampled rows: measured on the host, as the tables
         err, mass, delta = option_errors(q, k, v, scaling, est_scores, self.rows(), self.w_grid, self.g_grid, SINKS, U, u, sliding)
         self.err[layer] += err.numpy()
         self.mass_exec[layer] += mass.numpy()
@@ -180,8 +182,8 @@ class Calibration:
         # the last LAST_Q queries: exact output (the model's own mask, sliding window included) vs each candidate's output
         H, n, _ = q.shape
         i0 = max(0, n - LAST_Q)
-        i = torch.arange(i0, n)[:, None]
-        j = torch.arange(n)[None, :]
+        i = torch.arange(i0, n, device=q.device)[:, None]
+        j = torch.arange(n, device=q.device)[None, :]
         s = (q[:, i0:] @ k.transpose(-1, -2)) * scaling
         s = s.masked_fill(hidden(i, j, sliding), float("-inf"))
         o = torch.softmax(s, -1) @ v
@@ -191,7 +193,7 @@ class Calibration:
             keep |= cols[:, None, :]
             o_s = torch.softmax(s.masked_fill(~keep, float("-inf")), -1) @ v
             err = (o_s - o).norm(dim=(-2, -1)) / o.norm(dim=(-2, -1)).clamp_min(1e-30)
-            self.cand_err[layer, :, x] += err.numpy()
+            self.cand_err[layer, :, x] += err.cpu().numpy()
 
     TABLES = ("fit", "est", "sink", "fixed", "cand_err", "cand_mass", "windows", "err", "mass_exec", "resid", "out_scale", "delta", "gsq",
               "retrieval")
@@ -243,7 +245,7 @@ def candidate_columns(est_scores: torch.Tensor, fixed: int, dyn: int) -> torch.T
     """1[j ∈ T] of a candidate: the first ``fixed`` keys (sinks) and the ``dyn`` others with the highest
     estimated scores (MInference's vertical lines from the last queries); est_scores: (H, n) → (H, n) bool."""
     H, n = est_scores.shape
-    cols = torch.zeros(H, n, dtype=torch.bool)
+    cols = torch.zeros(H, n, dtype=torch.bool, device=est_scores.device)
     cols[:, :fixed] = True
     if dyn:
         sc = est_scores.clone()
