@@ -50,7 +50,7 @@ def long_source(run_dir: str | None, hf: str | None):
 
 
 def _long(hf: str | None, file: Path, tokens, block_rows, layers, rows=None, pool=None, memory_gib=None, run_dir: str | None = None,
-          progress=None):
+          progress=None, device=None):
     """The streamed statistics of RUN_DIR (an attnlab LM) or --hf on --file (``attnlab.llm.heads.long_capture.capture_long``);
     ``progress`` (``attnlab.progress``): the loading, then the blocks of rows with the time left."""
     from attnlab.progress import SILENT
@@ -67,8 +67,13 @@ def _long(hf: str | None, file: Path, tokens, block_rows, layers, rows=None, poo
     progress = progress or SILENT
     if hf is None:
         progress.stage(f"loading the run {run_dir}")
-    res = capture_long(long_source(run_dir, hf), text, max_tokens=tokens, block_rows=block_rows, layers=layers, rows=rows,
-                       pool=pool, memory_limit=limit, truncate=True, progress=progress)
+    source, tokenizer = long_source(run_dir, hf), None
+    if hf is not None and device is not None and device.type != "cpu":   # --device cuda: the model loaded there first
+        from attnlab.llm.models.loading import load_causal_lm
+
+        source, tokenizer = load_causal_lm(hf, progress=progress, device=device)
+    res = capture_long(source, text, tokenizer=tokenizer, name=hf if tokenizer is not None else None, max_tokens=tokens,
+                       block_rows=block_rows, layers=layers, rows=rows, pool=pool, memory_limit=limit, truncate=True, progress=progress)
     if "truncated_from" in res.meta:  # no --tokens: the first context-length tokens of a longer file
         typer.echo(f"attnlab: note: {file} has {res.meta['truncated_from']} tokens, more than the model's context; "
                    f"reading its first {res.n} (choose with --tokens)", err=True)
@@ -158,6 +163,7 @@ def attention_command(
     memory_gib: Optional[float] = typer.Option(None, "--memory-limit", help="with --file: refuse a run estimated above this many GiB (default: memory available)"),
     heads_json: Optional[Path] = typer.Option(None, "--heads", help="with --file or a long --maps: the head detectors' heads.json, drawn in the explorer's grid"),
     plan_json: Optional[Path] = typer.Option(None, "--plan", help="with --file or a long --maps: a plan of `attnlab plan` for this model and length, drawn on the maps"),
+    device: str = typer.Option("cpu", "--device", help="with --hf --file: cpu (float32), cuda (bfloat16) or auto (cuda when one is visible)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Capture the attention of every layer and head on SENTENCE; write the maps file, PNG grids and the HTML explorer.
@@ -171,8 +177,14 @@ def attention_command(
     from attnlab.outputs import claim_folder, write_folder
     from attnlab.viz.export import write_attention
 
+    from attnlab.llm.models.device import resolve_device
+
+    dev = resolve_device(device)                      # cuda without CUDA: one line, before anything is read or written
     if maps_file is None or not _is_long(maps_file):  # a saved capture refuses these options with its own line (below)
         check_file_only(file, tokens=tokens, block_rows=block_rows, layers=layers, rows=rows, pool=pool, memory_gib=memory_gib)
+    if dev.type != "cpu" and (file is None or hf is None):
+        raise UserError(f"--device {device}: the attention maps of sentences and of a RUN_DIR are captured on the CPU; "
+                        f"--device applies to --hf MODEL --file TEXT")
     if file is not None:
         run_dir = _one_run(args)
         _check_long_source(run_dir, hf)
@@ -195,7 +207,7 @@ def attention_command(
 
         progress = Progress.for_command(quiet)
         res = _long(hf, file, tokens, block_rows, layers, rows or "auto", "auto" if pool is None else pool, memory_gib, run_dir=run_dir,
-                    progress=progress)
+                    progress=progress, device=dev)
         detectors, the_plan = _overlays(res, heads_json, the_plan)  # before the summary: a mismatch is one line
         _long_summary(res)
         progress.stage(f"writing {out}: the capture, summary, pictures and explorer.html")

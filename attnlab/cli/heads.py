@@ -15,12 +15,13 @@ from attnlab.cli.options import checked
 from attnlab.errors import UserError
 
 
-def _load(run_dir: str | None, hf: str | None, progress):
-    """(model, tokenizer, name) of RUN_DIR or --hf (exactly one of them is given); ``progress`` says "loading …" first."""
+def _load(run_dir: str | None, hf: str | None, progress, device=None):
+    """(model, tokenizer, name) of RUN_DIR or --hf (exactly one of them is given); ``progress`` says "loading …" first;
+    ``device``: where an --hf model runs (``models.device``; None: the CPU)."""
     if hf is not None:
         from attnlab.llm.models.loading import load_causal_lm
 
-        model, tokenizer = load_causal_lm(hf, progress=progress)
+        model, tokenizer = load_causal_lm(hf, progress=progress, device=device)
         return model, tokenizer, hf
     from attnlab.train.checkpoint import load_run
 
@@ -45,6 +46,7 @@ def heads_command(
     block_rows: Optional[int] = typer.Option(None, "--block-rows", help="query rows per block (default: ~64 MB of weights)"),
     out: Optional[Path] = typer.Option(None, "--out", help="output folder (default ./heads-MODEL): heads.json, summary.md"),
     force: bool = typer.Option(False, "--force", help="replace an earlier heads folder in --out"),
+    device: str = typer.Option("cpu", "--device", help="with --hf: cpu (float32), cuda (bfloat16) or auto (cuda when one is visible)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Score every head as a previous-token, duplicate-token, induction, sink and retrieval head; print the table, write heads.json."""
@@ -59,6 +61,9 @@ def heads_command(
     if (run_dir is None) == (hf is None):
         raise UserError("give RUN_DIR or --hf MODEL (one of them)")
     name = hf or Path(run_dir).name
+    from attnlab.llm.models.device import resolve_device
+
+    dev = resolve_device(device)   # cuda without CUDA: one line, before anything is written
     if out is None:
         out = Path("heads-" + (re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(name).name) or "model"))
     claim = claim_folder(out, kind="heads", inputs=[("RUN_DIR", run_dir), ("--hf", hf)], force=force)
@@ -74,7 +79,7 @@ def heads_command(
     from attnlab.progress import Progress
 
     progress = Progress.for_command(quiet)
-    model, tokenizer, name = _load(run_dir, hf, progress)
+    model, tokenizer, name = _load(run_dir, hf, progress, dev if hf is not None else None)
     top_n = context_of(model)
     if top_n is not None and length > top_n:
         raise UserError(f"--length must be at most the model's context of {top_n} tokens, got {length}")

@@ -26,9 +26,10 @@ from attnlab.cli.options import checked
 from attnlab.outputs import claim_file
 
 
-def _load(spec: str, progress=None):
+def _load(spec: str, progress=None, device=None):
     """(model, tokenizer) through attnlab.llm.models.loading (the one loader); a plain HF folder before it exists.
-    ``progress`` (``attnlab.progress``): says "loading model …" before transformers is imported."""
+    ``progress`` (``attnlab.progress``): says "loading model …" before transformers is imported; ``device``: where the
+    model runs (``models.device.place_model``; None: the CPU)."""
     try:
         from attnlab.llm.models.loading import load_causal_lm
     except ImportError:  # pragma: no cover - before the LLM-capture branch is merged
@@ -36,7 +37,7 @@ def _load(spec: str, progress=None):
     if load_causal_lm is not None:
         from attnlab.progress import SILENT
 
-        return load_causal_lm(spec, progress=progress or SILENT)
+        return load_causal_lm(spec, progress=progress or SILENT, device=device)
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -49,6 +50,14 @@ def _load(spec: str, progress=None):
     if not (folder / "config.json").is_file():
         raise UserError(f"--hf {spec}: not a model folder (no config.json)")
     return AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval(), AutoTokenizer.from_pretrained(folder)
+
+
+def check_model_fits(model, n: int, device, what: str, batch: int = 1) -> None:
+    """Refuse before the run (one line: bytes needed and free) a length whose caches and masks will not fit the device."""
+    from attnlab.llm.models.device import check_fits, plan_bytes
+    from attnlab.llm.plans.plan import model_shape
+
+    check_fits(plan_bytes(model_shape(model), n, batch, next(model.parameters()).element_size()), device, what)
 
 
 def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows: int, method: str, mix: str | None = None,
@@ -88,6 +97,7 @@ def plan_command(
     slashes: int = typer.Option(0, "--slashes", help="diagonals beyond its band each planned head reads at the prefill, chosen per input from the last queries; their entries come out of the budget (0 = none)"),
     out: Optional[Path] = typer.Option(None, "--out", help="plan file (.json) [default: next to the model]"),
     force: bool = typer.Option(False, "--force", help="replace an existing plan file"),
+    device: str = typer.Option("cpu", "--device", help="cpu (float32), cuda (bfloat16, FlexAttention) or auto (cuda when one is visible)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Choose one structured support per (layer, head) from calibration text under a budget; write it as JSON."""
@@ -99,6 +109,9 @@ def plan_command(
         check_budget(budget)
     except ValueError:
         raise ValueError(f"--budget: must be a fraction in (0, 1], got {budget}") from None
+    from attnlab.llm.models.device import resolve_device
+
+    dev = resolve_device(device)              # cuda without CUDA: one line, before anything is read or written
     from attnlab.llm.eval.eval_inputs import check_input_file
     from attnlab.llm.models.loading import resolve_spec
 
@@ -121,7 +134,8 @@ def plan_command(
     from attnlab.progress import Progress
 
     progress = Progress.for_command(quiet)
-    model, tokenizer = _load(hf, progress)
+    model, tokenizer = _load(hf, progress, dev)
+    check_model_fits(model, n, dev, f"--n {n} on {dev}")
     p = make_plan(model, tokenizer, calibrate, budget, n, windows, method, calibrate_mix, slashes, progress)
     if pages:
         p.pages = pages
@@ -143,14 +157,18 @@ def plan_run_command(
     file: Path = typer.Option(..., "--file", help="text to score (plain or .gz)"),
     n: int = typer.Option(2048, "--n", help="window length in tokens"),
     windows: int = typer.Option(1, "--windows", help="windows scored"),
+    device: str = typer.Option("cpu", "--device", help="cpu (float32), cuda (bfloat16, FlexAttention) or auto (cuda when one is visible)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Perplexity of the model with a plan applied, beside the full model's."""
     import math
 
+    from attnlab.llm.models.device import resolve_device
     from attnlab.llm.models.loading import check_length
     from attnlab.llm.methods.attnlab_plan import PlanFile
     from attnlab.llm.models.text_windows import token_windows
+
+    dev = resolve_device(device)              # cuda without CUDA: one line, before the plan is read
 
     method = PlanFile(plan)
     p = method.file_plan.check(name=f"--plan {plan}", n=n)  # its length and columns against --n
@@ -163,7 +181,8 @@ def plan_run_command(
     from attnlab.progress import Progress
 
     progress = Progress.for_command(quiet)
-    model, tokenizer = _load(hf, progress)
+    model, tokenizer = _load(hf, progress, dev)
+    check_model_fits(model, n, dev, f"--plan {plan} at --n {n} on {dev}")
     method.prepare(model, n)   # refuses a plan made for another model
     ids = token_windows(tokenizer, file, n, windows)
     with torch.no_grad(), progress.bar(f"perplexity n={n}, full then the plan", total=2 * len(ids), unit="windows") as bar:

@@ -284,13 +284,14 @@ def fetch_model(name: str, *, cache: str | os.PathLike | None = None, force: boo
     return target
 
 
-def load_causal_lm(spec: str | os.PathLike, *, attn_implementation: str | None = "sdpa", progress: Progress = SILENT):
+def load_causal_lm(spec: str | os.PathLike, *, attn_implementation: str | None = "sdpa", progress: Progress = SILENT, device=None):
     """``(model, tokenizer)`` of ``spec`` (module docstring), float32, eval mode.
 
     ``attn_implementation`` is passed to transformers ("sdpa", "eager", or a
     name registered with ``transformers.AttentionInterface``, e.g.
     attnlab's streaming capture).  ``progress`` (``attnlab.progress``) says
-    "loading model …" before transformers is imported, then its three steps.
+    "loading model …" before transformers is imported, then its three steps.  ``device`` (``models.device``): the
+    model moved there (bfloat16 on CUDA), its inputs with it; None: the CPU.
     """
     kind, path, gguf_file = resolve_spec(spec)
     with progress.bar(f"loading model {spec}", total=3, unit="steps") as bar:
@@ -308,6 +309,10 @@ def load_causal_lm(spec: str | os.PathLike, *, attn_implementation: str | None =
             bar.advance(note="weights")
         finally:
             restore()
+    if device is not None:
+        from attnlab.llm.models.device import place_model
+
+        place_model(model, device)
     return model, tokenizer
 
 
