@@ -106,6 +106,8 @@ def _num(x, spec: str = ".4g") -> str:
         return "–"
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return str(x).replace("|", "\\|")
+    if isinstance(x, int) or (spec == ".4g" and abs(x) >= 1e4):
+        return f"{x:.0f}"                                        # 16384, not 1.638e+04
     return format(x, spec)
 
 
@@ -115,16 +117,27 @@ def eval_table(folder: Path) -> str:
     walls = read_lines(folder / "wall.jsonl") if (folder / "wall.jsonl").exists() else []
     if not any(r.get("kind") == "answer" for r in rows):
         raise Refused(f"{folder / 'results.jsonl'}: no answer rows (is it attnlab eval's?)")
-    text = markdown(summarise(rows, walls))
+    summary = summarise(rows, walls)
+    text = markdown(summary)
     cfg = folder / "config.json"
     if cfg.exists():
         try:
             c = json.loads(cfg.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise Refused(f"{cfg}: not JSON ({err.msg})") from None
+        short = [r for r in summary["table"] if not r.get("reference") and r["prompts"] < _prompts_asked(c, r, rows)]
+        if short:   # a grid still running, or stopped: said, not hidden
+            text += ("\n**Incomplete run**: " + "; ".join(f"{r['method']} β={r['budget']:g} ({r['task']}, n = {r['n']}) "
+                     f"{r['prompts']} of {_prompts_asked(c, r, rows)} prompts" for r in short) + ".\n")
         shown = [k for k in c if k not in ("format", "tasks", "lengths", "methods", "budgets") and c[k] not in (None, "", [])]
         text = "settings: " + ", ".join(f"{k} = `{c[k]}`" for k in shown) + "\n\n" + text   # what the table's rows do not say
     return text
+
+
+def _prompts_asked(cfg: dict, row: dict, rows: list[dict]) -> int:
+    """Prompts the run's config asks of one (task, n, method, β): samples × depths (× 1 for a task placed at no depth)."""
+    placed = any(r.get("depth") is not None for r in rows if r.get("kind") == "answer" and r.get("task") == row["task"])
+    return int(cfg.get("samples", 0)) * (int(cfg.get("depths", 1)) if placed else 1)
 
 
 def speed_table(path: Path) -> str:

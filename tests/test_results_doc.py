@@ -84,7 +84,7 @@ def test_collect_then_regenerate(tree, capsys):
     # the eval table: full 2/2, streaming-llm 1/2 = 50 %, on full's 2 cells: 50 % of full; β measured; perplexity
     assert "| niah | 2048 | full | 1 | 1.000 | 2048 |" in doc
     assert "| niah | 2048 | streaming-llm | 0.1 | 0.098 | 204 | – | – | 2 | 50.0 % | 2/2 | 50.0 | 50 |" in doc
-    assert "| 28.153 |" in doc and "grid wall time: 42.5 s" in doc
+    assert "| 28.153 |" in doc and "grid wall time: 42.5 s" in doc and "Incomplete" not in doc
     # the speed table: means over the alternated runs and the ratios to SDPA (105 s / 50 s = 2.10×, 14/7 = 2.00×, KV 5.00×)
     assert "| 8192 | sdpa | 0.1 | 2 | 2 | 105.0 (100.0–110.0) | 1.00× |" in doc
     assert "| 8192 | attnlab | 0.1 | 2 | 2 | 50.0 (50.0–50.0) | 2.10× | 14.00 (14.00–14.00) | 2.00× | 72.0 | 5.00× |" in doc
@@ -93,6 +93,17 @@ def test_collect_then_regenerate(tree, capsys):
     before = doc
     assert run_main(tree) == 0
     assert (tree / "results.md").read_text() == before
+
+
+def test_an_incomplete_grid_is_said(tree):
+    """A run stopped before its grid was measured: the rows it has, and a line saying how many prompts each lacks."""
+    run = tree / "runs" / "niah-tiny"
+    rows = results.read_lines(run / "results.jsonl")
+    write_lines(run / "results.jsonl", [r for r in rows if not (r["method"] == "streaming-llm" and r["depth"] == 1.0)])
+    assert run_main(tree, "--collect", str(tree / "runs")) == 0
+    doc = (tree / "results.md").read_text()
+    assert "**Incomplete run**: streaming-llm β=0.1 (niah, n = 2048) 1 of 2 prompts." in doc
+    assert "Incomplete" not in doc.split("## niah-tiny")[1].split("## speed-tiny")[1]
 
 
 def test_figures_follow_the_runs(tree):
