@@ -306,12 +306,11 @@ def cases(w: Path) -> list[tuple[str, list, dict, tuple]]:
     return C
 
 
-def test_every_bad_input_is_one_line_exit_2_and_changes_nothing(world, monkeypatch):
-    monkeypatch.chdir(world)  # default outputs (plan next to the model, ./attention-MODEL) land in the work folder
-    monkeypatch.setenv("ATTNLAB_CACHE", str(world / "cache"))  # never the user's cache
+def refuse_all(world: Path, table_cases: list) -> tuple[list, list, float]:
+    """Run every case: (table rows (label, exit, message, problems), the failed cases, seconds)."""
     table, bad = [], []
     start = time.perf_counter()
-    for label, args, env, needles in cases(world):
+    for label, args, env, needles in table_cases:
         before = hashes(world)
         code, out, err = run(args, env)
         lines = [line for line in err.strip().splitlines() if line.strip()]
@@ -329,11 +328,21 @@ def test_every_bad_input_is_one_line_exit_2_and_changes_nothing(world, monkeypat
         table.append((label, code, message.removeprefix("attnlab: error: "), problems))
         if problems:
             bad.append(f"{label}: {', '.join(problems)} | {err.strip()[-300:]}")
-    seconds = time.perf_counter() - start
+    return table, bad, time.perf_counter() - start
+
+
+def print_table(table: list) -> None:
     width = max(len(t[0]) for t in table)
     print(f"\n{'case':<{width}}  exit  message")
     for label, code, message, problems in table:
         print(f"{label:<{width}}  {code!s:>4}  {message[:110]}{'  <-- ' + ', '.join(problems) if problems else ''}")
+
+
+def test_every_bad_input_is_one_line_exit_2_and_changes_nothing(world, monkeypatch):
+    monkeypatch.chdir(world)  # default outputs (plan next to the model, ./attention-MODEL) land in the work folder
+    monkeypatch.setenv("ATTNLAB_CACHE", str(world / "cache"))  # never the user's cache
+    table, bad, seconds = refuse_all(world, cases(world))
+    print_table(table)
     issue = sum(t[0].startswith("issue:") for t in table)
     clean = len(table) - len(bad)
     print(f"{clean} of {len(table)} bad inputs refused cleanly ({issue} from the issue, {len(table) - issue} more) in {seconds:.1f} s: "

@@ -76,7 +76,8 @@ def eval_command(
     if plan is not None:
         from attnlab.llm.plans.plan import Plan
 
-        Plan.load(plan)                                                   # a malformed file: one line, before the model
+        for n in settings.lengths:                                        # a malformed file, another length: one line, before the model
+            Plan.load(plan).check_length(n, f"--plan {plan}")
     check_settings(settings, None)                                        # everything but the model's context
     check_eval_folder(out, settings)                                      # a user's folder, another model's eval: refused
     check_length(hf, max(settings.lengths), "--lengths")                  # the model's context, from its configuration

@@ -270,6 +270,8 @@ def check_value(command: str, name: str, value: Any, values: dict[str, Any] | No
             kind = "a comma list of" if rule.many else "one of"
             raise UserError(f"{flag} must be {kind} {', '.join(rule.choices)}, got {value!r}"
                             + (f" (unknown: {', '.join(map(repr, bad))})" if rule.many and bad else ""))
+        if len(set(items)) < len(items):   # a choice twice in a list (--task niah,niah): its rows would count twice
+            raise UserError(f"{flag}: {next(v for i, v in enumerate(items) if v in items[:i])} given twice, got {value!r}")
         return
     if rule.kind is str:
         return

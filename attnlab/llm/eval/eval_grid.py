@@ -35,7 +35,7 @@ from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
 from attnlab.progress import SILENT, Progress
 from attnlab.llm import methods as registry
-from attnlab.llm.eval.eval_inputs import check_texts
+from attnlab.llm.eval.eval_inputs import check_eval_folder, check_texts
 from attnlab.llm.eval.tasks import QUESTIONS, TASKS, TEMPLATES, Haystack, PromptFormat, sample_key, string_match_all
 
 __all__ = ["EvalSettings", "depth_grid", "read_results", "run_eval"]
@@ -106,8 +106,6 @@ GROWS = ("tasks", "lengths", "methods", "budgets")  # settings a later run in th
 
 def _claim(out: Path, settings: EvalSettings) -> None:
     """Write ``config.json`` or check that the run there has the same settings (``GROWS`` may gain values)."""
-    from attnlab.llm.eval.eval_inputs import check_eval_folder
-
     cfg = {"format": FORMAT, **asdict(settings)}
     path = out / "config.json"
     old = check_eval_folder(out, settings)   # a user's folder, another model's or other settings' run: refused
@@ -184,6 +182,8 @@ def _items(text: str, option: str) -> list[str]:
     items = [x.strip() for x in str(text).split(",") if x.strip()]
     if not items:
         raise UserError(f"{option}: expected at least one value, got {text!r}")
+    if len(set(items)) < len(items):   # a length or budget twice: its rows counted twice
+        raise UserError(f"{option}: {next(x for i, x in enumerate(items) if x in items[:i])} given twice, got {text!r}")
     return items
 
 

@@ -357,9 +357,6 @@ class Plan:
         if not isinstance(d, dict) or d.get("format") != "attnlab-plan/1":
             raise UserError(f"{path}: not an attnlab plan file (no format 'attnlab-plan/1')")
         try:
-            heads = [[HeadPlan.from_dict(h) for h in row] for row in d["heads"]]
-            plan = cls(heads, int(d["num_kv_heads"]), d.get("method", "attnlab"), float(d.get("budget", 1.0)), int(d.get("n", 0)), d.get("meta", {}),
-                       d.get("windows"), d.get("pages", 0), d.get("page", 16))
             n = d.get("n")
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:   # the length its budget and columns refer to
                 raise ValueError(f"n must be an integer >= 1 (the length the plan was made for), got {n!r}")
@@ -368,6 +365,9 @@ class Plan:
                     raise ValueError(f"{key} must be an integer >= 1, got {d.get(key)!r}")
             if d["num_heads"] % d["num_kv_heads"]:
                 raise ValueError(f"num_heads {d['num_heads']} is not a multiple of num_kv_heads {d['num_kv_heads']}")
+            heads = [[HeadPlan.from_dict(h) for h in row] for row in d["heads"]]
+            plan = cls(heads, int(d["num_kv_heads"]), d.get("method", "attnlab"), float(d.get("budget", 1.0)), int(d.get("n", 0)), d.get("meta", {}),
+                       d.get("windows"), d.get("pages", 0), d.get("page", 16))
             check_budget(d.get("budget", 1.0))
         except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise UserError(f"{path}: malformed plan ({err})") from None
