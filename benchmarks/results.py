@@ -111,12 +111,22 @@ def _num(x, spec: str = ".4g") -> str:
     return format(x, spec)
 
 
+def eval_files(folder: Path) -> list[Path]:
+    """attnlab eval's rows: results.jsonl, and the per-rank files of a torchrun grid not folded into it yet."""
+    return [p for p in [folder / "results.jsonl"] if p.exists()] + sorted(folder.glob("results.rank*.jsonl"))
+
+
 def eval_table(folder: Path) -> str:
-    """The table ``attnlab eval`` writes into table.md, from the folder's results.jsonl and wall.jsonl."""
-    rows = read_lines(folder / "results.jsonl")
+    """The table ``attnlab eval`` writes into table.md, from the folder's results (every rank's, by key) and wall.jsonl."""
+    rows, keys = [], set()
+    for path in eval_files(folder):
+        for r in read_lines(path):
+            if r.get("key") not in keys:
+                keys.add(r.get("key"))
+                rows.append(r)
     walls = read_lines(folder / "wall.jsonl") if (folder / "wall.jsonl").exists() else []
     if not any(r.get("kind") == "answer" for r in rows):
-        raise Refused(f"{folder / 'results.jsonl'}: no answer rows (is it attnlab eval's?)")
+        raise Refused(f"{eval_files(folder)[0]}: no answer rows (is it attnlab eval's?)")
     summary = summarise(rows, walls)
     text = markdown(summary)
     cfg = folder / "config.json"
@@ -194,13 +204,13 @@ def rows_table(path: Path) -> str:
 def folder_tables(folder: Path) -> list[tuple[str, str]]:
     """(the file, its table) for every result file of one folder."""
     out = []
-    if (folder / "results.jsonl").exists():
-        out.append(("results.jsonl", eval_table(folder)))
+    if eval_files(folder):
+        out.append((", ".join(p.name for p in eval_files(folder)), eval_table(folder)))
     for name, make in (("speed.jsonl", speed_table), ("ppl.jsonl", ppl_table), ("attention.jsonl", rows_table)):
         if (folder / name).exists():
             out.append((name, make(folder / name)))
     for p in sorted(folder.glob("*.jsonl")):
-        if p.name not in EVAL_FILES + BENCH_FILES:
+        if p.name not in EVAL_FILES + BENCH_FILES and p not in eval_files(folder):
             out.append((p.name, rows_table(p)))
     return out
 
@@ -218,7 +228,7 @@ def section(name: str, runs: Path, recipes: Path, shown: Path, here: Path) -> st
              "```bash\n" + "\n".join(commands) + "\n```\n"]
     for folder in result_folders(runs / name):
         for file, table in folder_tables(folder):
-            parts.append(f"From `{_rel(folder / file, shown)}`:\n\n{table}")
+            parts.append(f"From `{_rel(folder, shown)}/{file}`:\n\n{table}")
     return "\n".join(p for p in parts if p)
 
 

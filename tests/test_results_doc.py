@@ -177,3 +177,17 @@ def test_collect_a_folder_not_named_after_its_recipe(tree, capsys):
     (tree / "results.md").unlink()
     assert "no recipe" in refused(tree, capsys, "--collect", str(tree / "runs"), "--collect", f"{src}=nosuch/x")
     assert not (tree / "docs").exists()
+
+
+def test_a_torchrun_grid_not_folded_yet(tree):
+    """results.rank{r}.jsonl (torchrun ranks, before rank 0 folds them): one table of every rank's rows, by key."""
+    run = tree / "runs" / "niah-tiny"
+    rows = results.read_lines(run / "results.jsonl")
+    (run / "results.jsonl").unlink()
+    write_lines(run / "results.rank0.jsonl", rows[:3])
+    write_lines(run / "results.rank1.jsonl", rows[2:])                       # one row in both: counted once
+    assert run_main(tree, "--collect", str(tree / "runs")) == 0
+    doc = (tree / "results.md").read_text()
+    assert "niah-tiny/results.rank0.jsonl, results.rank1.jsonl" in doc
+    assert "| niah | 2048 | streaming-llm | 0.1 | 0.098 | 204 | – | – | 2 | 50.0 % | 2/2 | 50.0 | 50 |" in doc
+    assert "| key | kind |" not in doc and "Incomplete" not in doc             # no second, generic table of the rank files
