@@ -9,6 +9,8 @@ Writes ``OUT/results.jsonl`` (one line per prompt, resumable), ``OUT/table.md``,
 ceiling.  A killed run started again with the same options continues where it stopped.  Methods whose
 prefill is full attention (full, snapkv, quest) share each prompt's prefill, and a prompt reuses the prefix
 it shares with the previous one (``--no-reuse``: not; the answers are the same, ``OUT/wall.jsonl`` the times).
+``torchrun --nproc_per_node N -m attnlab eval …``: the ranks share the prompts (``llm.eval.ranks``), each writes
+``OUT/results.rank{r}.jsonl``, rank 0 folds them into ``OUT/results.jsonl`` and writes the table.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def eval_command(
     out: Path = typer.Option(Path("runs/eval"), "--out", help="run folder (results.jsonl, table.md, heatmaps)"),
     no_reuse: bool = typer.Option(False, "--no-reuse", help="every answer its own prefill: no full-attention prefill "
                                   "shared by full, snapkv and quest, no prefix shared with the previous prompt (same answers, slower)"),
+    device: str = typer.Option("cpu", "--device", help="cpu (float32), cuda (bfloat16, FlexAttention) or auto (cuda when one is visible); "
+                               "under torchrun each rank takes its local GPU"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Retrieval accuracy on a depth × length grid, and perplexity, of a model under methods (resumable)."""
@@ -81,12 +85,28 @@ def eval_command(
     check_settings(settings, None)                                        # everything but the model's context
     check_eval_folder(out, settings)                                      # a user's folder, another model's eval: refused
     check_length(hf, max(settings.lengths), "--lengths")                  # the model's context, from its configuration
+    from attnlab.llm.models.device import resolve_device                  # torch: after the checks above, which need none
     from attnlab.progress import Progress
 
-    progress = Progress.for_command(quiet)                                # bars in a terminal, a line per stage otherwise
-    model, tokenizer = _load(hf, progress)                                # run_eval checks the texts' lengths before any write
+    dev = resolve_device(device)                                          # cuda without CUDA: one line, nothing loaded or written
+    from attnlab.llm.eval.ranks import Ranks, fold_results
+
+    ranks = Ranks.from_env()                                              # torchrun's RANK / WORLD_SIZE (one process: 0 / 1)
+    progress = Progress.for_command(quiet or ranks.rank > 0)              # bars in a terminal, a line per stage otherwise
+    model, tokenizer = _load(hf, progress, dev)                           # run_eval checks the texts' lengths before any write
+    from attnlab.cli.plan import check_model_fits
+
+    check_model_fits(model, max(settings.lengths), dev, f"--lengths {max(settings.lengths)} on {dev}")
+    ranks.init_group()                                                    # torchrun: a gloo group for the barrier before the merge
     t0 = time.time()
     rows = run_eval(model, tokenizer, settings, out, progress=progress, reuse=not no_reuse)
+    ranks.barrier()
+    if not ranks.merges():                                                # a rank's share written; rank 0 (or the next run) merges
+        typer.echo(f"rank {ranks.rank} of {ranks.world}: {len(read_results(ranks.results_path(out)))} rows in "
+                   f"{ranks.results_path(out)}, {time.time() - t0:.0f} s this run")
+        return ranks.close()
+    rows = fold_results(out)                                              # the rank files folded into results.jsonl
+    ranks.close()
     progress.stage(f"writing {out}: table.md, summary.json, heatmaps")
     summary = write_report(rows, out)
     typer.echo(markdown(summary), nl=False)

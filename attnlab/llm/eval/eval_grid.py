@@ -312,6 +312,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
     from attnlab.llm.eval.greedy import greedy_answer   # torch: imported here, so that the settings are checked without it
     from attnlab.llm.models.loading import model_max_len
     from attnlab.llm.execution.prefix_cache import FullPrefill
+    from attnlab.llm.eval.ranks import Ranks, read_all
 
     out = Path(out)
     check_settings(settings, model_max_len(model))
@@ -327,8 +328,8 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
         _method(settings, name, 1.0).check_model(model)
     check_texts(tokenizer, settings, any(_method(settings, m, 1.0).calibrated for m in settings.methods))  # long enough
     _claim(out, settings)
-    results = out / "results.jsonl"
-    rows = read_results(results)
+    results = (ranks := Ranks.from_env()).results_path(out)   # torchrun: this rank's file, its share of the prompts (ranks)
+    rows = read_all(out)                                          # every rank's rows: resumable with any number of ranks
     done = {r["key"] for r in rows}
     cells = [(t, d) for t in settings.tasks for d in (depths if TASKS[t].uses_depth else [None])]
     per_run = len(cells) * settings.samples + (1 if settings.ppl else 0)
@@ -351,7 +352,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
 
         try:
             for n in settings.lengths:
-                samples = {(t, d, s): None for t, d in cells for s in range(settings.samples)}
+                samples = {key: None for i, key in enumerate((t, d, s) for t, d in cells for s in range(settings.samples)) if ranks.mine(i)}
 
                 def answer(run, key):  # one prompt under one method → its row
                     name, budget, method, beta = run.name, run.budget, run.method, run.beta
@@ -382,7 +383,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
                         if run not in shared:   # the others method by method, as before
                             for key in run.todo:
                                 answer(run, key)
-                        if run.ppl_key is not None:
+                        if run.ppl_key is not None and ranks.rank == 0:
                             emit(_perplexity_row(model, tokenizer, settings, run.method, run.name, run.budget, n, run.beta, run.ppl_key))
         finally:
             bar.close()

@@ -2,7 +2,7 @@
 
     cpu   float32 (the native kernel's prefill; every figure of the README so far)
     cuda  bfloat16 weights and activations, FlexAttention's prefill (``execution.flex_backend``; softmax in fp32)
-    auto  cuda when PyTorch sees a CUDA device, else cpu
+    auto  cuda when PyTorch sees a CUDA device, else cpu     (under torchrun: the GPU of LOCAL_RANK)
 
 ``--device cuda`` on a machine without one is refused on one line before anything is loaded or written; a plan
 whose caches and masks will not fit the device's free memory is refused before the run, with the bytes needed and
@@ -11,6 +11,8 @@ commands' token tensors, built on the host, need not know where the model lies.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -32,6 +34,8 @@ def resolve_device(option: str, flag: str = "--device") -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         why = "this PyTorch is built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
         raise UserError(f"{flag} cuda: {why} (torch {torch.__version__}); use {flag} cpu or auto")
+    if name == "cuda" and "LOCAL_RANK" in os.environ:   # torchrun: each local rank its own GPU
+        return torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
     return torch.device(name)
 
 

@@ -1,0 +1,72 @@
+"""The eval grid shared by torchrun's ranks (``attnlab.llm.eval.ranks``): each rank its share of the prompts in its own
+file, the union the single process's rows, folded into results.jsonl by the next run; resumable with any N."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from char_model_folder import save_with_char_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    import transformers
+
+    from attnlab.llm.models.loading import load_causal_lm
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=2048)
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    save_with_char_tokenizer(transformers.LlamaForCausalLM(cfg).eval(), folder)
+    model, tok = load_causal_lm(str(folder))
+    return folder, model, tok
+
+
+def _strip(rows):
+    drop = ("prefill_s", "decode_s", "seconds", "reused_tokens")   # what a run spent, not what it measured
+    return sorted(json.dumps({k: v for k, v in r.items() if k not in drop}, sort_keys=True) for r in rows)
+
+
+def test_two_ranks_share_the_prompts_and_fold_into_the_single_process_rows(tiny, tmp_path, monkeypatch):
+    from attnlab.llm.eval.eval_grid import EvalSettings, read_results, run_eval
+    from attnlab.llm.eval.ranks import Ranks, fold_results
+
+    folder, model, tok = tiny
+    settings = EvalSettings(model=str(folder), tasks=["niah"], lengths=[500], depths=3, samples=1, methods=["streaming-llm"],
+                            budgets=[0.5], haystack="noise", max_new=4)
+    whole = run_eval(model, tok, settings, tmp_path / "whole")
+    out = tmp_path / "ranked"
+    shares = []
+    for rank in (0, 1):   # torchrun's variables set by hand: no process group, each rank writes its own file
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        assert not Ranks.from_env().merges()
+        run_eval(model, tok, settings, out)
+        shares.append(read_results(out / f"results.rank{rank}.jsonl"))
+    assert not (out / "results.jsonl").exists()
+    keys = [{r["key"] for r in s} for s in shares]
+    assert keys[0] and keys[1] and not keys[0] & keys[1]                   # each prompt answered once
+    assert _strip(shares[0] + shares[1]) == _strip(whole)
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    again = run_eval(model, tok, settings, out)                             # one process: nothing left to measure
+    assert _strip(again) == _strip(whole)
+    folded = fold_results(out)
+    assert _strip(folded) == _strip(whole) and not list(out.glob("results.rank*.jsonl"))
+    assert _strip(read_results(out / "results.jsonl")) == _strip(whole)
+
+
+@pytest.mark.parametrize("env,needle", [({"RANK": "2", "WORLD_SIZE": "2"}, "0 <= RANK < WORLD_SIZE"),
+                                        ({"RANK": "x", "WORLD_SIZE": "2"}, "expected integers")])
+def test_bad_rank_variables_are_one_line(monkeypatch, env, needle):
+    from attnlab.errors import UserError
+    from attnlab.llm.eval.ranks import Ranks
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(UserError, match=needle):
+        Ranks.from_env()
