@@ -43,7 +43,7 @@ def main_guard(main, argv: list[str] | None = None) -> None:
     def usage_error(parser, message):   # argparse's usage block and error line, as one line naming the script
         fail(f"{message} (see {parser.prog} --help)")
 
-    argparse.ArgumentParser.error = usage_error
+    error, argparse.ArgumentParser.error = argparse.ArgumentParser.error, usage_error   # restored when main is done
     try:
         code = main()
     except (UserError, ValueError, OSError, UnicodeDecodeError) as err:
@@ -57,4 +57,6 @@ def main_guard(main, argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("attnlab: interrupted", file=sys.stderr)
         sys.exit(130)
+    finally:
+        argparse.ArgumentParser.error = error
     sys.exit(code if isinstance(code, int) else 0)
