@@ -9,6 +9,10 @@
 Adding a method is one file here with a ``@register`` class; nothing else names it.  A preset is a base
 method with fixed option values and a one-line purpose (``register_preset``, in the base method's file);
 ``get(preset, **options)`` takes further options of the base, and refuses one that contradicts the preset.
+
+A method file imports no torch at module level: ``attnlab methods`` and the CLI's option checks read the
+registry before torch loads (tests/test_cli_imports.py).  What computes lives in functions, or in a
+``NAME_runner.py`` beside it, which the registry does not import (the method imports it when it runs).
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ def register_preset(name: str, base: str, purpose: str, default: bool = False, *
 
 def _discover() -> None:
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name != "base":
+        if info.name != "base" and not info.name.endswith("_runner"):   # a runner: the torch half, imported when run
             importlib.import_module(f"{__name__}.{info.name}")
 
 
