@@ -22,7 +22,7 @@ from attnlab.support import NO_DIAGONAL, Support, diagonal_mask  # noqa: E402
 
 
 def head(w, fixed=(), dynamic=0, slashes=0, tail=0):
-    return HeadPlan(Support(w=w, columns=np.asarray(fixed, dtype=np.int64)), dynamic, tail, slashes)
+    return HeadPlan(support=Support(w=w, columns=np.asarray(fixed, dtype=np.int64)), dynamic=dynamic, tail=tail, slashes=slashes)
 
 
 def dense_reference(q, k, v, scaling, w, columns, diagonals):
@@ -125,7 +125,7 @@ def test_entries_json_roundtrip_and_old_files_unchanged(tmp_path):
             Plan.load(tmp_path / "bad.json")
 
 
-@pytest.mark.parametrize("name,opts", [("attnlab-retrieval", {"retrieval_heads": "2", "tail": "8"}), ("attnlab", {})])
+@pytest.mark.parametrize("name,opts", [("attnlab-retrieval", {"retrieval_heads": "2", "tail": "8"}), ("attnlab-band", {})])
 def test_methods_take_the_slashes_from_the_budget(name, opts):
     cal = scored_calibration()
     m = methods.get(name, 0.3, slashes="3", **opts)
