@@ -18,7 +18,7 @@ sys.path.insert(0, __import__("os").path.dirname(__file__))
 from attnlab.errors import UserError  # noqa: E402
 from test_llm_retrieval_plan import scored_calibration  # noqa: E402  (2 layers × 4 heads, n = 128, retrieval scores)
 from attnlab.llm import methods  # noqa: E402
-from attnlab.llm.execution import attention  # noqa: E402
+from attnlab.llm.execution import cpu_backend  # noqa: E402
 from attnlab.llm.execution.attention import LayerRunner, apply_plan, attention_modules  # noqa: E402
 from attnlab.llm.plans.key_blocks import BLOCK, block_extras, block_keys, top_blocks  # noqa: E402
 from attnlab.llm.plans.plan import HeadPlan, Plan, entries_of  # noqa: E402
@@ -26,7 +26,7 @@ from attnlab.support import Support  # noqa: E402
 
 
 def head(w, fixed=(), dynamic=0, tail=0, blocks=0):
-    return HeadPlan(Support(w=w, columns=np.asarray(fixed, dtype=np.int64)), dynamic, tail, 0, blocks)
+    return HeadPlan(support=Support(w=w, columns=np.asarray(fixed, dtype=np.int64)), dynamic=dynamic, tail=tail, blocks=blocks)
 
 
 def direct_blocks(q, k, w, K, b=BLOCK):
@@ -91,7 +91,7 @@ def test_prefill_with_key_blocks_equals_the_dense_reference(n, ws, blocks, kerne
     # kernel: the native kernel reads each chunk's keys in place; False: the PyTorch path (per-chunk extras), as on a
     # machine without the kernel
     if not kernel:
-        monkeypatch.setattr(attention, "native_heads_ready", lambda *a: False)
+        monkeypatch.setattr(cpu_backend, "native_heads_ready", lambda *a: False)
     heads = [head(w, (0, 1) if h == 0 and w >= 0 else (), 2 if h in (0, 3) and w >= 0 else 0, 5 if h == 1 else 0, K)
              for h, (w, K) in enumerate(zip(ws, blocks))]
     runner = LayerRunner(heads, 0, 2)                                             # GQA: 4 query heads, 2 KV heads

@@ -41,7 +41,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-__all__ = ["AttentionBackend", "PageKeys", "PrefillParts", "backend_for", "register_backend"]
+__all__ = ["AttentionBackend", "PageKeys", "PrefillParts", "backend_for", "register_backend", "tail_scores"]
 
 
 class PrefillParts(NamedTuple):
@@ -90,6 +90,15 @@ class AttentionBackend(ABC):
     @abstractmethod
     def decode(self, q, k, v, scaling: float, allowed=None, pages: PageKeys | None = None):
         """q (B, H_s·r, t, d_k), k, v (B, H_s, L, ·), allowed (B, H_s, r, t, L) | None → out (B, H_s·r, t, d_v)."""
+
+
+def tail_scores(q, k, kv_of, idx, R: int, scaling: float):
+    """The scores q_i·k_j · scaling of the last R rows of the query heads ``idx`` over every key, j > i at −inf:
+    q (B, H, n, d_k), k (B, H_kv, n, d_k), kv_of (H,), idx (G,) → (B, G, R, n) (a tail's rows; the vote reads their softmax)."""
+    n = q.shape[2]
+    s = (q[:, idx, n - R :] @ k[:, kv_of[idx]].transpose(-1, -2)) * scaling                  # (B, G, R, n)
+    s[..., n - R :].masked_fill_(torch.ones(R, R, dtype=torch.bool, device=q.device).triu(1), float("-inf"))   # j > i
+    return s
 
 
 _FACTORIES: dict[str, Callable[[], AttentionBackend]] = {}

@@ -30,13 +30,41 @@ decoding without a ``PlanCache``) they are made from the step's resident ∪ sto
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from attnlab.support import column_mask
 
-__all__ = ["PAGE", "bound", "fold_keys", "page_summaries", "page_upper_bound", "quest_pages", "read_back", "summary_bound"]
+__all__ = ["PAGE", "PageSummaries", "bound", "fold_keys", "page_summaries", "page_upper_bound", "quest_pages", "read_back", "summary_bound"]
 
 PAGE = 16  # tokens per page (Quest's default)
+
+
+class PageSummaries(NamedTuple):
+    """A layer's page summaries (``page_summaries``): each KV head's, and per query head those of the pages its columns
+    touch, without its columns.
+
+    m, M:          (B, V, P, d) element-wise min / max of the keys of each page, for the V KV heads with a reading
+                   query head (±inf: a page without a key)
+    column_pages:  (B, H, C) the pages holding a column of a reading head h (−1: none)
+    column_min, column_max: (B, H, C, d) their min / max without h's columns (±inf: no key left)
+    row:           (H_kv,) each KV head's row in m, M (−1: none)
+    """
+
+    m: torch.Tensor
+    M: torch.Tensor
+    column_pages: torch.Tensor
+    column_min: torch.Tensor
+    column_max: torch.Tensor
+    row: torch.Tensor
+
+    def of_heads(self, kv, hq) -> "PageSummaries":
+        """The summaries of the KV heads ``kv`` (H_s,) and their query heads ``hq`` (H_s·r,): m, M one row per KV head
+        of kv (a KV head without a reader: row 0's, never read), the column pages of hq."""
+        rows = self.row[kv]
+        return PageSummaries(self.m[:, rows.clamp_min(0)], self.M[:, rows.clamp_min(0)], self.column_pages[:, hq],
+                             self.column_min[:, hq], self.column_max[:, hq], rows)
 
 
 def page_upper_bound(q, k, k_pos, page: int):
@@ -76,9 +104,9 @@ def page_summaries(k, columns, kv_of, page: int, reads=None):
     summaries over every key, and for each query head only the pages its columns touch.
 
     k (B, H_kv, n, d) at positions 0 … n − 1, columns (B, H, g) (−1: empty), kv_of (H,), reads (H,) bool the heads that
-    read back (None: all) → (m, M, pc, mc, Mc, row): m, M (B, V, ⌈n / page⌉, d) for the V KV heads with a reading
-    query head, row (H_kv,) each KV head's row there (−1: none); pc (B, H, C) the pages holding a column of a reading
-    head h (−1: none), mc, Mc (B, H, C, d) their min / max without h's columns (±inf: no key left).  2·d values a page
+    read back (None: all) → ``PageSummaries``: m, M (B, V, ⌈n / page⌉, d) for the V KV heads with a reading query
+    head, row (H_kv,) each KV head's row there (−1: none); column_pages (B, H, C) the pages holding a column of a
+    reading head h (−1: none), column_min, column_max (B, H, C, d) their min / max without h's columns (±inf: no key left).  2·d values a page
     and KV head (1/16 of its keys and values) and 2·d per page a head's columns touch (``summary_bound`` reads them as
     one summary per query head)."""
     B, H_kv, n, d = k.shape
@@ -104,14 +132,14 @@ def page_summaries(k, columns, kv_of, page: int, reads=None):
     kj = kj.view(B, H, C, page, d)                                                          # their keys
     mc = kj.masked_fill(~keep[..., None], float("inf")).amin(3)
     Mc = kj.masked_fill(~keep[..., None], float("-inf")).amax(3)
-    return m, M, pc, mc, Mc, row
+    return PageSummaries(m, M, pc, mc, Mc, row)
 
 
 def summary_bound(q, summaries, P: int):
     """U_{h,P}(q) from ``page_summaries``' parts (of these query heads and their KV heads: m, M one row per KV head):
     q (B, H, n, d) → (B, H, n, P) for the pages 0 … P − 1 — the KV head's bound, replaced on the pages head h's columns
     touch by the bound without them."""
-    m, M, pc, mc, Mc = summaries[:5]
+    m, M, pc, mc, Mc = summaries.m, summaries.M, summaries.column_pages, summaries.column_min, summaries.column_max
     U = bound(q, m[:, :, :P], M[:, :, :P])                                                  # (B, H, n, P)
     if pc.shape[-1]:
         B, H, n, d = q.shape
@@ -144,7 +172,7 @@ def fold_keys(summaries, k_new, start: int, page: int):
         lo = torch.where(hit[..., None] > 0, kq[:, :, None], inf).amin(3)                   # (B, H, C, d)
         hi = torch.where(hit[..., None] > 0, kq[:, :, None], -inf).amax(3)
         mc, Mc = torch.minimum(mc, lo), torch.maximum(Mc, hi)
-    return m, M, pc, mc, Mc, row
+    return PageSummaries(m, M, pc, mc, Mc, row)
 
 
 def quest_pages(U, q_pos, page: int, pages: int, candidates=None):

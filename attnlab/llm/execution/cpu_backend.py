@@ -1,0 +1,136 @@
+"""The CPU backend of the execution seam (``backend``): the native C kernel where it runs, PyTorch's paths elsewhere.
+
+Prefill: the heads of a layer grouped by (w_h, K_h), each group in one call:
+
+* a full group (w_h = FULL or ≥ n − 1): ``torch.nn.functional.scaled_dot_product_attention`` (causal);
+* band + columns: the native kernel in place (``band_heads_attention``: q, k, v and out read and written where they
+  lie), else the chunked band kernel (``sliding_window_attention``) with the columns as extra keys of every chunk;
+* key blocks: chunks of b queries, each with its chosen blocks' keys (not columns) as extra keys;
+* diagonals: columns + diagonals as per-chunk extra keys of chunks of ``SLASH_CHUNK`` rows (``kernel_extras``: a
+  diagonal slot owned by one query row, a key a column holds read once);
+
+then the tail rows of each head with R_h > 0 read every causal key: one masked softmax for the heads of one R.
+Decoding: one masked softmax over the allowed slots (GQA without copies), the read-back pages' keys in the same
+softmax.  Every path runs on any device (the native kernel only takes CPU float32 tensors).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.llm.execution.backend import AttentionBackend, PageKeys, PrefillParts, register_backend, tail_scores
+from attnlab.llm.plans.key_blocks import block_extras, block_keys
+from attnlab.llm.plans.plan import FULL
+from attnlab.llm.plans.slash_lines import SLASH_CHUNK, kernel_extras
+from attnlab.nn.mechanisms.sliding_window import band_heads_attention, native_heads_ready, sliding_window_attention
+from attnlab.nn.softmax import masked_softmax
+from attnlab.support import NO_DIAGONAL, Support, column_mask
+
+try:  # the kernel's own chunk of queries (extra keys are given per chunk)
+    from attnlab.nn.mechanisms.sliding_window import kernel_chunk as chunk_size
+except ImportError:  # pragma: no cover - the kernel before its rewrite
+    from attnlab.nn.mechanisms.sliding_window import chunk_size
+
+__all__ = ["CpuBackend", "attend"]
+
+
+def attend(q, k, v, scaling, allowed):
+    """softmax over the ``allowed`` keys: q (B, H_s·r, n, d_k), k, v (B, H_s, L, ·), allowed (B, H_s, r, n, L) (None: all).
+
+    GQA without copies: the r query heads of a KV head are the r·n rows of one product with its keys (a
+    broadcast ``(B, H_s, r, n, d) @ (B, H_s, 1, d, L)`` would copy every key r times a step).
+    """
+    B, H, n, d = q.shape
+    H_s, L = k.shape[1], k.shape[2]
+    r = H // H_s
+    s = ((q.reshape(B, H_s, r * n, d) @ k.transpose(-1, -2)) * scaling).view(B, H_s, r, n, L)   # (B, H_s, r, n, L)
+    a = masked_softmax(s, allowed)
+    return (a.view(B, H_s, r * n, L) @ v).view(B, H, n, v.shape[-1])
+
+
+def _trim(x, empty):
+    """x (B, G, e) without the trailing slots that are empty in every row."""
+    return x[..., : int((x != empty).sum(-1).max()) if x.numel() else 0]
+
+
+class CpuBackend(AttentionBackend):
+    name = "cpu"
+
+    def prefill(self, parts: PrefillParts, q, k, v, scaling):
+        # q: (B, H, n, d_k), k, v: (B, H_kv, n, ·) → (B, H, n, d_v)
+        B, H, n, _ = q.shape
+        kv_of = parts.kv_of.to(k.device)
+        out = q.new_empty(B, n, H, v.shape[-1]).transpose(1, 2)   # transformers' layout: its transpose back is free
+        groups: dict[tuple[int, int], list[int]] = {}
+        for h in range(H):
+            groups.setdefault((parts.w[h], parts.block_counts[h]), []).append(h)
+        in_place = native_heads_ready(q, k, v)   # the native kernel reads and writes each group's heads where they lie
+        b = parts.block
+        for (w, K), hs in groups.items():
+            idx = torch.tensor(hs, device=q.device)
+            full = w == FULL or w >= n - 1
+            cols = _trim(parts.columns[:, idx], -1)
+            diags = _trim(parts.diagonals[:, idx], NO_DIAGONAL)
+            if in_place and not full and not K and not diags.shape[-1]:   # band + columns: no copies of q, k, v
+                band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=cols, scale=scaling)
+                continue
+            chosen = parts.blocks[:, idx, :, :K] if K and not full else None                   # (B, |hs|, T, K)
+            if in_place and chosen is not None and not diags.shape[-1]:   # the kernel reads each chunk's keys in place
+                # the columns (read once a head), and each chunk's block keys that are not columns (distinct from them)
+                keys = block_keys(chosen, n, b)                                                  # (B, |hs|, T, K·b), −1: none
+                is_col = column_mask(cols, n).gather(-1, keys.clamp_min(0).flatten(2)).view_as(keys)
+                keys = keys.masked_fill(is_col, -1)                                                # (an empty slot stays −1)
+                band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=cols, blocks=keys, chunk=b, scale=scaling)
+                continue
+            k_g, v_g = k[:, kv_of[idx]], v[:, kv_of[idx]]                                   # (B, |hs|, n, ·): GQA, read once
+            if full:
+                # q's heads contiguous, as before the in-place kernel: a full plan stays bit-equal to transformers' SDPA
+                out[:, idx] = F.scaled_dot_product_attention(q[:, idx].contiguous(), k_g, v_g, is_causal=True, scale=scaling)
+                continue
+            if chosen is not None:   # without the kernel: the chosen blocks as per-chunk extras, the columns beside them
+                e_idx, e_own = block_extras(chosen, cols, n, b)
+                out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=e_idx, extra_own=e_own,
+                                                       chunk=b, scale=scaling)
+                continue
+            if diags.shape[-1]:   # slash lines: columns + diagonals as per-chunk extras (a key a column holds read once)
+                e_idx, e_own, e_logit = kernel_extras(Support(w=w, columns=cols, diagonals=diags), n, SLASH_CHUNK)
+                out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=e_idx, extra_own=e_own,
+                                                       extra_logit=e_logit.to(q.dtype), unique=True, chunk=SLASH_CHUNK, scale=scaling)
+                continue
+            extra_idx = extra_own = None
+            if cols.shape[-1]:
+                c = chunk_size(w)
+                T = -(-n // c)
+                extra_idx = cols.clamp_min(0)[:, :, None, :].expand(B, len(hs), T, cols.shape[-1])
+                extra_own = (cols >= 0)[:, :, None, None, :]                               # empty slots (−1) read nothing
+            # a head's columns are distinct (choose_columns) and empty slots are not owned: no de-duplication
+            out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=extra_idx, extra_own=extra_own,
+                                                   unique=True, chunk=chunk_size(w), scale=scaling)
+        # the last R rows of a head with a tail read every causal key (exact: a = softmax(q_i·k_j τ) over j ≤ i on those
+        # rows, the heads of one R together; a head run full already reads every key)
+        tails: dict[int, list[int]] = {}
+        for h in range(H):
+            if parts.tails[h] and not (parts.w[h] == FULL or parts.w[h] >= n - 1):
+                tails.setdefault(min(parts.tails[h], n), []).append(h)
+        for R, hs in tails.items():
+            idx = torch.tensor(hs, device=q.device)
+            out[:, idx, n - R :] = torch.softmax(tail_scores(q, k, kv_of, idx, R, scaling), -1) @ v[:, kv_of[idx]]
+        return out
+
+    def decode(self, q, k, v, scaling, allowed=None, pages: PageKeys | None = None):
+        # q: (B, H_s·r, t, d_k), k, v: (B, H_s, L, ·), allowed: (B, H_s, r, t, L) → (B, H_s·r, t, d_v)
+        if pages is None:
+            return attend(q, k, v, scaling, allowed)
+        B, Hq, _, d = q.shape
+        H_s, L = k.shape[1], k.shape[2]
+        r = Hq // H_s
+        s_r = ((q.reshape(B, H_s, r, d) @ k.transpose(-1, -2)) * scaling).view(B, Hq, L)      # (B, Hq, L)
+        s_p = (pages.keys @ q.view(B, Hq, d, 1)).squeeze(-1) * scaling                       # (B, Hq, X)
+        ok_r = torch.ones(B, Hq, L, dtype=torch.bool, device=q.device) if allowed is None else allowed.reshape(B, Hq, L)
+        a = masked_softmax(torch.cat([s_r, s_p], -1), torch.cat([ok_r, pages.ok], -1))
+        o = (a[..., :L].view(B, H_s, r, L) @ v).view(B, Hq, -1) + (a[..., L:, None] * pages.values).sum(-2)
+        return o[:, :, None]
+
+
+register_backend("cpu", CpuBackend)

@@ -1,0 +1,183 @@
+"""A layer's decoding step under its plan, top to bottom: which cached keys a query reads, then the backend's softmax.
+
+A step's query i of head h (KV head g = h // r) reads, in order:
+
+    1. band       B_{w_h}(i) = {j : i − w_h ≤ j ≤ i}  (w_h = FULL for a full head or a retrieval tail: every key)
+    2. columns    T_h: the prefill's columns, held key blocks and the tail's vote (``PrefillStep``), as flags on the
+                  cache's slots (``column_flags``, once per prefill)
+    3. pages      read-back (``Plan.pages`` = K): the K pages of largest Quest bound U_{h,P}(q_i) among those holding
+                  a key h reads otherwise not (``pages``), gathered from the store by position (``decode_read_back``)
+    4. softmax    over the allowed slots ∪ the gathered keys: the seam's ``AttentionBackend.decode``
+
+``keep`` says which slots some later query of the layer can still read (what the cache compacts to).  A cache of
+several parts (KV heads with different lengths, ``kv_cache.Part``) is read part by part (``decode_parts``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnlab.llm.execution.backend import PageKeys
+from attnlab.llm.execution.layer_plan import LayerPlan
+from attnlab.llm.execution.pages import read_back, summary_bound
+from attnlab.llm.plans.plan import FULL
+from attnlab.masks import near, visible
+from attnlab.support import column_mask
+
+__all__ = ["DecodeStep"]
+
+
+class DecodeStep(LayerPlan):
+    """The decoding step of one layer (``LayerRunner`` = ``prefill.PrefillStep`` + ``DecodeStep``)."""
+
+    def column_flags(self, k_pos, kv=None):
+        """Which cached slots are columns of each query head: k_pos (B, H_s, L) → (B, H_s, r, L) bool, r = H / H_kv.
+
+        ``kv`` (H_s,): the KV heads of k_pos (None: all, in order).  Computed once per prefill (``PlanLayer.flags``
+        then carries them through decoding and eviction).
+        """
+        B, H_s, L = k_pos.shape
+        r = self.H // self.H_kv
+        flags = torch.zeros(B, H_s * r, L, dtype=torch.bool, device=k_pos.device)
+        if self.sliding is None and self.columns is not None and self.columns.shape[-1]:
+            hq = self.query_heads(kv).to(self.columns.device)
+            cols = self.columns[:, hq].to(k_pos.device).expand(B, -1, -1)                  # (B, H_s·r, g), −1: empty
+            pos = k_pos.repeat_interleave(r, dim=1)                                         # (B, H_s·r, L)
+            size = int(pos.max()) + 1 if pos.numel() else 1                                 # positions 0 … size − 1
+            table = column_mask(cols, size)                                                 # 1[j ∈ T_h] by position
+            flags = table.gather(-1, pos.clamp_min(0)) & (pos >= 0)                         # O(L + g) a head, not O(L·g)
+        return flags.view(B, H_s, r, L)
+
+
+    def allowed(self, q_pos, k_pos, flags=None, kv=None):
+        """S_h(i) over cached keys: q_pos (n,), k_pos (B, H_s, L) (−1: empty slot) → (B, H_s, r, n, L) bool.
+
+        ``flags`` (B, H_s, r, L): the column slots of each query head (``column_flags``; computed if None);
+        ``kv`` (H_s,): the KV heads of k_pos (None: all).
+        """
+        B, H_s, L = k_pos.shape
+        r = self.H // self.H_kv
+        flags = self.column_flags(k_pos, kv) if flags is None else flags
+        i = q_pos.view(1, 1, 1, -1, 1)
+        j = k_pos[:, :, None, None, :]                                                     # (B, H_s, 1, 1, L)
+        w = self.per_kv(self.w_decode, kv).to(k_pos.device).view(1, H_s, r, 1, 1)
+        return (j >= 0) & visible(i, j, self.sliding) & ((w == FULL) | near(i, j, w) | flags[:, :, :, None, :])
+
+    def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None, kv=None, summaries=None):
+        """q: (B, H_s·r, n, d_k) at positions q_pos (n,); k, v: (B, H_s, L, ·) at k_pos (B, H_s, L) → (B, H_s·r, n, d_v).
+
+        ``kv`` (H_s,): which KV heads k, v are, q holding their query heads (None: all of them); ``summaries``: the
+        read-back's page summaries of these heads (``pages.page_summaries``; None: made from k).
+        """
+        flags = self.column_flags(k_pos, kv) if flags is None else flags                  # (B, H_s, r, L)
+        allowed = self.allowed(q_pos, k_pos, flags, kv)                                    # (B, H_s, r, n, L)
+        if self.pages:
+            reads = self.reads if kv is None else self.per_kv(self.reads, kv).reshape(-1)
+            allowed, self.fetched = read_back(q, k, k_pos, q_pos, allowed, reads, self.page, self.pages, flags, summaries)
+        return self.backend_of(q).decode(q, k, v, scaling, allowed)
+
+    def decode_parts(self, q, parts, scaling, q_pos, summaries=None):
+        """q: (B, H, n, d_k) over a cache's ``parts`` (``kv_cache.Part``: KV heads with their keys) → (out (B, H, n, d_v),
+        how many stored slots the step read through pages, summed over (batch row, KV head); None: no store).
+        ``summaries``: the layer's page summaries (``pages.page_summaries``; read-back; None: made from the step's keys)."""
+        fetched = None
+        B, H, n, _ = q.shape
+        out = q.new_empty(B, H, n, parts[0].values.shape[-1])
+        for p in parts:
+            hq = self.query_heads(p.kv).to(q.device)
+            one = len(parts) == 1 and len(hq) == H and bool((p.kv.cpu() == torch.arange(len(p.kv))).all())   # every head, in order
+            q_p = q if one else q[:, hq]
+            if p.whole and n == 1 and bool((self.per_kv(self.w_decode, p.kv) == FULL).all()):
+                out[:, hq] = self.backend_of(q).decode(q_p, p.keys, p.values, scaling)   # every key, all before the query
+                continue
+            mine = None
+            if summaries is not None:   # its KV heads' rows of m, M and its query heads' column pages
+                mine = summaries.of_heads(p.kv.to(q.device), hq)
+            if p.store is not None and self.pages and n == 1 and mine is not None:     # read-back without joining the store
+                o, read = self.decode_read_back(q_p, p, scaling, q_pos, mine)
+                fetched = (fetched or 0.0) + read
+            else:
+                o = self.decode(q_p, p.keys, p.values, scaling, q_pos, p.positions, p.flags, kv=None if one else p.kv, summaries=mine)
+                if p.stored is not None and self.pages:
+                    fetched = (fetched or 0.0) + float((self.fetched & p.stored).sum())
+            if one:
+                return o, fetched
+            out[:, hq] = o
+        return out, fetched
+
+    def decode_read_back(self, q, p, scaling, q_pos, summaries):
+        """One decoding query over a part's resident slots and the pages it reads back from the part's store, the store
+        not joined: the same S_h(i) as ``decode`` with ``read_back`` (``pages``), each chosen page gathered by position.
+
+            candidates C_h(i) = {P : |P ∩ [0, i]| > |P ∩ (B_{w_h}(i) ∪ T_h)|}      (a key of P that h reads otherwise not)
+            S_h(i) = B_{w_h}(i) ∪ T_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q) over C_h(i)}
+
+        q (B, H_s·r, 1, d_k) at q_pos (1,); p a ``Part`` (resident keys, values, positions, flags) with its ``store``;
+        summaries: ``pages.page_summaries``' parts of its KV heads and query heads.  Returns (out (B, H_s·r, 1, d_v), stored slots read,
+        summed over (batch row, KV head)).
+        """
+        B, Hq, _, d = q.shape
+        k_r, v_r, pos_r = p.keys, p.values, p.positions                                     # (B, H_s, L, ·), (B, H_s, L)
+        H_s, L = k_r.shape[1], k_r.shape[2]
+        r = Hq // H_s
+        i, page, dev = int(q_pos[-1]), self.page, q.device
+        flags = self.column_flags(pos_r, p.kv) if p.flags is None else p.flags              # (B, H_s, r, L)
+        allowed = self.allowed(q_pos, pos_r, flags, p.kv)[:, :, :, 0]                       # (B, H_s, r, L): band ∪ columns
+        w = self.per_kv(self.w_decode, p.kv).to(dev)                                        # (H_s, r)
+        reads = self.per_kv(self.reads, p.kv).to(dev)                                       # (H_s, r)
+        # candidates: a page holds a position ≤ i that is neither in h's band nor one of its columns
+        P = i // page + 1
+        start = torch.arange(P, device=dev) * page                                          # (P,)
+        total = (start + page).clamp_max(i + 1) - start                                     # |P ∩ [0, i]|
+        lo = (i - w).clamp_min(0)[..., None]                                                # (H_s, r, 1): the band's first
+        in_band = ((start + page).clamp_max(i + 1) - torch.maximum(start, lo)).clamp_min(0)   # (H_s, r, P)
+        col = flags & ~near(i, pos_r, w.view(1, H_s, r, 1)) & (pos_r >= 0)[:, :, None]     # (B, H_s, r, L): off the band
+        pid = torch.where(col, pos_r[:, :, None] // page, P)
+        n_col = torch.zeros(B, H_s, r, P + 1, dtype=torch.long, device=dev).scatter_add_(-1, pid, col.long())[..., :P]
+        cand = (in_band + n_col < total) & reads[..., None]                                 # (B, H_s, r, P)
+        U = summary_bound(q, summaries, P)[:, :, 0]                                          # (B, Hq, P)
+        top = torch.topk(U.masked_fill(~cand.view(B, Hq, P), float("-inf")), min(self.pages, P), -1)
+        j = (top.indices[..., None] * page + torch.arange(page, device=dev)).flatten(-2)   # (B, Hq, K·page) positions
+        ok = torch.isfinite(top.values).repeat_interleave(page, -1) & (j <= i) & (j < lo.view(1, Hq, 1))   # off the band
+        # each position's resident slot or store slot (its KV head's); a resident column of h is read already
+        kv_local = torch.arange(H_s, device=dev).repeat_interleave(r)                        # (Hq,) within the part
+        # a KV head's resident positions ascend along its slots but for the padding (−1) between the compacted slots and
+        # the tokens appended since: their running maximum is sorted, a position's first slot there is its own
+        b = torch.arange(B, device=dev).view(B, 1, 1)
+        jc = torch.where(ok, j, i + 1)
+        sorted_r = torch.cummax(pos_r, -1).values[:, kv_local]                              # (B, Hq, L)
+        at = torch.searchsorted(sorted_r, jc).clamp_max(L - 1)                              # (B, Hq, K·page)
+        slot_r = torch.where(torch.gather(sorted_r, -1, at) == jc, at, -1)                  # −1: not resident
+        is_col = torch.gather(flags.reshape(B, Hq, L), -1, slot_r.clamp_min(0)) & (slot_r >= 0)
+        table = p.store.store_slots()                                                       # (B, H_s, J)
+        J = table.shape[-1]
+        slot_s = torch.where(jc < J, table.reshape(B, H_s * J)[b, kv_local.view(1, Hq, 1) * J + jc.clamp_max(J - 1)], -1)
+        ok &= ~is_col & ((slot_r >= 0) | (slot_s >= 0))
+        from_store = ok & (slot_r < 0)
+        S = p.store.store_keys.shape[2]
+        row_r = kv_local.view(1, Hq, 1) * L + slot_r.clamp_min(0)                            # rows of (B, H_s·L, ·)
+        row_s = kv_local.view(1, Hq, 1) * S + slot_s.clamp_min(0)
+        k_p = torch.where(from_store[..., None], p.store.store_keys.reshape(B, H_s * S, d)[b, row_s],
+                          k_r.reshape(B, H_s * L, d)[b, row_r])                              # (B, Hq, K·page, d)
+        v_p = torch.where(from_store[..., None], p.store.store_values.reshape(B, H_s * S, -1)[b, row_s],
+                          v_r.reshape(B, H_s * L, -1)[b, row_r])
+        o = self.backend_of(q).decode(q, k_r, v_r, scaling, allowed[:, :, :, None], PageKeys(k_p, v_p, ok))
+        read = torch.zeros(B, H_s, S + 1, dtype=torch.bool, device=dev)                     # [S]: none
+        read.view(B, H_s * (S + 1)).scatter_(-1, torch.where(from_store, kv_local.view(1, Hq, 1) * (S + 1) + slot_s, S).flatten(1), True)
+        read[..., S] = False
+        return o, float(read.sum())
+
+    # ---- what the cache must keep ---------------------------------------------------------------
+    def keep(self, k_pos, seen: int, flags=None, kv=None):
+        """Which cached keys (B, H_s, L) of the KV heads ``kv`` (None: all) some query at position ≥ ``seen`` of this
+        layer can still read.
+
+            keep(j) = ∃ h of the KV head: w_h = FULL ∨ j ≥ seen − w_h ∨ j ∈ T_h     (w_h capped by a sliding window)
+        """
+        B, H_s, L = k_pos.shape
+        r = self.H // self.H_kv
+        w = torch.tensor([FULL if self.whole[h] else self.effective_w(h, seen) for h in range(self.H)])
+        w = self.per_kv(w, kv).to(k_pos.device).view(1, H_s, r, 1)
+        flags = self.column_flags(k_pos, kv) if flags is None else flags                  # (B, H_s, r, L)
+        mine = (w == FULL) | near(seen, k_pos[:, :, None, :], w) | flags
+        return mine.any(2) & (k_pos >= 0)

@@ -1,0 +1,78 @@
+"""A layer's prefill under its plan, top to bottom: choose what each head reads, run it, keep what decoding reads.
+
+    1. T_h, Δ_h   columns and slashes from the last queries' rows          (``LayerPlan.choose_columns``)
+    2. U_h(t)     key blocks of every query block                         (``LayerPlan.choose_blocks``)
+    3. out        the seam's backend over ``PrefillParts``                (``backend.AttentionBackend.prefill``)
+    4. held       a head with key blocks keeps, for decoding, the keys of the blocks its last query block chose
+    5. voted      a head with a tail and ``kept`` = P keeps the ⌈P/b⌉ blocks of b keys its tail rows attended most:
+                  m_j = Σ_{i ∈ tail} a_ij over the keys its last row's band, columns and held blocks miss,
+                  voted = top_{⌈P/b⌉} blocks by Σ_{j ∈ block} m_j     (a needle's value lies beside the key the
+                  question finds: whole blocks keep both)
+
+T_h ∪ held ∪ voted are the columns the decoding reads (``self.columns``, −1: empty); a sliding layer keeps none
+(the model's own mask would hide them).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.llm.execution.backend import tail_scores
+from attnlab.llm.execution.layer_plan import LayerPlan
+from attnlab.llm.plans.key_blocks import BLOCK, block_keys
+from attnlab.support import column_mask
+
+__all__ = ["PrefillStep"]
+
+
+class PrefillStep(LayerPlan):
+    """The prefill of one layer (``LayerRunner`` = ``PrefillStep`` + ``decode_step.DecodeStep``)."""
+
+    def prefill(self, q, k, v, scaling):
+        """q: (B, H, n, d_k), k, v: (B, H_kv, n, ·) → (B, H, n, d_v), each head with its support."""
+        n = q.shape[2]
+        self.columns = self.choose_columns(q, k, scaling)                                  # (B, H, g) T_h; Δ_h in self.diagonals
+        if self.sliding is not None:  # a sliding layer's columns would be masked by the model: band only
+            self.columns = self.columns[..., :0]
+        blocks = self.choose_blocks(q, k, n)                                               # (B, H, T, K) U_h(t)
+        out = self.backend_of(q).prefill(self.parts(self.columns, blocks, n), q, k, v, scaling)
+        held = self.held(blocks, n)                                                        # (B, H, K·b)
+        voted = self.vote(q, k, scaling, held, n)                                          # (B, H, ⌈P/b⌉·b)
+        if held.shape[-1] or voted.shape[-1]:
+            self.columns = torch.cat([self.columns, held, voted], -1)                      # (B, H, g + K·b + P), −1: empty
+        return out
+
+    def held(self, blocks, n: int):
+        """The keys of the blocks each head's last query block chose (B, H, K_max·b), −1: empty (read at decoding: the
+        rows that ask read them in the prefill; the answer's tokens go on from there)."""
+        B, H = blocks.shape[:2]
+        held = torch.full((B, H, max(self.blocks, default=0) * BLOCK), -1, dtype=torch.long, device=blocks.device)
+        for h in range(H):
+            if self.blocks[h] and not self.is_full(h, n):
+                keys = block_keys(blocks[:, h, -1, : self.blocks[h]], n)                    # (B, K_h·b)
+                held[:, h, : keys.shape[-1]] = keys
+        return held
+
+    def vote(self, q, k, scaling, held, n: int):
+        """The tail rows' vote of each head with a tail and ``kept`` = P (module docstring, step 5): (B, H, ⌈P/b⌉·b)
+        key positions, −1: empty; distinct from the head's columns and held blocks."""
+        B, H = q.shape[:2]
+        voted = torch.full((B, H, -(-max(self.kept, default=0) // BLOCK) * BLOCK), -1, dtype=torch.long, device=q.device)
+        kv_of = self.kv_of.to(k.device)
+        voters: dict[int, list[int]] = {}
+        for h in range(H):
+            if self.tail[h] and self.kept[h] and not self.is_full(h, n):
+                voters.setdefault(min(self.tail[h], n), []).append(h)
+        for R, hs in voters.items():
+            a = torch.softmax(tail_scores(q, k, kv_of, torch.tensor(hs, device=q.device), R, scaling), -1)   # (B, |hs|, R, n)
+            for x, h in enumerate(hs):
+                taken = column_mask(torch.cat([self.columns[:, h], held[:, h]], -1), n)             # (B, n): columns, held
+                taken[:, max(0, n - 1 - self.effective_w(h, n)) :] = True                           # the band holds these
+                mass = a[:, x].sum(-2).masked_fill(taken, 0.0)                                       # (B, n)
+                per_block = F.pad(mass, (0, -n % BLOCK)).unflatten(-1, (-1, BLOCK)).sum(-1)          # (B, ⌈n/b⌉)
+                top = torch.topk(per_block, min(-(-self.kept[h] // BLOCK), per_block.shape[-1]), -1)
+                keys = block_keys(torch.where(top.values > 0, top.indices, -1), n)                  # (B, P'), −1: none
+                keys = keys.masked_fill(taken.gather(-1, keys.clamp_min(0)), -1)                     # distinct from the rest
+                voted[:, h, : keys.shape[-1]] = keys
+        return voted
