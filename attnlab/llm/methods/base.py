@@ -193,11 +193,19 @@ class PlanMethod(Method):
         super().prepare(model, n, calibration)
         self.plan = self.make_plan(model, n, calibration)
 
+    def layer_runner(self):
+        """How this method runs a layer: the runner class (``attention.LayerRunner`` or a subclass that overrides its
+        ``prefill``, ``decode`` or ``keep``) and the keywords it is constructed with (``apply_plan``)."""
+        from attnlab.llm.execution.attention import LayerRunner
+
+        return LayerRunner, {}
+
     def _install(self, model) -> None:
         from attnlab.llm.execution.attention import apply_plan
 
         self._previous = getattr(model, "attnlab_plan", None)   # a plan the model ran before: put back on exit
-        apply_plan(model, self.plan)
+        runner, options = self.layer_runner()
+        apply_plan(model, self.plan, runner, **options)
 
     def _uninstall(self, model) -> None:
         from attnlab.llm.execution.attention import apply_plan, remove_plan

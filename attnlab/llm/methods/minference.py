@@ -35,39 +35,7 @@ from attnlab.llm.methods import register
 from attnlab.llm.methods.base import Option, PlanMethod
 # numpy and torch load inside the functions that compute: `attnlab methods` reads this file's class without them
 
-__all__ = ["MInference", "MInferenceError", "MInferenceMass", "pattern_runner"]
-
-
-def pattern_runner(base, heads: list[dict]):
-    """The layer's runner whose prefill runs each head's pattern (``heads[h]``: {"pattern", settings}); decoding reads the whole cache."""
-    from attnlab.llm.execution import sparse_patterns as sp
-    from attnlab.llm.execution.attention import LayerRunner
-
-    class PatternRunner(LayerRunner):
-        def prefill(self, q, k, v, scaling):
-            # q: (B, H, n, d_k), k, v: (B, H_kv, n, ·) → (B, H, n, d_v)
-            if self.sliding is not None:                     # a sliding layer reads its own window (the model's mask)
-                return super().prefill(q, k, v, scaling)
-            B, H, n, _ = q.shape
-            out = q.new_empty(B, H, n, v.shape[-1])
-            self.supports = []                               # per head: (pattern, Support | (sinks, w) | chosen blocks (B, T, k))
-            for h, hd in enumerate(self.patterns):
-                g = int(self.kv_of[h])
-                qh, kh, vh = q[:, h : h + 1], k[:, g : g + 1], v[:, g : g + 1]
-                if hd["pattern"] == "vs":
-                    out[:, h : h + 1], sup = sp.run_vs(qh, kh, vh, scaling, hd["vertical"], hd["slash"])
-                elif hd["pattern"] == "lambda":
-                    out[:, h : h + 1], sup = sp.run_lambda(qh, kh, vh, scaling, hd["sinks"], hd["w"]), (hd["sinks"], hd["w"])
-                else:
-                    sup = sp.block_choice(qh[:, 0], kh[:, 0], hd["blocks"])
-                    out[:, h : h + 1] = sp.run_block(qh, kh, vh, scaling, sup)
-                self.supports.append((hd["pattern"], sup))
-            return out
-
-    runner = PatternRunner.__new__(PatternRunner)
-    runner.__dict__.update(base.__dict__)
-    runner.patterns, runner.supports = heads, []
-    return runner
+__all__ = ["MInference", "MInferenceError", "MInferenceMass"]
 
 
 @register
@@ -127,12 +95,10 @@ class MInference(PlanMethod):
                             f"(β = {self.budget:g}, n = {n}); it is measured by `attnlab eval --calibrate`")
         return choose(calibration.pattern_recall[:, :, keys.index(K)], K)
 
-    def _install(self, model) -> None:
-        from attnlab.llm.execution.attention import attention_modules
+    def layer_runner(self):
+        from attnlab.llm.methods.minference_runner import PatternRunner
 
-        super()._install(model)
-        for mod in attention_modules(model):
-            mod.attnlab_layer = pattern_runner(mod.attnlab_layer, self.heads[int(mod.layer_idx)])
+        return PatternRunner, {"patterns": self.heads}
 
     def new_cache(self, model):
         from transformers import DynamicCache

@@ -23,35 +23,7 @@ from __future__ import annotations
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import Method, Option
 
-__all__ = ["DENSE_LAYERS", "Quest"]
-
-DENSE_LAYERS = 2  # the first layers read every cached key (Quest, section 4)
-
-
-def _quest_runner(base, page: int, pages: int):
-    """The layer's full-attention runner whose decoding reads only the chosen pages (dense in the first layers)."""
-    import torch
-
-    from attnlab.llm.execution.attention import LayerRunner
-    from attnlab.llm.execution.pages import page_upper_bound, quest_pages  # the page summary and choice, shared with read-back
-
-    class QuestRunner(LayerRunner):
-        def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None, kv=None, summaries=None):
-            # q: (B, H_s·r, n, d_k) at q_pos (n,); k, v: (B, H_s, L, ·) at k_pos (B, H_s, L) → (B, H_s·r, n, d_v)
-            if self.layer_idx < DENSE_LAYERS:
-                return super().decode(q, k, v, scaling, q_pos, k_pos, flags, kv, summaries)
-            B, H, n, d = q.shape
-            H_kv, L = k.shape[1], k.shape[2]
-            r = H // H_kv
-            chosen = quest_pages(page_upper_bound(q, k, k_pos, page), q_pos, page, pages)   # (B, H, n, P)
-            pid = (k_pos // page).clamp(0, chosen.shape[-1] - 1)                            # (B, H_kv, L)
-            read = torch.gather(chosen.view(B, H_kv, r, n, -1), -1,
-                                pid[:, :, None, None, :].expand(B, H_kv, r, n, L))          # (B, H_kv, r, n, L)
-            return self.attend(q, k, v, scaling, self.allowed(q_pos, k_pos, flags, kv) & read)
-
-    runner = QuestRunner.__new__(QuestRunner)
-    runner.__dict__.update(base.__dict__)
-    return runner
+__all__ = ["Quest"]   # its decoding: ``quest_runner``
 
 
 @register
@@ -78,13 +50,12 @@ class Quest(Method):
         return n
 
     def _install(self, model) -> None:
-        from attnlab.llm.execution.attention import apply_plan, attention_modules
+        from attnlab.llm.execution.attention import apply_plan
+        from attnlab.llm.methods.quest_runner import QuestRunner
         from attnlab.llm.plans.plan import Plan, model_shape
 
-        apply_plan(model, Plan.full(model_shape(model), self.n))
-        pages = self.tokens(self.n) // self.page
-        for mod in attention_modules(model):
-            mod.attnlab_layer = _quest_runner(mod.attnlab_layer, self.page, pages)
+        apply_plan(model, Plan.full(model_shape(model), self.n), QuestRunner, page_size=self.page,
+                   read_pages=self.tokens(self.n) // self.page)
 
     def _uninstall(self, model) -> None:
         from attnlab.llm.execution.attention import remove_plan
