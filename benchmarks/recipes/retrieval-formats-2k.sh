@@ -1,22 +1,23 @@
 #!/bin/bash
 # Single-needle retrieval on three prompt formats, SmolLM2-135M, 2,048 tokens, β = 0.1, 10 prompts over 5 depths:
 #   niah-2k                 eval's NIAH (RULER's needle and question, the chat template, RULER's noise haystack)
-#   passkey-2k-filler       Mohtashami & Jaggi's pass key in plain text (no chat template), the repeated filler;
-#                           the paper's prompt (passkey) and the plain probe without an instruction (passkey-bare)
-#   passkey-2k-shakespeare  the same two pass-key tasks in real text (Shakespeare's plays)
+#   passkey-2k-filler       Mohtashami & Jaggi's pass key in plain text (no chat template), the repeated filler, as a
+#                           user's plain probe: no instruction before the context, the key said twice (passkey-bare)
+#   passkey-2k-shakespeare  the same pass-key probe in real text (Shakespeare's plays)
 # methods: full, attnlab (the recommended default), attnlab-retrieval (its own defaults), minference, snapkv,
 # streaming-llm, quest, the per-row top-k oracle.  SPLIT=dev: seed 1 and the dev plays (settings are checked
 # there); SPLIT=test: seed 0 and the test plays, run once.  The calibration (train plays, 1 window) is made once and
 # copied to the other folders (it does not depend on the prompts).  One process at a time, one thread.
+# M=… and ONLY=filler|shakespeare|niah narrow a run (a dev check of the default: M=attnlab,attnlab-retrieval).
 cd "$(dirname "$0")/../.."
 S=../shared/data/shakespeare
 SPLIT=${SPLIT:-dev}
 if [ "$SPLIT" = dev ]; then SEED=1; else SEED=0; fi
-M=attnlab,attnlab-retrieval,minference,snapkv,streaming-llm,quest,oracle-topk
+M=${M:-attnlab,attnlab-retrieval,minference,snapkv,streaming-llm,quest,oracle-topk}
 COMMON="--hf smollm2-135m --lengths 2048 --depths 5 --samples 2 --method $M --budget 0.1 --calibrate $S/train.txt.gz
   --calibrate-windows 1 --seed $SEED"
 export OMP_NUM_THREADS=1
-first=runs/niah-2k-$SPLIT
+first=runs/passkey-2k-filler-$SPLIT
 run() {   # run OUT [eval options…]: the calibration of the first run copied in before
   out=$1; shift
   if [ "$out" != "$first" ] && [ -f $first/calibration-2048.npz ] && [ ! -f $out/calibration-2048.npz ]; then
@@ -24,6 +25,6 @@ run() {   # run OUT [eval options…]: the calibration of the first run copied i
   fi
   .venv/bin/attnlab eval $COMMON "$@" --out $out
 }
-run runs/niah-2k-$SPLIT --task niah --haystack noise --template auto
-run runs/passkey-2k-filler-$SPLIT --task passkey,passkey-bare --haystack noise --template none
-run runs/passkey-2k-shakespeare-$SPLIT --task passkey,passkey-bare --haystack $S/$SPLIT.txt.gz --template none
+[ -z "$ONLY" ] || [ "$ONLY" = filler ] && run runs/passkey-2k-filler-$SPLIT --task passkey-bare --haystack noise --template none
+[ -z "$ONLY" ] || [ "$ONLY" = shakespeare ] && run runs/passkey-2k-shakespeare-$SPLIT --task passkey-bare --haystack $S/$SPLIT.txt.gz --template none
+[ -z "$ONLY" ] || [ "$ONLY" = niah ] && run runs/niah-2k-$SPLIT --task niah --haystack noise --template auto
