@@ -28,7 +28,7 @@ def model():
 
 
 def band(w=W, columns=(0,), dynamic=0, tail=0):
-    return HeadPlan(Support(w=w, columns=np.array(columns, dtype=np.int64)), dynamic, tail)
+    return HeadPlan(support=Support(w=w, columns=np.array(columns, dtype=np.int64)), dynamic=dynamic, tail=tail)
 
 
 def plan(pages=0, both=False):

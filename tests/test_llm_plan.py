@@ -36,8 +36,8 @@ def tiny_model(layers=2, heads=4, kv_heads=2, seed=0):
 
 
 def mixed_plan(layers=2, kv_heads=2):
-    row = [HeadPlan(Support(w=8, columns=np.array([0, 1])), 3), HeadPlan.full(),
-           HeadPlan(Support(w=0, columns=np.zeros(0, dtype=np.int64)), 2), HeadPlan(Support(w=20), 0)]
+    row = [HeadPlan(support=Support(w=8, columns=np.array([0, 1])), dynamic=3), HeadPlan.full(),
+           HeadPlan(support=Support(w=0, columns=np.zeros(0, dtype=np.int64)), dynamic=2), HeadPlan(support=Support(w=20))]
     return Plan([list(row) for _ in range(layers)], kv_heads, "test", 0.5, 200)
 
 
@@ -107,7 +107,7 @@ def test_generation_with_plan_cache_equals_full_cache_and_keeps_less(model, ever
     import attnlab.llm.execution.kv_cache as kv_cache
 
     monkeypatch.setattr(kv_cache, "EVICT_EVERY", every)  # compaction after each token / every 3 tokens
-    plan = Plan([[HeadPlan(Support(w=8, columns=np.array([0])), 2)] * 4 for _ in range(2)], 2, "t", 0.2, 200)
+    plan = Plan([[HeadPlan(support=Support(w=8, columns=np.array([0])), dynamic=2)] * 4 for _ in range(2)], 2, "t", 0.2, 200)
     apply_plan(model, plan)
     ids = torch.randint(0, 100, (1, 200), generator=torch.Generator().manual_seed(2))
     kw = dict(max_new_tokens=8, do_sample=False, output_scores=True, return_dict_in_generate=True)
@@ -298,7 +298,7 @@ def test_choose_columns_takes_each_heads_fixed_then_its_top_estimate_off_the_ban
     from attnlab.llm.execution.attention import LayerRunner
 
     widths, fixed = (5, 0, 9, 2), ([0, 1], [], [], [0])
-    heads = [HeadPlan(Support(w=w, columns=np.array(f, dtype=np.int64)), dy) for w, f, dy in zip(widths, fixed, dynamic)]
+    heads = [HeadPlan(support=Support(w=w, columns=np.array(f, dtype=np.int64)), dynamic=dy) for w, f, dy in zip(widths, fixed, dynamic)]
     runner = LayerRunner(heads, 0, 2)
     gen = torch.Generator().manual_seed(sum(dynamic))
     n = 40

@@ -47,7 +47,7 @@ def test_option_errors_equal_the_executed_plans_errors(n):
     for z, s in enumerate((0, SINKS)):
         for x, w in enumerate(w_grid):
             for y, gg in enumerate(g_grid):
-                heads = [HeadPlan(Support(w=w, columns=np.arange(s, dtype=np.int64)), gg) for _ in range(H)]
+                heads = [HeadPlan(support=Support(w=w, columns=np.arange(s, dtype=np.int64)), dynamic=gg) for _ in range(H)]
                 runner = LayerRunner(heads, 0, H)
                 out = runner.prefill(q[None], k[None], v[None], scaling)[0]    # (H, n, d) as executed
                 diff = torch.einsum("hed,hrd->hre", U.float(), (out - o)[:, rows])

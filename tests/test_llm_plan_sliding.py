@@ -49,7 +49,7 @@ def test_a_sliding_head_is_capped_at_its_window_and_counted_so(gemma):
     want = (5 * entries_of(W - 1, 0, 0, n) + n * (n + 1) // 2) / (6 * n * (n + 1) // 2)
     assert plan.fraction(n) == pytest.approx(want)
     # a wider band or columns asked for in a sliding layer are cut to the window
-    wide = HeadPlan(Support(w=100, columns=np.array([0, 1])), 5)
+    wide = HeadPlan(support=Support(w=100, columns=np.array([0, 1])), dynamic=5)
     p = Plan.uniform(shape, wide, "t", 0.5, n)
     assert p.heads[0][0].w == W - 1 and p.heads[0][0].columns == [] and p.heads[0][0].dynamic == 0
     assert p.heads[5][0].w == 100 and p.heads[5][0].columns == [0, 1] and p.heads[5][0].dynamic == 5

@@ -22,7 +22,7 @@ from tests.tiny_llama import tiny_model  # noqa: E402
 
 
 def band(w: int, columns=()) -> HeadPlan:
-    return HeadPlan(Support(w=w, columns=torch.tensor(list(columns), dtype=torch.long).numpy()), 0)
+    return HeadPlan(support=Support(w=w, columns=torch.tensor(list(columns), dtype=torch.long).numpy()))
 
 
 def plan_of(model, heads_of_layer, pages=0) -> Plan:

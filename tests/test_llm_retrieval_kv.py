@@ -20,7 +20,7 @@ from attnlab.support import Support  # noqa: E402
 
 
 def head(w, fixed=(), tail=0, blocks=0, kept=0):
-    return HeadPlan(Support(w=w, columns=np.asarray(fixed, dtype=np.int64)), 0, tail, 0, blocks, kept)
+    return HeadPlan(support=Support(w=w, columns=np.asarray(fixed, dtype=np.int64)), tail=tail, blocks=blocks, kept=kept)
 
 
 def test_by_kv_takes_whole_kv_groups_ranked_by_their_best_query_head():

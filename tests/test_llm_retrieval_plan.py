@@ -98,9 +98,9 @@ def test_tails_cost_what_they_read_and_run_exactly(tmp_path):
                                    num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512)
     model = transformers.LlamaForCausalLM(cfg).eval()
     n, T, w = 96, 16, 4
-    band = HeadPlan(Support(w=w, columns=np.zeros(0, dtype=np.int64)))
+    band = HeadPlan(support=Support(w=w, columns=np.zeros(0, dtype=np.int64)))
     plain = Plan([[band, band]], 1, "test", 0.5, n)
-    tailed = Plan([[HeadPlan(band.support, 0, T), band]], 1, "test", 0.5, n)
+    tailed = Plan([[HeadPlan(support=band.support, tail=T), band]], 1, "test", 0.5, n)
     assert tailed.fraction() - plain.fraction() == pytest.approx(tail_entries(w, T, n) / (2 * n * (n + 1) / 2))
     assert Plan.load(tailed.save(tmp_path / "p.json")).heads[0][0].tail == T
     x = torch.randint(0, 50, (1, n))

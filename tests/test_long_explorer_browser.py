@@ -49,7 +49,7 @@ def page(capture, tmp_path_factory):
     model, res = capture
     tmp = tmp_path_factory.mktemp("long-explorer")
     detectors = read_detector_scores(detector_file(tmp / "heads.json", 2, 4), 2, 4)
-    plan = Plan.uniform(model_shape(model), HeadPlan(Support(w=16, columns=np.array([0, 5])), 2), "test", 0.5, res.n)
+    plan = Plan.uniform(model_shape(model), HeadPlan(support=Support(w=16, columns=np.array([0, 5])), dynamic=2), "test", 0.5, res.n)
     path = write_long_explorer(res, tmp / "explorer.html", detectors, check_plan(plan, res))
     with chromium_page() as (pg, errors, requests):
         t0 = time.perf_counter()

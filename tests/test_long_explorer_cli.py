@@ -35,7 +35,7 @@ def plan_file(path, num_layers=1, num_heads=2, n=N):
     from attnlab.support import Support
 
     shape = {"num_layers": num_layers, "num_heads": num_heads, "num_kv_heads": 1}
-    Plan.uniform(shape, HeadPlan(Support(w=8, columns=np.array([0, 3])), 1), "test", 0.5, n).save(path)
+    Plan.uniform(shape, HeadPlan(support=Support(w=8, columns=np.array([0, 3])), dynamic=1), "test", 0.5, n).save(path)
     return path
 
 

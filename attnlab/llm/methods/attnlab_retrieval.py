@@ -143,13 +143,13 @@ class AttnlabRetrieval(PlanMethod):
             for l, h in heads:
                 old = plan.heads[l][h]
                 if not old.is_full and windows[l] is None:
-                    plan.heads[l][h] = HeadPlan(old.support, old.dynamic, T, 0, K, P)
+                    plan.heads[l][h] = HeadPlan(support=old.support, dynamic=old.dynamic, tail=T, blocks=K, kept=P)
         if K2:   # prefill-only key blocks on every other planned head (a full head, a retrieval head, a sliding layer: none)
             for l in range(L):
                 for h in range(H):
                     old = plan.heads[l][h]
                     if not keep[l, h] and not old.is_full and not old.tail and windows[l] is None:
-                        plan.heads[l][h] = HeadPlan(old.support, old.dynamic, 0, 0, K2)
+                        plan.heads[l][h] = HeadPlan(support=old.support, dynamic=old.dynamic, blocks=K2)
         plan.budget = self.budget
         plan.meta.update(retrieval_heads=heads, tail=T, **({"slashes": s} if s else {}), **({"sliding_floor": floor} if floor else {}),
                          **({"blocks": K} if K else {}), **({"other_blocks": K2} if K2 else {}), **({"by_kv": 1} if self.option("by_kv") else {}),

@@ -59,7 +59,7 @@ class DuoAttention(PlanMethod):
         gates = self._gates(model).numpy()                                                # (L, H_kv)
         L, H, H_kv = shape["num_layers"], shape["num_heads"], shape["num_kv_heads"]
         r = H // H_kv
-        stream = HeadPlan(Support(w=self.recent - 1, columns=np.arange(self.sinks)))
+        stream = HeadPlan(support=Support(w=self.recent - 1, columns=np.arange(self.sinks)))
 
         def plan(full: set) -> Plan:
             heads = [[HeadPlan.full() if (l, h // r) in full else stream for h in range(H)] for l in range(L)]

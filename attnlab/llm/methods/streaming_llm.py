@@ -35,7 +35,7 @@ class StreamingLLM(PlanMethod):
         if k <= SINKS:
             raise UserError(f"--option compression: keeps {k} of {n} tokens, no more than the {SINKS} sinks")
         w = k - SINKS
-        return Plan.uniform(model_shape(model), HeadPlan(Support(w=w, columns=np.arange(SINKS))),
+        return Plan.uniform(model_shape(model), HeadPlan(support=Support(w=w, columns=np.arange(SINKS))),
                             "streaming-llm", self.budget, n)
 
     def kv_tokens(self, n: int) -> int:

@@ -71,12 +71,12 @@ def streaming_llm(shape: dict, budget: float, n: int) -> Plan:
         lo, hi = w, n - 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if Plan.uniform(shape, HeadPlan(Support(w=mid, columns=_sinks(SINKS))), "streaming-llm", budget, n).fraction(n) <= budget:
+            if Plan.uniform(shape, HeadPlan(support=Support(w=mid, columns=_sinks(SINKS))), "streaming-llm", budget, n).fraction(n) <= budget:
                 lo = mid
             else:
                 hi = mid - 1
         w = lo
-    return Plan.uniform(shape, HeadPlan(Support(w=w, columns=_sinks(SINKS))), "streaming-llm", budget, n)
+    return Plan.uniform(shape, HeadPlan(support=Support(w=w, columns=_sinks(SINKS))), "streaming-llm", budget, n)
 
 
 def minference_budget(budget: float, n: int, shape: dict | None = None) -> tuple[float, int | None]:
@@ -140,10 +140,10 @@ def minference(cal: Calibration, budget: float, by: str = "mass") -> Plan:
     for l in range(len(heads)):
         for h in range(len(heads[l])):
             if windows[l] is not None:  # a sliding head: its band (the candidates are for the full layers)
-                heads[l][h] = HeadPlan(Support(w=int(band), columns=_sinks(0)), 0)
+                heads[l][h] = HeadPlan(support=Support(w=int(band), columns=_sinks(0)))
                 continue
             w, f, d = cands[int(best[l, h])]
-            heads[l][h] = HeadPlan(Support(w=int(w), columns=_sinks(f)), int(d))
+            heads[l][h] = HeadPlan(support=Support(w=int(w), columns=_sinks(f)), dynamic=int(d))
     return Plan(heads, cal.shape["num_kv_heads"], f"minference-{by}", budget, n, {"candidates": cands, "sliding_band": band},
                 cal.shape.get("windows"))
 
@@ -180,7 +180,7 @@ def duo_attention(cal: Calibration, budget: float) -> Plan:
     if best is None:
         raise UserError(f"budget {budget}: below DuoAttention's cheapest plan at n = {n}")
     _, w, full_set = best
-    heads = [[HeadPlan.full() if l * H + h in full_set else HeadPlan(Support(w=int(w), columns=_sinks(SINKS))) for h in range(H)] for l in range(L)]
+    heads = [[HeadPlan.full() if l * H + h in full_set else HeadPlan(support=Support(w=int(w), columns=_sinks(SINKS))) for h in range(H)] for l in range(L)]
     return Plan(heads, cal.shape["num_kv_heads"], "duo-attention", budget, n, {"window": int(w), "full_heads": len(full_set)},
                 cal.shape.get("windows"))
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -131,7 +131,7 @@ def cap_to_window(head: "HeadPlan", window: int | None) -> "HeadPlan":
     w = window - 1 if head.is_full else min(head.w, window - 1)
     if w == head.w and not head.columns and not head.dynamic and not head.tail and not head.slashes and not head.blocks:
         return head
-    return HeadPlan(Support(w=int(w), columns=np.zeros(0, dtype=np.int64)), 0)
+    return HeadPlan(support=Support(w=int(w), columns=np.zeros(0, dtype=np.int64)))
 
 
 def slash_fraction(windows: list | None, num_layers: int, num_heads: int, slashes: int, n: int) -> float:
@@ -170,6 +170,7 @@ class HeadPlan:
     """
 
     support: Support
+    _: KW_ONLY               # the rest by name: HeadPlan(support=…, dynamic=D, tail=T, slashes=s, blocks=K, kept=P)
     dynamic: int = 0
     tail: int = 0
     slashes: int = 0
@@ -178,7 +179,7 @@ class HeadPlan:
 
     @classmethod
     def full(cls) -> "HeadPlan":
-        return cls(Support.full(), 0)
+        return cls(support=Support.full())
 
     @property
     def is_full(self) -> bool:
@@ -224,7 +225,7 @@ class HeadPlan:
             raise ValueError(f"head plan: columns must be distinct key positions >= 0, got {cols.tolist()}")
         if int(support.offset) != 0 or support.residual:
             raise ValueError("head plan: only offset 0 and residual 0 are executed (causal band ending on the diagonal)")
-        return cls(support, dynamic, tail, slashes, blocks, kept)
+        return cls(support=support, dynamic=dynamic, tail=tail, slashes=slashes, blocks=blocks, kept=kept)
 
 
 @dataclass

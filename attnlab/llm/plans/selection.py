@@ -184,9 +184,9 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
             w, g = cal.w_grid[x], cal.g_grid[y]
             if table in ("fit", "est"):
                 fixed = cal.fixed_columns(l, h, x, y)[:g]
-                row.append(HeadPlan(Support(w=int(w), columns=np.asarray(fixed, dtype=np.int64)), g - len(fixed)))
+                row.append(HeadPlan(support=Support(w=int(w), columns=np.asarray(fixed, dtype=np.int64)), dynamic=g - len(fixed)))
             else:
-                row.append(HeadPlan(Support(w=int(w), columns=np.arange(sinks[z], dtype=np.int64)), int(g)))
+                row.append(HeadPlan(support=Support(w=int(w), columns=np.arange(sinks[z], dtype=np.int64)), dynamic=int(g)))
         heads.append(row)
     value = float(np.take_along_axis(gain, choice[..., None], -1).mean())
     key = "captured_mass" if full_gain == 1.0 else "mean_error"
