@@ -109,3 +109,36 @@ def test_viz_does_not_import_the_experiment(module):
     seen = reachable(module)
     bad = [m for m in seen if m.split(".")[1] in ("experiment", "workflows", "cli")]
     assert not bad, "; ".join(chain(seen, m) for m in bad)
+
+
+EXECUTION = modules_of("llm/execution")
+METHODS = modules_of("llm/methods")
+
+
+def test_the_llm_sub_packages_are_found():
+    assert "attnlab.llm.execution.backend" in EXECUTION and "attnlab.llm.execution.cpu_backend" in EXECUTION
+    assert "attnlab.llm.methods.quest_runner" in METHODS
+    assert "attnlab.llm.execution.attention" in direct_imports(module_path("attnlab.llm.methods.quest_runner"))
+
+
+@pytest.mark.parametrize("module", EXECUTION)
+def test_execution_imports_neither_methods_nor_eval(module):
+    """execution/ runs a plan (the seam, its backends, the cache): it knows no method and no evaluation."""
+    seen = reachable(module)
+    bad = [m for m in seen if m.startswith(("attnlab.llm.methods", "attnlab.llm.eval", "attnlab.cli", "attnlab.workflows"))]
+    assert not bad, "; ".join(chain(seen, m) for m in bad)
+
+
+def test_the_plan_record_does_not_import_its_execution():
+    """plans.plan is the record (what each head reads); how it runs is execution's, which reads the record."""
+    seen = reachable("attnlab.llm.plans.plan")
+    bad = [m for m in seen if m.startswith(("attnlab.llm.execution", "attnlab.llm.methods", "attnlab.llm.eval"))]
+    assert not bad, "; ".join(chain(seen, m) for m in bad)
+
+
+@pytest.mark.parametrize("module", METHODS)
+def test_methods_do_not_import_the_eval(module):
+    """A method changes attention (a plan, a runner class); the eval grid runs methods, not the reverse."""
+    seen = reachable(module)
+    bad = [m for m in seen if m.startswith(("attnlab.llm.eval", "attnlab.cli", "attnlab.workflows"))]
+    assert not bad, "; ".join(chain(seen, m) for m in bad)

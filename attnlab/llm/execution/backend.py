@@ -41,7 +41,9 @@ from typing import Callable, NamedTuple
 
 import torch
 
-__all__ = ["AttentionBackend", "PageKeys", "PrefillParts", "backend_for", "register_backend", "tail_scores"]
+from attnlab.llm.plans.plan import FULL
+
+__all__ = ["AttentionBackend", "PageKeys", "PrefillParts", "backend_for", "dense_support", "register_backend", "tail_scores"]
 
 
 class PrefillParts(NamedTuple):
@@ -52,7 +54,8 @@ class PrefillParts(NamedTuple):
     columns:  (B, H, g) long key positions T_h, distinct per head, −1: an empty slot.
     diagonals:(B, H, s) long offsets δ = j − i < −w_h, NO_DIAGONAL (``attnlab.support``): an empty slot.
     blocks:   (B, H, T, K) long key-block indices U_h(t) for each query block t = 0 … ⌈n/b⌉ − 1 (best first), −1: none;
-              head h reads the first ``block_counts[h]`` of them; K = 0: no head has key blocks.
+              head h reads the first ``block_counts[h]`` of them; K = 0: no head has key blocks.  A head has
+              key blocks or diagonals, not both (a plan gives slashes only to heads without blocks).
     block_counts: (H,) ints K_h.
     tails:    (H,) ints R_h: the last R_h rows read every causal key (0: none).
     kv_of:    (H,) long, the KV head of each query head.
@@ -90,6 +93,34 @@ class AttentionBackend(ABC):
     @abstractmethod
     def decode(self, q, k, v, scaling: float, allowed=None, pages: PageKeys | None = None):
         """q (B, H_s·r, t, d_k), k, v (B, H_s, L, ·), allowed (B, H_s, r, t, L) | None → out (B, H_s·r, t, d_v)."""
+
+
+def dense_support(parts: PrefillParts, n: int):
+    """S_h(i) of ``parts`` as a dense mask (B, H, n, n) bool, [b, h, i, j] = j ∈ S_h(i): the reference every backend's
+    prefill is tested against (O(n²): tests and small inputs only)."""
+    B, H = parts.columns.shape[:2]
+    device = parts.columns.device
+    i = torch.arange(n, device=device)[:, None]
+    j = torch.arange(n, device=device)[None, :]
+    causal = j <= i                                                                          # (n, n)
+    w = torch.tensor(parts.w, device=device).view(1, H, 1, 1)
+    s = ((w == FULL) | (i - j <= w)) & causal                                              # band
+    hit = torch.zeros(B, H, n + 1, dtype=torch.bool, device=device)
+    hit.scatter_(-1, torch.where((parts.columns >= 0) & (parts.columns < n), parts.columns, n), True)
+    s = s | (hit[:, :, None, :n] & causal)                                                   # columns
+    for x in range(parts.diagonals.shape[-1]):                                               # diagonals j − i = δ
+        s = s | ((j - i) == parts.diagonals[:, :, x].view(B, H, 1, 1)) & causal
+    K = parts.blocks.shape[-1]
+    if K:                                                                                    # key blocks of i's query block
+        b = parts.block
+        own = torch.arange(K, device=device).view(1, 1, 1, K) < torch.tensor(parts.block_counts, device=device).view(1, H, 1, 1)
+        chosen = torch.where(own & (parts.blocks >= 0), parts.blocks, -1)                    # (B, H, T, K)
+        T = chosen.shape[2]
+        table = torch.zeros(B, H, T, T + 1, dtype=torch.bool, device=device)
+        table.scatter_(-1, torch.where(chosen >= 0, chosen, T), True)                        # [t, u]: block u read by block t
+        s = s | (table[:, :, i[:, 0] // b][..., j[0] // b] & causal)
+    R = torch.tensor(parts.tails, device=device).view(1, H, 1, 1)
+    return s | ((i >= n - R) & causal)                                                       # tails
 
 
 def tail_scores(q, k, kv_of, idx, R: int, scaling: float):

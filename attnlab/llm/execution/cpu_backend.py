@@ -76,6 +76,8 @@ class CpuBackend(AttentionBackend):
                 band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=cols, scale=scaling)
                 continue
             chosen = parts.blocks[:, idx, :, :K] if K and not full else None                   # (B, |hs|, T, K)
+            if chosen is not None and diags.shape[-1]:
+                raise ValueError(f"prefill parts: heads {hs} have key blocks and diagonals; a head has one or the other")
             if in_place and chosen is not None and not diags.shape[-1]:   # the kernel reads each chunk's keys in place
                 # the columns (read once a head), and each chunk's block keys that are not columns (distinct from them)
                 keys = block_keys(chosen, n, b)                                                  # (B, |hs|, T, K·b), −1: none
