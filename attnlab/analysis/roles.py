@@ -57,6 +57,8 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from attnlab.analysis.attention_maps import KIND_SIDES, AttentionMaps
+from attnlab.analysis.gold_relations import (SUBWORD_MARKERS, corpus_relations, read_conllu, token_relations,  # noqa: F401
+                                             word_of_tokens)   # re-exported: the syntactic role's gold relations
 
 __all__ = [
     "HeadRole", "RoleThresholds", "head_roles", "token_frequencies", "is_punctuation", "ROLES",
@@ -64,7 +66,6 @@ __all__ = [
 ]
 
 ROLES = ("positional", "syntactic", "rare-token", "sink", "broad", "other")
-_MARKERS = ("##", "Ġ", "▁", "Ċ", "@@", "</w>")
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def token_frequencies(token_lists: Iterable[Sequence[str]]) -> Counter:
 def is_punctuation(token: str) -> bool:
     """True for a token made only of punctuation (after removing subword markers such as ## Ġ ▁)."""
     t = token
-    for m in _MARKERS:
+    for m in SUBWORD_MARKERS:
         t = t.replace(m, "")
     return bool(t) and all(unicodedata.category(ch).startswith("P") for ch in t)
 
@@ -430,120 +431,3 @@ def _relation_baselines(rel_i, rel_j, rel_lab, n_labels: int, count) -> np.ndarr
     off = off - off.min()
     hist = np.bincount(rel_lab * (off.max() + 1) + off, minlength=n_labels * (off.max() + 1)).reshape(n_labels, -1)
     return hist.max(-1) / np.maximum(count, 1)
-
-
-# ---------------------------------------------------------------------------------------------
-# gold relations: from words to tokens
-# ---------------------------------------------------------------------------------------------
-def _norm(text: str) -> str:
-    for m in _MARKERS:
-        text = text.replace(m, "")
-    text = unicodedata.normalize("NFKD", text.lower())
-    return "".join(ch for ch in text if not unicodedata.combining(ch) and not ch.isspace())
-
-
-def word_of_tokens(tokens: Sequence[str], special: Sequence[bool], words: Sequence[str]) -> np.ndarray:
-    """Index of the whitespace word each token comes from (−1 for special tokens).
-
-    Walks the characters of the words (lower-cased, accents and subword
-    markers ## Ġ ▁ removed): a token belongs to the word of its first
-    character.  Unknown pieces ([UNK]) take the word at the current position.
-    """
-    chars = [_norm(w) for w in words]
-    owner = np.repeat(np.arange(len(words)), [len(c) for c in chars])  # char -> word
-    stream = "".join(chars)
-    out = np.full(len(tokens), -1, np.int64)
-    p = 0
-    for t, (tok, sp) in enumerate(zip(tokens, special)):  # one pass over the tokens of one sentence
-        if sp or p >= len(stream):
-            continue
-        c = _norm(tok)
-        if not c:
-            out[t] = owner[p]
-            continue
-        at = stream.find(c, p)
-        if at == p or (0 < at - p <= 2):
-            p = at
-        out[t] = owner[p]
-        p = min(len(stream), p + len(c)) if stream.startswith(c, p) else p + 1
-    return out
-
-
-def token_relations(maps: AttentionMaps, kind: str, word_relations: Sequence[Sequence[tuple[int, int, str]]]):
-    """Gold (query word, key word, label) triples → (query token, key token, label), per sentence.
-
-    Words are the whitespace words of the sentence's text (source side) or
-    target (target side; the text itself for decoder-only models), as
-    ``KIND_SIDES[kind]`` says; a word maps to its
-    first token.  Relations whose words are not found are dropped.
-    """
-    if len(word_relations) != len(maps):
-        raise ValueError(f"word_relations: {len(word_relations)} sentences for {len(maps)} in the maps")
-    q_side, k_side = KIND_SIDES[kind]
-    out = []
-    for sent, rels in zip(maps, word_relations):
-        first = {}
-        for side in {q_side, k_side}:
-            text = sent.text if side == "src" or sent.target is None else sent.target  # decoder-only: text on "tgt"
-            w_of_t = word_of_tokens(sent.tokens[side], sent.special_mask(side), text.split())
-            f = np.full(len(text.split()) + 1, -1, np.int64)
-            for t in range(len(w_of_t) - 1, -1, -1):  # first token of each word
-                if w_of_t[t] >= 0:
-                    f[w_of_t[t]] = t
-            first[side] = f
-        out.append([(int(first[q_side][a]), int(first[k_side][b]), lab) for a, b, lab in rels
-                    if a < len(first[q_side]) - 1 and b < len(first[k_side]) - 1
-                    and first[q_side][a] >= 0 and first[k_side][b] >= 0])
-    return out
-
-
-def corpus_relations(pairs, kind: str):
-    """Word-level gold triples for ``kind`` from corpus pairs (attnlab.data ``Pair``), or None.
-
-    encoder: dependency arcs (head, dependent, label) → (dependent, head, label);
-    cross: alignment links (source i, target j) → (j, i, "align").
-    """
-    if kind == "encoder" and all(p.relations is not None for p in pairs):
-        return [[(d, h, lab) for h, d, lab in p.relations] for p in pairs]
-    if kind == "cross" and all(p.alignment is not None for p in pairs):
-        return [[(j, i, "align") for i, j in p.alignment] for p in pairs]
-    return None
-
-
-def read_conllu(path) -> tuple[list[str], list[list[tuple[int, int, str]]]]:
-    """Sentences (words joined by spaces) and their arcs (dependent, head, deprel), 0-based word indices.
-
-    Read with the ``conllu`` package; multiword and empty tokens are skipped,
-    root arcs dropped.  ``UserError`` naming the file when it cannot be parsed.
-    """
-    import conllu
-
-    from attnlab.errors import UserError
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            parsed = conllu.parse(f.read())
-    except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"{path}: cannot read CoNLL-U file ({err})") from None
-    except Exception as err:  # conllu's ParseException
-        raise UserError(f"{path}: not a CoNLL-U file ({err})") from None
-    sentences, relations = [], []
-    for number, tl in enumerate(parsed, start=1):
-        toks = [t for t in tl if isinstance(t.get("id"), int)]
-        if not toks:
-            continue
-        where = f"{path}: sentence {number}"
-        for k, t in enumerate(toks, start=1):
-            if t["id"] != k:
-                raise UserError(f"{where}: word ids must run 1, 2, ..., got {t['id']} at word {k}")
-            head = t.get("head")
-            if not isinstance(head, int) or not 0 <= head <= len(toks) or head == k or not t.get("form"):
-                raise UserError(f"{where}, word {k}: HEAD must be a word id in 0..{len(toks)} other than its own "
-                                f"and FORM non-empty (10 tab-separated columns), got HEAD {head!r}")
-        index = {t["id"]: k for k, t in enumerate(toks)}
-        sentences.append(" ".join(t["form"] for t in toks))
-        relations.append([(index[t["id"]], index[t["head"]], str(t["deprel"]))
-                          for t in toks if t["head"] and t["head"] in index])
-    if not sentences:
-        raise UserError(f"{path}: no sentences in the CoNLL-U file")
-    return sentences, relations
