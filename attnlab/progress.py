@@ -145,8 +145,8 @@ class LineProgress(Progress):
 
     def _updated(self, bar: Bar) -> None:
         now = time.monotonic()
-        if now - self._said.get(id(bar), now) < self.every:
-            return
+        if now - self._said.get(id(bar), now) < self.every or (bar.total is not None and bar.done >= bar.total):
+            return                                             # the last step: the closing line says it
         self._said[id(bar)] = now
         left = bar.remaining()
         self._line(f"{bar.description}: {self._count(bar)}, {duration(now - bar.started)}"

@@ -67,6 +67,10 @@ def test_help_and_methods_import_no_torch(args):
     ("eval", "--hf", "smollm2-135m", "--budget", "2", "--haystack", "noise"),
     ("eval", "--hf", "smollm2-135m", "--haystack", "/nonexistent/hay.txt"),
     ("eval", "--nosuch-option"),
+    ("eval", "--hf", "nosuch-model"),
+    ("heads", "--hf", "nosuch-model"),
+    ("plan", "--hf", "nosuch-model", "--calibrate", "/nonexistent/text.txt"),
+    ("attention", "--hf", "nosuch-model", "--file", "/nonexistent/text.txt"),
 ])
 def test_option_errors_import_no_torch(args, tmp_path):
     state, _, err = run_cli(*args, "--out", str(tmp_path / "run"), cwd=tmp_path)

@@ -57,34 +57,11 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from attnlab.analysis.detector_names import DETECTORS, REPEAT_DETECTORS, THRESHOLDS, parse_detectors, thresholds
 from attnlab.masks import causal
 
 __all__ = ["DETECTORS", "REPEAT_DETECTORS", "THRESHOLDS", "thresholds", "DetectorSums", "pattern_rows", "detect_heads",
-           "repeated_random_tokens", "named_heads", "parse_detectors"]
-
-REPEAT_DETECTORS = ("previous-token", "duplicate-token", "induction", "sink")  # on repeated random tokens
-DETECTORS = REPEAT_DETECTORS + ("retrieval",)                               # retrieval: on needle prompts
-THRESHOLDS: dict[str, float] = {"previous-token": 0.4, "duplicate-token": 0.4, "induction": 0.4, "sink": 0.5, "retrieval": 0.1}
-COPIES = ("duplicate-token", "induction")  # patterns that only the rows of the second and later copies can hold
-
-
-def thresholds(R: int = 2) -> dict[str, float]:
-    """Absolute thresholds on inputs of R copies: ``THRESHOLDS`` with duplicate-token and induction × (R − 1)/R."""
-    return {d: round(v * (R - 1) / R, 6) if d in COPIES else v for d, v in THRESHOLDS.items()}
-
-
-def parse_detectors(text: str | Sequence[str] | None) -> tuple[str, ...]:
-    """'previous-token,induction' → the names in ``DETECTORS`` order (None or 'all': every one); ValueError naming --detectors."""
-    if text is None:
-        return DETECTORS
-    items = [s.strip() for s in (text.split(",") if isinstance(text, str) else text) if s.strip()]
-    if items == ["all"]:
-        return DETECTORS
-    bad = [s for s in items if s not in DETECTORS]
-    if bad or not items:
-        raise ValueError(f"detectors: expected a comma list of {', '.join(DETECTORS)} (or all), got {text!r}"
-                         + (f" (unknown: {', '.join(map(repr, bad))})" if bad else ""))
-    return tuple(d for d in DETECTORS if d in items)
+           "repeated_random_tokens", "named_heads", "parse_detectors"]   # the names and thresholds: detector_names.py
 
 
 def repeated_random_tokens(vocab: Sequence[int], T: int, R: int = 2, count: int = 1, *, bos: int | None = None,

@@ -68,7 +68,7 @@ def _long(hf: str | None, file: Path, tokens, block_rows, layers, rows=None, poo
     if hf is None:
         progress.stage(f"loading the run {run_dir}")
     source, tokenizer = long_source(run_dir, hf), None
-    if hf is not None and device is not None and device.type != "cpu":   # --device cuda: the model loaded there first
+    if hf is not None and device not in (None, "cpu"):   # --device cuda: the model loaded there first
         from attnlab.llm.models.loading import load_causal_lm
 
         source, tokenizer = load_causal_lm(hf, progress=progress, device=device)
@@ -177,19 +177,18 @@ def attention_command(
     from attnlab.outputs import claim_folder, write_folder
     from attnlab.viz.export import write_attention
 
-    from attnlab.llm.models.device import resolve_device
+    from attnlab.llm.models.device import check_device
 
-    dev = resolve_device(device)                      # cuda without CUDA: one line, before anything is read or written
+    dev = check_device(device)                        # cuda without CUDA: one line, before anything is read or written
     if maps_file is None or not _is_long(maps_file):  # a saved capture refuses these options with its own line (below)
         check_file_only(file, tokens=tokens, block_rows=block_rows, layers=layers, rows=rows, pool=pool, memory_gib=memory_gib)
-    if dev.type != "cpu" and (file is None or hf is None):
+    if dev != "cpu" and (file is None or hf is None):
         raise UserError(f"--device {device}: the attention maps of sentences and of a RUN_DIR are captured on the CPU; "
                         f"--device applies to --hf MODEL --file TEXT")
     if file is not None:
         run_dir = _one_run(args)
         _check_long_source(run_dir, hf)
         from attnlab.llm.eval.eval_inputs import check_input_file
-        from attnlab.llm.heads.report import write_long_attention
 
         check_input_file("--file", file)              # missing, a folder, empty, binary: one line before the model loads
         if hf is not None:
@@ -211,6 +210,8 @@ def attention_command(
         detectors, the_plan = _overlays(res, heads_json, the_plan)  # before the summary: a mismatch is one line
         _long_summary(res)
         progress.stage(f"writing {out}: the capture, summary, pictures and explorer.html")
+        from attnlab.llm.heads.report import write_long_attention
+
         for p in write_folder(claim, lambda: write_long_attention(res, out, detectors=detectors, plan=the_plan)):
             typer.echo(str(p))
         return

@@ -85,10 +85,10 @@ def eval_command(
     check_settings(settings, None)                                        # everything but the model's context
     check_eval_folder(out, settings)                                      # a user's folder, another model's eval: refused
     check_length(hf, max(settings.lengths), "--lengths")                  # the model's context, from its configuration
-    from attnlab.llm.models.device import resolve_device                  # torch: after the checks above, which need none
+    from attnlab.llm.models.device import check_device
     from attnlab.progress import Progress
 
-    dev = resolve_device(device)                                          # cuda without CUDA: one line, nothing loaded or written
+    dev = check_device(device)                                            # cuda without CUDA: one line (torch only for cuda, auto)
     from attnlab.llm.eval.ranks import Ranks, fold_results
 
     ranks = Ranks.from_env()                                              # torchrun's RANK / WORLD_SIZE (one process: 0 / 1)
@@ -99,6 +99,7 @@ def eval_command(
     check_model_fits(model, max(settings.lengths), dev, f"--lengths {max(settings.lengths)} on {dev}")
     ranks.init_group()                                                    # torchrun: a gloo group for the barrier before the merge
     t0 = time.time()
+    progress.stage("eval: the prompts of every task and length, and the texts, checked before anything is written")
     rows = run_eval(model, tokenizer, settings, out, progress=progress, reuse=not no_reuse)
     ranks.barrier()
     if not ranks.merges():                                                # a rank's share written; rank 0 (or the next run) merges

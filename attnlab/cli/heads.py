@@ -50,7 +50,7 @@ def heads_command(
     quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Score every head as a previous-token, duplicate-token, induction, sink and retrieval head; print the table, write heads.json."""
-    from attnlab.analysis.head_detectors import parse_detectors
+    from attnlab.analysis.detector_names import parse_detectors   # torch-free: --detectors checked before torch loads
     from attnlab.outputs import claim_folder, write_folder
 
     names = parse_detectors(detectors)
@@ -61,9 +61,9 @@ def heads_command(
     if (run_dir is None) == (hf is None):
         raise UserError("give RUN_DIR or --hf MODEL (one of them)")
     name = hf or Path(run_dir).name
-    from attnlab.llm.models.device import resolve_device
+    from attnlab.llm.models.device import check_device
 
-    dev = resolve_device(device)   # cuda without CUDA: one line, before anything is written
+    dev = check_device(device)     # cuda without CUDA: one line, before anything is written (torch: cuda, auto)
     if out is None:
         out = Path("heads-" + (re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(name).name) or "model"))
     claim = claim_folder(out, kind="heads", inputs=[("RUN_DIR", run_dir), ("--hf", hf)], force=force)

@@ -103,15 +103,15 @@ def plan_command(
     """Choose one structured support per (layer, head) from calibration text under a budget; write it as JSON."""
     from attnlab.llm.eval.eval_grid import parse_method
     from attnlab.llm.models.loading import check_length
-    from attnlab.llm.plans.plan import check_budget
+    from attnlab.llm.plans.limits import check_budget
 
     try:
         check_budget(budget)
     except ValueError:
         raise ValueError(f"--budget: must be a fraction in (0, 1], got {budget}") from None
-    from attnlab.llm.models.device import resolve_device
+    from attnlab.llm.models.device import check_device
 
-    dev = resolve_device(device)              # cuda without CUDA: one line, before anything is read or written
+    dev = check_device(device)                # cuda without CUDA: one line, before anything is read or written (torch: cuda, auto)
     from attnlab.llm.eval.eval_inputs import check_input_file
     from attnlab.llm.models.loading import resolve_spec
 
@@ -163,12 +163,12 @@ def plan_run_command(
     """Perplexity of the model with a plan applied, beside the full model's."""
     import math
 
-    from attnlab.llm.models.device import resolve_device
+    from attnlab.llm.models.device import check_device
     from attnlab.llm.models.loading import check_length
     from attnlab.llm.methods.attnlab_plan import PlanFile
     from attnlab.llm.models.text_windows import token_windows
 
-    dev = resolve_device(device)              # cuda without CUDA: one line, before the plan is read
+    dev = check_device(device)                # cuda without CUDA: one line, before the plan is read (torch: cuda, auto)
 
     method = PlanFile(plan)
     p = method.file_plan.check(name=f"--plan {plan}", n=n)  # its length and columns against --n

@@ -14,18 +14,28 @@ from __future__ import annotations
 
 import os
 
-import torch
-
 from attnlab.errors import UserError
 
-__all__ = ["DEVICES", "DEVICE_HELP", "check_fits", "device_dtype", "place_model", "plan_bytes", "resolve_device"]
+__all__ = ["DEVICES", "DEVICE_HELP", "check_device", "check_fits", "device_dtype", "place_model", "plan_bytes", "resolve_device"]
 
 DEVICES = ("cpu", "cuda", "auto")
 DEVICE_HELP = "cpu (float32), cuda (bfloat16, FlexAttention) or auto (cuda when one is visible, else cpu)"
 
 
+def check_device(option: str, flag: str = "--device") -> str:
+    """``--device`` checked as ``resolve_device`` checks it, as the device's name ("cpu", "cuda:0"); torch is imported
+    only to look for CUDA (cuda, auto), so that a CPU run's option errors and first progress line come before it loads.
+    The name is what ``place_model`` and ``check_fits`` take."""
+    name = str(option).strip().lower()
+    if name not in DEVICES:
+        raise UserError(f"{flag} {option}: choose one of {', '.join(DEVICES)}")
+    return name if name == "cpu" else str(resolve_device(option, flag))
+
+
 def resolve_device(option: str, flag: str = "--device") -> torch.device:
     """The device of ``--device`` (``DEVICES``); a CUDA request on a machine without CUDA is a one-line ``UserError``."""
+    import torch
+
     name = str(option).strip().lower()
     if name not in DEVICES:
         raise UserError(f"{flag} {option}: choose one of {', '.join(DEVICES)}")
@@ -41,10 +51,14 @@ def resolve_device(option: str, flag: str = "--device") -> torch.device:
 
 def device_dtype(device) -> torch.dtype:
     """The model's dtype on ``device``: bfloat16 on CUDA, float32 elsewhere."""
+    import torch
+
     return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
 
 
 def _to_device(device):
+    import torch
+
     def hook(module, args, kwargs):
         move = lambda x: x.to(device) if isinstance(x, torch.Tensor) and x.device != device else x   # noqa: E731
         return tuple(move(a) for a in args), {k: move(v) for k, v in kwargs.items()}
@@ -54,6 +68,8 @@ def _to_device(device):
 
 def place_model(model, device):
     """``model`` on ``device`` in its dtype there (``device_dtype``); its inputs (ids, labels) moved there on each call."""
+    import torch
+
     device = torch.device(device)
     if device.type == "cpu" and next(model.parameters()).device.type == "cpu":
         return model
@@ -77,6 +93,8 @@ def plan_bytes(shape: dict, n: int, batch: int = 1, dtype_bytes: int = 2, model_
 
 def check_fits(need: int, device, what: str) -> None:
     """Refuse (``UserError``, one line) a run whose ``need`` bytes exceed the device's free memory (CUDA only)."""
+    import torch
+
     device = torch.device(device)
     if device.type != "cuda":
         return

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -325,6 +326,15 @@ def spec_context(spec: str | os.PathLike) -> int | None:
         if not (folder / "config.json").is_file():
             return MODELS[path].context
         path = str(folder)
+    if gguf_file is None and (Path(path) / "config.json").is_file():   # a folder: its JSON, without importing transformers
+        try:
+            cfg = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            cfg = None                                                  # unreadable: transformers says why, below
+        if isinstance(cfg, dict):
+            cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+            n = cfg.get("max_position_embeddings") or cfg.get("n_positions")
+            return int(n) if isinstance(n, int) and n > 0 else None     # model_max_len's rule, on the file
     restore = _quiet()
     try:
         cfg = _load_config(path, gguf_file, str(spec))

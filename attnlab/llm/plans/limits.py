@@ -7,12 +7,22 @@ compute with them (``key_blocks`` and ``selection`` import them from here):
     BLOCK       b: tokens per query block and per key block (the kernel's chunk for heads with key blocks)
     BLOCKS_MAX  K: key blocks per query block (a sanity bound)
     WIDTHS      the bands ``choose_plan`` offers the knapsack: every width calibrated, or attnlab's grid alone
+    check_budget(β)   β ∈ (0, 1], the fraction of causal attention entries a plan may keep
 """
 
 from __future__ import annotations
 
-__all__ = ["BLOCK", "BLOCKS_MAX", "WIDTHS"]
+import math
+
+__all__ = ["BLOCK", "BLOCKS_MAX", "WIDTHS", "check_budget"]
 
 BLOCK = 16          # b: tokens per query block and per key block (the kernel's chunk for such heads)
 BLOCKS_MAX = 4096   # K: key blocks per query block (a sanity bound)
 WIDTHS = ("all", "own")   # choose_plan's bands: every width calibrated, or attnlab's grid W_GRID alone
+
+
+def check_budget(budget: float) -> float:
+    """β ∈ (0, 1]: the fraction of causal attention entries a plan may keep."""
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not math.isfinite(budget) or not 0 < budget <= 1:
+        raise ValueError(f"budget: must be a fraction in (0, 1], got {budget!r}")
+    return float(budget)

@@ -32,7 +32,6 @@ refuses a plan made for another model.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import KW_ONLY, dataclass, field, replace
 from pathlib import Path
 
@@ -41,6 +40,7 @@ import numpy as np
 from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
 from attnlab.llm.plans.key_blocks import BLOCK, BLOCKS_MAX
+from attnlab.llm.plans.limits import check_budget   # β ∈ (0, 1], checked before torch loads
 from attnlab.support import FULL, Support
 
 __all__ = ["FULL", "LAST_Q", "SINKS", "SLASHES_MAX", "HeadPlan", "Plan", "cap_to_window", "check_budget", "check_pages",
@@ -60,13 +60,6 @@ def check_pages(pages, page) -> tuple[int, int]:
         if isinstance(x, bool) or not isinstance(x, int) or not lo <= x <= hi:
             raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {x!r}")
     return pages, page
-
-
-def check_budget(budget: float) -> float:
-    """β ∈ (0, 1]: the fraction of causal attention entries a plan may keep."""
-    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not math.isfinite(budget) or not 0 < budget <= 1:
-        raise ValueError(f"budget: must be a fraction in (0, 1], got {budget!r}")
-    return float(budget)
 
 
 def model_shape(model) -> dict:
