@@ -106,7 +106,7 @@ def method_logits(model, method, ids, steps):
     return torch.cat(rows)
 
 
-def tiny_method(name: str, budget: float = 0.25):
+def tiny_method(name: str, budget: float = 0.5):
     """The method ``name`` at ``budget`` for a 2-layer, 4-head model: 2 retrieval heads where it has the option (a
     preset: its base method with the preset's values but that one)."""
     from attnlab.llm import methods

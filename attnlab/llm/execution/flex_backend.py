@@ -9,8 +9,8 @@ and tails as tiles built once per (plan, n), the per-input parts written straigh
 place (query head h reads KV head h // (H / H_kv), the seam's ``kv_of``); bf16 / fp16 inputs keep FlexAttention's
 fp32 softmax.  The kernel is compiled once per shape (``nn.mechanisms.flex.flex_attention_compiled``).
 
-Decoding: the CPU backend's masked softmax over the allowed cached slots (and the read-back pages' keys), which runs
-on any device, here accumulated in fp32 for half-precision caches.  Every method runs through this seam: MInference's
+Decoding: a masked softmax over the allowed cached slots, GQA without copies, a half-precision cache read in place
+(products accumulated in fp32, the softmax in fp32); the read-back pages' keys through the CPU backend's softmax.  Every method runs through this seam: MInference's
 three patterns (columns, diagonals, key blocks), DuoAttention's streaming heads (band + sinks), SnapKV's and Quest's
 decoding (allowed slots, pages); none branches on the device.
 
@@ -25,6 +25,7 @@ import torch
 from attnlab.llm.execution.backend import PageKeys, PrefillParts, register_backend
 from attnlab.llm.execution.block_masks import TILE, layer_block_mask
 from attnlab.llm.execution.cpu_backend import CpuBackend
+from attnlab.nn.softmax import masked_softmax
 
 __all__ = ["FlexBackend", "flex_prefill"]
 
@@ -41,7 +42,7 @@ def flex_prefill(parts: PrefillParts, q, k, v, scaling: float, tile: int = TILE)
 
 
 class FlexBackend(CpuBackend):
-    """Prefill through FlexAttention with the layer's BlockMask; decoding as the CPU backend's masked softmax, in fp32."""
+    """Prefill through FlexAttention with the layer's BlockMask; decoding as a masked softmax in fp32 (module docstring)."""
 
     name = "flex"
 
@@ -55,8 +56,17 @@ class FlexBackend(CpuBackend):
         # q: (B, H_s·r, t, d_k), k, v: (B, H_s, L, ·), allowed: (B, H_s, r, t, L) → (B, H_s·r, t, d_v)
         if q.dtype not in HALF:
             return super().decode(q, k, v, scaling, allowed, pages)
-        up = pages._replace(keys=pages.keys.float(), values=pages.values.float()) if pages is not None else None
-        return super().decode(q.float(), k.float(), v.float(), scaling, allowed, up).to(q.dtype)
+        if pages is not None:   # the read-back's gathered keys: the CPU backend's softmax on fp32 copies
+            up = pages._replace(keys=pages.keys.float(), values=pages.values.float())
+            return super().decode(q.float(), k.float(), v.float(), scaling, allowed, up).to(q.dtype)
+        # the cache read in place in its half precision (products accumulated in fp32), the softmax in fp32:
+        #   a = softmax_{allowed}(fp32(q·kᵀ) · scaling),  out = (a in v's dtype) · v   — GQA without copies
+        B, H, t, d = q.shape
+        H_s, L = k.shape[1], k.shape[2]
+        r = H // H_s
+        s = (q.reshape(B, H_s, r * t, d) @ k.transpose(-1, -2)).float().mul_(scaling).view(B, H_s, r, t, L)
+        a = masked_softmax(s, allowed).to(v.dtype)
+        return (a.view(B, H_s, r * t, L) @ v).view(B, H, t, v.shape[-1])
 
 
 register_backend("cuda", FlexBackend)
