@@ -10,9 +10,10 @@ place (query head h reads KV head h // (H / H_kv), the seam's ``kv_of``); bf16 /
 fp32 softmax.  The kernel is compiled once per shape (``nn.mechanisms.flex.flex_attention_compiled``).
 
 Decoding: a masked softmax over the allowed cached slots, GQA without copies, a half-precision cache read in place
-(products accumulated in fp32, the softmax in fp32); the read-back pages' keys through the CPU backend's softmax.  Every method runs through this seam: MInference's
-three patterns (columns, diagonals, key blocks), DuoAttention's streaming heads (band + sinks), SnapKV's and Quest's
-decoding (allowed slots, pages); none branches on the device.
+(products accumulated in fp32, the softmax in fp32); the read-back pages' keys through the CPU backend's softmax.
+The methods whose runner goes through the seam run here unchanged (attnlab's plans, streaming-llm, DuoAttention's
+streaming heads as band + sinks, SnapKV's and Quest's decoding over allowed slots); MInference's ``PatternRunner``
+runs its own patterns (``execution.sparse_patterns``), on CUDA through PyTorch's chunked paths, not this backend.
 
 The backend also runs on the CPU (FlexAttention compiles there, forward only): the tests compare it with the dense
 support there (``tests/test_flex_backend.py``).
