@@ -77,8 +77,8 @@ def recipe_names(runs: Path) -> list[str]:
 
 # --- a recipe: what it measures, its commands -------------------------------------------------------------------
 
-def read_recipe(path: Path) -> tuple[str, list[str]]:
-    """(its description: the comment lines after the shebang, its commands: the other lines, continuations joined)."""
+def read_recipe(path: Path) -> tuple[list[str], list[str]]:
+    """(its header: the comment lines after the shebang, as written; its commands: the other lines, continuations joined)."""
     about, commands, pending = [], [], ""
     for line in path.read_text(encoding="utf-8").splitlines():
         s = line.strip()
@@ -86,7 +86,7 @@ def read_recipe(path: Path) -> tuple[str, list[str]]:
             continue
         if s.startswith("#") and not pending:
             if not commands:
-                about.append(s.lstrip("#").strip())
+                about.append(line.rstrip())
             continue
         if s.startswith('cd "$(dirname "$0")') and not pending:
             continue                                        # the recipe's own move to the repository root
@@ -96,7 +96,17 @@ def read_recipe(path: Path) -> tuple[str, list[str]]:
             pending = ""
     if pending:
         commands.append(pending.rstrip("\n"))
-    return " ".join(a for a in about if a), commands
+    return about, commands
+
+
+def first_sentence(about: list[str]) -> str:
+    """What a recipe measures, in one line: its header's first sentence (up to '. ' or '; '; a long one up to ': ')."""
+    text = " ".join(line.strip().lstrip("#").strip() for line in about)
+    for stop in (". ", "; "):
+        text = text.split(stop)[0]
+    if len(text) > 160:
+        text = text.split(": ")[0]
+    return text.rstrip(".").replace("|", "/")
 
 
 # --- the tables --------------------------------------------------------------------------------------------------
@@ -139,7 +149,9 @@ def eval_table(folder: Path) -> str:
         if short:   # a grid still running, or stopped: said, not hidden
             text += ("\n**Incomplete run**: " + "; ".join(f"{r['method']} β={r['budget']:g} ({r['task']}, n = {r['n']}) "
                      f"{r['prompts']} of {_prompts_asked(c, r, rows)} prompts" for r in short) + ".\n")
-        shown = [k for k in c if k not in ("format", "tasks", "lengths", "methods", "budgets") and c[k] not in (None, "", [])]
+        unused = {"calibrate_windows": c.get("calibrate"), "calibrate_mix": c.get("calibrate"), "ppl_windows": c.get("ppl")}
+        shown = [k for k in c if k not in ("format", "tasks", "lengths", "methods", "budgets") and c[k] not in (None, "", [])
+                 and unused.get(k, True)]                                          # a count of windows of no text: left out
         text = "settings: " + ", ".join(f"{k} = `{c[k]}`" for k in shown) + "\n\n" + text   # what the table's rows do not say
     return text
 
@@ -223,9 +235,9 @@ def section(name: str, runs: Path, recipes: Path, shown: Path, here: Path) -> st
     if not recipe.is_file():
         raise Refused(f"{runs / name}: no recipe {recipe} (every published run names the recipe that made it)")
     about, commands = read_recipe(recipe)
-    parts = [f"## {name}\n", about + "\n" if about else "",
+    parts = [f"## {name}\n", first_sentence(about) + ".\n" if about else "",
              f"Recipe: [`{_rel(recipe, shown)}`]({os.path.relpath(recipe, here)}), run from the repository root:\n",
-             "```bash\n" + "\n".join(commands) + "\n```\n"]
+             "```bash\n" + "\n".join(about + commands) + "\n```\n"]
     for folder in result_folders(runs / name):
         for file, table in folder_tables(folder):
             parts.append(f"From `{_rel(folder, shown)}/{file}`:\n\n{table}")
@@ -253,8 +265,8 @@ def document(runs: Path, recipes: Path, shown: Path = ROOT, here: Path = ROOT / 
             "“of full” = the method's accuracy on the (length, depth) cells where full attention scores ≥ 80 %, over full's there.",
             "", "| recipe | what it measures |", "|---|---|"]
     for n in names:
-        about = read_recipe(recipes / f"{n}.sh")[0] if (recipes / f"{n}.sh").is_file() else ""
-        head.append(f"| [{n}](#{n}) | {about.split('; ')[0].split('. ')[0].replace('|', '/')} |")
+        about = read_recipe(recipes / f"{n}.sh")[0] if (recipes / f"{n}.sh").is_file() else []
+        head.append(f"| [{n}](#{n}) | {first_sentence(about)} |")
     return "\n".join(head) + "\n\n" + "\n".join(section(n, runs, recipes, shown, here) for n in names)
 
 
