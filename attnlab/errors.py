@@ -18,7 +18,8 @@ def main_guard(main, argv: list[str] | None = None) -> None:
     A ``UserError``, ``ValueError``, ``OSError`` or ``UnicodeDecodeError`` (and a ``sys.exit("message")``, and an
     argparse usage error) becomes one line ``attnlab: error: <message>`` on stderr and exit status 2, never a
     traceback (``ATTNLAB_DEBUG=1`` shows it); an ``--out`` folder that the failed run created and left empty is
-    removed, so nothing is left behind.  ``main`` returning an int exits with it.
+    removed, so nothing is left behind (``argv``: where ``--out`` is looked for, ``sys.argv[1:]`` by default).
+    ``main`` returning an int exits with it.
     """
     import argparse
     import os

@@ -306,6 +306,13 @@ def cases(w: Path) -> list[tuple[str, list, dict, tuple]]:
     return C
 
 
+def error_lines(err: str) -> list[str]:
+    """stderr without the progress lines said before a refusal that comes after the model has loaded
+    (``attnlab: loading model …``: a line per stage when stderr is not a terminal, ``attnlab.progress``)."""
+    return [line for line in err.strip().splitlines()
+            if line.strip() and not (line.startswith("attnlab: ") and not line.startswith("attnlab: error: ") and "Traceback" not in err)]
+
+
 def refuse_all(world: Path, table_cases: list) -> tuple[list, list, float]:
     """Run every case: (table rows (label, exit, message, problems), the failed cases, seconds)."""
     table, bad = [], []
@@ -313,7 +320,7 @@ def refuse_all(world: Path, table_cases: list) -> tuple[list, list, float]:
     for label, args, env, needles in table_cases:
         before = hashes(world)
         code, out, err = run(args, env)
-        lines = [line for line in err.strip().splitlines() if line.strip()]
+        lines = error_lines(err)
         message = lines[-1] if lines else ""
         problems = []
         if code != 2:

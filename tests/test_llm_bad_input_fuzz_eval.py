@@ -7,7 +7,7 @@ changed or removed (SHA-256 of every file before and after) — an eval refused 
 leaves no ``config.json`` behind.  The method options given twice, a plan for a method without a plan file,
 a plan file's fields, an unknown model (one line, at once: no download tried), a folder where a file is
 expected, ``--out`` that is not new, empty or an eval of the same model; then the options of the prompt
-formats (``--template``, ``--question``, the pass-key tasks), the presets and ``--quiet``.
+formats (``--template``, ``--question``, the pass-key tasks), the presets, ``--device`` and ``--quiet``.
 """
 
 from __future__ import annotations
@@ -131,6 +131,9 @@ def cases(w: Path) -> list[tuple[str, list, dict, tuple]]:
     A = ["attention", "--hf", tiny, "--out", w / "new-att"]
     case("attention --file a folder", [*A, "--file", w / "nomodel"], "--file", "is a folder")
     case("attention --hf unknown name --file", ["attention", "--hf", "nosuch-model", "--file", short, "--out", w / "new-att"], "nosuch-model")
+    case("attention --hf unknown name, a sentence", ["attention", "--hf", "nosuch-model", "the cat", "--out", w / "new-att"], "nosuch-model", "local")
+    case("roles --hf unknown name", ["roles", "--hf", "nosuch-model", "--data", "synthetic"], "nosuch-model")
+    case("approximate --hf unknown name", ["approximate", "--hf", "nosuch-model", "--file", short], "nosuch-model")
     case("attention --heads a folder", [*A, "--file", short, "--heads", w / "nomodel"], "--heads", "is a folder")
     case("heads --length beyond the context", ["heads", "--hf", tiny, "--length", "1000", "--out", w / "new-heads"], "--length 1000", "512")
     case("heads --hf owner/name not in the cache", ["heads", "--hf", "nobody/nothing-7b", "--out", w / "new-heads"], "nobody/nothing-7b")
@@ -160,6 +163,16 @@ def cases(w: Path) -> list[tuple[str, list, dict, tuple]]:
                     ["plan-run", "--hf", tiny, "--plan", w / "plan.json", "--file", text, "--n", "128"], ["heads", "--hf", tiny, "--out", w / "new-heads"],
                     ["attention", "--hf", tiny, "--file", short, "--out", w / "new-att"]):
         case(f"{command[0]} --quiet=yes", [*command, "--quiet=yes"], "--quiet")
+    import torch
+
+    no_cuda = ("cuda",) if not torch.cuda.is_available() else ()   # --device cuda is bad input only where there is none
+    for v in ("gpu", "cuda:99", "", "CUDA", "cpu,cuda", "cuda:-1", "tpu", *no_cuda):
+        case(f"eval --device {v!r}", [*EO, "--device", v], "--device")
+    for command in (["plan", "--hf", tiny, "--calibrate", text, "--n", "128", "--out", w / "new-plan.json"],
+                    ["plan-run", "--hf", tiny, "--plan", w / "plan.json", "--file", text, "--n", "128"], ["heads", "--hf", tiny, "--out", w / "new-heads"],
+                    ["attention", "--hf", tiny, "--file", short, "--out", w / "new-att"]):
+        for v in ("tpu", *no_cuda):
+            case(f"{command[0]} --device {v}", [*command, "--device", v], "--device")
     case("eval --quiet with an unknown model", ["eval", "--hf", "nosuch-model", "--quiet", "--haystack", "noise", "--out", w / "new-eval"], "nosuch-model")
     case("eval --quiet with --out a user's folder", [*E, "--quiet", "--out", w / "nomodel"], "--out")
     case("plan --quiet --budget 0", ["plan", "--hf", tiny, "--calibrate", text, "--quiet", "--budget", "0", "--out", w / "new-plan.json"], "--budget")

@@ -139,6 +139,8 @@ RULES: dict[str, Rule] = {
     "eval.ppl_windows": Rule(int, 1, 10**4),
     "eval.seed": Rule(int, 0, SEED_MAX),
     "eval.max_new": Rule(int, 1, 4096),
+    "eval.template": Rule(str, registry="attnlab.llm.eval.tasks:TEMPLATES"),   # the prompt formats (attnlab.llm.eval.tasks.prompt)
+    "eval.question": Rule(str, registry="attnlab.llm.eval.tasks:QUESTIONS"),
     # head detectors (heads)
     "heads.length": Rule(int, 8, 2**20),
     "repeats": Rule(int, 2, 1000),

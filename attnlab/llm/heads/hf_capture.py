@@ -58,13 +58,9 @@ def load_hf(name_or_path: str | os.PathLike) -> HFModel:
     ``.gguf`` file or known offline LLM name (``attnlab.llm.models.loading.MODELS``).
 
     Raises ``UserError`` for a folder that does not exist or is not a model,
-    a hub name that is unknown or cannot be reached offline, and a model that
+    a hub name that is not in the local Hugging Face cache (never downloaded), and a model that
     cannot return attention weights.
     """
-    import transformers
-    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
-
     name = str(name_or_path)
     from attnlab.llm.models.loading import MODELS, fetch_model, load_causal_lm, model_max_len
 
@@ -75,21 +71,24 @@ def load_hf(name_or_path: str | os.PathLike) -> HFModel:
         return HFModel(name, model, tokenizer, "decoder", model_max_len(model))
     local = Path(name).expanduser()
     looks_local = local.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep == "\\" and "\\" in name
-    if looks_local and not local.is_dir():
+    if not looks_local:   # a hub name: its folder in the local HF cache, never downloaded (unknown: one line at once)
+        from attnlab.llm.models.loading import hub_snapshot
+
+        try:
+            local = hub_snapshot(name)
+        except UserError:
+            raise UserError(f"model '{name}' is not in the local Hugging Face cache; {_hub_hint(name)}") from None
+    if not local.is_dir():
         raise UserError(f"model folder {name} does not exist")
+    import transformers
+    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
     try:
-        cfg = AutoConfig.from_pretrained(str(local) if looks_local else name)
+        cfg = AutoConfig.from_pretrained(str(local))
     except (OSError, ValueError) as err:
-        text = str(err)
-        if looks_local:
-            raise UserError(f"{name} is not a transformers model folder (no usable config.json): {text.splitlines()[0]}") from None
-        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-        if "not a valid model identifier" in text or "Repository Not Found" in text or "404" in text:
-            if offline or "offline" in text.lower() or "connect" in text.lower():
-                raise UserError(f"model '{name}' is not in the local cache and the hub cannot be reached; {_hub_hint(name)}") from None
-            raise UserError(f"unknown model '{name}': not a local folder and not a model on the Hugging Face hub") from None
-        raise UserError(f"model '{name}' is not available locally and the hub cannot be reached; {_hub_hint(name)}") from None
-    path = str(local) if looks_local else name
+        raise UserError(f"{name} is not a transformers model folder (no usable config.json): {str(err).splitlines()[0]}") from None
+    path = str(local)
     if cfg.is_encoder_decoder:
         arch, auto = "encoder-decoder", AutoModelForSeq2SeqLM
     elif cfg.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and cfg.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
