@@ -150,3 +150,13 @@ def test_the_eval_grid_counts_its_rows_and_the_library_is_silent_by_default(tiny
     assert len(rows) == 2
     assert out.getvalue().splitlines()[0] == "attnlab: eval: 2 rows …"
     assert out.getvalue().splitlines()[-1].startswith("attnlab: eval: 2/2 rows in ")
+
+
+def test_heads_count_the_detectors_blocks(tiny, tmp_path, capsys):
+    code, _, err = run_main(["heads", "--hf", str(tiny), "--length", "48", "--samples", "2", "--detectors", "induction,sink",
+                             "--block-rows", "16", "--out", str(tmp_path / "heads")], capsys)
+    assert code in (0, None), err
+    lines = [line for line in err.splitlines() if line.startswith("attnlab: ")]
+    # one pass over both samples (a HF model), one layer, ⌈48 / 16⌉ = 3 blocks of rows
+    assert "attnlab: detectors on 2 × 48 tokens: 3 blocks …" in lines, lines
+    assert any(line.startswith("attnlab: detectors on 2 × 48 tokens: 3/3 blocks in ") for line in lines), lines
