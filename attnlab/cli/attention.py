@@ -173,6 +173,10 @@ def attention_command(
     exact window to --out, with OUT/explorer.html (heads grid, pooled overview that zooms into exact tiles).
     With --maps OUT/long-attention.safetensors: write that folder again from the saved capture (with --heads, --plan).
     """
+    if hf is not None:   # an unknown model: one line before torch and transformers are imported, no download tried
+        from attnlab.llm.models.loading import resolve_spec
+
+        resolve_spec(hf)
     from attnlab.analysis.attention_maps import AttentionMaps
     from attnlab.outputs import claim_folder, write_folder
     from attnlab.viz.export import write_attention
@@ -191,10 +195,6 @@ def attention_command(
         from attnlab.llm.eval.eval_inputs import check_input_file
 
         check_input_file("--file", file)              # missing, a folder, empty, binary: one line before the model loads
-        if hf is not None:
-            from attnlab.llm.models.loading import resolve_spec
-
-            resolve_spec(hf)                          # an unknown model: one line, no download tried
 
         if out is None:
             out = Path(run_dir) / "attention-long" if run_dir else Path("attention-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(hf or "model").name or "model"))
@@ -277,6 +277,10 @@ def roles_command(
     memory_gib: Optional[float] = typer.Option(None, "--memory-limit", help="with --file: refuse a run estimated above this many GiB"),
 ) -> None:
     """Scores and role of every head over --limit sentences of --data (or --conllu), or over one long --file."""
+    if hf is not None:   # an unknown model: one line before torch and transformers are imported, no download tried
+        from attnlab.llm.models.loading import resolve_spec
+
+        resolve_spec(hf)
     from attnlab.workflows import classify_heads
 
     check_file_only(file, tokens=tokens, block_rows=block_rows, layers=layers, memory_gib=memory_gib)
