@@ -127,7 +127,7 @@ def logits_check(smoke: bool, device) -> None:
     from attnlab.llm.models.device import place_model
     from attnlab.llm.models.loading import load_causal_lm
 
-    n = 256 if smoke else 1024
+    n = 512 if smoke else 1024
     names = ["full", "streaming-llm", "attnlab", "minference", "snapkv", "quest"] if smoke else methods.names() + list(methods.preset_names())
     flex_on_cpu = torch.device(device).type == "cpu"   # smoke without CUDA: the device side is the flex backend on the CPU
     print(f"tolerance: ‖Δlogits‖ / ‖logits_cpu‖ ≤ {BF16_TOL} ({'float32 flex backend on the CPU' if flex_on_cpu else 'bfloat16 on ' + str(device)})")
