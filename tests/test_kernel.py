@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import attnlab.nn.mechanisms.sliding_window as sw
+import attnlab.nn.mechanisms.window_autograd as wa
 from attnlab.nn.softmax import masked_softmax
 from attnlab.support import Support
 
@@ -90,12 +91,12 @@ def test_kernel_equals_dense_reference(n, dm, w, offset, chunk, causal, padded, 
         out = sw.sliding_window_attention(q, k, v, w, **kwargs)
         return out, torch.autograd.grad(out, (q, k, v), grad)
 
-    saved = sw.BACKWARD_BLOCK
-    sw.BACKWARD_BLOCK = block or saved  # 1: every chunk its own backward block (window gradients folded across blocks)
+    saved = wa.BACKWARD_BLOCK
+    wa.BACKWARD_BLOCK = block or saved  # 1: every chunk its own backward block (window gradients folded across blocks)
     try:
         results = run_paths(one)
     finally:
-        sw.BACKWARD_BLOCK = saved
+        wa.BACKWARD_BLOCK = saved
     for path, (out, grads) in zip(PATHS, results):
         assert torch.isfinite(out).all()
         assert_close(out, ref, f"{path} output")
