@@ -5,7 +5,9 @@
 
 ``apply_plan(model, plan)`` registers the function ``attnlab_attention`` under the name
 ``"attnlab"`` and switches the model to it (``model.set_attn_implementation("attnlab")``), so
-``model(...)`` and ``model.generate(...)`` run every head with its plan:
+``model(...)`` and ``model.generate(...)`` run every head with its plan.  Each layer's ``LayerRunner`` chooses what
+its heads read (``layer_plan``, ``prefill``, ``decode_step``) and hands the softmax to the backend of the inputs'
+device (``backend``: ``cpu_backend`` on the CPU, ``flex_backend`` on CUDA); on the CPU:
 
 * prefill (no past keys): planned heads go through the chunked band + columns kernel
   (``sliding_window_attention``, O(n·(2w+1+g)) per head, heads grouped by w; with the native kernel a
