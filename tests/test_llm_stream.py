@@ -140,7 +140,7 @@ def test_layers_subset_and_save_load(tmp_path):
     np.testing.assert_allclose(res.column[0], full.column[1], atol=1e-6)
     p = res.save(tmp_path / "long.safetensors")
     back = type(res).load(p)
-    np.testing.assert_array_equal(back.profile, res.profile)
+    np.testing.assert_allclose(back.profile, res.profile, rtol=1e-6, atol=1e-12)  # stored float32
     assert back.roles == res.roles and back.fit.ws == res.fit.ws
 
 

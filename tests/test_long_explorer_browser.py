@@ -1,7 +1,9 @@
 """The long-input explorer in headless Chromium, on a capture of a tiny random Gemma-3 (a sliding and a full layer).
 
-Clicking a head, zooming a region (captured and not), hovering the tokens, switching colour scale and the
-grid's score, the plan drawn; no console error, no request, load time measured (``tests/chromium_page``).
+Clicking a head, zooming a region (captured and not), a click near a tile snapping to it, the tokens' text on
+the zoom's axes, hovering the tokens, switching colour scale and the grid's score, the heads named by the
+detectors in the grid and the badge, every layer of a 30-layer model visible, the plan drawn; no console error,
+no request, load time measured (``tests/chromium_page``).
 """
 
 from __future__ import annotations
@@ -31,11 +33,14 @@ def capture():
 
 
 def detector_file(path, L: int, H: int):
+    """Scores below the thresholds but for induction at 1.2 (and a weaker duplicate-token there) and previous-token at 0.1."""
     rng = np.random.default_rng(1)
-    scores = {d: rng.uniform(0, 1, (L, H)).round(4).tolist() for d in DETECTORS}
-    scores["induction"][1][2] = 0.97
+    scores = {d: rng.uniform(0, 0.3, (L, H)).round(4).tolist() for d in DETECTORS}
+    scores["induction"][1][2], scores["duplicate-token"][1][2], scores["previous-token"][0][1] = 0.97, 0.6, 0.9
     path.write_text(json.dumps({"model": "tiny-gemma", "n": 600, "detectors": scores, "thresholds": {d: 0.5 for d in DETECTORS},
-                                "named": [{"layer": 1, "head": 2, "detector": "induction", "score": 0.97}]}))
+                                "named": [{"layer": 1, "head": 2, "detector": "induction", "score": 0.97},
+                                          {"layer": 1, "head": 2, "detector": "duplicate-token", "score": 0.6},
+                                          {"layer": 0, "head": 1, "detector": "previous-token", "score": 0.9}]}))
     return path
 
 
@@ -79,7 +84,7 @@ def test_loads_offline_fast_and_without_errors(page):
     assert pg.locator("#head-grid td.gcell").count() == 2 * 4
     assert "no roles" not in pg.inner_text("#head-grid") + pg.inner_text("#head-info")
     assert pg.locator("#sel-score option").count() == 1 + 6 + len(DETECTORS)
-    assert pg.input_value("#sel-score") == "det:induction"  # detectors given: the grid starts on induction
+    assert pg.input_value("#sel-score") == "role"  # the grid starts on the heads' names (the detectors', else the roles)
 
 
 def test_click_a_head(page):
@@ -89,9 +94,11 @@ def test_click_a_head(page):
     assert pg.get_attribute("#overview", "data-head") == "1-2" and pg.get_attribute("#profile", "data-head") == "1-2"
     assert pg.input_value("#sel-layer") == "1" and pg.input_value("#sel-head") == "2"
     assert overview_png(pg) != before
-    assert pg.inner_text("#role-badge") == res.roles[1 * 4 + 2].role
+    assert pg.inner_text("#role-badge") == "induction"  # the detectors' name, not the capture's role
+    assert pg.inner_text("#capture-badge") == "on this text: " + res.roles[1 * 4 + 2].role
     info = pg.inner_text("#head-info")
     assert "plan (test" in info and "detector: induction" in info and "0.9700 ✓" in info
+    assert "named by\ninduction 0.9700 ≥ 0.5000, duplicate-token 0.6000 ≥ 0.5000" in info
     assert "chosen" in pg.get_attribute("#cell-1-2", "class")
     assert errors == []
 
@@ -162,8 +169,94 @@ def test_grid_colours_by_the_chosen_score(page):
     cell = "document.getElementById('cell-1-2').style.background"
     induction = pg.evaluate(cell)
     assert "underline" in pg.evaluate("getComputedStyle(document.getElementById('cell-1-2')).textDecorationLine")
-    pg.select_option("#sel-score", "role")
+    pg.select_option("#sel-score", "det:induction")
     assert pg.evaluate(cell) != induction
     pg.select_option("#sel-score", "sink")
     assert "sink mass" in pg.inner_text("#grid-legend")
     assert errors == []
+
+
+def test_badges_and_grid_agree_with_the_detectors(page, tmp_path):
+    """Every head's grid cell and badge carry the detectors' name where one names it, else the capture's role."""
+    pg, res, errors, *_ = page
+    from attnlab.llm.heads.heads_file import read_detector_scores
+
+    det = read_detector_scores(detector_file(tmp_path / "heads.json", 2, 4), 2, 4)
+    pg.select_option("#sel-score", "role")
+    for k, l in enumerate(res.layers):
+        for h in range(4):
+            want = det.label(l, h, res.roles[k * 4 + h].role)
+            assert pg.get_attribute(f"#cell-{l}-{h}", "data-label") == want
+    assert pg.inner_text("#cell-1-2") == "I" and pg.inner_text("#cell-0-1") == "←"  # capitals: named by a detector
+    assert "induction 1" in pg.inner_text("#grid-legend") and "previous-token 1" in pg.inner_text("#grid-legend")
+    pg.click("#cell-0-1")
+    assert pg.inner_text("#role-badge") == "previous-token"
+    pg.click("#cell-0-0")  # named by none: the capture's role, no second badge
+    assert pg.inner_text("#role-badge") == res.roles[0].role and pg.locator("#capture-badge").count() == 0
+    assert errors == []
+
+
+def test_a_click_near_a_tile_snaps_to_it_and_the_axes_show_the_tokens(page):
+    pg, res, errors, *_ = page
+    from attnlab.viz.labels import display_tokens
+
+    pg.click("#cell-1-2")
+    d = pg.evaluate("({...document.getElementById('overview').dataset})")
+    s = float(d["size"]) / res.n  # pixels per token
+    regions = [(300, 300, 64)] + [(int(r), int(c), 32) for r, c in res.tile_pos[1, 2] if r >= 0]
+    near = None
+    for r0, c0, size in regions[1:]:  # a point outside a tile, within 10 px of it and nearer to it than to any other region
+        i, j = r0 - int(6 / s), c0 + size // 2
+        dist = [max(max(r - i, 0, i - (r + z - 1)), max(c - j, 0, j - (c + z - 1))) for r, c, z in regions]
+        if i >= 0 and min(dist) == dist[regions.index((r0, c0, size))] > 0 and sorted(dist)[1] > dist[regions.index((r0, c0, size))]:
+            near = (i, j, r0, c0)
+            break
+    assert near is not None, "no tile to miss"
+    i, j, r0, c0 = near
+    click_token(pg, i, j)
+    assert pg.get_attribute("#zoom", "data-region") == f"{r0}:{r0 + 32},{c0}:{c0 + 32}"  # snapped: the tile, all of it exact
+    assert pg.get_attribute("#zoom", "data-captured") == "1.0000"
+    assert int(pg.get_attribute("#zoom", "data-step")) == 1  # a tile: every token's text on both axes
+    tokens = display_tokens(res.tokens)
+    assert json.loads(pg.get_attribute("#zoom", "data-row-tokens")) == tokens[r0 : r0 + 32]
+    assert json.loads(pg.get_attribute("#zoom", "data-col-tokens")) == tokens[c0 : c0 + 32]
+    ink = pg.evaluate("""(() => { const c = document.getElementById('zoom'), d = c.dataset, r = window.devicePixelRatio || 1;
+        const px = c.getContext('2d').getImageData(0, Math.round(+d.top * r), Math.round((+d.left - 4) * r), Math.round(32 * +d.cell * r)).data;
+        let k = 0; for (let x = 3; x < px.length; x += 4) k += px[x] > 0; return k; })()""")
+    assert ink > 200  # the row labels are drawn, not only listed
+    buttons = pg.locator("#regions button.region")
+    assert buttons.count() == len(regions) and "on" in (buttons.nth(regions.index((r0, c0, 32))).get_attribute("class") or "")
+    buttons.nth(0).click()  # the window's button
+    assert pg.get_attribute("#zoom", "data-region") == "300:364,300:364"
+    assert errors == []
+
+
+def test_every_layer_of_a_30_layer_model_is_visible(page, tmp_path):
+    """SmolLM2 and Gemma have 30 layers: the grid shows all of them, none scrolled out of sight."""
+    import torch
+    import transformers
+
+    from attnlab.llm.heads.long_capture import capture_long
+    from attnlab.viz.long_explorer import write_long_explorer
+    from tests.test_llm_stream import WORDS, random_text, word_tokenizer
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=len(WORDS) + 3, hidden_size=72, intermediate_size=32, num_hidden_layers=30,
+                                   num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=512)
+    res = capture_long(transformers.LlamaForCausalLM(cfg).eval(), random_text(299, seed=1), tokenizer=word_tokenizer(), pool="auto")
+    path = write_long_explorer(res, tmp_path / "explorer.html")
+    pg, errors = page[0].context.new_page(), []  # a second tab of the module's browser
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        pg.goto(path.as_uri())
+        pg.wait_for_selector("body[data-ready]")
+        assert pg.locator("#head-grid td.gcell").count() == 30 * 9
+        grid = pg.locator("#head-grid").bounding_box()
+        last = pg.locator("#cell-29-8").bounding_box()
+        assert last["y"] + last["height"] <= grid["y"] + grid["height"] + 1  # inside the grid's box: not cut off
+        assert pg.evaluate("document.getElementById('head-grid').scrollHeight <= document.getElementById('head-grid').clientHeight + 1")
+        pg.click("#cell-29-8")
+        assert pg.get_attribute("#overview", "data-head") == "29-8"
+        assert errors == []
+    finally:
+        pg.close()

@@ -27,6 +27,7 @@ import base64
 import json
 import math
 import os
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Sequence
@@ -123,10 +124,11 @@ def _asset(name: str) -> str:
 
 
 def render_explorer(payload: dict, page: str = "explorer") -> str:
-    """The HTML page ``page``.html with its .css, ``dom.js`` + its .js renderer and ``payload`` inlined (deterministic text)."""
+    """The HTML page ``page``.html with its .css, ``dom.js`` + its .js renderer (and the scripts its ``/*JS:name.js*/``
+    lines name) and ``payload`` inlined (deterministic text)."""
     data = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     data = data.replace("</", "<\\/").replace("<!--", "<\\!--")  # cannot close the <script> element
-    html = _asset(f"{page}.html")
+    html = re.sub(r"/\*JS:([\w.]+)\*/", lambda m: _asset(m.group(1)), _asset(f"{page}.html"))  # a page's further scripts
     return (html.replace("/*CSS*/", _asset(f"{page}.css")).replace("/*DOM*/", _asset("dom.js")).replace("/*JS*/", _asset(f"{page}.js"))
             .replace("/*DATA*/", data))
 

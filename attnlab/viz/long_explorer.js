@@ -1,19 +1,21 @@
 /* attnlab long-input explorer — the renderer.  Reads the JSON payload of
  * attnlab.viz.long_explorer from <script id="attnlab-data"> and draws, for the chosen head:
- *   - the layers × heads grid coloured by a score (roles, capture statistics, detectors); click = choose,
- *   - the pooled overview (log or linear colour) with the fitted structure, the plan and the captured regions,
- *   - the zoom: the exact token-level map of a selected region, from the rows kept at capture time,
- *   - the band profile and the column mass.
+ *   - the layers × heads grid, every layer, with the heads' names (long_explorer_heads.js); click = choose,
+ *   - the pooled overview (log or linear colour) with the fitted structure, the plan and the captured regions;
+ *     a click snaps to the captured region under it or within SNAP_PX of it, and each region has a button,
+ *   - the zoom: the exact token-level map of a selected region, from the rows kept at capture time, the
+ *     tokens' text on both axes (every token, or every k-th when they are too many to read),
+ *   - the band profile and the column mass (long_explorer_plots.js).
  * Maps arrive as log-quantised bytes, deflated, base64 (attnlab.viz.log_bytes): x = 10^(lo + (q−1)(hi−lo)/254).
  * No network, no libraries.
  */
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("attnlab-data").textContent);
-  var ROLE_COLORS = { "positional": "#2b8cbe", "syntactic": "#31a354", "rare-token": "#e6550d", "sink": "#756bb1",
-                      "broad": "#969696", "other": "#e4e4e4" };
   var DECADES = 5;              /* log scale: vmax · 10^-DECADES → vmax */
   var MAX_ZOOM = 256;           /* tokens per side of a zoomed region */
+  var ZOOM_PX = 576;            /* pixels per side of the zoom's map */
+  var SNAP_PX = 10;             /* a click this close (on screen) to a captured region zooms into it */
   var BG = [246, 246, 246];     /* masked (j > i, or outside a sliding window) */
   var FIT = "#00aa88", PLAN = "#c2188f", REGION = "rgba(255,255,255,0.85)", SEL = "#d62728";
   var L = data.layers.length, H = data.num_heads, n = data.n, g = data.pool;
@@ -79,104 +81,13 @@
     var keys = ["role"].concat(Object.keys(data.scores).sort(function (a, b) {
       return (a.indexOf("det:") === 0 ? 0 : 1) - (b.indexOf("det:") === 0 ? 0 : 1) || (a < b ? -1 : 1);
     }));
-    if (state.score === null) state.score = data.scores["det:induction"] ? "det:induction" : "role";
-    fillSelect($("sel-score"), keys, keys.map(function (k) { return k === "role" ? "role (capture)" : k.replace("det:", "detector: "); }), state.score);
+    if (state.score === null) state.score = "role";  /* the heads' names: the detectors', else the capture's roles */
+    var names = (data.detectors || []).length ? "names (detectors, else capture role)" : "role (capture)";
+    fillSelect($("sel-score"), keys, keys.map(function (k) { return k === "role" ? names : k.replace("det:", "detector: "); }), state.score);
     $("opt-plan").disabled = !data.plan;
   }
 
-  /* ---- heads grid -------------------------------------------------------- */
-  function scoreRange(vals, log) {
-    var lo = Infinity, hi = -Infinity;
-    vals.forEach(function (row) { row.forEach(function (v) { if (v !== null && (!log || v > 0)) { lo = Math.min(lo, v); hi = Math.max(hi, v); } }); });
-    if (!isFinite(lo)) { lo = 0; hi = 1; }
-    if (!log) lo = Math.min(0, lo);
-    return [lo, hi === lo ? lo + 1 : hi];
-  }
-  function buildGrid() {
-    var grid = $("head-grid"), legend = $("grid-legend"), sc = data.scores[state.score], named = {};
-    (data.named || []).forEach(function (x) { named[x.layer + "-" + x.head] = (named[x.layer + "-" + x.head] || []).concat([x.detector]); });
-    grid.innerHTML = ""; legend.innerHTML = "";
-    var rng = sc ? scoreRange(sc.values, sc.log) : null;
-    function t(v) {
-      if (v === null || v === undefined) return null;
-      return sc.log ? (Math.log(Math.max(v, rng[0])) - Math.log(rng[0])) / (Math.log(rng[1]) - Math.log(rng[0]) || 1) : (v - rng[0]) / (rng[1] - rng[0]);
-    }
-    var table = el("table", { "class": "grid" }), hdr = el("tr");
-    hdr.appendChild(el("th", {}, ""));
-    range(H).forEach(function (h) { hdr.appendChild(el("th", {}, "H" + h)); });
-    table.appendChild(hdr);
-    range(L).forEach(function (k) {
-      var tr = el("tr"), l = data.layers[k];
-      tr.appendChild(el("th", {}, "L" + l));
-      range(H).forEach(function (h) {
-        var info = data.heads[k][h], role = info.role, td = el("td", { id: "cell-" + l + "-" + h, "class": "gcell" });
-        var title = "layer " + l + ", head " + h + ": " + role, tv = null;
-        if (sc) { var v = sc.values[k][h]; tv = t(v); title += "\n" + sc.label + ": " + (v === null ? "—" : sig(v)); }
-        if (named[l + "-" + h]) { td.classList.add("named"); title += "\nnamed: " + named[l + "-" + h].join(", "); }
-        td.title = title;
-        if (sc) {
-          td.style.background = tv === null ? "#fff" : rgb(tv);
-          td.style.color = tv !== null && tv > 0.6 ? "#222" : "#fff";
-        } else {
-          td.style.background = ROLE_COLORS[role] || ROLE_COLORS.other;
-          td.style.color = role === "other" ? "#888" : "#fff";
-        }
-        td.textContent = role === "other" ? "·" : role.charAt(0).toUpperCase();
-        if (k === state.k && h === state.h) td.classList.add("chosen");
-        td.addEventListener("click", function () { state.k = k; state.h = h; update(); });
-        tr.appendChild(td);
-      });
-      table.appendChild(tr);
-    });
-    grid.appendChild(table);
-    if (sc) {
-      var bar = el("span", { "class": "bar" }), stops = [];
-      for (var s = 0; s <= 8; s++) stops.push(rgb(s / 8));
-      bar.style.background = "linear-gradient(to right," + stops.join(",") + ")";
-      legend.appendChild(document.createTextNode(sig(rng[0])));
-      legend.appendChild(bar);
-      legend.appendChild(document.createTextNode(sig(rng[1]) + (sc.log ? " (log)" : "")));
-      legend.appendChild(el("div", {}, sc.label + "; letters: the capture's roles" + (data.named && data.named.length ? "; underlined: named by a detector" : "")));
-    } else {
-      Object.keys(ROLE_COLORS).forEach(function (r) {
-        var sw = el("span", { "class": "swatch" }); sw.style.background = ROLE_COLORS[r];
-        legend.appendChild(sw); legend.appendChild(document.createTextNode(r));
-      });
-    }
-  }
-
-  /* ---- head info --------------------------------------------------------- */
   function tok(j) { return j >= 0 && j < n ? data.tokens[j] : "?"; }
-  function buildInfo() {
-    var k = state.k, h = state.h, info = data.heads[k][h], box = $("head-info"), fit = info.fit;
-    box.innerHTML = "";
-    box.appendChild(el("span", { "class": "headname" }, "layer " + data.layers[k] + " · head " + h + " · " + data.layer_types[k].split("_")[0]));
-    var badge = el("span", { id: "role-badge", "class": "badge" }, info.role);
-    badge.style.background = ROLE_COLORS[info.role] || "#999"; if (info.role === "other") badge.style.color = "#555";
-    box.appendChild(badge);
-    var dl = el("dl");
-    function row(a, b) { dl.appendChild(el("dt", {}, a)); dl.appendChild(el("dd", {}, b)); }
-    var shown = fit.columns.slice(0, 6).map(function (j) { return j + " “" + tok(j) + "”"; }).join(", ") +
-                (fit.columns.length > 6 ? " and " + (fit.columns.length - 6) + " more" : "");
-    row("fit (" + Math.round(data.target * 100) + "% of mass)", fit.w < 0 ? "no band + columns of the grid reaches it (full)" :
-        "band w = " + fit.w + (fit.columns.length ? ", " + fit.columns.length + " columns: " + shown : ", no columns") +
-        " → " + (100 * fit.mass).toFixed(1) + "%");
-    row("argmax offset", (info.offset > 0 ? "+" : "") + info.offset + " (positional " + sig(info.positional) + ")");
-    row("sink", sig(info.sink) + " on “" + info.sink_token + "”");
-    row("entropy", sig(info.entropy) + " nats (" + sig(info.entropy_norm) + " of uniform)");
-    row("reach", info.reach + " tokens");
-    row("top columns", info.top_columns.map(function (c) { return c[0] + " “" + tok(c[0]) + "” " + (100 * c[1]).toFixed(1) + "%"; }).join(", "));
-    Object.keys(data.scores).forEach(function (key) {
-      var v = data.scores[key].values[k][h];
-      if (key.indexOf("det:") === 0) row("detector: " + key.slice(4), v === null ? "—" : sig(v) + (data.scores[key].threshold != null && v >= data.scores[key].threshold ? " ✓" : ""));
-    });
-    if (info.plan) {
-      var p = info.plan;
-      row("plan (" + data.plan.method + ", β " + data.plan.budget + ")", p.full ? "full head" :
-          "band w = " + p.w + (p.columns.length ? ", columns " + p.columns.join(", ") : "") + (p.dynamic ? ", + " + p.dynamic + " columns per input" : ""));
-    }
-    box.appendChild(dl);
-  }
 
   /* ---- overlays ---------------------------------------------------------- */
   /* draw the head's structure in a box whose token→pixel map is px(t) = o + (t − t0) · s, for rows r0..r1 */
@@ -290,12 +201,31 @@
     if (!state.drag) return;
     var d = state.drag, small = (d.r1 - d.r0) * ov.s < 4 && (d.c1 - d.c0) * ov.s < 4;
     state.drag = null;
-    if (small) {  /* a click: the captured region under it, else a tile-sized region around it */
-      var hit = regions().filter(function (r) { return d.i >= r.r0 && d.i < r.r0 + r.size && d.j >= r.c0 && d.j < r.c0 + r.size; })[0];
+    if (small) {  /* a click: the captured region under it or nearest to it, else a tile-sized region around it */
+      var hit = nearestRegion(d.i, d.j, SNAP_PX / ov.s);
       var half = (T || 64) / 2;
       selectRegion(hit ? hit.r0 : d.i - half, hit ? hit.r0 + hit.size : d.i + half, hit ? hit.c0 : d.j - half, hit ? hit.c0 + hit.size : d.j + half,
                    hit && hit.blob === "tiles");  /* a head's tile: the next head shows its own */
     } else selectRegion(d.r0, d.r1, d.c0, d.c1);
+  }
+  function nearestRegion(i, j, reach) {  /* the captured region nearest to token (i, j), at most ``reach`` tokens away */
+    var best = null, bd = Infinity;
+    regions().forEach(function (r) {
+      var dy = Math.max(r.r0 - i, 0, i - (r.r0 + r.size - 1)), dx = Math.max(r.c0 - j, 0, j - (r.c0 + r.size - 1)), dist = Math.max(dx, dy);
+      if (dist < bd) { bd = dist; best = r; }
+    });
+    return bd <= reach ? best : null;
+  }
+  function buildRegions() {  /* a button per captured region of the chosen head: on an 8K overview a tile is a few pixels */
+    var box = $("regions");
+    box.innerHTML = "";
+    box.appendChild(document.createTextNode("captured exactly for this head: "));
+    regions().forEach(function (r) {
+      var R = state.region, on = R && R.r0 === r.r0 && R.c0 === r.c0 && R.r1 === Math.min(n, r.r0 + r.size) && R.c1 === Math.min(n, r.c0 + r.size);
+      var b = el("button", { "class": "region" + (on ? " on" : ""), type: "button" }, r.name + " · rows " + r.r0 + ", keys " + r.c0);
+      b.addEventListener("click", function () { selectRegion(r.r0, r.r0 + r.size, r.c0, r.c0 + r.size, r.blob === "tiles"); });
+      box.appendChild(b);
+    });
   }
   function bestTile() {  /* the chosen head's first zoom tile, else the window */
     var rs = regions();
@@ -306,7 +236,7 @@
     r1 = Math.min(n, Math.max(r0 + 1, Math.round(r1))); c1 = Math.min(n, Math.max(c0 + 1, Math.round(c1)));
     var clamped = r1 - r0 > MAX_ZOOM || c1 - c0 > MAX_ZOOM;
     state.region = { r0: r0, r1: Math.min(r1, r0 + MAX_ZOOM), c0: c0, c1: Math.min(c1, c0 + MAX_ZOOM), clamped: clamped, auto: !!auto };
-    drawOverview(); drawZoom();
+    drawOverview(); drawZoom(); buildRegions();
   }
 
   /* ---- zoom -------------------------------------------------------------- */
@@ -325,8 +255,8 @@
     var R = state.region, cv = $("zoom"), note = $("zoom-note");
     if (!R) return;
     var rows = R.r1 - R.r0, cols = R.c1 - R.c0, rs = regions(), l = state.k;
-    var cell = Math.max(1, Math.floor(400 / Math.max(rows, cols))), labels = cell >= 9;
-    var left = labels ? 90 : 44, top = labels ? 90 : 8;
+    var cell = Math.max(1, Math.floor(ZOOM_PX / Math.max(rows, cols)));
+    var step = Math.max(1, Math.ceil(9 / cell)), left = 90, top = 90;  /* a token's text every ``step`` rows and keys */
     var vals = new Float32Array(rows * cols), state_ = new Uint8Array(rows * cols);  /* 0 exact, 1 masked, 2 not captured */
     var need = 0, have = 0, vmax = 1e-30;
     for (var a = 0; a < rows; a++) for (var b = 0; b < cols; b++) {
@@ -348,19 +278,21 @@
     }
     var geo = { r0: R.r0, r1: R.r1, c0: R.c0, c1: R.c1, x: function (j) { return left + (j - R.c0) * cell; }, y: function (i) { return top + (i - R.r0) * cell; } };
     ctx.save(); ctx.beginPath(); ctx.rect(left, top, cell * cols, cell * rows); ctx.clip(); drawStructure(ctx, geo); ctx.restore();
-    ctx.fillStyle = "#333"; ctx.font = Math.min(12, Math.max(8, cell - 2)) + "px sans-serif"; ctx.textBaseline = "middle";
-    if (labels) {
-      ctx.textAlign = "right";
-      for (a = 0; a < rows; a++) ctx.fillText(clip(data.tokens[R.r0 + a], 12), left - 4, top + (a + 0.5) * cell);
-      for (b = 0; b < cols; b++) { ctx.save(); ctx.translate(left + (b + 0.5) * cell, top - 4); ctx.rotate(-Math.PI / 2); ctx.textAlign = "left"; ctx.fillText(clip(data.tokens[R.c0 + b], 12), 0, 0); ctx.restore(); }
-    } else {
-      ctx.font = "11px sans-serif"; ctx.textAlign = "right"; ctx.fillText(String(R.r0), left - 4, top + 4); ctx.fillText(String(R.r1 - 1), left - 4, top + rows * cell - 4);
-      ctx.textAlign = "center"; ctx.fillText(String(R.c0), left + 6, top + rows * cell + 10); ctx.fillText(String(R.c1 - 1), left + cols * cell - 6, top + rows * cell + 10);
+    ctx.fillStyle = "#333"; ctx.font = Math.min(12, Math.max(8, cell * step - 1)) + "px sans-serif"; ctx.textBaseline = "middle";
+    var rowText = [], colText = [];  /* the queries' text left, the keys' text above (rotated) */
+    ctx.textAlign = "right";
+    for (a = 0; a < rows; a += step) { rowText.push(data.tokens[R.r0 + a]); ctx.fillText(clip(data.tokens[R.r0 + a], 12), left - 4, top + (a + 0.5) * cell); }
+    for (b = 0; b < cols; b += step) {
+      colText.push(data.tokens[R.c0 + b]);
+      ctx.save(); ctx.translate(left + (b + 0.5) * cell, top - 4); ctx.rotate(-Math.PI / 2); ctx.textAlign = "left"; ctx.fillText(clip(data.tokens[R.c0 + b], 12), 0, 0); ctx.restore();
     }
+    ctx.font = "11px sans-serif"; ctx.fillStyle = "#777"; ctx.textAlign = "left";  /* the positions at the corners */
+    ctx.fillText("rows " + R.r0 + "–" + (R.r1 - 1) + " ↓, keys " + R.c0 + "–" + (R.c1 - 1) + " →", left, top + rows * cell + 12);
     zg = { left: left, top: top, cell: cell, rows: rows, cols: cols, vals: vals, st: state_ };
     cv.dataset.region = R.r0 + ":" + R.r1 + "," + R.c0 + ":" + R.c1; cv.dataset.head = data.layers[state.k] + "-" + state.h;
     cv.dataset.captured = need ? (have / need).toFixed(4) : "1"; cv.dataset.scale = state.scale;
-    cv.dataset.left = left; cv.dataset.top = top; cv.dataset.cell = cell;
+    cv.dataset.left = left; cv.dataset.top = top; cv.dataset.cell = cell; cv.dataset.step = step;
+    cv.dataset.rowTokens = JSON.stringify(rowText); cv.dataset.colTokens = JSON.stringify(colText);
     var where = "rows " + R.r0 + ":" + R.r1 + " × keys " + R.c0 + ":" + R.c1 + (R.clamped ? " (clamped to " + MAX_ZOOM + " tokens a side)" : "");
     note.classList.toggle("missing", need > 0 && have === 0);
     if (need === 0) {
@@ -391,87 +323,23 @@
     showTip(ev, tip);
   }
 
-  /* ---- small plots ------------------------------------------------------- */
-  function plotFrame(cv, W, Hh) {
-    var dpr = window.devicePixelRatio || 1;
-    cv.width = Math.round(W * dpr); cv.height = Math.round(Hh * dpr); cv.style.width = W + "px"; cv.style.height = Hh + "px";
-    var ctx = cv.getContext("2d"); ctx.setTransform(dpr, 0, 0, dpr, 0, 0); ctx.clearRect(0, 0, W, Hh);
-    ctx.font = "10px sans-serif"; ctx.fillStyle = "#444"; ctx.strokeStyle = "#999";
-    return ctx;
-  }
-  function vline(ctx, x, y0, y1, colour, dash) { ctx.save(); ctx.strokeStyle = colour; ctx.setLineDash(dash || []); ctx.lineWidth = 1.5; ctx.beginPath(); ctx.moveTo(x, y0); ctx.lineTo(x, y1); ctx.stroke(); ctx.restore(); }
-  function yAxis(ctx, x0, y, ylo, yhi, ph) {
-    ctx.textAlign = "right"; ctx.textBaseline = "middle";
-    for (var e = Math.ceil(ylo); e <= Math.floor(yhi); e += Math.max(1, Math.round((yhi - ylo) / 4))) ctx.fillText("1e" + e, x0 - 3, y(e));
-    ctx.strokeRect(x0, 8, ph.w, ph.h);
-  }
-  function drawProfile() {
-    var b = blobs.profile, edges = data.profile_edges, nb = edges.length - 1, base = headBase("profile");
-    var W = 470, Hh = 190, x0 = 44, pw = W - x0 - 10, ph = 150, ctx = plotFrame($("profile"), W, Hh);
-    var dens = [], top = -Infinity;
-    for (var k = 0; k < nb; k++) { var v = b.lut[b.q[base + k]] / (edges[k + 1] - edges[k]); dens.push(v); if (v > 0) top = Math.max(top, Math.log10(v)); }
-    var ylo = top - 8, lmax = Math.log10(n + 1);
-    function x(d) { return x0 + Math.log10(d + 1) / lmax * pw; }
-    function y(e) { return 8 + (top - e) / (top - ylo) * ph; }
-    yAxis(ctx, x0, y, ylo, top, { w: pw, h: ph });
-    ctx.strokeStyle = "#1f77b4"; ctx.lineWidth = 1.5; ctx.beginPath();
-    var started = false;
-    for (k = 0; k < nb; k++) {
-      if (!(dens[k] > 0)) { started = false; continue; }
-      var yy = y(Math.max(ylo, Math.log10(dens[k])));
-      if (!started) { ctx.moveTo(x(edges[k]), yy); started = true; } else ctx.lineTo(x(edges[k]), yy);
-      ctx.lineTo(x(edges[k + 1]), yy);
-    }
-    ctx.stroke();
-    var info = data.heads[state.k][state.h];
-    if ($("opt-fit").checked && info.fit.w >= 0) vline(ctx, x(info.fit.w + 1), 8, 8 + ph, FIT);
-    if ($("opt-plan").checked && info.plan && !info.plan.full) vline(ctx, x(info.plan.w + 1), 8, 8 + ph, PLAN, [6, 3]);
-    if (data.sliding_window && data.layer_types[state.k].indexOf("sliding") === 0) vline(ctx, x(data.sliding_window), 8, 8 + ph, "#d62728", [2, 2]);
-    ctx.textAlign = "center"; ctx.textBaseline = "top"; ctx.fillStyle = "#444";
-    [0, 1, 10, 100, 1000, 10000].forEach(function (d) { if (d < n) ctx.fillText(String(d), x(d), 10 + ph); });
-    ctx.fillText("distance i − j (log); y: share of mass per unit distance (log)", x0 + pw / 2, 24 + ph);
-    $("profile").dataset.head = data.layers[state.k] + "-" + state.h;
-  }
-  function drawColumns() {
-    var b = blobs.columns, cg = data.column_group, nb = b.shape[2], base = headBase("columns");
-    var W = 470, Hh = 190, x0 = 44, pw = W - x0 - 10, ph = 150, ctx = plotFrame($("columns"), W, Hh);
-    var top = -Infinity;
-    for (var k = 0; k < nb; k++) { var v = b.lut[b.q[base + k]]; if (v > 0) top = Math.max(top, Math.log10(v)); }
-    var ylo = top - 6;
-    function x(j) { return x0 + j / n * pw; }
-    function y(e) { return 8 + (top - e) / (top - ylo) * ph; }
-    yAxis(ctx, x0, y, ylo, top, { w: pw, h: ph });
-    ctx.fillStyle = "#1f77b4";
-    for (k = 0; k < nb; k++) {
-      v = b.lut[b.q[base + k]];
-      if (v > 0) { var yy = y(Math.max(ylo, Math.log10(v))); ctx.fillRect(x(k * cg), yy, Math.max(1, x((k + 1) * cg) - x(k * cg)), 8 + ph - yy); }
-    }
-    var info = data.heads[state.k][state.h];
-    function ticks(js, colour) {  /* the fit's (or plan's) columns: triangles on the top edge */
-      ctx.save(); ctx.fillStyle = colour;
-      js.forEach(function (j) { var xx = x(j + 0.5); ctx.beginPath(); ctx.moveTo(xx, 15); ctx.lineTo(xx - 4, 8); ctx.lineTo(xx + 4, 8); ctx.fill(); });
-      ctx.restore();
-    }
-    if ($("opt-fit").checked) ticks(info.fit.columns, FIT);
-    if ($("opt-plan").checked && info.plan) ticks(info.plan.columns, PLAN);
-    ctx.fillStyle = "#444"; ctx.textAlign = "center"; ctx.textBaseline = "top";
-    [0, 0.25, 0.5, 0.75, 1].forEach(function (f) { ctx.fillText(String(Math.round(f * n)), x(f * n), 10 + ph); });
-    ctx.fillText("key j (" + cg + " per bar); y: share of the head's mass (log)", x0 + pw / 2, 24 + ph);
-    $("columns").dataset.head = data.layers[state.k] + "-" + state.h;
-  }
+  /* ---- the heads and the plots (long_explorer_heads.js, long_explorer_plots.js) ---- */
+  var E = { data: data, state: state, blobs: blobs, headBase: headBase, FIT: FIT, PLAN: PLAN, sig: sig, rgb: rgb, tok: tok,
+            choose: function (k, h) { state.k = k; state.h = h; update(); } };
+  var heads = longExplorerHeads(E), plots = longExplorerPlots(E);
 
   /* ---- update ------------------------------------------------------------ */
   function update() {
     var best = bestTile();  /* a region picked for the last head follows the head: its own best tile */
     if (best && (!state.region || state.region.auto)) {
-      state.region = { r0: best.r0, r1: best.r0 + best.size, c0: best.c0, c1: best.c0 + best.size, auto: true };
+      state.region = { r0: best.r0, r1: Math.min(n, best.r0 + best.size), c0: best.c0, c1: Math.min(n, best.c0 + best.size), auto: true };
     }
-    buildControls(); buildGrid(); buildInfo(); drawOverview(); drawZoom(); drawProfile(); drawColumns();
+    buildControls(); heads.buildGrid(); heads.buildInfo(); drawOverview(); drawZoom(); buildRegions(); plots.drawProfile(); plots.drawColumns();
   }
-  function redraw() { drawOverview(); drawZoom(); drawProfile(); drawColumns(); }
+  function redraw() { drawOverview(); drawZoom(); plots.drawProfile(); plots.drawColumns(); }
   $("sel-layer").addEventListener("change", function (e) { state.k = +e.target.value; update(); });
   $("sel-head").addEventListener("change", function (e) { state.h = +e.target.value; update(); });
-  $("sel-score").addEventListener("change", function (e) { state.score = e.target.value; buildGrid(); });
+  $("sel-score").addEventListener("change", function (e) { state.score = e.target.value; heads.buildGrid(); });
   ["scale-log", "scale-linear"].forEach(function (id) {
     $(id).addEventListener("change", function (e) { if (e.target.checked) { state.scale = e.target.value; redraw(); } });
   });

@@ -3,17 +3,19 @@
 ``long_explorer_payload(res, detectors=None, plan=None)`` → a JSON-ready dict; ``write_long_explorer``
 renders ``long_explorer.html`` with ``long_explorer.css``/``.js`` and the payload inlined.  The page:
 
-* a layers × heads grid coloured by a chosen score — the capture's roles (letter in each cell) and
-  statistics (sink mass, band mass within w = 64, fitted w, far share, entropy, positional) and,
-  given the head detectors' ``heads.json`` (``attnlab.llm.heads.heads_file``), their scores; a click
-  chooses the head;
+* a layers × heads grid (every layer) of the heads' names — given the head detectors' ``heads.json``
+  (``attnlab.llm.heads.heads_file``) the detector naming a head (``DetectorScores.label``), else the capture's
+  role on this text — or coloured by a chosen score: the capture's statistics (sink mass, band mass
+  within w = 64, fitted w, far share, entropy, positional) and the detectors' scores; a click chooses
+  the head, whose badge is its name, with the capture's role beside it when they differ;
 * the pooled overview (g tokens per cell, log colour scale by default, or linear) with the head's
   fitted structure drawn on it (band |i − j| ≤ w, the argmax diagonal i + offset, the fitted key
   columns) and, given a plan (``attnlab.llm.plans.plan.Plan``), the plan's support;
 * a zoom: a region selected on the overview is drawn token by token from the rows kept exactly at
   capture time — the middle window (``--rows``) and each head's zoom tiles
-  (``attnlab.llm.heads.zoom_tiles``) — with the tokens' text on hover; cells never captured are hatched
-  and the page says so;
+  (``attnlab.llm.heads.zoom_tiles``) — with the tokens' text on its axes and on hover; a click on the
+  overview snaps to the captured region nearest to it; cells never captured are hatched and the page
+  says so;
 * the band profile (mass by distance i − j, log–log) and the column mass (mass by key) as small plots.
 
 Every map and profile is stored as log-quantised bytes, deflated (``attnlab.viz.log_bytes``):
@@ -128,6 +130,8 @@ def long_explorer_payload(res, detectors=None, plan=None, *, target: float = 0.9
         named = [x for x in detectors.named if x.get("layer") in row_of]
     heads = [[{**{k: roles[l][h][k] for k in ("role", "offset", "sink", "sink_token", "positional", "entropy", "entropy_norm", "confidence")},
                "sink_token": display_token(roles[l][h]["sink_token"]), "fit": fit[l][h], "reach": int(reach[l, h]),
+               "label": roles[l][h]["role"] if detectors is None else detectors.label(res.layers[l], h, roles[l][h]["role"]),
+               "named_by": [] if detectors is None else [[d, round(v, 4), th] for d, v, th in detectors.named_by(res.layers[l], h)],
                "top_columns": [[int(j), round(float(s), 4)] for j, s in zip(top_cols[l, h], top_share[l, h])]}
               for h in range(H)] for l in range(L)]
     if plan is not None:
@@ -167,7 +171,7 @@ def long_explorer_payload(res, detectors=None, plan=None, *, target: float = 0.9
         "pool": pool, "window": list(res.window) if res.window else None,
         "tile": None if res.tiles is None else int(res.tiles.shape[-1]), "tile_pos": tiles,
         "profile_edges": edges.tolist(), "column_group": cg,
-        "heads": heads, "scores": scores, "named": named,
+        "heads": heads, "scores": scores, "named": named, "detectors": [] if detectors is None else sorted(detectors.scores),
         "plan": None if plan is None else {"method": plan.method, "budget": plan.budget, "n": plan.n},
         "blobs": blobs,
     }

@@ -11,13 +11,23 @@ Made by ``attnlab.llm.heads.long_capture.capture_long``; per layer l and head h:
 * optional ``window`` (exact rows a:b, keys a:b) and ``pooled`` maps, as ``AttentionMaps``.
 
 File: ONE ``.safetensors`` (arrays) with the metadata (tokens, roles, grid,
-timing, memory) as JSON in its header.
+timing, memory) as JSON in its header, sized like the page it feeds:
+
+* the statistics at token resolution (``profile``, ``column``) in float32 (a relative 6e-8: sums of
+  float32 probabilities), and of the profile only the side d ≥ 0 (``profile.causal``) when the other
+  side is all zero, as for every causal head — they stay exact: the fit, far share, reach and a plan read them;
+* the maps (``pooled``, ``window_maps``, ``tiles``) as the explorer shows them: log-quantised bytes
+  (``attnlab.viz.log_bytes``, ±3.7 %, values below 1e-8 read as 0), deflated, one uint8 array each
+  (``<name>.log8``), their shape and range in the header's ``maps`` — pictures, which no statistic reads.
+
+Files written before that (float64 profile, float32 maps) load unchanged.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +41,8 @@ from attnlab.llm.heads.streamed_fit import FitTable, choose
 __all__ = ["FORMAT", "LongAttention"]
 
 FORMAT = "attnlab.long_attention"
+MAPS = ("window_maps", "pooled", "tiles")  # stored log-quantised and deflated (module docstring)
+MAP_RANGE = (-8.0, 0.0)                    # log10 range of the stored maps (the explorer's)
 
 
 @dataclass
@@ -108,27 +120,34 @@ class LongAttention:
 
     # ---------------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> Path:
-        """One .safetensors file: arrays + JSON metadata (atomic)."""
+        """One .safetensors file: arrays + JSON metadata (atomic); the storage of the module docstring."""
         from safetensors.numpy import save_file
 
+        from attnlab.viz.log_bytes import log_quantise
+
+        n = self.n
+        causal = not np.any(self.profile[..., : n - 1])  # no mass at j > i
         arrays = {
-            "profile": self.profile.astype(np.float64), "column": self.column.astype(np.float64),
+            ("profile.causal" if causal else "profile"): (self.profile[..., n - 1 :] if causal else self.profile).astype(np.float32),
+            "column": self.column.astype(np.float32),
             "fit.mass_captured": self.fit.mass_captured, "fit.l1": self.fit.l1, "fit.entries": self.fit.entries,
             "fit.columns": self.fit.columns, "entropy": self.entropy,
         }
-        if self.window_maps is not None:
-            arrays["window_maps"] = self.window_maps.astype(np.float32)
-        if self.pooled is not None:
-            arrays["pooled"] = self.pooled.astype(np.float32)
+        maps = {}
+        for name in MAPS:
+            x = getattr(self, name)
+            if x is not None:
+                q = log_quantise(x, *MAP_RANGE)
+                arrays[name + ".log8"] = np.frombuffer(zlib.compress(q.tobytes(), 6), dtype=np.uint8)
+                maps[name] = {"shape": list(q.shape), "lo": MAP_RANGE[0], "hi": MAP_RANGE[1]}
         if self.tiles is not None:
-            arrays.update({"tiles": self.tiles.astype(np.float32), "tiles.pos": self.tile_pos.astype(np.int64),
-                           "tiles.score": self.tile_score.astype(np.float64)})
+            arrays.update({"tiles.pos": self.tile_pos.astype(np.int64), "tiles.score": self.tile_score.astype(np.float64)})
         meta = {
             "name": self.name, "tokens": self.tokens, "special": self.special, "layers": self.layers,
             "layer_types": self.layer_types, "sliding_window": self.sliding_window, "ws": list(self.fit.ws),
             "num_pos": list(self.fit.num_pos), "roles": [r.to_dict() for r in self.roles], "block_rows": self.block_rows,
             "seconds": self.seconds, "peak_bytes": self.peak_bytes, "estimate_bytes": self.estimate_bytes,
-            "window": list(self.window) if self.window else None, "pool": self.pool, "meta": self.meta,
+            "window": list(self.window) if self.window else None, "pool": self.pool, "meta": self.meta, "maps": maps,
         }
         arrays = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
         return write_atomic(path, lambda tmp: save_file(arrays, tmp, metadata={"format": FORMAT, "json": json.dumps(meta)}))
@@ -163,12 +182,26 @@ class LongAttention:
         except Exception as err:
             raise UserError(f"{path}: not a long-attention file ({type(err).__name__}: {err})") from None
         fit = FitTable(tuple(meta["ws"]), tuple(meta["num_pos"]), a["fit.mass_captured"], a["fit.l1"], a["fit.entries"], a["fit.columns"])
+        profile, column = _profile(a, len(meta["tokens"])), a["column"].astype(np.float64)
+        for name, rec in (meta.get("maps") or {}).items():  # the maps stored as log bytes
+            from attnlab.viz.log_bytes import log_dequantise
+
+            q = np.frombuffer(zlib.decompress(a.pop(name + ".log8").tobytes()), dtype=np.uint8).reshape(rec["shape"])
+            a[name] = log_dequantise(q, rec["lo"], rec["hi"]).astype(np.float32)
         return cls(
             name=meta["name"], tokens=meta["tokens"], special=meta["special"], layers=meta["layers"],
-            layer_types=meta["layer_types"], sliding_window=meta["sliding_window"], profile=a["profile"],
-            column=a["column"], fit=fit, roles=[HeadRole(**r) for r in meta["roles"]], entropy=a["entropy"],
+            layer_types=meta["layer_types"], sliding_window=meta["sliding_window"], profile=profile,
+            column=column, fit=fit, roles=[HeadRole(**r) for r in meta["roles"]], entropy=a["entropy"],
             block_rows=meta["block_rows"], seconds=meta["seconds"], peak_bytes=meta["peak_bytes"],
             estimate_bytes=meta["estimate_bytes"], window=tuple(meta["window"]) if meta["window"] else None,
             window_maps=a.get("window_maps"), pool=meta["pool"], pooled=a.get("pooled"), meta=meta["meta"],
             tiles=a.get("tiles"), tile_pos=a.get("tiles.pos"), tile_score=a.get("tiles.score"),
         )
+
+
+def _profile(a: dict, n: int) -> np.ndarray:
+    """The (L, H, 2n − 1) band profile of a file's arrays (the side d ≥ 0 alone when stored so), float64."""
+    if "profile" in a:
+        return a["profile"].astype(np.float64)
+    half = a["profile.causal"].astype(np.float64)  # (L, H, n): d = 0 .. n − 1
+    return np.concatenate([np.zeros(half.shape[:-1] + (n - 1,)), half], -1)

@@ -1,8 +1,11 @@
 """What ``attnlab attention|roles|approximate --hf MODEL --file TEXT`` prints and writes for a ``LongAttention``.
 
     OUT/long-attention.safetensors   the statistics (``LongAttention.save``)
-    OUT/summary.md, OUT/heads.json   one row per head: layer type, role, entropy, far share,
-                                     top key columns, chosen (w, num_pos) for the target mass
+    OUT/summary.md, OUT/heads.json   one row per head: layer type, role (and, given the detectors, the
+                                     detectors naming it and its label), entropy, far share, top key
+                                     columns, chosen (w, num_pos) for the target mass; heads.json in the
+                                     format of ``attnlab heads`` (``attnlab.llm.heads.heads_file``), with
+                                     the detectors' tables copied in when given
     OUT/band-profiles.png            layer × head grid: mass by distance i − j (log–log)
     OUT/explorer.html                the long-input explorer (``attnlab.viz.long_explorer``): heads grid,
                                      pooled overview that zooms into the exact window and tiles, fit, plan
@@ -19,17 +22,18 @@ from pathlib import Path
 import numpy as np
 
 from attnlab.atomic import write_text_atomic
+from attnlab.llm.heads.heads_file import detector_tables, head_label, named_by
 from attnlab.llm.heads.long_capture import LongAttention
 from attnlab.llm.models.memory import gib
 from attnlab.viz.labels import display_token
 
-__all__ = ["head_rows", "summary", "summary_markdown", "write_long_attention", "LOCAL_WS"]
+__all__ = ["head_rows", "heads_document", "summary", "summary_markdown", "write_long_attention", "LOCAL_WS"]
 
 LOCAL_WS = (64, 256, 1024)  # "a band" for the share of heads needing more than band + 4 columns
 
 
-def head_rows(res: LongAttention, target: float = 0.95, k: int = 4) -> list[dict]:
-    """One dict per head (layer, head order)."""
+def head_rows(res: LongAttention, target: float = 0.95, k: int = 4, detectors=None) -> list[dict]:
+    """One dict per head (layer, head order); ``detectors`` (``DetectorScores`` or None) add ``named_by`` and ``label``."""
     far_d = res.far_distance()
     far = res.far_share(far_d)  # (L, H)
     reach = res.reach()
@@ -41,6 +45,8 @@ def head_rows(res: LongAttention, target: float = 0.95, k: int = 4) -> list[dict
         l, h = divmod(x, res.profile.shape[1])
         out.append({
             "layer": role.layer, "head": role.head, "layer_type": res.layer_types[l], "role": role.role,
+            "label": head_label(detectors, role.layer, role.head, role.role),
+            "named_by": [{"detector": d, "score": round(v, 4), "threshold": th} for d, v, th in named_by(detectors, role.layer, role.head)],
             "entropy": round(float(res.entropy[l, h]), 3), f"far>{far_d}": round(float(far[l, h]), 4), "reach": int(reach[l, h]),
             "columns": [[int(j), display_token(res.tokens[j]), round(float(s), 4)] for j, s in zip(cols[l, h], share[l, h])],
             "w": int(w[l, h]), "num_pos": int(num_pos[l, h]),
@@ -81,7 +87,7 @@ def summary(res: LongAttention, target: float = 0.95, max_num_pos: int = 4) -> d
     }
 
 
-def summary_markdown(res: LongAttention, target: float = 0.95) -> str:
+def summary_markdown(res: LongAttention, target: float = 0.95, detectors=None) -> str:
     s = summary(res, target)
     far_d = res.far_distance()
     lines = [f"# {res.name}: {res.n} tokens, {s['layers']} layers × {s['heads']} heads", "",
@@ -94,15 +100,22 @@ def summary_markdown(res: LongAttention, target: float = 0.95) -> str:
               + f"; agree with the config: {s['inferred types agree with the config']}"]
     lines += ["", f"share of heads needing more than band + 4 columns for {target:.0%} of the mass: "
               + ", ".join(f"{k}: {v:.1%}" for k, v in s["share needing more than band + 4 columns"].items()), "",
-              "| layer | head | type | role | entropy | far>%d | top columns (share) | w | num_pos | entries |" % far_d,
+              "| layer | head | type | role (detectors) | entropy | far>%d | top columns (share) | w | num_pos | entries |" % far_d,
               "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in head_rows(res, target):
+    for r in head_rows(res, target, detectors=detectors):
         cols = ", ".join(f"{j}:{t!r} {sh:.3g}" for j, t, sh in r["columns"][:3])
         ent = "" if r["entries"] is None else f"{r['entries']:.3f}"
         w = "full" if r["w"] < 0 else r["w"]
-        lines.append(f"| {r['layer']} | {r['head']} | {r['layer_type'].split('_')[0]} | {r['role']} | {r['entropy']} | "
+        role = r["role"] + "".join(f", {x['detector']} {x['score']:.2f}" for x in r["named_by"])
+        lines.append(f"| {r['layer']} | {r['head']} | {r['layer_type'].split('_')[0]} | {role} | {r['entropy']} | "
                      f"{r[f'far>{far_d}']:.4f} | {cols} | {w} | {'' if r['w'] < 0 else r['num_pos']} | {ent} |")
     return "\n".join(lines) + "\n"
+
+
+def heads_document(res: LongAttention, target: float = 0.95, detectors=None) -> dict:
+    """The capture's ``heads.json`` (the one format of ``attnlab.llm.heads.heads_file``)."""
+    return {"model": res.name, "n": res.n, **detector_tables(detectors),
+            "heads": head_rows(res, target, detectors=detectors), "summary": summary(res, target)}
 
 
 def _profiles_figure(res: LongAttention):
@@ -159,8 +172,8 @@ def write_long_attention(res: LongAttention, out: str | os.PathLike, target: flo
 
         raise UserError(f"--out: {out} exists and is not a folder")
     written = [res.save(out / "long-attention.safetensors"),
-               write_text_atomic(out / "summary.md", summary_markdown(res, target)),
-               write_text_atomic(out / "heads.json", json.dumps({"summary": summary(res, target), "heads": head_rows(res, target)}, indent=1)),
+               write_text_atomic(out / "summary.md", summary_markdown(res, target, detectors)),
+               write_text_atomic(out / "heads.json", json.dumps(heads_document(res, target, detectors), indent=1)),
                save_figure(_profiles_figure(res), out / "band-profiles.png")]
     if res.pooled is not None:
         g = res.pool
