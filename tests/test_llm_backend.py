@@ -70,27 +70,31 @@ def test_cpu_prefill_equals_the_dense_support(seed, native, monkeypatch):
     assert (out - ref).abs().max() < 1e-5
 
 
-def test_a_head_with_key_blocks_and_diagonals_is_refused():
+def test_a_head_with_key_blocks_reads_no_diagonals():
+    """A plan file may give a head both: its blocks are read, its diagonals not (the dense support says the same)."""
     rng = random.Random(0)
+    torch.manual_seed(0)
     parts = random_parts(rng, 1, 2, 2, 40, 16)
     parts = parts._replace(w=(3, 3), block_counts=(1, 0), diagonals=torch.tensor([[[-20, -30], [-20, -30]]]))
-    q, k = torch.randn(1, 2, 40, 16), torch.randn(1, 2, 40, 16)
-    with pytest.raises(ValueError, match="key blocks and diagonals"):
-        CpuBackend().prefill(parts, q, k, k, 0.3)
+    q, k, v = torch.randn(1, 2, 40, 16), torch.randn(1, 2, 40, 16), torch.randn(1, 2, 40, 16)
+    mask = dense_support(parts, 40)
+    plain = dense_support(parts._replace(diagonals=torch.full((1, 2, 2), NO_DIAGONAL)), 40)
+    assert torch.equal(mask[0, 0], plain[0, 0]) and not torch.equal(mask[0, 1], plain[0, 1])   # head 1 reads its lines
+    assert (CpuBackend().prefill(parts, q, k, v, 0.3) - dense(q, k, v, 0.3, mask, parts.kv_of)).abs().max() < 1e-5
 
 
 def test_the_dense_support_draws_each_part():
     """Not vacuous: one part at a time, the rows it adds."""
     n, b = 40, 16
     one = dict(columns=torch.full((1, 1, 1), -1), diagonals=torch.full((1, 1, 1), NO_DIAGONAL),
-               blocks=torch.full((1, 1, 3, 1), -1), block_counts=(1,), tails=(0,), kv_of=torch.zeros(1, dtype=torch.long), block=b)
+               blocks=torch.full((1, 1, 3, 1), -1), block_counts=(0,), tails=(0,), kv_of=torch.zeros(1, dtype=torch.long), block=b)
     band = dense_support(PrefillParts(w=(2,), **one), n)[0, 0]
     assert int(band.sum()) == sum(min(i, 2) + 1 for i in range(n))
     col = dense_support(PrefillParts(w=(2,), **{**one, "columns": torch.tensor([[[30]]])}), n)[0, 0]
     assert (col & ~band).nonzero().tolist() == [[i, 30] for i in range(33, n)]
     diag = dense_support(PrefillParts(w=(2,), **{**one, "diagonals": torch.tensor([[[-10]]])}), n)[0, 0]
     assert (diag & ~band).nonzero().tolist() == [[i, i - 10] for i in range(10, n)]
-    blk = dense_support(PrefillParts(w=(2,), **{**one, "blocks": torch.tensor([[[[-1], [0], [0]]]])}), n)[0, 0]
+    blk = dense_support(PrefillParts(w=(2,), **{**one, "blocks": torch.tensor([[[[-1], [0], [0]]]]), "block_counts": (1,)}), n)[0, 0]
     assert {tuple(x) for x in (blk & ~band).nonzero().tolist()} == {(i, j) for i in range(16, n) for j in range(16) if i - j > 2}
     tail = dense_support(PrefillParts(w=(2,), **{**one, "tails": (4,)}), n)[0, 0]
     assert tail[n - 4:].sum(-1).tolist() == [n - 3, n - 2, n - 1, n]

@@ -54,8 +54,9 @@ class PrefillParts(NamedTuple):
     columns:  (B, H, g) long key positions T_h, distinct per head, −1: an empty slot.
     diagonals:(B, H, s) long offsets δ = j − i < −w_h, NO_DIAGONAL (``attnlab.support``): an empty slot.
     blocks:   (B, H, T, K) long key-block indices U_h(t) for each query block t = 0 … ⌈n/b⌉ − 1 (best first), −1: none;
-              head h reads the first ``block_counts[h]`` of them; K = 0: no head has key blocks.  A head has
-              key blocks or diagonals, not both (a plan gives slashes only to heads without blocks).
+              head h reads the first ``block_counts[h]`` of them; K = 0: no head has key blocks.  A head with
+              K_h > 0 reads no diagonals (a plan gives slashes only to heads without blocks; where a plan file
+              gives both, the blocks are read).
     block_counts: (H,) ints K_h.
     tails:    (H,) ints R_h: the last R_h rows read every causal key (0: none).
     kv_of:    (H,) long, the KV head of each query head.
@@ -108,8 +109,9 @@ def dense_support(parts: PrefillParts, n: int):
     hit = torch.zeros(B, H, n + 1, dtype=torch.bool, device=device)
     hit.scatter_(-1, torch.where((parts.columns >= 0) & (parts.columns < n), parts.columns, n), True)
     s = s | (hit[:, :, None, :n] & causal)                                                   # columns
+    lines = torch.tensor([not k for k in parts.block_counts], device=device).view(1, H, 1, 1)   # no diagonals with blocks
     for x in range(parts.diagonals.shape[-1]):                                               # diagonals j − i = δ
-        s = s | ((j - i) == parts.diagonals[:, :, x].view(B, H, 1, 1)) & causal
+        s = s | ((j - i) == parts.diagonals[:, :, x].view(B, H, 1, 1)) & causal & lines
     K = parts.blocks.shape[-1]
     if K:                                                                                    # key blocks of i's query block
         b = parts.block

@@ -76,8 +76,6 @@ class CpuBackend(AttentionBackend):
                 band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=cols, scale=scaling)
                 continue
             chosen = parts.blocks[:, idx, :, :K] if K and not full else None                   # (B, |hs|, T, K)
-            if chosen is not None and diags.shape[-1]:
-                raise ValueError(f"prefill parts: heads {hs} have key blocks and diagonals; a head has one or the other")
             if in_place and chosen is not None and not diags.shape[-1]:   # the kernel reads each chunk's keys in place
                 # the columns (read once a head), and each chunk's block keys that are not columns (distinct from them)
                 keys = block_keys(chosen, n, b)                                                  # (B, |hs|, T, K·b), −1: none
@@ -90,7 +88,8 @@ class CpuBackend(AttentionBackend):
                 # q's heads contiguous, as before the in-place kernel: a full plan stays bit-equal to transformers' SDPA
                 out[:, idx] = F.scaled_dot_product_attention(q[:, idx].contiguous(), k_g, v_g, is_causal=True, scale=scaling)
                 continue
-            if chosen is not None:   # without the kernel: the chosen blocks as per-chunk extras, the columns beside them
+            if chosen is not None:   # without the kernel (or with diagonals, which a head with blocks does not read): the
+                # chosen blocks as per-chunk extras, the columns beside them
                 e_idx, e_own = block_extras(chosen, cols, n, b)
                 out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=e_idx, extra_own=e_own,
                                                        chunk=b, scale=scaling)
