@@ -242,7 +242,7 @@ def model_of(shape: str, n: int, smoke: bool):
     L = layers or 18
     return Gemma3ForCausalLM(Gemma3TextConfig(vocab_size=262144, hidden_size=640, intermediate_size=2048, num_hidden_layers=L,
                                               num_attention_heads=4, num_key_value_heads=1, head_dim=256, sliding_window=512,
-                                              layer_types=["full_attention" if (l + 1) % 6 == 0 else "sliding_attention" for l in range(L)],
+                                              layer_types=["full_attention" if (l + 1) % 6 == 0 or l == L - 1 else "sliding_attention" for l in range(L)],
                                               max_position_embeddings=max(n, 8192))).eval()
 
 
