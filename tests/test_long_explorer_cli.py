@@ -141,3 +141,78 @@ def test_the_file_stays_under_its_limit_by_pooling_the_overview(tmp_path):
     p, q = payload(full), payload(small)
     assert p["pool"] == 4 and q["pool"] == 8 and q["blobs"]["pooled"]["shape"] == [2, 4, 128, 128]
     assert q["blobs"]["tiles"] == p["blobs"]["tiles"]  # the zoom stays exact
+
+
+def test_the_capture_heads_json_is_the_detectors_format(tmp_path, folder, text_file, capsys):
+    """One heads.json format: the capture's carries the detectors given with --heads and each head's label, so that
+    `attnlab attention --maps` draws them again without --heads."""
+    from attnlab.llm.heads.heads_file import read_detector_scores
+
+    out = tmp_path / "out"
+    code, _, err = run_main(["attention", "--hf", str(folder), "--file", str(text_file), "--out", str(out),
+                             "--heads", str(heads_file(tmp_path / "det.json"))], capsys)
+    assert code in (0, None), err
+    doc = json.loads((out / "heads.json").read_text())
+    assert doc["model"] and doc["n"] == N and doc["detectors_n"] == 256
+    assert doc["detectors"]["induction"] == [[0.1, 0.9]] and doc["thresholds"] == {"induction": 0.4}
+    rows = {(r["layer"], r["head"]): r for r in doc["heads"]}
+    assert rows[0, 1]["label"] == "induction" and rows[0, 1]["named_by"] == [{"detector": "induction", "score": 0.9, "threshold": 0.4}]
+    assert rows[0, 0]["label"] == rows[0, 0]["role"] and rows[0, 0]["named_by"] == []  # previous-token has no threshold here
+    det = read_detector_scores(out / "heads.json", 1, 2)
+    assert det.scores["induction"].tolist() == [[0.1, 0.9]]
+    p = payload(out / "explorer.html")
+    assert p["heads"][0][1]["label"] == "induction" and p["detectors"] == ["induction", "previous-token"]
+    again = tmp_path / "again"
+    code, _, err = run_main(["attention", "--maps", str(out / "long-attention.safetensors"), "--out", str(again)], capsys)
+    assert code in (0, None), err
+    q = payload(again / "explorer.html")
+    assert q["scores"]["det:induction"]["values"] == [[0.1, 0.9]] and q["heads"][0][1]["label"] == "induction"
+    # without --heads: the capture's own table only, which is no detectors file
+    bare = tmp_path / "bare"
+    code, _, err = run_main(["attention", "--hf", str(folder), "--file", str(text_file), "--out", str(bare)], capsys)
+    assert code in (0, None), err
+    assert "detectors" not in json.loads((bare / "heads.json").read_text())
+    code, _, err = run_main(["attention", "--maps", str(bare / "long-attention.safetensors"), "--out", str(tmp_path / "b2"),
+                             "--heads", str(bare / "heads.json")], capsys)
+    check_one_line(code, err, "--heads", "not a head detectors file")
+
+
+def test_the_capture_file_keeps_statistics_float32_and_maps_as_the_page_shows_them(tmp_path):
+    """The statistics at token resolution in float32 (the profile's causal half), the maps as log bytes (±3.7 %);
+    and a file of the earlier layout (float64 profile, float32 maps) still loads."""
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    from attnlab.llm.heads.long_capture import LongAttention, capture_long
+    from tests.test_llm_stream import random_text, tiny, word_tokenizer
+
+    res = capture_long(tiny("llama"), random_text(1023, seed=2), tokenizer=word_tokenizer(), pool=4, rows=(500, 564))
+    L, H, n = res.column.shape
+    path = res.save(tmp_path / "long.safetensors")
+    with safe_open(str(path), framework="numpy") as f:
+        kinds = {k: (f.get_tensor(k).dtype.name, f.get_tensor(k).shape) for k in f.keys()}
+    assert kinds["profile.causal"] == ("float32", (L, H, n)) and kinds["column"] == ("float32", (L, H, n))
+    assert {"pooled.log8", "window_maps.log8", "tiles.log8"} <= set(kinds) and "pooled" not in kinds
+    old = 8 * L * H * (3 * n - 1) + 4 * (res.pooled.size + res.window_maps.size + res.tiles.size)  # float64 stats, float32 maps
+    print(f"capture file: {path.stat().st_size} bytes, the earlier layout {old} (+ fit)")
+    assert path.stat().st_size < 0.5 * old
+    back = LongAttention.load(path)
+    np.testing.assert_allclose(back.profile, res.profile, rtol=1e-6, atol=1e-12)
+    np.testing.assert_allclose(back.column, res.column, rtol=1e-6)
+    for name in ("pooled", "window_maps", "tiles"):
+        x, y = getattr(res, name), getattr(back, name)
+        big = x >= 1e-8
+        assert np.all(np.abs(y[big] / x[big] - 1) <= 10 ** (8 / 508) - 1 + 1e-6) and np.all(y[~big] == 0), name
+    assert back.roles == res.roles and np.array_equal(back.tile_pos, res.tile_pos)
+    # the earlier layout
+    with safe_open(str(path), framework="numpy") as f:
+        meta = json.loads(f.metadata()["json"])
+        arrays = {k: f.get_tensor(k) for k in f.keys() if not k.endswith(".log8") and k != "profile.causal"}
+    meta.pop("maps")
+    arrays.update(profile=res.profile, column=res.column, pooled=res.pooled.astype(np.float32),
+                  window_maps=res.window_maps.astype(np.float32), tiles=res.tiles.astype(np.float32))
+    save_file({k: np.ascontiguousarray(v) for k, v in arrays.items()}, str(tmp_path / "old.safetensors"),
+              metadata={"format": "attnlab.long_attention", "json": json.dumps(meta)})
+    was = LongAttention.load(tmp_path / "old.safetensors")
+    np.testing.assert_array_equal(was.profile, res.profile)
+    np.testing.assert_array_equal(was.pooled, res.pooled.astype(np.float32))

@@ -1,6 +1,7 @@
 """``heads.json`` and ``summary.md``: the detector scores of every head of one model (``attnlab heads``).
 
-heads.json::
+heads.json, the detector part of the one format of ``attnlab.llm.heads.heads_file`` (which the capture's
+``heads.json`` shares)::
 
     {"model": str, "n": int,
      "detectors": {name: [[score per head] per layer]},      # attnlab.analysis.head_detectors

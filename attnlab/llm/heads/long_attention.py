@@ -131,7 +131,7 @@ class LongAttention:
             ("profile.causal" if causal else "profile"): (self.profile[..., n - 1 :] if causal else self.profile).astype(np.float32),
             "column": self.column.astype(np.float32),
             "fit.mass_captured": self.fit.mass_captured, "fit.l1": self.fit.l1, "fit.entries": self.fit.entries,
-            "fit.columns": self.fit.columns, "entropy": self.entropy,
+            "fit.columns": self.fit.columns.astype(np.int32), "entropy": self.entropy,  # key positions < 2^31
         }
         maps = {}
         for name in MAPS:
