@@ -191,7 +191,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tiny, tmp_path, args, needle):
     r = _cli("eval", "--hf", str(folder), "--lengths", "500", "--depths", "1", "--samples", "1", "--haystack", "noise",
              "--out", str(out), *args)
     assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
+    lines = [l for l in r.stderr.strip().splitlines() if not (l.startswith("attnlab: ") and not l.startswith("attnlab: error: "))]
+    # (the progress lines said before a refusal that comes after the model has loaded are not error lines)
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr, r.stderr
     assert _hash(tmp_path) == before and not out.exists()
 
@@ -212,7 +213,8 @@ def test_a_gate_file_for_another_model_is_refused_in_one_line_naming_it(tiny, tm
     r = _cli("eval", "--hf", str(folder), "--lengths", "500", "--depths", "1", "--samples", "1", "--haystack", "noise",
              "--method", f"duo-attention:gates={gates}", "--out", str(out))
     assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
+    lines = [l for l in r.stderr.strip().splitlines() if not (l.startswith("attnlab: ") and not l.startswith("attnlab: error: "))]
+    # (the progress lines said before a refusal that comes after the model has loaded are not error lines)
     assert len(lines) == 1 and str(gates) in lines[0] and "Traceback" not in r.stderr, r.stderr
     assert ("another model (smollm2-135m" if shape else "not a gate file") in lines[0], lines[0]
     assert _hash(tmp_path) == before and not out.exists()
