@@ -145,10 +145,15 @@ def eval_table(folder: Path) -> str:
             c = json.loads(cfg.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise Refused(f"{cfg}: not JSON ({err.msg})") from None
-        short = [r for r in summary["table"] if not r.get("reference") and r["prompts"] < _prompts_asked(c, r, rows)]
+        short = [f"{r['method']} β={r['budget']:g} ({r['task']}, n = {r['n']}) {r['prompts']} of {_prompts_asked(c, r, rows)} prompts"
+                 for r in summary["table"] if not r.get("reference") and r["prompts"] < _prompts_asked(c, r, rows)]
+        have = {(r["task"], r["n"], r["method"], r["budget"]) for r in summary["table"]}
+        have |= {(t, r["n"], r["method"], r["budget"]) for r in rows if r.get("kind") == "skipped" for t in c.get("tasks", [])}
+        asked = [("full", 1.0)] + [(m, float(b)) for m in c.get("methods", []) if m != "full" for b in c.get("budgets", [])]
+        short += [f"{m} β={b:g} ({t}, n = {n}) not measured" for t in c.get("tasks", []) for n in c.get("lengths", [])
+                  for m, b in asked if (t, n, m, b) not in have]
         if short:   # a grid still running, or stopped: said, not hidden
-            text += ("\n**Incomplete run**: " + "; ".join(f"{r['method']} β={r['budget']:g} ({r['task']}, n = {r['n']}) "
-                     f"{r['prompts']} of {_prompts_asked(c, r, rows)} prompts" for r in short) + ".\n")
+            text += "\n**Incomplete run**: " + "; ".join(short) + ".\n"
         unused = {"calibrate_windows": c.get("calibrate"), "calibrate_mix": c.get("calibrate"), "ppl_windows": c.get("ppl")}
         shown = [k for k in c if k not in ("format", "tasks", "lengths", "methods", "budgets") and c[k] not in (None, "", [])
                  and unused.get(k, True)]                                          # a count of windows of no text: left out

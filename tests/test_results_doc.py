@@ -103,6 +103,12 @@ def test_an_incomplete_grid_is_said(tree):
     assert run_main(tree, "--collect", str(tree / "runs")) == 0
     doc = (tree / "results.md").read_text()
     assert "**Incomplete run**: streaming-llm β=0.1 (niah, n = 2048) 1 of 2 prompts." in doc
+    # a method of the config with no row yet is named too
+    cfg = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**cfg, "tasks": ["niah"], "lengths": [2048], "methods": ["streaming-llm", "snapkv"],
+                                                 "budgets": [0.1]}))
+    assert run_main(tree, "--collect", str(tree / "runs")) == 0
+    assert "1 of 2 prompts; snapkv β=0.1 (niah, n = 2048) not measured." in (tree / "results.md").read_text()
     assert "Incomplete" not in doc.split("## niah-tiny")[1].split("## speed-tiny")[1]
 
 
