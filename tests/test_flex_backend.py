@@ -22,7 +22,9 @@ def dense_support(parts: PrefillParts, n: int):
     """S_βh as (B, H, n, n) bool, drawn entry by entry from the seam's definition (``backend``), not from tiles."""
     Bp = parts.columns.shape[0]
     w = torch.tensor([FULL if x == FULL or x >= n - 1 else x for x in parts.w])
-    s = Support(w=w, columns=parts.columns, diagonals=parts.diagonals).dense(n, n).expand(Bp, H, n, n).clone()
+    blocked = torch.tensor([k > 0 for k in parts.block_counts]).view(1, H, 1)            # a head with key blocks: no diagonals
+    lines = parts.diagonals.masked_fill(blocked, NO_DIAGONAL)
+    s = Support(w=w, columns=parts.columns, diagonals=lines).dense(n, n).expand(Bp, H, n, n).clone()
     i = torch.arange(n)[:, None]
     for h in range(H):
         if parts.tails[h]:
@@ -32,6 +34,12 @@ def dense_support(parts: PrefillParts, n: int):
             key_block = torch.arange(n) // parts.block                            # (n,)
             s[:, h] |= (u[:, i[:, 0] // parts.block][:, :, None] == key_block[None, None, :])
     return s & (torch.arange(n)[None, :] <= i)
+
+
+def seam_reference(parts, n):
+    from attnlab.llm.execution.backend import dense_support as seam_dense
+
+    return seam_dense(parts, n).expand(parts.columns.shape[0], H, n, n)
 
 
 def random_parts(n: int, gen, g=3, s=2, K=2, block=16, w=(5, FULL, 40, 2), tails=(0, 0, 7, 30), counts=(0, 0, 2, 1)):
@@ -53,6 +61,7 @@ def test_block_mask_equals_the_dense_support(n, tile):
     bm = layer_block_mask(parts, n, "cpu", tile)
     want = dense_support(parts, n)
     assert torch.equal(dense_of(bm, B, H, n), want)
+    assert torch.equal(want, seam_reference(parts, n))                          # the seam's own dense support
     # the full tiles are read whole: each lies inside S (dropping the predicate from them loses nothing)
     assert bm.full_kv_num_blocks is not None
 

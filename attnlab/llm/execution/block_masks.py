@@ -2,7 +2,7 @@
 
 For query tile a (rows I_a = [a·t, (a+1)·t) ∩ [0, n), first / last row a₀, a₁), key tile c (keys J_c, c₀, c₁), head h
 and batch row β, with S_βh(i) the seam's support (``backend``: j ≤ i and i − j ≤ w_h ∨ j ∈ T_βh ∨ j − i ∈ Δ_βh ∨
-⌊j/b⌋ ∈ U_βh(⌊i/b⌋) ∨ i ≥ n − R_h):
+⌊j/b⌋ ∈ U_βh(⌊i/b⌋) ∨ i ≥ n − R_h; a head with key blocks reads no diagonals, ``lines_of``):
 
     any[β,h,a,c]  = (I_a × J_c) ∩ S_βh ≠ ∅       the tile is read            (FlexAttention's kv_indices)
     full[β,h,a,c] = I_a × J_c ⊂ S_βh              read without the predicate  (full_kv_indices; a subset of any)
@@ -145,8 +145,9 @@ def support_mask_mod(parts: PrefillParts, n: int, t: int, device):
     cols = parts.columns.to(device)
     colmap = column_mask(cols, N) if cols.shape[-1] else None                            # (B, H, N)
     diagmap = None
-    if parts.diagonals.shape[-1] and bool((parts.diagonals != NO_DIAGONAL).any()):
-        d = parts.diagonals.to(device)                                                   # δ = j − i: index i − j + N
+    lines = lines_of(parts)
+    if lines.shape[-1] and bool((lines != NO_DIAGONAL).any()):
+        d = lines.to(device)                                                             # δ = j − i: index i − j + N
         ok = (d != NO_DIAGONAL) & (d > -N) & (d < N)
         diagmap = torch.zeros(B, H, 2 * N + 1, dtype=torch.bool, device=device)
         diagmap.scatter_(-1, torch.where(ok, N - d, 2 * N), True)
@@ -175,6 +176,14 @@ def support_mask_mod(parts: PrefillParts, n: int, t: int, device):
     return mask_mod
 
 
+def lines_of(parts: PrefillParts):
+    """The diagonals the heads read, (B, H, s): a head with key blocks (K_h > 0) reads none (the seam's contract)."""
+    if not parts.diagonals.shape[-1] or not max(parts.block_counts, default=0):
+        return parts.diagonals
+    blocked = torch.tensor([k > 0 for k in parts.block_counts], device=parts.diagonals.device).view(1, -1, 1)
+    return parts.diagonals.masked_fill(blocked, NO_DIAGONAL)
+
+
 def layer_tiles(parts: PrefillParts, n: int, t: int, device):
     """(any, full) of a layer's parts, each (B, H, T, T) bool: the cached static tiles ∪ the per-input ones."""
     B = parts.columns.shape[0]
@@ -183,7 +192,7 @@ def layer_tiles(parts: PrefillParts, n: int, t: int, device):
     if parts.columns.shape[-1]:
         any_ = any_ | column_tiles(parts.columns.to(device), n, t)
     if parts.diagonals.shape[-1]:
-        any_ = any_ | diagonal_tiles(parts.diagonals.to(device), n, t)
+        any_ = any_ | diagonal_tiles(lines_of(parts).to(device), n, t)
     if parts.blocks.shape[-1] and max(parts.block_counts, default=0):
         k_any, k_full = key_block_tiles(parts.blocks.to(device), parts.block_counts, n, parts.block, t)
         any_, full = any_ | k_any, full | k_full
@@ -196,7 +205,7 @@ _STATIC: dict = {}   # (w, tails, n, t, device) → the BlockMask of a layer wit
 def has_input_parts(parts: PrefillParts) -> bool:
     """Does the layer read anything chosen per input (columns, diagonals, key blocks)?"""
     return bool(parts.columns.shape[-1] and (parts.columns >= 0).any()) or \
-        bool(parts.diagonals.shape[-1] and (parts.diagonals != NO_DIAGONAL).any()) or \
+        bool(parts.diagonals.shape[-1] and (lines_of(parts) != NO_DIAGONAL).any()) or \
         bool(parts.blocks.shape[-1] and max(parts.block_counts, default=0) and (parts.blocks >= 0).any())
 
 
