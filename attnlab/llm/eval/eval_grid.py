@@ -36,11 +36,11 @@ from attnlab.errors import UserError
 from attnlab.progress import SILENT, Progress
 from attnlab.llm import methods as registry
 from attnlab.llm.eval.eval_inputs import check_eval_folder, check_texts
+from attnlab.llm.eval.results_file import FORMAT, GROWS, read_results
 from attnlab.llm.eval.tasks import QUESTIONS, TASKS, TEMPLATES, Haystack, PromptFormat, sample_key, string_match_all
 
 __all__ = ["EvalSettings", "depth_grid", "read_results", "run_eval"]
 
-FORMAT = "attnlab-eval/1"
 
 
 @dataclass
@@ -81,27 +81,6 @@ def depth_grid(count: int) -> list[float]:
     return [0.5] if count == 1 else [float(x) for x in np.linspace(0.0, 1.0, count)]
 
 
-def read_results(path: Path) -> list[dict]:
-    """The complete lines of ``results.jsonl``; a torn last line (a killed write) is cut off the file."""
-    if not path.exists():
-        return []
-    raw = path.read_bytes()
-    rows, good = [], 0
-    for line in raw.splitlines(keepends=True):
-        if not line.endswith(b"\n"):
-            break
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-        good += len(line)
-    if good < len(raw):
-        with open(path, "r+b") as f:
-            f.truncate(good)
-    return rows
-
-
-GROWS = ("tasks", "lengths", "methods", "budgets")  # settings a later run in the same folder may extend
 
 
 def _claim(out: Path, settings: EvalSettings) -> None:

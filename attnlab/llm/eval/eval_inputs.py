@@ -42,7 +42,7 @@ def check_input_file(option: str, path) -> Path:
 def check_eval_folder(out, settings) -> dict | None:
     """The ``config.json`` of the eval run already in ``out`` (None: a new or empty folder), after checking that
     ``settings`` may continue it: same format, same model, same settings but those a later run may grow."""
-    from attnlab.llm.eval.eval_grid import FORMAT, GROWS
+    from attnlab.llm.eval.results_file import FORMAT, GROWS
     from attnlab.lock import LOCK_NAME
     from attnlab.outputs import _check_writable
 

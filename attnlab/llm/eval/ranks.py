@@ -89,7 +89,7 @@ def result_files(out: Path) -> list[Path]:
 
 def read_all(out: Path) -> list[dict]:
     """The rows of every results file of OUT, each key once (the first seen), in file order."""
-    from attnlab.llm.eval.eval_grid import read_results
+    from attnlab.llm.eval.results_file import read_results
 
     rows, seen = [], set()
     for path in result_files(out):

@@ -22,13 +22,12 @@ import pkgutil
 from dataclasses import dataclass
 
 from attnlab.errors import UserError
-from attnlab.llm.methods.base import Method, PlanMethod
+from attnlab.llm.methods.base import REFERENCE, Method, PlanMethod
 
 __all__ = ["DEFAULT", "Method", "PlanMethod", "PRESETS", "Preset", "REFERENCE", "REGISTRY", "default_names", "get", "method_class",
            "names", "plan_names", "preset_names", "register", "register_preset"]
 
 REGISTRY: dict[str, type[Method]] = {}
-REFERENCE = "full"   # the method every other is measured against (full attention, ``full.py``)
 DEFAULT = "attnlab"  # the configuration the project recommends (a preset, ``attnlab_retrieval.py``)
 
 

@@ -29,6 +29,8 @@ from typing import Any, ClassVar
 
 from attnlab.errors import UserError
 
+REFERENCE = "full"   # the method every other is measured against (full attention, ``full.py``)
+
 __all__ = ["Method", "Option", "PlanMethod"]
 
 
@@ -139,8 +141,6 @@ class Method:
         """Whether the method has a plan file that is the method: it defines ``make_plan``, and its policy is not in
         its decoding alone (a method whose prefill is full attention, ``prefill_reuse``, besides full itself — SnapKV —
         would write the plan of full attention under its name, its budget dropped)."""
-        from attnlab.llm.methods import REFERENCE
-
         return cls.make_plan is not Method.make_plan and (cls.name == REFERENCE or not cls.prefill_reuse)
 
     # ---- running ----------------------------------------------------------------------------
