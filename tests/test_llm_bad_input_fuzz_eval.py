@@ -44,6 +44,7 @@ def broken_plans(w: Path) -> None:
     broken("kept-big", head(w=8, tail=16, kept=600))
     broken("kept-no-tail", head(w=8, kept=8))
     broken("slashes-big", head(w=8, slashes=300))
+    broken("w-big", head(w=200))
     broken("blocks-neg", head(w=8, blocks=-1))
     broken("pages-neg", lambda d: d.update(pages=-3))
     broken("page-0", lambda d: d.update(pages=2, page=0))
@@ -121,7 +122,7 @@ def cases(w: Path) -> list[tuple[str, list, dict, tuple]]:
     case("plan --calibrate binary", ["plan", "--hf", tiny, "--calibrate", w / "binary.txt", "--out", w / "new-plan.json"], "--calibrate", "binary")
     for name, needle in (("n-none", "n must be"), ("heads-0", "num_heads"), ("kv-3", "num_kv_heads"), ("kv-text", "num_kv_heads"),
                          ("layers-neg", "num_layers"), ("tail-big", "tail 500"), ("kept-big", "kept 600"), ("kept-no-tail", "kept"),
-                         ("slashes-big", "slashes 300"), ("blocks-neg", "blocks"), ("pages-neg", "pages"), ("page-0", "page")):
+                         ("slashes-big", "slashes 300"), ("w-big", "w 200 beyond"), ("blocks-neg", "blocks"), ("pages-neg", "pages"), ("page-0", "page")):
         case(f"plan-run plan {name}", [*PR, w / f"plan4-{name}.json"], needle)
     case("plan-run --file a folder", ["plan-run", "--hf", tiny, "--plan", w / "plan.json", "--file", w / "nomodel", "--n", "128"], "--file", "is a folder")
     case("plan-run --file binary", ["plan-run", "--hf", tiny, "--plan", w / "plan.json", "--file", w / "binary.txt", "--n", "128"], "--file", "binary")

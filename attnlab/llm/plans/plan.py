@@ -321,9 +321,10 @@ class Plan:
                 if beyond or len(head.columns) + head.dynamic > n:
                     what = f"column {beyond[0]}" if beyond else f"{len(head.columns)} + {head.dynamic} dynamic columns"
                     raise UserError(f"{name}: layer {l} head {h}: {what} beyond the {n} keys of a window of n = {n}")
-                for what, rows in (("tail", head.tail), ("kept", head.kept), ("slashes", head.slashes)):
-                    if rows > n:   # tail rows, kept keys, slash lines: each at most the window's n
-                        raise UserError(f"{name}: layer {l} head {h}: {what} {rows} beyond the {n} tokens of a window of n = {n}")
+                for what, rows in (("tail", head.tail), ("kept", head.kept), ("slashes", head.slashes), ("w", head.w + 1)):
+                    if rows > n:   # tail rows, kept keys, slash lines, the band's w + 1 keys: each at most the window's n
+                        raise UserError(f"{name}: layer {l} head {h}: {what} {rows - (what == 'w')} beyond the {n} tokens "
+                                        f"of a window of n = {n}")
         return self
 
     def to_dict(self) -> dict:
