@@ -306,5 +306,5 @@ def test_cli_hub_unreachable_one_line(tmp_path):
     r = _cli("attention", "--hf", "someone-unknown/not-cached", "hello", "--out", str(tmp_path / "o"))
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("attnlab: error:") and "must be local" in lines[0], r.stderr
+    assert len(lines) == 1 and lines[0].startswith("attnlab: error:") and "local cache" in lines[0] and "download it first" in lines[0], r.stderr
     assert not (tmp_path / "o").exists()
