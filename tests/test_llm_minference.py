@@ -102,3 +102,36 @@ def test_decoding_reads_the_whole_cache():
 def test_options_out_of_range_name_the_option(opts, word):
     with pytest.raises(UserError, match=word):
         methods.get("minference", patterns="vs", **opts)
+
+
+def test_prefill_runs_each_pattern_through_the_devices_backend(monkeypatch):
+    # the runner writes the heads' patterns as the seam's parts and makes one backend call for the layer; that output
+    # is the masked dense softmax of those parts.  Measured against the former per-pattern chunked paths: 0 (Λ),
+    # 3.6e-7 (vertical-slash), 1.8e-7 (block-sparse) — float rounding; the tolerance below is against the dense softmax.
+    from attnlab.llm.execution.backend import dense_support
+    from attnlab.llm.methods import minference_runner
+
+    calls = []
+    real = minference_runner.backend_for
+    monkeypatch.setattr(minference_runner, "backend_for", lambda device: calls.append(torch.device(device).type) or real(device))
+    model = tiny_model()
+    n = 300
+    heads = [{"pattern": "lambda", "sinks": 5, "w": 40}, {"pattern": "vs", "vertical": 10, "slash": 120},
+             {"pattern": "block", "blocks": 2}, {"pattern": "vs", "vertical": 0, "slash": 101}]
+    m = methods.get("minference", patterns="vs", vertical=2, slash=8)
+    m.prepare(model, n)
+    m.heads = [heads] * len(m.heads)
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 4, n, 16, generator=g) for _ in range(3))
+    k, v = k[:, :2], v[:, :2]
+    with m.applied(model):
+        runner = attention_modules(model)[0].attnlab_layer
+        out = runner.prefill(q, k, v, 0.25)
+    assert calls == ["cpu"]
+    parts = runner.parts
+    assert parts.w == (40, 99, 0, 99) and parts.block_counts == (0, 0, 2, 0)
+    assert parts.columns[0, 0].tolist()[:5] == [0, 1, 2, 3, 4] and (parts.columns[0, 0, 5:] == -1).all()
+    allowed = dense_support(parts, n)[0]                                                # (H, n, n)
+    for h in range(4):
+        ref = dense_reference(q[0, h], k[0, h // 2], v[0, h // 2], 0.25, allowed[h])
+        torch.testing.assert_close(out[0, h], ref, atol=2e-6, rtol=1e-5)

@@ -12,8 +12,8 @@ fp32 softmax.  The kernel is compiled once per shape (``nn.mechanisms.flex.flex_
 Decoding: a masked softmax over the allowed cached slots, GQA without copies, a half-precision cache read in place
 (products accumulated in fp32, the softmax in fp32); the read-back pages' keys through the CPU backend's softmax.
 The methods whose runner goes through the seam run here unchanged (attnlab's plans, streaming-llm, DuoAttention's
-streaming heads as band + sinks, SnapKV's and Quest's decoding over allowed slots); MInference's ``PatternRunner``
-runs its own patterns (``execution.sparse_patterns``), on CUDA through PyTorch's chunked paths, not this backend.
+streaming heads as band + sinks, SnapKV's and Quest's decoding over allowed slots, MInference's three patterns as
+band + sink columns, columns + diagonals, key blocks: ``methods.minference_runner.pattern_parts``).
 
 The backend also runs on the CPU (FlexAttention compiles there, forward only): the tests compare it with the dense
 support there (``tests/test_flex_backend.py``).

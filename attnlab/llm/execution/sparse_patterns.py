@@ -1,4 +1,4 @@
-"""MInference's three sparse patterns (Jiang et al. 2024, §3.2) at one budget of K keys per row, run by attnlab's kernels.
+"""MInference's three sparse patterns (Jiang et al. 2024, §3.2) at one budget of K keys per row, run through the execution seam.
 
 Budget: K = max(2, round(β(n + 1)/2)) keys per query row, so a pattern reads ≈ β of the causal entries.
 Each pattern gets the settings that spend the same K:
@@ -13,11 +13,11 @@ Each pattern gets the settings that spend the same K:
                                per input; k = max(1, round((K + 31.5)/64)) so that the mean row reads
                                64(k − 1) + 32.5 ≈ K keys (the diagonal block is a causal triangle).
 
-Executed by the chunked band kernel (``nn.mechanisms.sliding_window.sliding_window_attention``): Λ as band w +
-the first ``a`` keys as extra columns; block-sparse as band w = 0 (the key j = i) + per query chunk of
-c = 64 rows the keys of its chosen blocks as extra keys (the kernel drops j > i and j = i, so the
-diagonal block is read causally and every entry once).  ``dense_mask`` draws each support for the
-search's recall and for the tests' masked dense reference.
+Executed through the execution seam (``methods.minference_runner.pattern_parts`` writes each head's pattern as the
+seam's ``PrefillParts``: Λ as band w + the first ``a`` keys as columns; vertical-slash as the band of the nearest
+slashes + columns + far diagonals; block-sparse as band w = 0 + the chosen key blocks of each 64-row query block),
+run by the device's backend.  ``lambda_mask`` and ``block_mask`` draw the supports for the search's recall and for the tests' masked
+dense reference.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from __future__ import annotations
 import torch
 
 from attnlab.llm.plans.plan import LAST_Q  # the queries that estimate the lines (MInference's last_q)
-from attnlab.llm.plans.slash_lines import SLASH_CHUNK
 
-__all__ = ["BLOCK", "PATTERNS", "block_choice", "block_mask", "budget_keys", "entries", "lambda_mask", "last_rows", "run_block", "run_lambda", "run_vs", "settings", "vertical_slash"]
+__all__ = ["BLOCK", "PATTERNS", "block_choice", "block_mask", "budget_keys", "entries", "lambda_mask", "last_rows", "settings", "vertical_slash"]
 
 BLOCK = 64                       # MInference's block_size_M = block_size_N
 PATTERNS = ("lambda", "vs", "block")
@@ -126,64 +125,8 @@ def block_mask(chosen, n: int):
     return m & (pos[None, :] <= pos[:, None])
 
 
-def run_block(q, k, v, scaling: float, chosen):
-    """Block-sparse prefill of one head: q (B, 1, n, d), k, v (B, 1, n, ·), chosen (B, T, k) → (B, 1, n, d_v)."""
-    from attnlab.nn.mechanisms.sliding_window import sliding_window_attention
-
-    B, _, n, _ = q.shape
-    T, kk = chosen.shape[1:]
-    off = torch.arange(BLOCK, device=q.device)
-    keys = (chosen.clamp_min(0)[..., None] * BLOCK + off).view(B, 1, T, kk * BLOCK)    # (B, 1, T, k·64) key positions
-    own = ((chosen[..., None] >= 0) & (keys.view(B, T, kk, BLOCK) < n)).view(B, 1, T, 1, kk * BLOCK)
-    return sliding_window_attention(q, k, v, 0, causal=True, extra_idx=keys.clamp_max(n - 1), extra_own=own, unique=True,
-                                    chunk=BLOCK, scale=scaling)
-
-
-def run_lambda(q, k, v, scaling: float, sinks: int, w: int):
-    """Λ-shape prefill of one head: band w + the first ``sinks`` keys; q (B, 1, n, d) → (B, 1, n, d_v)."""
-    import torch.nn.functional as F
-
-    from attnlab.nn.mechanisms.sliding_window import kernel_chunk, sliding_window_attention
-
-    n = q.shape[2]
-    if w >= n - 1:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling)
-    c = kernel_chunk(w)
-    T = -(-n // c)
-    cols = torch.arange(min(sinks, n), device=q.device)[None, None, None, :].expand(1, 1, T, min(sinks, n))   # (1, 1, T, a)
-    return sliding_window_attention(q, k, v, w, causal=True, extra_idx=cols, unique=True, chunk=c, scale=scaling)
-
-
 def lambda_mask(n: int, sinks: int, w: int, device=None):
     """Λ-shape support: (n, n) bool, j < sinks ∨ i − w ≤ j, and j ≤ i."""
     i = torch.arange(n, device=device)[:, None]
     j = torch.arange(n, device=device)[None, :]
     return (j <= i) & ((j < sinks) | (i - j <= w))
-
-
-VS_CHUNK = SLASH_CHUNK  # queries per kernel chunk: each slash line costs c scores per query (one owned)
-
-
-def run_vs(q, k, v, scaling: float, vertical: int, slash: int):
-    """Vertical-slash prefill of one head: q (B, 1, n, d), k, v (B, 1, n, ·) → ((B, 1, n, d_v), its Support).
-
-    Band w (the nearest slashes) + the columns and far diagonals as per-chunk extra keys
-    (``Support.kernel_diagonal_extras``: a diagonal slot owned by one query row, a key a column holds read once).
-    """
-    import torch.nn.functional as F
-
-    from attnlab.llm.plans.slash_lines import kernel_extras
-    from attnlab.nn.mechanisms.sliding_window import sliding_window_attention
-    from attnlab.support import Support
-
-    B, _, n, _ = q.shape
-    w, cols, diags = vertical_slash(q[:, 0], k[:, 0], scaling, vertical, slash)
-    sup = Support(w=w, columns=cols, diagonals=diags)
-    if w >= n - 1:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling), sup
-    idx, own, logit = kernel_extras(sup, n, VS_CHUNK)                                  # (B, T, e), (B, 1, c, e), (B, T, e)
-    idx, own, logit = idx[:, None], own[:, None], logit[:, None].to(q.dtype)
-    c = VS_CHUNK
-    out = sliding_window_attention(q, k, v, w, causal=True, extra_idx=idx, extra_own=own, extra_logit=logit, unique=True,
-                                   chunk=c, scale=scaling)
-    return out, sup

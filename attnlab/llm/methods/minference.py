@@ -18,8 +18,9 @@ Decoding reads the whole KV cache (MInference sparsifies the prefill only).  ``p
 vertical-slash with v = ⌊K/2⌋, s = K − v (options ``vertical``, ``slash``); needs no calibration.  What
 MInference's released configs amount to: its code's search maps Λ and block-sparse winners to
 vertical-slash, and the shipped per-model pattern files list vertical-slash for every head (Phi-3: 43 of
-1024 heads Λ).  The band, columns and diagonals run through the chunked kernel (``Support``); Λ as band +
-sink columns; block-sparse as band 0 + the chosen blocks' keys per 64-row chunk (``sparse_patterns``).
+1024 heads Λ).  Each head's pattern is written as the execution seam's parts and the layer runs on the device's
+backend (``minference_runner.pattern_parts``): vertical-slash as band + columns + diagonals; Λ as band + sink
+columns; block-sparse as band 0 + the chosen key blocks of each 64-row query block.
 
 ``minference-mass`` / ``minference-error`` — attnlab's round-2 variants: per head one of 6 candidate
 patterns scaled to the budget (Λ-shape, vertical-slash ×4, block-sparse mapped to vertical-slash),
