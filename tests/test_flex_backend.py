@@ -155,6 +155,60 @@ def test_flex_backend_output_equals_the_dense_reference_and_the_cpu_backend():
     torch.testing.assert_close(got.float(), CpuBackend().decode(qd, k, v, scaling, allowed), atol=3e-2, rtol=3e-2)
 
 
+def minference_layer(n: int, gen):
+    """A MInference layer's q, k, v and its heads' patterns as the seam's parts (Λ, vertical-slash, block-sparse ×2)."""
+    from attnlab.llm.methods.minference_runner import pattern_parts
+
+    heads = [{"pattern": "lambda", "sinks": 7, "w": 30}, {"pattern": "vs", "vertical": 12, "slash": 110},
+             {"pattern": "block", "blocks": 2}, {"pattern": "block", "blocks": 3}]
+    q = torch.randn(B, H, n, D, generator=gen)
+    k, v = (torch.randn(B, H_KV, n, D, generator=gen) for _ in range(2))
+    parts, _ = pattern_parts(heads, q, k, torch.arange(H) // (H // H_KV), D ** -0.5)
+    return parts, q, k, v
+
+
+@pytest.mark.parametrize("tile", [64, 128])
+def test_minference_parts_as_a_block_mask_equal_their_dense_support(tile):
+    n = 300
+    parts, *_ = minference_layer(n, torch.Generator().manual_seed(tile))
+    assert parts.block_counts == (0, 0, 2, 3) and (parts.diagonals[:, 1] != NO_DIAGONAL).any()
+    want = dense_support(parts, n)
+    assert torch.equal(want, seam_reference(parts, n))
+    assert torch.equal(dense_of(layer_block_mask(parts, n, "cpu", tile), B, H, n), want)
+
+
+@pytest.mark.skipif(not flex_available(), reason="FlexAttention cannot compile here (no C++ compiler)")
+def test_minference_layer_through_the_flex_backend_equals_the_dense_reference_and_the_cpu_backend():
+    # MInference's three patterns, one layer, one compiled FlexAttention call (fp32 on the CPU)
+    from attnlab.llm.execution.cpu_backend import CpuBackend
+    from attnlab.llm.execution.flex_backend import FlexBackend
+
+    n, scaling = 300, D ** -0.5
+    parts, q, k, v = minference_layer(n, torch.Generator().manual_seed(21))
+    out = FlexBackend(tile=64).prefill(parts, q, k, v, scaling)
+    torch.testing.assert_close(out, masked_reference(parts, q, k, v, scaling, n), atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(out, CpuBackend().prefill(parts, q, k, v, scaling), atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: MInference's prefill on the device")
+def test_minference_prefill_on_cuda_bf16_goes_through_the_flex_backend():
+    # the patterns chosen on the device (parts on CUDA), the layer run by backend_for("cuda") = FlexAttention, bf16
+    from attnlab.llm.execution.backend import backend_for
+    from attnlab.llm.methods.minference_runner import pattern_parts
+
+    n, scaling = 1000, D ** -0.5
+    _, q, k, v = minference_layer(n, torch.Generator().manual_seed(22))
+    heads = [{"pattern": "lambda", "sinks": 7, "w": 30}, {"pattern": "vs", "vertical": 12, "slash": 110},
+             {"pattern": "block", "blocks": 2}, {"pattern": "block", "blocks": 3}]
+    qc, kc, vc = (x.cuda().bfloat16() for x in (q, k, v))
+    parts, _ = pattern_parts(heads, qc, kc, torch.arange(H) // (H // H_KV), scaling)
+    assert parts.columns.is_cuda and parts.blocks.is_cuda and backend_for(qc.device).name == "flex"
+    out = backend_for(qc.device).prefill(parts, qc, kc, vc, scaling)
+    cpu = parts._replace(columns=parts.columns.cpu(), diagonals=parts.diagonals.cpu(), blocks=parts.blocks.cpu(), kv_of=parts.kv_of.cpu())
+    ref = masked_reference(cpu, qc.float().cpu(), kc.float().cpu(), vc.float().cpu(), scaling, n)
+    torch.testing.assert_close(out.float().cpu(), ref, atol=2e-2, rtol=2e-2)                            # bf16 inputs
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: the flex backend's bf16 prefill on the device")
 def test_flex_backend_on_cuda_bf16_equals_the_dense_reference():
     from attnlab.llm.execution.backend import backend_for
