@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 BF16_TOL = 3e-2
 BETA = 0.10
-CUDA_TEST_FILES = ["tests/test_kernel.py", "tests/test_flex_backend.py", "tests/test_device_option.py"]
+CUDA_TEST_FILES = ["tests/test_kernel.py", "tests/test_kernel_flex.py", "tests/test_flex_backend.py", "tests/test_device_option.py"]
 
 
 def sync(device):
