@@ -6,24 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
-from char_model_folder import save_with_char_tokenizer
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    import transformers
-
-    from attnlab.llm.models.loading import load_causal_lm
-
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, max_position_embeddings=2048)
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    save_with_char_tokenizer(transformers.LlamaForCausalLM(cfg).eval(), folder)
-    model, tok = load_causal_lm(str(folder))
-    return folder, model, tok
+from test_llm_eval import tiny  # noqa: F401 - the fixture: a 2-layer Llama with a one-character tokenizer
 
 
 def _strip(rows):

@@ -4,38 +4,14 @@ never sees the evaluation's phrasings or seeds."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from attnlab.errors import UserError
 from attnlab.llm.eval.tasks import TASKS, Haystack, PromptFormat
 from attnlab.llm.eval.tasks.passkey import CALIBRATION_INSTRUCTIONS, CALIBRATION_PHRASINGS, EVAL_INSTRUCTIONS, EVAL_PHRASINGS
 
-from char_model_folder import save_with_char_tokenizer
+from test_llm_eval import text_file, tiny  # noqa: F401 - fixtures: a 2-layer Llama with a one-character tokenizer (no chat template), a text
 
 N = 600
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """A 2-layer Llama with a one-character tokenizer (no chat template), saved as a HF folder."""
-    import transformers
-
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, max_position_embeddings=2048)
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    save_with_char_tokenizer(transformers.LlamaForCausalLM(cfg).eval(), folder)
-    from attnlab.llm.models.loading import load_causal_lm
-
-    model, tok = load_causal_lm(str(folder))
-    return folder, model, tok
-
-
-@pytest.fixture(scope="module")
-def text_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("hay") / "hay.txt"
-    path.write_text("\n".join(f"Line {i} of a long and patient text about nothing in particular." for i in range(400)) + "\n")
-    return path
 
 
 def text(tok, ids) -> str:
