@@ -73,7 +73,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    torch.set_grad_enabled(False)
     from attnlab.errors import main_guard
 
-    main_guard(main)
+    main_guard(torch.no_grad()(main))   # inference only: grad mode restored after, whatever main raises

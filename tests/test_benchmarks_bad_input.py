@@ -36,13 +36,29 @@ def hashes(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*"))}
 
 
+@contextlib.contextmanager
+def torch_state_kept():
+    """A script run here must leave torch's global state (grad mode, default dtype) as it found it: checked, then
+    restored, so that one script's leak fails its own case instead of every later test of the session."""
+    import torch
+
+    grad, dtype = torch.is_grad_enabled(), torch.get_default_dtype()
+    try:
+        yield
+    finally:
+        leaked = (torch.is_grad_enabled(), torch.get_default_dtype()) != (grad, dtype)
+        torch.set_grad_enabled(grad)
+        torch.set_default_dtype(dtype)
+        assert not leaked, "the script changed torch's grad mode or default dtype for the whole process"
+
+
 def run_script(script: Path, args: list[str]) -> tuple[object, str]:
     """Run ``script ARGS`` as ``__main__`` here: (exit code, stderr)."""
     old = sys.argv
     err = io.StringIO()
     sys.argv = [str(script), *args]
     try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), torch_state_kept():
             try:
                 runpy.run_path(str(script), run_name="__main__")
                 code = 0
