@@ -111,6 +111,21 @@ def plan_command(
         raise ValueError(f"--budget: must be a fraction in (0, 1], got {budget}") from None
     from attnlab.llm.models.device import check_device
 
+    name, opts = parse_method(method)         # the options first: they need no file and no model
+    if pages and "pages" in opts:
+        raise ValueError(f"--pages {pages}: --method {method} gives its pages already (give one of them)")
+    if slashes and "slashes" in opts:
+        raise ValueError(f"--slashes {slashes}: --method {method} gives its slashes already (give one of them)")
+    if pages or slashes:   # a method without the option, or a preset fixing another value, refuses here
+        from attnlab.errors import UserError
+        from attnlab.llm import methods
+
+        extra = {**({"pages": pages} if pages else {}), **({"slashes": slashes} if slashes else {})}
+        try:
+            methods.get(name, budget, **opts, **extra)
+        except UserError as e:
+            flag = "--pages" if pages and "pages" in str(e) else "--slashes" if slashes else "--pages"
+            raise ValueError(f"{flag}: {str(e).removeprefix('--option ').removeprefix('--method ')}") from None
     dev = check_device(device)                # cuda without CUDA: one line, before anything is read or written (torch: cuda, auto)
     from attnlab.llm.eval.eval_inputs import check_input_file
     from attnlab.llm.models.loading import resolve_spec
@@ -120,15 +135,6 @@ def plan_command(
     if out is None:
         folder = Path(hf) if Path(hf).is_dir() else Path(".")
         out = folder / f"attnlab-plan-{method.replace(':', '-').replace('=', '')}-{budget:g}-{n}.json"
-    name, opts = parse_method(method)
-    if pages and "pages" in opts:
-        raise ValueError(f"--pages {pages}: --method {method} gives its pages already (give one of them)")
-    if slashes and "slashes" in opts:
-        raise ValueError(f"--slashes {slashes}: --method {method} gives its slashes already (give one of them)")
-    if slashes:   # a method without the option refuses here, before the model loads
-        from attnlab.llm import methods
-
-        methods.get(name, budget, **opts, slashes=slashes)
     claim_file(out, kind="plan", inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
     check_length(hf, n, "--n")  # from the model's configuration: no weights loaded, no text read
     from attnlab.progress import Progress
