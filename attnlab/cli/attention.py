@@ -176,6 +176,8 @@ def attention_command(
     if hf is not None:   # an unknown model: one line before torch and transformers are imported, no download tried
         from attnlab.llm.models.loading import resolve_spec
 
+        if file is not None:   # the sources contradict each other: said before the model name is looked up
+            _check_long_source(_one_run(args), hf)
         resolve_spec(hf)
     from attnlab.analysis.attention_maps import AttentionMaps
     from attnlab.outputs import claim_folder, write_folder
@@ -280,6 +282,8 @@ def roles_command(
     if hf is not None:   # an unknown model: one line before torch and transformers are imported, no download tried
         from attnlab.llm.models.loading import resolve_spec
 
+        if file is not None:   # the sources contradict each other: said before the model name is looked up
+            _check_long_source(_one_run(args), hf)
         resolve_spec(hf)
     from attnlab.workflows import classify_heads
 
