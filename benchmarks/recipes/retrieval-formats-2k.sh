@@ -25,6 +25,6 @@ run() {   # run OUT [eval options…]: the calibration of the first run copied i
   fi
   .venv/bin/attnlab eval $COMMON "$@" --out $out
 }
-[ -z "$ONLY" ] || [ "$ONLY" = filler ] && run runs/passkey-2k-filler-$SPLIT --task passkey-bare --haystack noise --template none
-[ -z "$ONLY" ] || [ "$ONLY" = shakespeare ] && run runs/passkey-2k-shakespeare-$SPLIT --task passkey-bare --haystack $S/$SPLIT.txt.gz --template none
-[ -z "$ONLY" ] || [ "$ONLY" = niah ] && run runs/niah-2k-$SPLIT --task niah --haystack noise --template auto
+if [ -z "$ONLY" ] || [ "$ONLY" = filler ]; then run runs/passkey-2k-filler-$SPLIT --task passkey-bare --haystack noise --template none; fi
+if [ -z "$ONLY" ] || [ "$ONLY" = shakespeare ]; then run runs/passkey-2k-shakespeare-$SPLIT --task passkey-bare --haystack $S/$SPLIT.txt.gz --template none; fi
+if [ -z "$ONLY" ] || [ "$ONLY" = niah ]; then run runs/niah-2k-$SPLIT --task niah --haystack noise --template auto; fi
