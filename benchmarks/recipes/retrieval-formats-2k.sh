@@ -4,11 +4,12 @@
 #   passkey-2k-filler       Mohtashami & Jaggi's pass key in plain text (no chat template), the repeated filler, as a
 #                           user's plain probe: no instruction before the context, the key said twice (passkey-bare)
 #   passkey-2k-shakespeare  the same pass-key probe in real text (Shakespeare's plays)
+#   passkey-2k-shakespeare-instructed  the paper's own prompt (its instruction before the context) in the same text
 # methods: full, attnlab (the recommended default), attnlab-retrieval (its own defaults), minference, snapkv,
 # streaming-llm, quest, the per-row top-k oracle.  SPLIT=dev: seed 1 and the dev plays (settings are checked
 # there); SPLIT=test: seed 0 and the test plays, run once.  The calibration (train plays, 1 window) is made once and
 # copied to the other folders (it does not depend on the prompts).  One process at a time, one thread.
-# M=… and ONLY=filler|shakespeare|niah narrow a run (a dev check of the default: M=attnlab,attnlab-retrieval).
+# M=… and ONLY=filler|shakespeare|shakespeare-instructed|niah narrow a run (a dev check of the default: M=attnlab,attnlab-retrieval).
 cd "$(dirname "$0")/../.."
 S=../shared/data/shakespeare
 SPLIT=${SPLIT:-dev}
@@ -27,4 +28,5 @@ run() {   # run OUT [eval options…]: the calibration of the first run copied i
 }
 if [ -z "$ONLY" ] || [ "$ONLY" = filler ]; then run runs/passkey-2k-filler-$SPLIT --task passkey-bare --haystack noise --template none; fi
 if [ -z "$ONLY" ] || [ "$ONLY" = shakespeare ]; then run runs/passkey-2k-shakespeare-$SPLIT --task passkey-bare --haystack $S/$SPLIT.txt.gz --template none; fi
+if [ -z "$ONLY" ] || [ "$ONLY" = shakespeare-instructed ]; then run runs/passkey-2k-shakespeare-instructed-$SPLIT --task passkey --haystack $S/$SPLIT.txt.gz --template none; fi
 if [ -z "$ONLY" ] || [ "$ONLY" = niah ]; then run runs/niah-2k-$SPLIT --task niah --haystack noise --template auto; fi
