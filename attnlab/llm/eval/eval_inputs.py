@@ -13,6 +13,7 @@ Each refusal is one ``UserError`` line naming the option; none of these checks w
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -50,8 +51,9 @@ def check_eval_folder(out, settings) -> dict | None:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: is a file, not a run folder")
     _check_writable(out, "--out")                     # below a file, or in a folder that cannot be written
-    if not out.is_dir() or not [e for e in out.iterdir() if e.name != LOCK_NAME]:
-        return None
+    held = [e for e in out.iterdir() if e.name != LOCK_NAME] if out.is_dir() else []
+    if all(re.fullmatch(r"calibration-\d+\.npz", e.name) for e in held):   # new, empty, or eval's own calibration
+        return None                                                          # cache put there first (a recipe's copy)
     try:
         old = json.loads((out / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
