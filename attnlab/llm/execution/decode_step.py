@@ -22,6 +22,7 @@ from attnlab.llm.execution.layer_plan import LayerPlan
 from attnlab.llm.execution.pages import read_back, summary_bound
 from attnlab.llm.plans.plan import FULL
 from attnlab.masks import near, visible
+from attnlab.nn.mechanisms import native
 from attnlab.support import column_mask
 
 __all__ = ["DecodeStep"]
@@ -114,7 +115,8 @@ class DecodeStep(LayerPlan):
 
         q (B, H_s·r, 1, d_k) at q_pos (1,); p a ``Part`` (resident keys, values, positions, flags) with its ``store``;
         summaries: ``pages.page_summaries``' parts of its KV heads and query heads.  Returns (out (B, H_s·r, 1, d_v), stored slots read,
-        summed over (batch row, KV head)).
+        summed over (batch row, KV head)).  On the CPU in float32 the fused C step (``native.decode_read_back``) computes
+        the same; the tensor code below is its reference and the fallback (``ATTNLAB_NATIVE_DECODE=0``, no compiler).
         """
         B, Hq, _, d = q.shape
         k_r, v_r, pos_r = p.keys, p.values, p.positions                                     # (B, H_s, L, ·), (B, H_s, L)
@@ -122,6 +124,11 @@ class DecodeStep(LayerPlan):
         r = Hq // H_s
         i, page, dev = int(q_pos[-1]), self.page, q.device
         flags = self.column_flags(pos_r, p.kv) if p.flags is None else p.flags              # (B, H_s, r, L)
+        store = (p.store.store_keys, p.store.store_values, p.store.store_slots())             # (B, H_s, S, ·), (B, H_s, J)
+        if native.decode_ready(q, k_r, v_r, *store) and summaries.m.shape[2] >= i // page + 1:   # the fused step, one C call
+            o, read = native.decode_read_back(q, k_r, v_r, pos_r, flags, self.per_kv(self.w_decode, p.kv), self.per_kv(self.reads, p.kv),
+                                              summaries, store, i, sliding=self.sliding, page=page, pages=self.pages, scale=scaling)
+            return o, float(read.sum())
         allowed = self.allowed(q_pos, pos_r, flags, p.kv)[:, :, :, 0]                       # (B, H_s, r, L): band ∪ columns
         w = self.per_kv(self.w_decode, p.kv).to(dev)                                        # (H_s, r)
         reads = self.per_kv(self.reads, p.kv).to(dev)                                       # (H_s, r)
@@ -131,7 +138,7 @@ class DecodeStep(LayerPlan):
         total = (start + page).clamp_max(i + 1) - start                                     # |P ∩ [0, i]|
         lo = (i - w).clamp_min(0)[..., None]                                                # (H_s, r, 1): the band's first
         in_band = ((start + page).clamp_max(i + 1) - torch.maximum(start, lo)).clamp_min(0)   # (H_s, r, P)
-        col = flags & ~near(i, pos_r, w.view(1, H_s, r, 1)) & (pos_r >= 0)[:, :, None]     # (B, H_s, r, L): off the band
+        col = flags & ~near(i, pos_r[:, :, None], w.view(1, H_s, r, 1)) & (pos_r >= 0)[:, :, None]   # (B, H_s, r, L): off the band
         pid = torch.where(col, pos_r[:, :, None] // page, P)
         n_col = torch.zeros(B, H_s, r, P + 1, dtype=torch.long, device=dev).scatter_add_(-1, pid, col.long())[..., :P]
         cand = (in_band + n_col < total) & reads[..., None]                                 # (B, H_s, r, P)

@@ -66,50 +66,59 @@ def compile_flags() -> list[str]:
     return FLAGS + (AVX512_FLAGS if "avx512f" in _cpu_flags().split() else [])
 
 
-@lru_cache(maxsize=1)
-def library() -> ctypes.CDLL | None:
-    """The compiled kernel, built on first call; None (reason in ``unavailable_reason()``) if it cannot be."""
-    if os.environ.get("ATTNLAB_NATIVE", "1") == "0":
-        _reason.append("ATTNLAB_NATIVE=0")
-        return None
+def compiled(source_file: Path, reasons: list[str]) -> ctypes.CDLL | None:
+    """``source_file`` compiled for this CPU (``compile_flags``) into ``cache_dir()`` once, named by a hash of the source,
+    the flags, the compiler and the CPU, and loaded; None (the reason appended to ``reasons``) if it cannot be."""
     cc = _compiler()
     if cc is None:
-        _reason.append("no C compiler (cc, gcc or clang) on PATH")
+        reasons.append("no C compiler (cc, gcc or clang) on PATH")
         return None
-    source = SOURCE.read_bytes()
+    source = source_file.read_bytes()
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as err:
-        _reason.append(f"{cc} --version failed: {err}")
+        reasons.append(f"{cc} --version failed: {err}")
         return None
     flags = compile_flags()
     key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), version.encode(), _cpu_flags().encode()])).hexdigest()[:16]
-    path = cache_dir() / f"band_kernel-{key}.so"
+    path = cache_dir() / f"{source_file.stem}-{key}.so"
     if not path.exists():
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
             os.close(fd)
         except OSError as err:
-            _reason.append(f"cannot write the compiled kernel to {path.parent}: {err}")
+            reasons.append(f"cannot write the compiled kernel to {path.parent}: {err}")
             return None
         try:
-            done = subprocess.run([cc, *flags, str(SOURCE), "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)
+            done = subprocess.run([cc, *flags, str(source_file), "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)
             if done.returncode != 0 and flags != FLAGS:   # a compiler without the AVX-512 preference: the plain flags
-                done = subprocess.run([cc, *FLAGS, str(SOURCE), "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)
+                done = subprocess.run([cc, *FLAGS, str(source_file), "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)
         except (OSError, subprocess.SubprocessError) as err:
             os.unlink(tmp)
-            _reason.append(f"compiling {SOURCE.name} failed: {err}")
+            reasons.append(f"compiling {source_file.name} failed: {err}")
             return None
         if done.returncode != 0:
             os.unlink(tmp)
-            _reason.append(f"compiling {SOURCE.name} failed: {done.stderr.strip().splitlines()[-1:]}")
+            reasons.append(f"compiling {source_file.name} failed: {done.stderr.strip().splitlines()[-1:]}")
             return None
         os.replace(tmp, path)
     try:
         lib = ctypes.CDLL(str(path))
     except OSError as err:
-        _reason.append(f"cannot load {path}: {err}")
+        reasons.append(f"cannot load {path}: {err}")
+        return None
+    return lib
+
+
+@lru_cache(maxsize=1)
+def library() -> ctypes.CDLL | None:
+    """The compiled kernel, built on first call; None (reason in ``unavailable_reason()``) if it cannot be."""
+    if os.environ.get("ATTNLAB_NATIVE", "1") == "0":
+        _reason.append("ATTNLAB_NATIVE=0")
+        return None
+    lib = compiled(SOURCE, _reason)
+    if lib is None:
         return None
     f = lib.attnlab_band_forward
     p, i64 = ctypes.c_void_p, ctypes.c_long
@@ -255,3 +264,103 @@ def band_backward(
     if failed:
         raise MemoryError(f"band kernel: no memory for its per-thread scratch (w = {w}, d = {d})")
     return dq, dk, dv
+
+
+# ---- the fused decoding step (``decode_kernel.c``) ----------------------------------------------------------------
+DECODE_SOURCE = Path(__file__).with_name("decode_kernel.c")
+_decode_reason: list[str] = []
+
+
+@lru_cache(maxsize=1)
+def _decode_compiled() -> ctypes.CDLL | None:
+    lib = compiled(DECODE_SOURCE, _decode_reason)
+    if lib is None:
+        return None
+    p, i64 = ctypes.c_void_p, ctypes.c_long
+    f = lib.attnlab_decode_read_back
+    f.argtypes = ([p, i64, i64] + [p, i64, i64, i64] * 2 + [p, i64, i64] + [p, i64, i64, i64] + [p, p] + [p, p, i64]
+                  + [p, p, p, i64] + [p, i64, i64, i64] * 2 + [i64] + [p, i64, i64, i64] + [p, p] + [i64] * 10
+                  + [ctypes.c_float, ctypes.c_int])
+    f.restype = ctypes.c_int
+    return lib
+
+
+def decode_library() -> ctypes.CDLL | None:
+    """The compiled decoding step; None (reason in ``decode_unavailable_reason()``) with ``ATTNLAB_NATIVE=0`` or
+    ``ATTNLAB_NATIVE_DECODE=0`` (the Python step, its reference, then runs) or where it cannot be built."""
+    for var in ("ATTNLAB_NATIVE", "ATTNLAB_NATIVE_DECODE"):
+        if os.environ.get(var, "1") == "0":
+            _decode_reason.append(f"{var}=0")
+            return None
+    return _decode_compiled()
+
+
+def decode_unavailable_reason() -> str:
+    decode_library()
+    return _decode_reason[-1] if _decode_reason else ""
+
+
+def decode_ready(*xs: Tensor | None) -> bool:
+    """Whether the fused step takes these tensors (CPU float32, or index tensors on the CPU) and is built."""
+    return all(x is None or x.device.type == "cpu" for x in xs) and xs[0].dtype == torch.float32 and decode_library() is not None
+
+
+def _last(x: Tensor) -> Tensor:
+    # rows of contiguous elements along the last dimension, any other strides; a copy only if not
+    return x if x.stride(-1) == 1 or x.shape[-1] == 1 else x.contiguous()
+
+
+def decode_read_back(q, k, v, positions, flags, w, reads, summaries, store, i: int, *, sliding, page: int, pages: int,
+                     scale: float) -> tuple[Tensor, Tensor]:
+    """One decoding query per head (``decode_kernel.c``): band ∪ columns over the resident slots, and the ``pages``
+    candidate pages of largest Quest bound read back, resident or from the store, in one online softmax.
+
+    q (B, Hq, 1, d) at position i; k, v (B, Hs, L, d | dv), positions (B, Hs, L) (−1: empty), flags (B, Hs, r, L) bool;
+    w, reads (Hq,): each query head's band (FULL = −1) and whether it reads back; summaries: ``pages.PageSummaries``'
+    parts of these heads (m, M (B, Hs, P', d) with P' ≥ i // page + 1; None with pages = 0); store: (keys, values
+    (B, Hs, S, ·), table (B, Hs, J) position → store slot, −1: not stored) or None; sliding: the layer's window or None.
+    Returns out (B, Hq, 1, dv), read (B, Hs) int64 the distinct store slots the step read."""
+    lib = decode_library()
+    if lib is None:
+        raise RuntimeError(f"the native decoding step is unavailable: {decode_unavailable_reason()}")
+    B, Hq, _, d = q.shape
+    Hs, L, dv = k.shape[1], k.shape[2], v.shape[-1]
+    r = Hq // Hs
+    qs = _last(q[:, :, 0])
+    k, v, positions = _last(k), _last(v), _last(positions.to(torch.int64))
+    flags = _last(flags.to(torch.bool))
+    w64, reads8 = w.to(torch.int64).reshape(Hq).contiguous(), reads.to(torch.bool).reshape(Hq).contiguous()
+    if pages and summaries is not None:
+        m, M, pc, mc, Mc = (x.contiguous() for x in summaries[:5])
+        if m.shape[2] < i // page + 1:
+            raise ValueError(f"decode_read_back: summaries of {m.shape[2]} pages, position {i} needs {i // page + 1}")
+        pc = pc.to(torch.int64).contiguous()
+    else:
+        pages, m = 0, None
+        M = pc = mc = Mc = None
+    P_m, C = (m.shape[2], pc.shape[-1]) if m is not None else (0, 0)
+    ks = vs = table = None
+    S = J = 0
+    if store is not None:
+        ks, vs, table = _last(store[0]), _last(store[1]), _last(store[2].to(torch.int64))
+        S, J = ks.shape[2], table.shape[-1]
+    out = q.new_empty(B, Hq, 1, dv)
+    read = torch.zeros(B, Hs, dtype=torch.int64)
+    z = (0, 0, 0)
+    failed = lib.attnlab_decode_read_back(
+        qs.data_ptr(), *qs.stride()[:2],
+        k.data_ptr(), *k.stride()[:3], v.data_ptr(), *v.stride()[:3],
+        positions.data_ptr(), *positions.stride()[:2],
+        flags.data_ptr(), *flags.stride()[:3],
+        w64.data_ptr(), reads8.data_ptr(),
+        _ptr(m), _ptr(M), P_m,
+        _ptr(pc), _ptr(mc), _ptr(Mc), C,
+        _ptr(ks), *(ks.stride()[:3] if ks is not None else z), _ptr(vs), *(vs.stride()[:3] if vs is not None else z), S,
+        _ptr(table), *(table.stride()[:2] if table is not None else z[:2]), J,
+        out.data_ptr(), read.data_ptr(),
+        B, Hs, r, L, d, dv, int(i), int(sliding or 0), int(page), int(pages),
+        float(scale), torch.get_num_threads(),
+    )
+    if failed:
+        raise MemoryError(f"decode kernel: no memory for its per-thread scratch (position {i})")
+    return out, read
