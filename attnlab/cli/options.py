@@ -141,6 +141,7 @@ RULES: dict[str, Rule] = {
     "eval.max_new": Rule(int, 1, 4096),
     "eval.template": Rule(str, registry="attnlab.llm.eval.tasks:TEMPLATES"),   # the prompt formats (attnlab.llm.eval.tasks.prompt)
     "eval.question": Rule(str, registry="attnlab.llm.eval.tasks:QUESTIONS"),
+    "eval-why.top": Rule(int, 1, 10**4),                                     # heads shown per lost prompt
     # head detectors (heads)
     "heads.length": Rule(int, 8, 2**20),
     "repeats": Rule(int, 2, 1000),
@@ -186,6 +187,7 @@ FREE: dict[str, str] = {
     "word": "the word to look up",
     "models fetch.name": "a known model: fetch_model refuses another, naming the known ones",
     "eval.haystack": "'noise' or a text file: checked by attnlab eval before the model loads (one line)",
+    "eval-why.method": "a method of the folder's results: checked against its results.jsonl before the model loads (one line)",
 }
 
 

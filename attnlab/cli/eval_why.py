@@ -1,0 +1,51 @@
+"""``attnlab eval-why``: why a method lost the prompts full attention answered, measured on an eval run folder.
+
+    attnlab eval-why --out runs/passkey-2k-filler-test --method attnlab-retrieval [--top 5] [--calibration FILE]
+
+For each such prompt: the heads that read the needle's value under full attention (their attention mass from the row
+that predicts the answer's first value token), each head's role in the method's plan and whether the method let it read
+the value's keys at that step (``attnlab.llm.eval.lost_prompts``).  Writes ``OUT/lost-prompts.jsonl`` (this method's
+rows replaced) and prints one line per prompt.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from attnlab.cli.options import checked
+
+
+@checked("eval-why")
+def eval_why_command(
+    out: Path = typer.Option(..., "--out", help="an attnlab eval run folder (config.json, results.jsonl, calibration-N.npz)"),
+    method: str = typer.Option(..., "--method", help="a method of the folder's results, as its rows name it (e.g. attnlab-retrieval)"),
+    top: int = typer.Option(5, "--top", help="heads shown per prompt: those of largest attention mass on the value under full attention"),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="the calibration the method ran on "
+                                               "[default: the folder's calibration-N.npz]"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
+) -> None:
+    """For each prompt full attention answered and METHOD lost: which heads read the needle, which keys METHOD kept."""
+    from attnlab.llm.eval.lost_prompts import FILE, calibration_path, explain, lost_pairs, read_folder
+    from attnlab.progress import Progress
+
+    settings, rows = read_folder(out, method)                              # no folder, no such method, no full rows: one line
+    pairs = lost_pairs(rows, method)
+    for n in sorted({int(lost["n"]) for _, lost in pairs}):
+        calibration_path(out, method, n, calibration)                      # a calibrated method without its calibration
+    progress = Progress.for_command(quiet)
+    model = tokenizer = None
+    if pairs:
+        from attnlab.cli.plan import _load
+
+        model, tokenizer = _load(settings.model, progress)
+    done = explain(model, tokenizer, out, method, top=top, calibration=calibration, progress=progress)
+    for row in done:
+        typer.echo(row["summary"])
+    typer.echo(f"{out / FILE}: {len(done)} prompts full attention answered and {method} lost")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval-why")(eval_why_command)

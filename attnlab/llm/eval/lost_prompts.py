@@ -1,0 +1,233 @@
+"""Why a method loses a prompt that full attention answers: the heads that read the needle, and what the method let
+them read at that step.
+
+For each prompt p of an eval folder with score_full(p) = 1 and score_M(p) = 0 (the folder's own task builder and
+settings rebuild p exactly):
+
+    v = encode(" " + expected)            the answer as the model writes it; t = its first token holding a value character
+    q = n − 1 + t                         the row that predicts v_t (teacher-forced: prompt ‖ v_<t; t = 1 for a tokenizer
+                                          that writes the space apart, the first decoding step)
+    V = {j : token j of the needle carries a character of the value}    (every statement of it: a key said twice)
+    m_lh = Σ_{j ∈ V} A^full_lh[q, j]      the mass head (l, h) puts on the value under full attention
+    S^M_lh(q)                             the keys the method lets that head read at row q: the prefill's support
+                                          (band, columns, diagonals, key blocks, tail) when q is a prompt row, else the
+                                          decoding step's (band or whole cache, columns, held blocks, voted keys, pages
+                                          read back), each on its own cache after the method's compaction
+    verdict_lh = |V ∩ S^M_lh(q)| / |V|, by part; a value key not read: evicted, in the store and not read back, or kept
+                                          (for another head of its KV group) and not read
+
+and m^M_lh, the mass the head puts on V under the method at that step.  The top heads by m_lh are "the heads that read
+the needle"; their verdicts say which keys the method kept.  ``explain`` writes ``lost-prompts.jsonl`` (one row per
+lost prompt) into the folder; ``attnlab eval-why`` is its command.  What a head reads, under full attention and under
+the method, is measured by ``lost_reads``; this module reads the folder, rebuilds the prompts and writes the rows (torch
+loads only there: a bad folder or method is refused before it).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from pathlib import Path
+
+from attnlab.atomic import write_text_atomic
+from attnlab.errors import UserError
+from attnlab.progress import SILENT, Progress
+
+__all__ = ["FILE", "answer_row", "calibration_path", "explain", "lost_pairs", "method_of", "read_folder", "summary_line",
+           "value_positions"]
+
+FILE = "lost-prompts.jsonl"
+REFERENCE = "full"
+PLAN_FIELDS = ("full_heads", "tail_heads", "pages", "slash_heads", "block_heads", "blocks", "kept_heads", "kept")
+
+
+# ---- the folder -----------------------------------------------------------------------------------------------------
+def _lines(path: Path) -> list[dict]:
+    """The complete JSON lines of ``path`` (a torn last line left out; the file is not touched)."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+        if not line.endswith("\n"):
+            break
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
+
+
+def read_folder(out, method: str):
+    """(settings, answer rows) of the eval folder ``out`` with rows of ``method`` and of full attention; one-line
+    UserError otherwise (no folder, not an eval folder, a method it has not run, no full rows)."""
+    from attnlab.llm.eval.eval_grid import EvalSettings
+
+    out = Path(out)
+    if not out.is_dir():
+        raise UserError(f"--out {out}: no such folder (an attnlab eval run folder)")
+    for name in ("config.json", "results.jsonl"):
+        if not (out / name).is_file():
+            raise UserError(f"--out {out}: no {name} (not an attnlab eval run folder)")
+    try:
+        cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"--out {out / 'config.json'}: not JSON ({err})") from None
+    if not isinstance(cfg, dict) or "model" not in cfg:
+        raise UserError(f"--out {out / 'config.json'}: not an attnlab eval config (no model)")
+    names = {f.name for f in fields(EvalSettings)}
+    settings = EvalSettings(**{k: v for k, v in cfg.items() if k in names})
+    rows = [r for r in _lines(out / "results.jsonl") if isinstance(r, dict) and r.get("kind") == "answer"]
+    if method == REFERENCE:
+        raise UserError(f"--method {method}: full attention is the reference the other methods are compared with")
+    if not any(r.get("method") == REFERENCE for r in rows):
+        raise UserError(f"--out {out}: results.jsonl holds no full-attention rows (nothing to compare {method} with)")
+    if not any(r.get("method") == method for r in rows):
+        ran = sorted({str(r.get("method")) for r in rows} - {REFERENCE})
+        raise UserError(f"--method {method}: not in {out / 'results.jsonl'} (its methods: {', '.join(ran) or 'none'})")
+    return settings, rows
+
+
+def lost_pairs(rows: list[dict], method: str) -> list[tuple[dict, dict]]:
+    """(full's row, the method's row) of each prompt full answered (score 1) and the method did not (score 0)."""
+    def prompt(r):
+        return r["task"], r["n"], r.get("depth"), r["sample"]
+
+    full = {prompt(r): r for r in rows if r["method"] == REFERENCE}
+    return [(full[prompt(r)], r) for r in rows if r["method"] == method and float(r["score"]) == 0.0
+            and prompt(r) in full and float(full[prompt(r)]["score"]) == 1.0]
+
+
+# ---- the needle and the row that reads it ---------------------------------------------------------------------------
+def _encode(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False).input_ids
+
+
+def value_positions(tokenizer, sample, values: list[str]) -> list[int]:
+    """The token positions of every statement of a value inside the prompt's inserted pieces (sorted): where its tokens
+    (``encode(value)``, or those of ``encode(" " + value)`` from the first holding a value character) occur there;
+    none found (tokenized otherwise there): the pieces' whole spans."""
+    found = set()
+    for value in values:
+        spaced = _encode(tokenizer, " " + value)
+        t = next((x for x in range(len(spaced)) if tokenizer.decode(spaced[x : x + 1]).strip()), 0)
+        for v in {tuple(_encode(tokenizer, value)), tuple(spaced[t:])}:
+            for a, b in sample.spans:
+                found |= {a + k + x for k in range(b - a - len(v) + 1) if tuple(sample.ids[a + k : a + k + len(v)]) == v
+                          for x in range(len(v))}
+    return sorted(found) or sorted(j for a, b in sample.spans for j in range(a, b))
+
+
+def answer_row(tokenizer, ids: list[int], value: str) -> tuple[list[int], int, int]:
+    """(prompt ‖ v_<t ‖ v_t, the row q = n − 1 + t that predicts v_t, v_t): v = encode(" " + value), t its first
+    token holding a value character."""
+    v = _encode(tokenizer, " " + value)
+    t = next((x for x in range(len(v)) if tokenizer.decode(v[x : x + 1]).strip()), 0)
+    return list(ids) + v[: t + 1], len(ids) - 1 + t, v[t]
+
+
+# ---- the command ----------------------------------------------------------------------------------------------------
+def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=None, progress: Progress = SILENT) -> list[dict]:
+    """Every prompt of ``out`` that full attention answered and ``method_name`` lost, explained (module docstring);
+    writes ``out/lost-prompts.jsonl`` (this method's rows replaced, other methods' kept) and returns its rows."""
+    import torch
+
+    from attnlab.llm.eval.lost_reads import full_row, method_row
+    from attnlab.llm.eval.tasks import TASKS, Haystack
+    from attnlab.llm.plans.calibration import Calibration
+
+    out = Path(out)
+    settings, rows = read_folder(out, method_name)
+    pairs = lost_pairs(rows, method_name)
+    hay = None
+    made, done = {}, []
+    bar = progress.start("lost prompts", total=len(pairs), unit="prompts")
+    for full, lost in pairs:
+        n, budget = int(lost["n"]), float(lost["budget"])
+        if (n, budget) not in made:
+            m = method_of(settings, method_name, budget)
+            path = calibration_path(out, method_name, n, calibration)
+            m.prepare(model, n, Calibration.load(path) if path else None)
+            made[(n, budget)] = m
+        m = made[(n, budget)]
+        if hay is None:
+            hay = (Haystack.noise(tokenizer) if settings.haystack == "noise"
+                   else Haystack.file(tokenizer, settings.haystack, max(settings.lengths)))
+        d = lost.get("depth")
+        smp = TASKS[lost["task"]].make(tokenizer, hay, n, d if d is not None else 0.0, int(lost["sample"]), settings.seed,
+                                       settings.format())
+        if len(smp.ids) != lost.get("prompt_tokens", len(smp.ids)) or list(smp.answers) != list(lost["expected"]):
+            raise UserError(f"--out {out}: the prompt of {lost['key']} rebuilt differs from the run's (expected "
+                            f"{lost['expected']}, rebuilt {smp.answers}): made by another version of the task")
+        needle = value_positions(tokenizer, smp, smp.answers)
+        forced, q, nxt = answer_row(tokenizer, smp.ids, smp.answers[0])
+        A, full_next, full_first = full_row(model, forced, q)                              # (L, H, q + 1)
+        mass = A[:, :, needle].sum(-1)                                                    # (L, H)
+        verdicts, method_next, method_first = method_row(model, m, forced, q, n, needle)
+        order = torch.argsort(mass.flatten(), descending=True)[:top].tolist()
+        H = mass.shape[1]
+        heads = [{"layer": x // H, "head": x % H, "mass": round(float(mass.flatten()[x]), 4), **verdicts[(x // H, x % H)]}
+                 for x in order]
+        for hd in heads:
+            hd["mass_method"] = round(hd["mass_method"], 4)
+        desc = m.describe()
+        differs = [f"{k} {desc[k]} (run: {lost[k]})" for k in PLAN_FIELDS if k in lost and k in desc and desc[k] != lost[k]]
+        row = {"method": method_name, "budget": budget, "task": lost["task"], "n": n, "depth": d, "sample": lost["sample"],
+               "key": lost["key"], "expected": lost["expected"], "answer": lost["answer"], "full_answer": full["answer"],
+               "needle": needle, "needle_text": tokenizer.decode([smp.ids[j] for j in needle]), "query_row": q,
+               "predicts": tokenizer.decode([nxt]), "full_next": tokenizer.decode([full_next]),
+               "method_next": tokenizer.decode([method_next]), "first": tokenizer.decode(forced[n : n + 1]),
+               "full_first": tokenizer.decode([full_first if q > n - 1 else full_next]),
+               "method_first": tokenizer.decode([method_first]), "heads": heads, "plan_differs": differs}
+        row["summary"] = summary_line(row)
+        done.append(row)
+        bar.update(len(done), note=f"depth {d} sample {lost['sample']}")
+    bar.close()
+    path = out / FILE
+    keep = [r for r in _lines(path) if r.get("method") != method_name] if path.is_file() else []
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in keep + done))
+    return done
+
+
+def method_of(settings, name: str, budget: float):
+    """The method a row of the folder names (``eval``'s spelling: NAME[:key=value…], or ``plan``: its plan file)."""
+    from attnlab.llm import methods as registry
+    from attnlab.llm.eval.eval_grid import parse_method
+
+    if name == "plan":
+        from attnlab.llm.methods.attnlab_plan import PlanFile
+
+        return PlanFile(settings.plan)
+    base, opts = parse_method(name)
+    return registry.get(base, budget, **opts)
+
+
+def calibration_path(out, method_name: str, n: int, calibration=None) -> Path | None:
+    """The calibration the method runs on at n: ``calibration``, else the folder's ``calibration-n.npz``; None for a
+    method without one; a one-line UserError when it is missing."""
+    settings, _ = read_folder(out, method_name)
+    if not method_of(settings, method_name, 1.0).calibrated:
+        return None
+    path = Path(calibration) if calibration else Path(out) / f"calibration-{n}.npz"
+    if not path.is_file():
+        raise UserError(f"--calibration {path}: no such file (the calibration {method_name} ran on at n = {n}; give "
+                        f"--calibration FILE)")
+    return path
+
+
+def summary_line(row: dict) -> str:
+    """One line: the prompt, the first tokens each attention predicts, what each top head read under full attention
+    and what the method let it read (its role's first two parts, the value keys read and why not, its mass there)."""
+    def head(hd):
+        role = ", ".join(hd["role"].split(", ")[:2])
+        parts = "; ".join(f"{c} {k}" for k, c in hd["parts"].items())
+        return (f"L{hd['layer']}.H{hd['head']} {hd['mass']:.2f} ({role}: {hd['read']}/{len(row['needle'])} read: {parts}; "
+                f"mass {hd['mass_method']:.2f} under the method)")
+
+    d = "–" if row["depth"] is None else f"{row['depth']:g}"
+    first = "" if row["query_row"] < row["n"] else (f"first token {row['first']!r} (full {row['full_first']!r}, method "
+                                                     f"{row['method_first']!r}); ")
+    text = (f"{row['method']} β={row['budget']:g} {row['task']} n={row['n']} depth {d} sample {row['sample']}: expected "
+            f"{', '.join(row['expected'])}, answered {row['answer'][:32]!r}; {first}at row {row['query_row']} "
+            f"(→ {row['predicts']!r}: full {row['full_next']!r}, method {row['method_next']!r}) the value is read under full by "
+            + ", ".join(head(hd) for hd in row["heads"]))
+    if row["plan_differs"]:
+        text += f" — note: the plan rebuilt differs from the run's: {', '.join(row['plan_differs'])}"
+    return text

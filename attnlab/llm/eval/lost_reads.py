@@ -1,0 +1,261 @@
+"""What a head reads at one row: full attention's weights, and the keys a method's plan lets each head read there.
+
+    A^full_lh[q, ·]     full attention's row q (the model's own attention up to q, then row q with the eager
+                        implementation, which returns the weights)
+    S^M_lh(q)           under a method M: a prompt row reads the prefill's support (``prefill_row_reads``: band,
+                        columns, diagonals, key blocks, tail — ``backend.dense_support`` for one row); a decoding step
+                        reads band or whole cache, columns, held blocks, voted keys and pages read back, on its own
+                        cache after the method's compaction (``decode_step``), each key at its position
+
+The method runs as it does in ``attnlab eval`` (``Method.applied``, its cache); each layer's runner is given the
+subclass ``_reading(its class)``, which keeps what the seam was asked to read (``_Capture``: the backend of the step with
+its ``allowed`` kept) and runs the step unchanged.  ``method_row`` turns that into a verdict per head
+(``lost_prompts`` writes them).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnlab.errors import UserError
+from attnlab.llm.execution.backend import AttentionBackend
+from attnlab.llm.plans.plan import FULL
+
+__all__ = ["full_row", "method_row", "prefill_row_reads", "role_of"]
+
+
+@torch.no_grad()
+def full_row(model, ids: list[int], q: int):
+    """Full attention's weights of row q, (L, H, q + 1), its argmax token at row q and at row q − 1 (None at q = 0): the
+    model's own attention on ids[:q] into a cache, then row q alone with the eager implementation (which returns the
+    weights)."""
+    from transformers import DynamicCache
+
+    x = torch.tensor([ids[: q + 1]])
+    cache = DynamicCache(config=model.config)
+    before_q = None
+    if q:
+        before_q = int(model(input_ids=x[:, :q], cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1].argmax())
+    before = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        out = model(input_ids=x[:, q:], cache=cache, use_cache=True, output_attentions=True)
+    finally:
+        model.set_attn_implementation(before)
+    return torch.stack([a[0, :, -1].float() for a in out.attentions]), int(out.logits[0, -1].argmax()), before_q
+
+
+# ---- what the method lets a head read ----------------------------------------------------------------------------
+def prefill_row_reads(parts, i: int, n: int) -> dict[str, torch.Tensor]:
+    """S_h(i) of a prefill's ``PrefillParts`` at row i, by part: {part: (B, H, n) bool} (band, column, diagonal, key
+    block, tail), the definitions of ``backend.dense_support`` for one row."""
+    B, H = parts.columns.shape[:2]
+    dev = parts.columns.device
+    j = torch.arange(n, device=dev)
+    causal = (j <= i).view(1, 1, n)
+    w = torch.tensor(parts.w, device=dev).view(1, H, 1)
+    out = {"band": (((w == FULL) | (i - j <= w)) & causal).expand(B, H, n).clone()}
+
+    def hit(index):                                       # (B, H, X) positions, −1 / out of range: none → (B, H, n)
+        t = torch.zeros(B, H, n + 1, dtype=torch.bool, device=dev)
+        t.scatter_(-1, torch.where((index >= 0) & (index < n), index, n), True)
+        return t[..., :n] & causal
+
+    out["column"] = hit(parts.columns)
+    lines = torch.tensor([not k for k in parts.block_counts], device=dev).view(1, H, 1)
+    out["diagonal"] = hit(i + parts.diagonals) & lines if parts.diagonals.shape[-1] else torch.zeros_like(out["band"])
+    if parts.blocks.shape[-1]:
+        own = torch.arange(parts.blocks.shape[-1], device=dev).view(1, 1, -1) < torch.tensor(parts.block_counts, device=dev).view(1, H, 1)
+        chosen = torch.where(own & (parts.blocks[:, :, i // parts.block] >= 0), parts.blocks[:, :, i // parts.block], -1)
+        blk = torch.zeros(B, H, -(-n // parts.block) + 1, dtype=torch.bool, device=dev)
+        blk.scatter_(-1, torch.where(chosen >= 0, chosen, blk.shape[-1] - 1), True)
+        out["key block"] = blk[..., j // parts.block] & causal
+    else:
+        out["key block"] = torch.zeros_like(out["band"])
+    out["tail"] = ((i >= n - torch.tensor(parts.tails, device=dev)).view(1, H, 1) & causal).expand(B, H, n)
+    return out
+
+
+class _Capture(AttentionBackend):
+    """The seam's backend of a step, with what it was asked to read kept (``allowed``)."""
+
+    name = "capture"
+
+    def __init__(self, inner: AttentionBackend):
+        self.inner, self.allowed = inner, None
+
+    def prefill(self, parts, q, k, v, scaling):
+        return self.inner.prefill(parts, q, k, v, scaling)
+
+    def decode(self, q, k, v, scaling, allowed=None, pages=None):
+        self.allowed = allowed
+        return self.inner.decode(q, k, v, scaling, allowed, pages)
+
+
+_READING: dict[type, type] = {}
+
+
+def _reading(cls: type) -> type:
+    """``cls`` (a method's ``LayerRunner``) that also keeps what its heads read: the prefill's parts, held and voted
+    keys; while ``watch`` is set, a decoding step's keys read per query head and position (``read``, ``probs``) and
+    the positions its cache holds (``resident``, ``stored``)."""
+    if cls in _READING:
+        return _READING[cls]
+
+    class Reading(cls):
+        watch = False
+
+        def prefill(self, q, k, v, scaling):
+            self.seen_qk = (q[:, :, -1:], k, scaling)                                        # the last row's query, the keys
+            return super().prefill(q, k, v, scaling)
+
+        def parts(self, columns, blocks, n):
+            self.seen_parts = super().parts(columns, blocks, n)
+            return self.seen_parts
+
+        def held(self, blocks, n):
+            self.seen_held = super().held(blocks, n)
+            return self.seen_held
+
+        def vote(self, q, k, scaling, held, n):
+            self.seen_voted = super().vote(q, k, scaling, held, n)
+            return self.seen_voted
+
+        def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None, kv=None, summaries=None):
+            # q: (B, H_s·r, t, d_k), k: (B, H_s, L, d_k) at k_pos (B, H_s, L)
+            mine, self.backend = self.backend, _Capture(self.backend_of(q))
+            try:
+                out = super().decode(q, k, v, scaling, q_pos, k_pos, flags, kv, summaries)
+                allowed = self.backend.allowed
+            finally:
+                self.backend = mine
+            if self.watch:
+                self._note(q, k, scaling, k_pos, allowed, kv)
+            return out
+
+        def _note(self, q, k, scaling, k_pos, allowed, kv):
+            B, H_s, L = k_pos.shape
+            r = q.shape[1] // H_s
+            hq = self.query_heads(kv).to(q.device)
+            if self.cache is None:   # no PlanCache (a method's DynamicCache): every key is resident
+                at = torch.where(k_pos >= 0, k_pos, self.m)
+                g = slice(None) if kv is None else kv.cpu()
+                self.resident[:, g] |= torch.zeros(B, H_s, self.m + 1, dtype=torch.bool).scatter_(-1, at, True)[..., : self.m]
+            s = (q[:, :, -1:].view(B, H_s, r, 1, -1).float() @ k.float()[:, :, None].transpose(-1, -2)).squeeze(-2) * scaling
+            ok = (k_pos >= 0)[:, :, None].expand(B, H_s, r, L)
+            ok = ok & (allowed[..., -1, :] if allowed is not None else True)                  # (B, H_s, r, L)
+            p = torch.softmax(s.masked_fill(~ok, float("-inf")), -1).nan_to_num(0.0)
+            pos = torch.where(ok, k_pos[:, :, None].expand_as(ok), self.m).reshape(B, H_s * r, L)
+            self.read[:, hq] |= torch.zeros(B, len(hq), self.m + 1, dtype=torch.bool).scatter_(-1, pos, True)[..., : self.m]
+            self.probs[:, hq] += torch.zeros(B, len(hq), self.m + 1).scatter_add_(-1, pos, p.reshape(B, H_s * r, L))[..., : self.m]
+
+        def decode_parts(self, q, parts, scaling, q_pos, summaries=None):
+            if self.watch:   # every part with its store joined: the same S_h(i) (decode_step), each key at its position
+                for p in self.cache().layers[self.layer_idx].parts(resident=False):
+                    hq = self.query_heads(p.kv).to(q.device)
+                    stored = p.stored if p.stored is not None else torch.zeros_like(p.positions, dtype=torch.bool)
+                    for mask, into in ((~stored, self.resident), (stored, self.stored)):
+                        at = torch.where(mask & (p.positions >= 0), p.positions, self.m)
+                        into[:, p.kv.cpu()] |= torch.zeros(at.shape[0], at.shape[1], self.m + 1, dtype=torch.bool).scatter_(-1, at, True)[..., : self.m]
+                    mine = summaries.of_heads(p.kv.to(q.device), hq) if summaries is not None else None
+                    self.decode(q[:, hq], p.keys, p.values, scaling, q_pos, p.positions, p.flags, kv=p.kv, summaries=mine)
+            watch, self.watch = self.watch, False
+            try:
+                return super().decode_parts(q, parts, scaling, q_pos, summaries)
+            finally:
+                self.watch = watch
+
+    Reading.__name__ = Reading.__qualname__ = "Reading" + cls.__name__
+    _READING[cls] = Reading
+    return Reading
+
+
+def role_of(runner, h: int, pages: int) -> str:
+    """Head h's part in its layer's plan, in words (``LayerPlan``'s fields)."""
+    if runner.is_full(h, 10**9) and not runner.sliding:
+        return "full head"
+    w = runner.effective_w(h, 10**9)
+    words = [f"retrieval tail T={runner.tail[h]}"] if runner.tail[h] else []
+    words += [f"band w={w}"] + ([f"{len(runner.fixed[h])} fixed + {runner.dynamic[h]} dynamic columns"]
+                                 if runner.fixed[h] or runner.dynamic[h] else [])
+    words += [f"{runner.blocks[h]} key blocks"] if runner.blocks[h] else []
+    words += [f"{runner.slashes[h]} slashes"] if runner.slashes[h] else []
+    words += [f"voted P={runner.kept[h]}"] if runner.kept[h] else ["whole cache at decoding"] if runner.tail[h] else []
+    words += [f"{pages} pages read back"] if pages and bool(runner.reads[h]) else []
+    words += [f"sliding window {runner.sliding}"] if runner.sliding else []
+    return ", ".join(words)
+
+
+@torch.no_grad()
+def method_row(model, method, forced: list[int], q: int, n: int, needle: list[int]) -> tuple[dict, int, int]:
+    """Under ``method`` (prepared at n): per (l, h) its role, the value keys it reads at row q and by which part, the
+    mass it puts on them, and what became of those it does not read; the method's argmax token at row q and at the
+    prompt's last row n − 1 (the answer's first token)."""
+    from attnlab.llm.execution.attention import attention_modules
+
+    V = torch.tensor(needle)
+    heads = {}
+    with method.applied(model):
+        runners = [getattr(mod, "attnlab_layer", None) for mod in attention_modules(model)]
+        if not any(runners):
+            raise UserError(f"--method {method.name}: runs no per-head plan (the model's own attention or its own "
+                            f"function): nothing to inspect")
+        for r in runners:
+            r.__class__ = _reading(type(r))
+            r.watch, r.m = False, q + 1
+        cache = method.new_cache(model)
+        logits = model(input_ids=torch.tensor([forced[:n]]), cache=cache, use_cache=True, logits_to_keep=1).logits
+        first = int(logits[0, -1].argmax())
+        for l, r in enumerate(runners):
+            if q >= n:      # the decoding steps of v_<t: row q is the last one's query
+                r.read = torch.zeros(1, r.H, r.m, dtype=torch.bool)
+                r.probs = torch.zeros(1, r.H, r.m)
+                r.resident = torch.zeros(1, r.H_kv, r.m, dtype=torch.bool)
+                r.stored = torch.zeros(1, r.H_kv, r.m, dtype=torch.bool)
+        for x in range(n, q + 1):
+            for r in runners:
+                r.watch = x == q
+            logits = model(input_ids=torch.tensor([[forced[x]]]), cache=cache, use_cache=True).logits
+        for r in runners:
+            r.watch = False
+        pages = int(getattr(model.attnlab_plan, "pages", 0))
+        for l, r in enumerate(runners):
+            heads.update(_layer_verdicts(l, r, q, n, V, pages))
+    return heads, int(logits[0, -1].argmax()), first
+
+
+def _layer_verdicts(l: int, r, q: int, n: int, V, pages: int) -> dict:
+    """{(l, h): verdict} of one layer's runner after the step at row q (``method_row``)."""
+    out = {}
+    if q < n:                                              # a prompt row: the prefill's support
+        parts = prefill_row_reads(r.seen_parts, q, n)
+        read = torch.stack(list(parts.values())).any(0)[0]                                  # (H, n)
+        q_last, k, scaling = r.seen_qk                                                      # (B, H, 1, d_k), (B, H_kv, n, d_k)
+        s = (q_last.float() @ k[:, r.kv_of].float().transpose(-1, -2))[0, :, 0] * scaling   # (H, n)
+        probs = torch.softmax(s.masked_fill(~read, float("-inf")), -1)
+        resident = stored = None
+    else:                                                  # a decoding step: what it read, each key at its position
+        read, probs, resident, stored = r.read[0], r.probs[0], r.resident[0], r.stored[0]
+        seen = getattr(r, "seen_parts", None)
+        cols = {"column": None if seen is None else seen.columns, "held key block": getattr(r, "seen_held", None),
+                "voted key": getattr(r, "seen_voted", None)}                                 # each (B, H, ·), −1: empty
+        cols = {k: c[0] for k, c in cols.items() if c is not None}
+    for h in range(r.H):
+        got = read[h, V]
+        why = {}
+        for j, ok in zip(V.tolist(), got.tolist()):
+            if q < n:
+                part = next((name for name, m in parts.items() if bool(m[0, h, j])), None)
+            elif ok:
+                wd = int(r.w_decode[h])
+                part = ("whole cache" if wd == FULL else "band" if q - j <= wd else
+                        next((k for k, c in cols.items() if bool((c[h] == j).any())), "page read back"))
+            else:
+                g = int(r.kv_of[h])
+                part = ("not read: kept, not in its band or columns" + (", page not chosen" if pages and bool(r.reads[h]) else "")
+                        if bool(resident[g, j]) else "not read: in the store, page not chosen" if bool(stored[g, j])
+                        else "not read: evicted")
+            part = part or "not read: outside its band, columns, diagonals and key blocks"
+            why[part] = why.get(part, 0) + 1
+        out[(l, h)] = {"role": role_of(r, h, pages), "read": int(got.sum()), "parts": why, "mass_method": float(probs[h, V].sum())}
+    return out

@@ -1,0 +1,167 @@
+"""attnlab eval-why: the prompts a method lost that full attention answered, the heads that read the needle, and what
+the method's plan let them read (attnlab.llm.eval.lost_prompts, lost_reads) — on a tiny Llama's eval folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from char_model_folder import save_with_char_tokenizer
+
+NARROW, WIDE = "streaming-llm:compression=0.9", "streaming-llm:compression=0.01"   # a window of 21 keys, of 249
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """An eval folder of a tiny Llama (one-character tokenizer): pass key at 256 tokens, depths 0 and 1, full and
+    streaming-llm with a narrow and a wide window.  A random model answers nothing, so the scores are set as a folder
+    with lost prompts has them: full 1 (but at depth 1 for WIDE's comparison: 0), the methods 0."""
+    import transformers
+
+    from attnlab.llm.eval.eval_grid import EvalSettings, run_eval
+    from attnlab.llm.models.loading import load_causal_lm
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=2048)
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    save_with_char_tokenizer(transformers.LlamaForCausalLM(cfg).eval(), folder)
+    model, tok = load_causal_lm(str(folder))
+    out = tmp_path_factory.mktemp("eval") / "run"
+    settings = EvalSettings(model=str(folder), tasks=["passkey-bare"], lengths=[256], depths=2, samples=1, methods=[NARROW, WIDE],
+                            template="none", max_new=2)
+    run_eval(model, tok, settings, out)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    for r in rows:
+        r["score"] = 1.0 if r["method"] == "full" else 0.0
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return model, tok, out
+
+
+def test_the_lost_prompts_are_those_full_answered_and_the_method_did_not():
+    from attnlab.llm.eval.lost_prompts import lost_pairs
+
+    row = {"task": "passkey", "n": 256, "sample": 0}
+    rows = [{**row, "method": "full", "depth": 0.0, "score": 1.0}, {**row, "method": "full", "depth": 1.0, "score": 0.0},
+            {**row, "method": "m", "depth": 0.0, "score": 0.0}, {**row, "method": "m", "depth": 1.0, "score": 0.0},
+            {**row, "method": "other", "depth": 0.0, "score": 0.0}]
+    pairs = lost_pairs(rows, "m")
+    assert [(f["depth"], m["depth"]) for f, m in pairs] == [(0.0, 0.0)]   # depth 1: full lost it too; "other": not asked
+    rows[2]["score"] = 1.0
+    assert lost_pairs(rows, "m") == []
+
+
+def test_the_needle_positions_hold_the_value_every_time_it_is_said(run):
+    from attnlab.llm.eval.eval_grid import EvalSettings
+    from attnlab.llm.eval.lost_prompts import answer_row, value_positions
+    from attnlab.llm.eval.tasks import TASKS, Haystack
+
+    _, tok, _ = run
+    smp = TASKS["passkey-bare"].make(tok, Haystack.noise(tok), 256, 0.0, 0, 0, EvalSettings("x", template="none").format())
+    (value,) = smp.answers
+    pos = value_positions(tok, smp, smp.answers)
+    text = "".join(tok.convert_ids_to_tokens([smp.ids[j] for j in pos]))
+    assert text == value * 2                                         # "The pass key is K. Remember it. K is the pass key."
+    a, b = smp.spans[0]
+    assert all(a <= j < b for j in pos) and len(pos) == 2 * len(value)
+    forced, q, nxt = answer_row(tok, smp.ids, value)
+    assert forced[: len(smp.ids)] == smp.ids and q == len(smp.ids)   # " K": the space first, row n predicts K's first digit
+    assert tok.convert_ids_to_tokens([nxt]) == [value[0]] and forced[q] == tok.convert_tokens_to_ids(" ")
+
+
+def test_the_verdict_follows_whether_the_band_covers_the_needle(run):
+    from attnlab.llm.eval.lost_prompts import FILE, explain
+
+    model, tok, out = run
+    narrow = explain(model, tok, out, NARROW, top=3)
+    wide = explain(model, tok, out, WIDE, top=3)
+    assert {r["depth"] for r in narrow} == {r["depth"] for r in wide} == {0.0, 1.0}
+    for r in narrow + wide:
+        assert r["query_row"] == 256 and len(r["heads"]) == 3 and r["summary"].startswith(r["method"])
+        masses = [h["mass"] for h in r["heads"]]
+        assert masses == sorted(masses, reverse=True) and 0 < masses[0] <= 1
+    for r in narrow:   # 21 recent keys + 4 sinks: the value, 200 tokens back, is evicted in every head
+        for h in r["heads"]:
+            assert "band w=21" in h["role"] and h["read"] == 0 and h["parts"] == {"not read: evicted": len(r["needle"])}
+            assert h["mass_method"] == 0.0
+    for r in wide:     # a band of 249 keys holds it: read, by the band, with mass under the method
+        for h in r["heads"]:
+            assert h["read"] == len(r["needle"]) and h["parts"] == {"band": len(r["needle"])} and h["mass_method"] > 0
+    written = [json.loads(line) for line in (out / FILE).read_text().splitlines()]
+    assert sorted(r["method"] for r in written) == sorted([NARROW] * 2 + [WIDE] * 2)   # one method's rows replace only its own
+
+
+def test_a_prompt_row_is_judged_by_the_prefill_support(run):
+    """The row that predicts the answer's first token is a prompt row (q = n − 1) when that token holds a digit: the
+    verdict is the prefill's band / columns / tail at that row."""
+    from attnlab.llm import methods as registry
+    from attnlab.llm.eval.lost_reads import method_row
+
+    model, _, _ = run
+    ids = torch.randint(0, 90, (256,)).tolist()
+    needle = list(range(30, 40))
+    for spec, read in ((dict(compression=0.9), 0), (dict(compression=0.01), 10)):
+        m = registry.get("streaming-llm", 0.1, **spec)
+        m.prepare(model, 256)
+        heads, _, _ = method_row(model, m, ids, 255, 256, needle)
+        assert {v["read"] for v in heads.values()} == {read}
+        assert all(("band" in v["parts"]) == bool(read) for v in heads.values())
+
+
+def test_one_row_of_the_prefill_support_is_dense_supports_row():
+    from attnlab.llm.eval.lost_reads import prefill_row_reads
+    from attnlab.llm.execution.backend import PrefillParts, dense_support
+    from attnlab.support import NO_DIAGONAL
+
+    torch.manual_seed(1)
+    B, H, n, b = 1, 4, 96, 16
+    cols = torch.randint(-1, n, (B, H, 3))
+    diags = torch.tensor([[[-40, NO_DIAGONAL], [-20, -33], [NO_DIAGONAL, NO_DIAGONAL], [-50, -60]]])
+    blocks = torch.randint(-1, n // b, (B, H, n // b, 2))
+    parts = PrefillParts(w=(4, 10, -1, 2), columns=cols, diagonals=diags, blocks=blocks, block_counts=(0, 2, 0, 1),
+                         tails=(0, 0, 0, 8), kv_of=torch.tensor([0, 0, 1, 1]), block=b)
+    dense = dense_support(parts, n)
+    for i in range(n):
+        got = torch.stack(list(prefill_row_reads(parts, i, n).values())).any(0)
+        assert torch.equal(got, dense[:, :, i]), i
+
+
+def test_the_command_writes_and_prints_a_line_per_prompt(run, cli):
+    _, _, out = run
+    r = cli("eval-why", "--out", out, "--method", NARROW, "--top", "2", "--quiet")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith(NARROW) for line in lines[:2]) and "2 prompts" in lines[-1]
+
+
+def test_bad_input_is_one_line_exit_2_nothing_written(run, cli, tmp_path):
+    _, _, out = run
+    bare = tmp_path / "bare"
+    shutil.copytree(out, bare)
+    (bare / "lost-prompts.jsonl").unlink(missing_ok=True)
+    rows = [json.loads(line) for line in (bare / "results.jsonl").read_text().splitlines()]
+    nofull = tmp_path / "nofull"
+    shutil.copytree(bare, nofull)
+    (nofull / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows if r["method"] != "full"))
+    cases = [((tmp_path / "nosuch", NARROW), "no such folder"), ((bare, "snapkv"), "not in"), ((bare, "full"), "reference"),
+             ((nofull, NARROW), "no full-attention rows"), ((tmp_path, NARROW), "no config.json")]
+    for (folder, method), words in cases:
+        r = cli("eval-why", "--out", folder, "--method", method)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("attnlab: error: ") and words in lines[0], r.stderr
+        assert "Traceback" not in r.stderr and not (folder / "lost-prompts.jsonl").exists()
+    r = cli("eval-why", "--out", bare, "--method", NARROW, "--top", "0")
+    assert r.returncode == 2 and "--top" in r.stderr
+
+
+def test_a_bad_folder_is_refused_before_torch_loads(tmp_path):
+    probe = ("import json, sys; sys.argv = ['attnlab', 'eval-why', '--out', sys.argv[1], '--method', 'attnlab']\n"
+             "from attnlab.cli import main\ntry:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
+             "print(json.dumps([code, 'torch' in sys.modules]))")
+    proc = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "nosuch")], capture_output=True, text=True, timeout=120)
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [2, False], proc.stderr
