@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from attnlab.llm.eval.eval_report import markdown, summarise  # noqa: E402
+from benchmarks.results_overview import overview  # noqa: E402
 
 EVAL_FILES = ("results.jsonl", "config.json", "wall.jsonl")        # attnlab eval's small files (not the calibration, heatmaps)
 BENCH_FILES = ("speed.jsonl", "ppl.jsonl", "attention.jsonl")      # benchmarks/llm_structured.py
@@ -272,7 +273,19 @@ def document(runs: Path, recipes: Path, shown: Path = ROOT, here: Path = ROOT / 
     for n in names:
         about = read_recipe(recipes / f"{n}.sh")[0] if (recipes / f"{n}.sh").is_file() else []
         head.append(f"| [{n}](#{n}) | {first_sentence(about)} |")
-    return "\n".join(head) + "\n\n" + "\n".join(section(n, runs, recipes, shown, here) for n in names)
+    glance = overview([(f, _config(f), [r for p in eval_files(f) for r in read_lines(p)],
+                        read_lines(f / "wall.jsonl") if (f / "wall.jsonl").exists() else [])
+                       for n in names for f in result_folders(runs / n) if eval_files(f)], lambda f: _rel(f, shown))
+    return "\n".join(head) + "\n\n" + (glance + "\n" if glance else "") + "\n".join(section(n, runs, recipes, shown, here) for n in names)
+
+
+def _config(folder: Path) -> dict:
+    """An eval folder's config.json ({} when it has none)."""
+    cfg = folder / "config.json"
+    try:
+        return json.loads(cfg.read_text(encoding="utf-8")) if cfg.exists() else {}
+    except json.JSONDecodeError as err:
+        raise Refused(f"{cfg}: not JSON ({err.msg})") from None
 
 
 def collect(spec: str, runs: Path, recipes: Path) -> list[tuple[Path, Path]]:

@@ -197,3 +197,22 @@ def test_a_torchrun_grid_not_folded_yet(tree):
     assert "niah-tiny/results.rank0.jsonl, results.rank1.jsonl" in doc
     assert "| niah | 2048 | streaming-llm | 0.1 | 0.098 | 204 | – | – | 2 | 50.0 % | 2/2 | 50.0 | 50 |" in doc
     assert "| key | kind |" not in doc and "Incomplete" not in doc             # no second, generic table of the rank files
+
+
+def test_at_a_glance_reads_every_test_run(tree):
+    """The first table: a row per format of every committed eval run (dev checks left out), full and the default first."""
+    dev = tree / "runs" / "niah-tiny" / "niah-tiny-dev"            # a dev check in a sub-folder of the same recipe
+    write_lines(dev / "results.jsonl", [answer("full", 1.0, 0.0, 0.0, 1.0, 2048)])
+    (tree / "runs" / "niah-tiny" / "niah-tiny-test").mkdir()
+    for name in ("results.jsonl", "wall.jsonl", "config.json"):
+        (tree / "runs" / "niah-tiny" / name).rename(tree / "runs" / "niah-tiny" / "niah-tiny-test" / name)
+    rows = results.read_lines(tree / "runs" / "niah-tiny" / "niah-tiny-test" / "results.jsonl")
+    write_lines(tree / "runs" / "niah-tiny" / "niah-tiny-test" / "results.jsonl",
+                rows + [{**answer("attnlab", 0.1, d, 1.0, 0.1, 300), "key": f"a{d}"} for d in (0.0, 1.0)])
+    assert run_main(tree, "--collect", str(tree / "runs")) == 0
+    doc = (tree / "results.md").read_text()
+    glance = doc.split("## At a glance")[1].split("## niah-tiny")[0]
+    assert "| `full` | `attnlab` | `streaming-llm` |" in glance
+    assert "| tiny | niah | noise | auto | 2048 | 2/2 | 2/2 | 1/2 | 2/2 | 100 % |" in glance
+    assert "niah-tiny-dev" not in glance and "niah-tiny-dev" in doc     # its own table stays in the section
+    assert "| tiny | 2048 | 28.153, KV 2048 |" in glance                        # full's perplexity, from the run that scored it
