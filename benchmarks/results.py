@@ -10,6 +10,7 @@ commands, and it writes into ``runs/NAME/`` (sub-folders allowed: one per grid).
 small files those commands wrote (they are committed, so the document is regenerated anywhere), read as:
 
     results.jsonl (+ config.json, wall.jsonl)       attnlab eval                 → its table (attnlab.llm.eval.eval_report)
+    lost-prompts.jsonl                              attnlab eval-why             → "why lost": its line per prompt, under the table
     speed.jsonl                                     llm_structured.py speed      → mean over the alternated runs, × full
     ppl.jsonl, attention.jsonl                      llm_structured.py ppl / attention → one row each
     any other *.jsonl                               a benchmark's --json lines   → one row per line, its fields as columns
@@ -35,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from attnlab.llm.eval.eval_report import markdown, summarise  # noqa: E402
 from benchmarks.results_overview import overview  # noqa: E402
 
-EVAL_FILES = ("results.jsonl", "config.json", "wall.jsonl")        # attnlab eval's small files (not the calibration, heatmaps)
+EVAL_FILES = ("results.jsonl", "config.json", "wall.jsonl", "lost-prompts.jsonl")   # attnlab eval's (and eval-why's) small files
 BENCH_FILES = ("speed.jsonl", "ppl.jsonl", "attention.jsonl")      # benchmarks/llm_structured.py
 MAX_BYTES = 4 << 20                                                # a result file larger than this is not a "small" one
 
@@ -159,7 +160,18 @@ def eval_table(folder: Path) -> str:
         shown = [k for k in c if k not in ("format", "tasks", "lengths", "methods", "budgets") and c[k] not in (None, "", [])
                  and unused.get(k, True)]                                          # a count of windows of no text: left out
         text = "settings: " + ", ".join(f"{k} = `{c[k]}`" for k in shown) + "\n\n" + text   # what the table's rows do not say
-    return text
+    return text + why_lost(folder)
+
+
+def why_lost(folder: Path) -> str:
+    """``attnlab eval-why``'s line per lost prompt (lost-prompts.jsonl), as a list under the table; none: nothing."""
+    path = folder / "lost-prompts.jsonl"
+    lines = [r["summary"] for r in read_lines(path)] if path.exists() else []
+    if not lines:
+        return ""
+    return ("\n**Why lost** (`attnlab eval-why`: per prompt full attention answered and the method lost, the heads of largest "
+            "attention mass on the needle's value under full attention, and what the method let each read):\n\n"
+            + "\n".join(f"- {line}" for line in lines) + "\n")
 
 
 def _prompts_asked(cfg: dict, row: dict, rows: list[dict]) -> int:

@@ -165,3 +165,26 @@ def test_a_bad_folder_is_refused_before_torch_loads(tmp_path):
              "print(json.dumps([code, 'torch' in sys.modules]))")
     proc = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "nosuch")], capture_output=True, text=True, timeout=120)
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [2, False], proc.stderr
+
+
+def test_results_doc_lists_why_each_prompt_was_lost_under_the_table(run):
+    from pathlib import Path
+
+    from attnlab.llm.eval.lost_prompts import FILE, explain
+
+    model, tok, out = run
+    if not (out / FILE).exists():
+        explain(model, tok, out, NARROW, top=2)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import results
+
+    table = results.eval_table(out)
+    summaries = [json.loads(line)["summary"] for line in (out / FILE).read_text().splitlines()]
+    assert "**Why lost**" in table and all(f"- {s}" in table for s in summaries)
+    assert table.index("**Why lost**") > table.index("| ")                       # under the table
+    assert not any(name == FILE for name, _ in results.folder_tables(out)[1:])   # not a table of its own
+    (out / FILE).rename(out / "aside.txt")
+    try:
+        assert "Why lost" not in results.eval_table(out)
+    finally:
+        (out / "aside.txt").rename(out / FILE)
