@@ -87,11 +87,11 @@ def test_the_verdict_follows_whether_the_band_covers_the_needle(run):
         assert masses == sorted(masses, reverse=True) and 0 < masses[0] <= 1
     for r in narrow:   # 21 recent keys + 4 sinks: the value, 200 tokens back, is evicted in every head
         for h in r["heads"]:
-            assert "band w=21" in h["role"] and h["read"] == 0 and h["parts"] == {"not read: evicted": len(r["needle"])}
+            assert "band w=21" in h["role"] and h["read"] == 0 and h["not_read"] == {"evicted": len(r["needle"])}
             assert h["mass_method"] == 0.0
     for r in wide:     # a band of 249 keys holds it: read, by the band, with mass under the method
         for h in r["heads"]:
-            assert h["read"] == len(r["needle"]) and h["parts"] == {"band": len(r["needle"])} and h["mass_method"] > 0
+            assert h["read"] == len(r["needle"]) and h["read_by"] == {"band": len(r["needle"])} and h["mass_method"] > 0
     written = [json.loads(line) for line in (out / FILE).read_text().splitlines()]
     assert sorted(r["method"] for r in written) == sorted([NARROW] * 2 + [WIDE] * 2)   # one method's rows replace only its own
 
@@ -110,7 +110,8 @@ def test_a_prompt_row_is_judged_by_the_prefill_support(run):
         m.prepare(model, 256)
         heads, _, _ = method_row(model, m, ids, 255, 256, needle)
         assert {v["read"] for v in heads.values()} == {read}
-        assert all(("band" in v["parts"]) == bool(read) for v in heads.values())
+        assert all(("band" in v["read_by"]) == bool(read) for v in heads.values())
+        assert all(v["not_read"] == ({} if read else {"outside its band, columns, diagonals and key blocks": 10}) for v in heads.values())
 
 
 def test_one_row_of_the_prefill_support_is_dense_supports_row():

@@ -22,10 +22,12 @@ from attnlab.cli.options import checked
 def eval_why_command(
     out: Path = typer.Option(..., "--out", help="an attnlab eval run folder (config.json, results.jsonl, calibration-N.npz)"),
     method: str = typer.Option(..., "--method", help="a method of the folder's results, as its rows name it (e.g. attnlab-retrieval)"),
-    top: int = typer.Option(5, "--top", help="heads shown per prompt: those of largest attention mass on the value under full attention"),
+    top: int = typer.Option(5, "--top", help="heads shown per prompt: those of largest attention mass on the value under "
+                     "full attention"),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="the calibration the method ran on "
-                                               "[default: the folder's calibration-N.npz]"),
-    quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
+                                               "(default: the folder's calibration-N.npz)"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage "
+                                "otherwise); errors still said"),
 ) -> None:
     """For each prompt full attention answered and METHOD lost: which heads read the needle, which keys METHOD kept."""
     from attnlab.llm.eval.lost_prompts import FILE, calibration_path, explain, lost_pairs, read_folder

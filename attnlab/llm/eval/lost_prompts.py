@@ -217,8 +217,8 @@ def summary_line(row: dict) -> str:
     and what the method let it read (its role's first two parts, the value keys read and why not, its mass there)."""
     def head(hd):
         role = ", ".join(hd["role"].split(", ")[:2])
-        parts = "; ".join(f"{c} {k}" for k, c in hd["parts"].items())
-        return (f"L{hd['layer']}.H{hd['head']} {hd['mass']:.2f} ({role}: {hd['read']}/{len(row['needle'])} read: {parts}; "
+        parts = ", ".join([f"{c} {k}" for k, c in hd["read_by"].items()] + [f"{c} {k}" for k, c in hd["not_read"].items()])
+        return (f"L{hd['layer']}.H{hd['head']} {hd['mass']:.2f} ({role}: {hd['read']}/{len(row['needle'])} read — {parts}; "
                 f"mass {hd['mass_method']:.2f} under the method)")
 
     d = "–" if row["depth"] is None else f"{row['depth']:g}"

@@ -65,7 +65,8 @@ def prefill_row_reads(parts, i: int, n: int) -> dict[str, torch.Tensor]:
     lines = torch.tensor([not k for k in parts.block_counts], device=dev).view(1, H, 1)
     out["diagonal"] = hit(i + parts.diagonals) & lines if parts.diagonals.shape[-1] else torch.zeros_like(out["band"])
     if parts.blocks.shape[-1]:
-        own = torch.arange(parts.blocks.shape[-1], device=dev).view(1, 1, -1) < torch.tensor(parts.block_counts, device=dev).view(1, H, 1)
+        K_h = torch.tensor(parts.block_counts, device=dev).view(1, H, 1)
+        own = torch.arange(parts.blocks.shape[-1], device=dev).view(1, 1, -1) < K_h                      # (1, H, K)
         chosen = torch.where(own & (parts.blocks[:, :, i // parts.block] >= 0), parts.blocks[:, :, i // parts.block], -1)
         blk = torch.zeros(B, H, -(-n // parts.block) + 1, dtype=torch.bool, device=dev)
         blk.scatter_(-1, torch.where(chosen >= 0, chosen, blk.shape[-1] - 1), True)
@@ -156,7 +157,8 @@ def _reading(cls: type) -> type:
                     stored = p.stored if p.stored is not None else torch.zeros_like(p.positions, dtype=torch.bool)
                     for mask, into in ((~stored, self.resident), (stored, self.stored)):
                         at = torch.where(mask & (p.positions >= 0), p.positions, self.m)
-                        into[:, p.kv.cpu()] |= torch.zeros(at.shape[0], at.shape[1], self.m + 1, dtype=torch.bool).scatter_(-1, at, True)[..., : self.m]
+                        hit = torch.zeros(at.shape[0], at.shape[1], self.m + 1, dtype=torch.bool).scatter_(-1, at, True)
+                        into[:, p.kv.cpu()] |= hit[..., : self.m]
                     mine = summaries.of_heads(p.kv.to(q.device), hq) if summaries is not None else None
                     self.decode(q[:, hq], p.keys, p.values, scaling, q_pos, p.positions, p.flags, kv=p.kv, summaries=mine)
             watch, self.watch = self.watch, False
@@ -171,9 +173,12 @@ def _reading(cls: type) -> type:
 
 
 def role_of(runner, h: int, pages: int) -> str:
-    """Head h's part in its layer's plan, in words (``LayerPlan``'s fields)."""
+    """Head h's part in its layer's plan, in words (``LayerPlan``'s fields; a method's own runner named: its step may
+    read less than the plan's parts, SnapKV's eviction, Quest's pages — the keys read are the step's own)."""
+    base = type(runner).__mro__[1] if type(runner).__name__.startswith("Reading") else type(runner)
+    own = "" if base.__name__ == "LayerRunner" else f" ({base.__name__})"
     if runner.is_full(h, 10**9) and not runner.sliding:
-        return "full head"
+        return "full head" + own
     w = runner.effective_w(h, 10**9)
     words = [f"retrieval tail T={runner.tail[h]}"] if runner.tail[h] else []
     words += [f"band w={w}"] + ([f"{len(runner.fixed[h])} fixed + {runner.dynamic[h]} dynamic columns"]
@@ -183,7 +188,7 @@ def role_of(runner, h: int, pages: int) -> str:
     words += [f"voted P={runner.kept[h]}"] if runner.kept[h] else ["whole cache at decoding"] if runner.tail[h] else []
     words += [f"{pages} pages read back"] if pages and bool(runner.reads[h]) else []
     words += [f"sliding window {runner.sliding}"] if runner.sliding else []
-    return ", ".join(words)
+    return ", ".join(words) + own
 
 
 @torch.no_grad()
@@ -242,20 +247,25 @@ def _layer_verdicts(l: int, r, q: int, n: int, V, pages: int) -> dict:
         cols = {k: c[0] for k, c in cols.items() if c is not None}
     for h in range(r.H):
         got = read[h, V]
-        why = {}
+        read_by, not_read = {}, {}
         for j, ok in zip(V.tolist(), got.tolist()):
-            if q < n:
+            g, part, why = int(r.kv_of[h]), None, None
+            if q < n:                                      # the prefill's parts at this row, or none
                 part = next((name for name, m in parts.items() if bool(m[0, h, j])), None)
-            elif ok:
+                why = None if part else "outside its band, columns, diagonals and key blocks"
+            elif ok:                                       # read at the step: by which part
                 wd = int(r.w_decode[h])
-                part = ("whole cache" if wd == FULL else "band" if q - j <= wd else
+                whole = "whole cache" if bool((read[h] | ~resident[g]).all()) else "chosen by the method's own step"
+                part = (whole if wd == FULL else "band" if q - j <= wd else
                         next((k for k, c in cols.items() if bool((c[h] == j).any())), "page read back"))
+            else:                                          # not read: where the key is
+                page = ", page not chosen" if pages and bool(r.reads[h]) else ""
+                why = ("kept, not in its band or columns" + page if bool(resident[g, j]) else
+                       "in the store, page not chosen" if bool(stored[g, j]) else "evicted")
+            if part:
+                read_by[part] = read_by.get(part, 0) + 1
             else:
-                g = int(r.kv_of[h])
-                part = ("not read: kept, not in its band or columns" + (", page not chosen" if pages and bool(r.reads[h]) else "")
-                        if bool(resident[g, j]) else "not read: in the store, page not chosen" if bool(stored[g, j])
-                        else "not read: evicted")
-            part = part or "not read: outside its band, columns, diagonals and key blocks"
-            why[part] = why.get(part, 0) + 1
-        out[(l, h)] = {"role": role_of(r, h, pages), "read": int(got.sum()), "parts": why, "mass_method": float(probs[h, V].sum())}
+                not_read[why] = not_read.get(why, 0) + 1
+        out[(l, h)] = {"role": role_of(r, h, pages), "read": int(got.sum()), "read_by": read_by, "not_read": not_read,
+                       "mass_method": float(probs[h, V].sum())}
     return out
