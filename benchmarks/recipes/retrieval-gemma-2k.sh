@@ -3,14 +3,14 @@
 # Jaggi's plain pass key in Shakespeare's plays, where SmolLM2-135M continues the play), 2,048 tokens, β = 0.1,
 # 10 prompts over 5 depths, no chat template, no instruction, the key said twice (passkey-bare).
 # methods: full (the model's own sliding and global layers), attnlab (the recommended default), attnlab-retrieval
-# (its own defaults), minference, snapkv, streaming-llm, quest.  SPLIT=dev: seed 1 and the dev plays (the default is
+# (its own defaults), minference, snapkv, streaming-llm, quest, the per-row top-k oracle.  SPLIT=dev: seed 1 and the dev plays (the default is
 # checked there, M=attnlab,attnlab-retrieval); SPLIT=test: seed 0 and the test plays, run once.  One calibration
 # window of the train plays.  One process, one thread.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 S=../shared/data/shakespeare
 SPLIT=${SPLIT:-dev}
 if [ "$SPLIT" = dev ]; then SEED=1; else SEED=0; fi
-M=${M:-attnlab,attnlab-retrieval,minference,snapkv,streaming-llm,quest}
+M=${M:-attnlab,attnlab-retrieval,minference,snapkv,streaming-llm,quest,oracle-topk}
 export OMP_NUM_THREADS=1
 .venv/bin/attnlab eval --hf gemma3-270m --task passkey-bare --haystack $S/$SPLIT.txt.gz --template none \
   --lengths 2048 --depths 5 --samples 2 --method $M --budget 0.1 --calibrate $S/train.txt.gz --calibrate-windows 1 \
