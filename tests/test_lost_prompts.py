@@ -114,6 +114,16 @@ def test_a_prompt_row_is_judged_by_the_prefill_support(run):
         assert all(v["not_read"] == ({} if read else {"outside its band, columns, diagonals and key blocks": 10}) for v in heads.values())
 
 
+def test_row_first_measures_the_prompts_last_row_under_the_prefill(run):
+    from attnlab.llm.eval.lost_prompts import explain
+
+    model, tok, out = run
+    for r in explain(model, tok, out, NARROW, top=2, row="first"):
+        assert r["query_row"] == 255 and r["predicts"] == " " and "first token" not in r["summary"]
+        for h in r["heads"]:   # the narrow band at row 255 does not reach the value, 200 tokens back
+            assert h["read"] == 0 and h["not_read"] == {"outside its band, columns, diagonals and key blocks": len(r["needle"])}
+
+
 def test_one_row_of_the_prefill_support_is_dense_supports_row():
     from attnlab.llm.eval.lost_reads import prefill_row_reads
     from attnlab.llm.execution.backend import PrefillParts, dense_support
@@ -156,8 +166,9 @@ def test_bad_input_is_one_line_exit_2_nothing_written(run, cli, tmp_path):
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("attnlab: error: ") and words in lines[0], r.stderr
         assert "Traceback" not in r.stderr and not (folder / "lost-prompts.jsonl").exists()
-    r = cli("eval-why", "--out", bare, "--method", NARROW, "--top", "0")
-    assert r.returncode == 2 and "--top" in r.stderr
+    for option, value in (("--top", "0"), ("--row", "last")):
+        r = cli("eval-why", "--out", bare, "--method", NARROW, option, value)
+        assert r.returncode == 2 and option in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_a_bad_folder_is_refused_before_torch_loads(tmp_path):

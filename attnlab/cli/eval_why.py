@@ -1,6 +1,7 @@
 """``attnlab eval-why``: why a method lost the prompts full attention answered, measured on an eval run folder.
 
-    attnlab eval-why --out runs/passkey-2k-filler-test --method attnlab-retrieval [--top 5] [--calibration FILE]
+    attnlab eval-why --out runs/passkey-2k-filler-test --method attnlab-retrieval [--top 5] [--row value|first] \\
+        [--calibration FILE]
 
 For each such prompt: the heads that read the needle's value under full attention (their attention mass from the row
 that predicts the answer's first value token), each head's role in the method's plan and whether the method let it read
@@ -26,6 +27,8 @@ def eval_why_command(
                      "full attention"),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="the calibration the method ran on "
                                                "(default: the folder's calibration-N.npz)"),
+    row: str = typer.Option("value", "--row", help="the row measured: value (the one that predicts the value's first "
+                            "token) or first (the prompt's last row, that predicts the answer's first token)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage "
                                 "otherwise); errors still said"),
 ) -> None:
@@ -43,7 +46,7 @@ def eval_why_command(
         from attnlab.cli.plan import _load
 
         model, tokenizer = _load(settings.model, progress)
-    done = explain(model, tokenizer, out, method, top=top, calibration=calibration, progress=progress)
+    done = explain(model, tokenizer, out, method, top=top, calibration=calibration, row=row, progress=progress)
     for row in done:
         typer.echo(row["summary"])
     typer.echo(f"{out / FILE}: {len(done)} prompts full attention answered and {method} lost")

@@ -33,7 +33,7 @@ from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
 from attnlab.progress import SILENT, Progress
 
-__all__ = ["FILE", "answer_row", "calibration_path", "explain", "lost_pairs", "method_of", "read_folder", "summary_line",
+__all__ = ["FILE", "ROWS", "answer_row", "calibration_path", "explain", "lost_pairs", "method_of", "read_folder", "summary_line",
            "value_positions"]
 
 FILE = "lost-prompts.jsonl"
@@ -115,18 +115,25 @@ def value_positions(tokenizer, sample, values: list[str]) -> list[int]:
     return sorted(found) or sorted(j for a, b in sample.spans for j in range(a, b))
 
 
-def answer_row(tokenizer, ids: list[int], value: str) -> tuple[list[int], int, int]:
+ROWS = ("value", "first")   # the row that predicts the value's first token, or the answer's first token (n − 1)
+
+
+def answer_row(tokenizer, ids: list[int], value: str, row: str = "value") -> tuple[list[int], int, int]:
     """(prompt ‖ v_<t ‖ v_t, the row q = n − 1 + t that predicts v_t, v_t): v = encode(" " + value), t its first
-    token holding a value character."""
+    token holding a value character (``row`` "first": t = 0, the prompt's last row)."""
+    if row not in ROWS:
+        raise UserError(f"--row: expected one of {', '.join(ROWS)}, got {row!r}")
     v = _encode(tokenizer, " " + value)
-    t = next((x for x in range(len(v)) if tokenizer.decode(v[x : x + 1]).strip()), 0)
+    t = 0 if row == "first" else next((x for x in range(len(v)) if tokenizer.decode(v[x : x + 1]).strip()), 0)
     return list(ids) + v[: t + 1], len(ids) - 1 + t, v[t]
 
 
 # ---- the command ----------------------------------------------------------------------------------------------------
-def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=None, progress: Progress = SILENT) -> list[dict]:
-    """Every prompt of ``out`` that full attention answered and ``method_name`` lost, explained (module docstring);
-    writes ``out/lost-prompts.jsonl`` (this method's rows replaced, other methods' kept) and returns its rows."""
+def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=None, row: str = "value",
+            progress: Progress = SILENT) -> list[dict]:
+    """Every prompt of ``out`` that full attention answered and ``method_name`` lost, explained (module docstring) at the
+    ``row`` of ``answer_row``; writes ``out/lost-prompts.jsonl`` (this method's rows replaced, other methods' kept) and
+    returns its rows."""
     import torch
 
     from attnlab.llm.eval.lost_reads import full_row, method_row
@@ -157,7 +164,7 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
             raise UserError(f"--out {out}: the prompt of {lost['key']} rebuilt differs from the run's (expected "
                             f"{lost['expected']}, rebuilt {smp.answers}): made by another version of the task")
         needle = value_positions(tokenizer, smp, smp.answers)
-        forced, q, nxt = answer_row(tokenizer, smp.ids, smp.answers[0])
+        forced, q, nxt = answer_row(tokenizer, smp.ids, smp.answers[0], row)
         A, full_next, full_first = full_row(model, forced, q)                              # (L, H, q + 1)
         mass = A[:, :, needle].sum(-1)                                                    # (L, H)
         verdicts, method_next, method_first = method_row(model, m, forced, q, n, needle)
@@ -169,15 +176,15 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
             hd["mass_method"] = round(hd["mass_method"], 4)
         desc = m.describe()
         differs = [f"{k} {desc[k]} (run: {lost[k]})" for k in PLAN_FIELDS if k in lost and k in desc and desc[k] != lost[k]]
-        row = {"method": method_name, "budget": budget, "task": lost["task"], "n": n, "depth": d, "sample": lost["sample"],
+        why = {"method": method_name, "budget": budget, "task": lost["task"], "n": n, "depth": d, "sample": lost["sample"],
                "key": lost["key"], "expected": lost["expected"], "answer": lost["answer"], "full_answer": full["answer"],
-               "needle": needle, "needle_text": tokenizer.decode([smp.ids[j] for j in needle]), "query_row": q,
+               "needle": needle, "needle_text": tokenizer.decode([smp.ids[j] for j in needle]), "row": row, "query_row": q,
                "predicts": tokenizer.decode([nxt]), "full_next": tokenizer.decode([full_next]),
                "method_next": tokenizer.decode([method_next]), "first": tokenizer.decode(forced[n : n + 1]),
                "full_first": tokenizer.decode([full_first if q > n - 1 else full_next]),
                "method_first": tokenizer.decode([method_first]), "heads": heads, "plan_differs": differs}
-        row["summary"] = summary_line(row)
-        done.append(row)
+        why["summary"] = summary_line(why)
+        done.append(why)
         bar.update(len(done), note=f"depth {d} sample {lost['sample']}")
     bar.close()
     path = out / FILE
