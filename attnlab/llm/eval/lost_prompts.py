@@ -31,13 +31,13 @@ from pathlib import Path
 
 from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
+from attnlab.llm.methods import REFERENCE
 from attnlab.progress import SILENT, Progress
 
 __all__ = ["FILE", "ROWS", "answer_row", "calibration_path", "explain", "lost_pairs", "method_of", "read_folder", "summary_line",
            "value_positions"]
 
 FILE = "lost-prompts.jsonl"
-REFERENCE = "full"
 PLAN_FIELDS = ("full_heads", "tail_heads", "pages", "slash_heads", "block_heads", "blocks", "kept_heads", "kept")
 
 
