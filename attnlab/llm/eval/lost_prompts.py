@@ -6,7 +6,8 @@ settings rebuild p exactly):
 
     v = encode(" " + expected)            the answer as the model writes it; t = its first token holding a value character
     q = n − 1 + t                         the row that predicts v_t (teacher-forced: prompt ‖ v_<t; t = 1 for a tokenizer
-                                          that writes the space apart, the first decoding step)
+                                          that writes the space apart, the first decoding step; ``row="first"``: t = 0,
+                                          the prompt's last row, that predicts the answer's first token)
     V = {j : token j of the needle carries a character of the value}    (every statement of it: a key said twice)
     m_lh = Σ_{j ∈ V} A^full_lh[q, j]      the mass head (l, h) puts on the value under full attention
     S^M_lh(q)                             the keys the method lets that head read at row q: the prefill's support
