@@ -75,21 +75,25 @@ def random_step(seed: int, B: int, H_kv: int, r: int, kv: list[int], i: int, pag
     store.store_keys, store.store_values, store.store_pos = gather(k_all, pos_s), gather(v_all, pos_s), pos_s
     part = Part(kvt, k_buf[:, :, :L], v_buf[:, :, :L], pos_r, flags.view(B, H_s, r, L), store=store)
     q = torch.randn(B, H_s * r, 1, d, generator=g)
-    return step, q, part, summaries.of_heads(kvt, hq), torch.tensor([i])
+    return step, q, part, summaries, (kvt, hq), torch.tensor([i])
 
 
 def both(case, monkeypatch):
-    """(out, read) of the native step and of the reference."""
-    step, q, part, summaries, q_pos = case
+    """(out, read) of the native step and of the reference; the native step given the layer's summaries with the part's
+    heads (as ``decode_parts`` gives them) and given their rows (as ``PageSummaries.of_heads`` makes them) alike."""
+    step, q, part, summaries, heads, q_pos = case
     calls = []
     real = native.decode_read_back
     monkeypatch.setattr(native, "decode_read_back", lambda *a, **k: calls.append(1) or real(*a, **k))
-    fast = step.decode_read_back(q, part, 0.3, q_pos, summaries)
-    assert calls, "the native step did not run"
+    fast = step.decode_read_back(q, part, 0.3, q_pos, summaries, heads=heads)
+    sliced = step.decode_read_back(q, part, 0.3, q_pos, summaries.of_heads(*heads))
+    assert len(calls) == 2, "the native step did not run"
+    torch.testing.assert_close(fast[0], sliced[0], atol=0, rtol=0)
+    assert fast[1] == sliced[1]
     monkeypatch.setenv("ATTNLAB_NATIVE_DECODE", "0")
-    ref = step.decode_read_back(q, part, 0.3, q_pos, summaries)
+    ref = step.decode_read_back(q, part, 0.3, q_pos, summaries, heads=heads)
     monkeypatch.delenv("ATTNLAB_NATIVE_DECODE")
-    assert len(calls) == 1
+    assert len(calls) == 2
     return fast, ref
 
 
@@ -115,17 +119,17 @@ def test_more_pages_than_candidates_and_reads_from_the_store(pages, monkeypatch)
 def test_a_page_whose_keys_are_all_columns_is_no_candidate(monkeypatch):
     """Head 0's columns fill page 1 (positions 4 … 7 with page 4): its own summary there is ±inf (no key left) and
     the page is no candidate; the other heads may still read it."""
-    step, q, part, summaries, q_pos = random_step(3, 1, 1, 2, [0], 40, 4, 4)
+    step, q, part, _, heads, q_pos = random_step(3, 1, 1, 2, [0], 40, 4, 4)
     step.w_decode = torch.tensor([2, 2])
     step.reads = torch.tensor([True, True])
     cols = torch.tensor([[[4, 5, 6, 7], [-1, -1, -1, -1]]])
     g = torch.Generator().manual_seed(0)
     k_all = torch.randn(1, 1, 41, 16, generator=g)
-    summaries = page_summaries(k_all, cols, step.kv_of, 4, step.reads).of_heads(torch.tensor([0]), torch.tensor([0, 1]))
+    summaries = page_summaries(k_all, cols, step.kv_of, 4, step.reads)
     assert torch.isinf(summaries.column_min[0, 0]).all()
     pos = part.positions
     part.flags = ((pos >= 4) & (pos <= 7))[:, :, None, :] & torch.tensor([True, False]).view(1, 1, 2, 1)
-    (o, read), (o_ref, read_ref) = both((step, q, part, summaries, q_pos), monkeypatch)
+    (o, read), (o_ref, read_ref) = both((step, q, part, summaries, heads, q_pos), monkeypatch)
     torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
     assert read == read_ref
 
@@ -135,3 +139,28 @@ def test_the_switch_falls_back_to_the_tensor_step(monkeypatch):
     assert native.decode_library() is None and native.decode_unavailable_reason() == "ATTNLAB_NATIVE_DECODE=0"
     monkeypatch.delenv("ATTNLAB_NATIVE_DECODE")
     assert native.decode_library() is not None
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10**6), H_kv=st.integers(1, 3), r=st.integers(1, 3), i=st.integers(0, 60),
+       sliding=st.sampled_from([None, 5, 20]))
+def test_the_native_band_and_columns_step_equals_the_masked_softmax(seed, H_kv, r, i, sliding):
+    """Without pages (``DecodeStep.decode``, n = 1): band ∪ columns over the cached slots, a sliding window, every-key heads."""
+    g = torch.Generator().manual_seed(seed)
+    H, B, L = H_kv * r, 2, i + 6
+    step = DecodeStep([HeadPlan(support=Support(w=4)) for _ in range(H)], 0, H_kv, sliding_window=sliding)
+    w = torch.randint(0, i + 3, (H,), generator=g)
+    step.w_decode = torch.where(torch.rand(H, generator=g) < 0.2, FULL, w)
+    pos = torch.where(torch.rand(B, H_kv, L, generator=g) < 0.8, torch.randint(0, i + 1, (B, H_kv, L), generator=g), -1)
+    flags = (torch.rand(B, H_kv, r, L, generator=g) < 0.2) & (pos >= 0)[:, :, None]
+    k, v = torch.randn(B, H_kv, L, 16, generator=g), torch.randn(B, H_kv, L, 8, generator=g)
+    q = torch.randn(B, H, 1, 16, generator=g)
+    calls = []
+    real = native.decode_read_back
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(native, "decode_read_back", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+        o = step.decode(q, k, v, 0.3, torch.tensor([i]), pos, flags)
+        mp.setenv("ATTNLAB_NATIVE_DECODE", "0")
+        o_ref = step.decode(q, k, v, 0.3, torch.tensor([i]), pos, flags)
+    assert len(calls) == 1
+    torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)

@@ -71,6 +71,10 @@ class DecodeStep(LayerPlan):
         read-back's page summaries of these heads (``pages.page_summaries``; None: made from k).
         """
         flags = self.column_flags(k_pos, kv) if flags is None else flags                  # (B, H_s, r, L)
+        if not self.pages and q.shape[2] == 1 and native.decode_ready(q, k, v, k_pos):    # band ∪ columns: one C call
+            w = self.per_kv(self.w_decode, kv)                                              # (H_s, r)
+            return native.decode_read_back(q, k, v, k_pos, flags, w, torch.zeros(w.shape, dtype=torch.bool), None, None,
+                                           int(q_pos[-1]), sliding=self.sliding, page=self.page, pages=0, scale=scaling)[0]
         allowed = self.allowed(q_pos, k_pos, flags, kv)                                    # (B, H_s, r, n, L)
         if self.pages:
             reads = self.reads if kv is None else self.per_kv(self.reads, kv).reshape(-1)
@@ -91,13 +95,11 @@ class DecodeStep(LayerPlan):
             if p.whole and n == 1 and bool((self.per_kv(self.w_decode, p.kv) == FULL).all()):
                 out[:, hq] = self.backend_of(q).decode(q_p, p.keys, p.values, scaling)   # every key, all before the query
                 continue
-            mine = None
-            if summaries is not None:   # its KV heads' rows of m, M and its query heads' column pages
-                mine = summaries.of_heads(p.kv.to(q.device), hq)
-            if p.store is not None and self.pages and n == 1 and mine is not None:     # read-back without joining the store
-                o, read = self.decode_read_back(q_p, p, scaling, q_pos, mine)
+            if p.store is not None and self.pages and n == 1 and summaries is not None:   # read-back without joining the store
+                o, read = self.decode_read_back(q_p, p, scaling, q_pos, summaries, heads=(p.kv.to(q.device), hq))
                 fetched = (fetched or 0.0) + read
-            else:
+            else:   # its KV heads' rows of m, M and its query heads' column pages
+                mine = None if summaries is None else summaries.of_heads(p.kv.to(q.device), hq)
                 o = self.decode(q_p, p.keys, p.values, scaling, q_pos, p.positions, p.flags, kv=None if one else p.kv, summaries=mine)
                 if p.stored is not None and self.pages:
                     fetched = (fetched or 0.0) + float((self.fetched & p.stored).sum())
@@ -106,7 +108,7 @@ class DecodeStep(LayerPlan):
             out[:, hq] = o
         return out, fetched
 
-    def decode_read_back(self, q, p, scaling, q_pos, summaries):
+    def decode_read_back(self, q, p, scaling, q_pos, summaries, heads=None):
         """One decoding query over a part's resident slots and the pages it reads back from the part's store, the store
         not joined: the same S_h(i) as ``decode`` with ``read_back`` (``pages``), each chosen page gathered by position.
 
@@ -114,7 +116,8 @@ class DecodeStep(LayerPlan):
             S_h(i) = B_{w_h}(i) ∪ T_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q) over C_h(i)}
 
         q (B, H_s·r, 1, d_k) at q_pos (1,); p a ``Part`` (resident keys, values, positions, flags) with its ``store``;
-        summaries: ``pages.page_summaries``' parts of its KV heads and query heads.  Returns (out (B, H_s·r, 1, d_v), stored slots read,
+        summaries: ``pages.page_summaries``' parts of its KV heads and query heads, or the layer's with ``heads`` = (the
+        part's KV heads, their query heads) (``PageSummaries.of_heads`` made only where needed).  Returns (out (B, H_s·r, 1, d_v), stored slots read,
         summed over (batch row, KV head)).  On the CPU in float32 the fused C step (``native.decode_read_back``) computes
         the same; the tensor code below is its reference and the fallback (``ATTNLAB_NATIVE_DECODE=0``, no compiler).
         """
@@ -126,9 +129,11 @@ class DecodeStep(LayerPlan):
         flags = self.column_flags(pos_r, p.kv) if p.flags is None else p.flags              # (B, H_s, r, L)
         store = (p.store.store_keys, p.store.store_values, p.store.store_slots())             # (B, H_s, S, ·), (B, H_s, J)
         if native.decode_ready(q, k_r, v_r, *store) and summaries.m.shape[2] >= i // page + 1:   # the fused step, one C call
+            rows = None if heads is None else (summaries.row[heads[0]].clamp_min(0), heads[1])   # the layer's summaries
             o, read = native.decode_read_back(q, k_r, v_r, pos_r, flags, self.per_kv(self.w_decode, p.kv), self.per_kv(self.reads, p.kv),
-                                              summaries, store, i, sliding=self.sliding, page=page, pages=self.pages, scale=scaling)
+                                              summaries, store, i, sliding=self.sliding, page=page, pages=self.pages, scale=scaling, rows=rows)
             return o, float(read.sum())
+        summaries = summaries if heads is None else summaries.of_heads(*heads)
         allowed = self.allowed(q_pos, pos_r, flags, p.kv)[:, :, :, 0]                       # (B, H_s, r, L): band ∪ columns
         w = self.per_kv(self.w_decode, p.kv).to(dev)                                        # (H_s, r)
         reads = self.per_kv(self.reads, p.kv).to(dev)                                       # (H_s, r)

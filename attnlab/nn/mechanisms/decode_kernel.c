@@ -21,7 +21,8 @@
  * bound.  Shapes (element strides passed where a tensor may be a view):
  *
  *   q (B, Hq, d)            kr, vr (B, Hs, L, d | dv)     pos (B, Hs, L) int64, −1: empty     flags (B, Hs, r, L) bytes
- *   w, reads (Hq,)          m, M (B, Hs, Pm, d)           pc (B, Hq, C) int64, −1: none       mc, Mc (B, Hq, C, d)
+ *   w, reads (Hq,)          m, M (B, V, Pm, d)            pc (B, Hc, C) int64, −1: none       mc, Mc (B, Hc, C, d)
+ *   mrow (Hs,): each KV head's row of m, M     hrow (Hq,): each query head's row of pc, mc, Mc   (the layer's summaries)
  *   ks, vs (B, Hs, S, d | dv) the store                   table (B, Hs, J) int64, −1: not stored
  *   out (B, Hq, dv)         read (B, Hs) int64
  *
@@ -97,8 +98,8 @@ int attnlab_decode_read_back(
     const long *pos, long pos_sb, long pos_sh,
     const unsigned char *flags, long f_sb, long f_sh, long f_sr,
     const long *w, const unsigned char *reads,
-    const float *m, const float *M, long Pm,
-    const long *pc, const float *mc, const float *Mc, long C,
+    const float *m, const float *M, long V, long Pm, const long *mrow,
+    const long *pc, const float *mc, const float *Mc, long Hc, long C, const long *hrow,
     const float *ks, long ks_sb, long ks_sh, long ks_sl, const float *vs, long vs_sb, long vs_sh, long vs_sl, long S,
     const long *table, long t_sb, long t_sh, long J,
     float *out, long *read,
@@ -152,11 +153,11 @@ int attnlab_decode_read_back(
                         long j = pg[s];
                         if (j >= 0 && j <= i && fh[s] && !(i - j <= wh)) ncol[j / page]++;   /* a column off the band */
                     }
-                const float *mg = m + (b * Hs + g) * Pm * d, *Mg = M + (b * Hs + g) * Pm * d;
+                const float *mg = m + (b * V + mrow[g]) * Pm * d, *Mg = M + (b * V + mrow[g]) * Pm * d;
                 for (long p = 0; p < P; p++)
                     ok[p] = candidate(p, page, i, lo, ncol[p]) && bound(qh, mg + p * d, Mg + p * d, d, &U[p]);
                 for (long c = 0; c < C; c++) {   /* h's own summary of the pages its columns touch */
-                    long p = pc[(b * Hs * r + h) * C + c], at = ((b * Hs * r + h) * C + c) * d;
+                    long p = pc[(b * Hc + hrow[h]) * C + c], at = ((b * Hc + hrow[h]) * C + c) * d;
                     if (p >= 0 && p < P) ok[p] = candidate(p, page, i, lo, ncol[p]) && bound(qh, mc + at, Mc + at, d, &U[p]);
                 }
                 long n = 0;                                        /* top: the chosen pages, largest bound first */

@@ -278,8 +278,8 @@ def _decode_compiled() -> ctypes.CDLL | None:
         return None
     p, i64 = ctypes.c_void_p, ctypes.c_long
     f = lib.attnlab_decode_read_back
-    f.argtypes = ([p, i64, i64] + [p, i64, i64, i64] * 2 + [p, i64, i64] + [p, i64, i64, i64] + [p, p] + [p, p, i64]
-                  + [p, p, p, i64] + [p, i64, i64, i64] * 2 + [i64] + [p, i64, i64, i64] + [p, p] + [i64] * 10
+    f.argtypes = ([p, i64, i64] + [p, i64, i64, i64] * 2 + [p, i64, i64] + [p, i64, i64, i64] + [p, p] + [p, p, i64, i64, p]
+                  + [p, p, p, i64, i64, p] + [p, i64, i64, i64] * 2 + [i64] + [p, i64, i64, i64] + [p, p] + [i64] * 10
                   + [ctypes.c_float, ctypes.c_int])
     f.restype = ctypes.c_int
     return lib
@@ -311,13 +311,14 @@ def _last(x: Tensor) -> Tensor:
 
 
 def decode_read_back(q, k, v, positions, flags, w, reads, summaries, store, i: int, *, sliding, page: int, pages: int,
-                     scale: float) -> tuple[Tensor, Tensor]:
+                     scale: float, rows: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
     """One decoding query per head (``decode_kernel.c``): band ∪ columns over the resident slots, and the ``pages``
     candidate pages of largest Quest bound read back, resident or from the store, in one online softmax.
 
     q (B, Hq, 1, d) at position i; k, v (B, Hs, L, d | dv), positions (B, Hs, L) (−1: empty), flags (B, Hs, r, L) bool;
-    w, reads (Hq,): each query head's band (FULL = −1) and whether it reads back; summaries: ``pages.PageSummaries``'
-    parts of these heads (m, M (B, Hs, P', d) with P' ≥ i // page + 1; None with pages = 0); store: (keys, values
+    w, reads (Hq,): each query head's band (FULL = −1) and whether it reads back; summaries: ``pages.PageSummaries``
+    (m, M (B, V, P', d) with P' ≥ i // page + 1; None with pages = 0), of these heads, or the layer's with ``rows`` =
+    (each KV head's row of m, M (Hs,), each query head's row of the column pages (Hq,)) (no copy); store: (keys, values
     (B, Hs, S, ·), table (B, Hs, J) position → store slot, −1: not stored) or None; sliding: the layer's window or None.
     Returns out (B, Hq, 1, dv), read (B, Hs) int64 the distinct store slots the step read."""
     lib = decode_library()
@@ -335,10 +336,12 @@ def decode_read_back(q, k, v, positions, flags, w, reads, summaries, store, i: i
         if m.shape[2] < i // page + 1:
             raise ValueError(f"decode_read_back: summaries of {m.shape[2]} pages, position {i} needs {i // page + 1}")
         pc = pc.to(torch.int64).contiguous()
+        mrow, hrow = rows if rows is not None else (torch.arange(Hs), torch.arange(Hq))
+        mrow, hrow = mrow.to(torch.int64).contiguous(), hrow.to(torch.int64).contiguous()
+        V, Hc, P_m, C = m.shape[1], pc.shape[1], m.shape[2], pc.shape[-1]
     else:
-        pages, m = 0, None
-        M = pc = mc = Mc = None
-    P_m, C = (m.shape[2], pc.shape[-1]) if m is not None else (0, 0)
+        pages, V, Hc, P_m, C = 0, 0, 0, 0, 0
+        m = M = pc = mc = Mc = mrow = hrow = None
     ks = vs = table = None
     S = J = 0
     if store is not None:
@@ -353,8 +356,8 @@ def decode_read_back(q, k, v, positions, flags, w, reads, summaries, store, i: i
         positions.data_ptr(), *positions.stride()[:2],
         flags.data_ptr(), *flags.stride()[:3],
         w64.data_ptr(), reads8.data_ptr(),
-        _ptr(m), _ptr(M), P_m,
-        _ptr(pc), _ptr(mc), _ptr(Mc), C,
+        _ptr(m), _ptr(M), V, P_m, _ptr(mrow),
+        _ptr(pc), _ptr(mc), _ptr(Mc), Hc, C, _ptr(hrow),
         _ptr(ks), *(ks.stride()[:3] if ks is not None else z), _ptr(vs), *(vs.stride()[:3] if vs is not None else z), S,
         _ptr(table), *(table.stride()[:2] if table is not None else z[:2]), J,
         out.data_ptr(), read.data_ptr(),
