@@ -114,6 +114,24 @@ def test_a_prompt_row_is_judged_by_the_prefill_support(run):
         assert all(v["not_read"] == ({} if read else {"outside its band, columns, diagonals and key blocks": 10}) for v in heads.values())
 
 
+def test_a_key_kept_for_another_head_of_its_kv_group_is_not_read_by_a_narrow_head(run):
+    """KV head 0 of layer 0 keeps every key for its full query head 0; query head 1 (band 21) reads its band and sinks
+    only: the value is in its cache, not in what it reads — at a decoding step, fused native step or not."""
+    from attnlab.llm import methods as registry
+    from attnlab.llm.eval.lost_reads import method_row
+    from attnlab.llm.plans.plan import HeadPlan
+
+    model, _, _ = run
+    ids = torch.randint(0, 90, (257,)).tolist()
+    m = registry.get("streaming-llm", 0.1, compression=0.9)
+    m.prepare(model, 256)
+    m.plan.heads[0][0] = HeadPlan.full()
+    heads, _, _ = method_row(model, m, ids, 256, 256, list(range(30, 40)))
+    assert heads[(0, 0)]["read_by"] == {"whole cache": 10} and heads[(0, 0)]["role"] == "full head"
+    assert heads[(0, 1)]["read"] == 0 and heads[(0, 1)]["not_read"] == {"kept, not in its band or columns": 10}
+    assert heads[(0, 2)]["not_read"] == heads[(1, 0)]["not_read"] == {"evicted": 10}
+
+
 def test_row_first_measures_the_prompts_last_row_under_the_prefill(run):
     from attnlab.llm.eval.lost_prompts import explain
 

@@ -83,13 +83,13 @@ class _Capture(AttentionBackend):
     name = "capture"
 
     def __init__(self, inner: AttentionBackend):
-        self.inner, self.allowed = inner, None
+        self.inner, self.allowed, self.called = inner, None, False
 
     def prefill(self, parts, q, k, v, scaling):
         return self.inner.prefill(parts, q, k, v, scaling)
 
     def decode(self, q, k, v, scaling, allowed=None, pages=None):
-        self.allowed = allowed
+        self.allowed, self.called = allowed, True
         return self.inner.decode(q, k, v, scaling, allowed, pages)
 
 
@@ -127,9 +127,11 @@ def _reading(cls: type) -> type:
             mine, self.backend = self.backend, _Capture(self.backend_of(q))
             try:
                 out = super().decode(q, k, v, scaling, q_pos, k_pos, flags, kv, summaries)
-                allowed = self.backend.allowed
+                seam = self.backend
             finally:
                 self.backend = mine
+            # a step that did not reach the seam ran the fused native step, which reads band ∪ columns (no pages)
+            allowed = seam.allowed if seam.called else self.allowed(q_pos, k_pos, flags, kv)
             if self.watch:
                 self._note(q, k, scaling, k_pos, allowed, kv)
             return out
