@@ -7,11 +7,12 @@
 # methods: full, attnlab (the recommended default), minference, snapkv, streaming-llm, quest.  Test seed 0, run
 # once (the default's options were fixed before; nothing is chosen here).  One calibration window of Shakespeare's
 # train text per length, made by the first run and copied to the second.  One process, one thread.
-# M=… and ONLY=filler|niah narrow a run.
+# M=…, LENGTHS=… and ONLY=filler|niah narrow a run.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 S=../shared/data/shakespeare
 M=${M:-attnlab,minference,snapkv,streaming-llm,quest}
-COMMON="--hf smollm2-135m --lengths 4096,8192 --depths 5 --samples 2 --method $M --budget 0.1
+LENGTHS=${LENGTHS:-4096,8192}
+COMMON="--hf smollm2-135m --lengths $LENGTHS --depths 5 --samples 2 --method $M --budget 0.1
   --calibrate $S/train.txt.gz --calibrate-windows 1 --ppl $S/test.txt.gz --ppl-windows 1 --seed 0"
 export OMP_NUM_THREADS=1
 first=${RUNS:-runs}/passkey-4k-8k-filler
@@ -21,7 +22,7 @@ fi
 if [ -z "$ONLY" ] || [ "$ONLY" = niah ]; then
   out=${RUNS:-runs}/niah-4k-8k
   mkdir -p $out
-  for n in 4096 8192; do   # the calibration does not depend on the prompts
+  for n in ${LENGTHS//,/ }; do   # the calibration does not depend on the prompts
     [ -f $first/calibration-$n.npz ] && [ ! -f $out/calibration-$n.npz ] && cp $first/calibration-$n.npz $out/
   done
   .venv/bin/attnlab eval $COMMON --task niah --haystack noise --template auto --out $out
