@@ -91,8 +91,10 @@ def both(case, monkeypatch):
     torch.testing.assert_close(fast[0], sliced[0], atol=0, rtol=0)
     assert fast[1] == sliced[1]
     monkeypatch.setenv("ATTNLAB_NATIVE_DECODE", "0")
+    native.decode_library.cache_clear()
     ref = step.decode_read_back(q, part, 0.3, q_pos, summaries, heads=heads)
     monkeypatch.delenv("ATTNLAB_NATIVE_DECODE")
+    native.decode_library.cache_clear()
     assert len(calls) == 2
     return fast, ref
 
@@ -136,8 +138,10 @@ def test_a_page_whose_keys_are_all_columns_is_no_candidate(monkeypatch):
 
 def test_the_switch_falls_back_to_the_tensor_step(monkeypatch):
     monkeypatch.setenv("ATTNLAB_NATIVE_DECODE", "0")
+    native.decode_library.cache_clear()
     assert native.decode_library() is None and native.decode_unavailable_reason() == "ATTNLAB_NATIVE_DECODE=0"
     monkeypatch.delenv("ATTNLAB_NATIVE_DECODE")
+    native.decode_library.cache_clear()
     assert native.decode_library() is not None
 
 
@@ -161,6 +165,8 @@ def test_the_native_band_and_columns_step_equals_the_masked_softmax(seed, H_kv, 
         mp.setattr(native, "decode_read_back", lambda *a, **kw: calls.append(1) or real(*a, **kw))
         o = step.decode(q, k, v, 0.3, torch.tensor([i]), pos, flags)
         mp.setenv("ATTNLAB_NATIVE_DECODE", "0")
+        native.decode_library.cache_clear()
         o_ref = step.decode(q, k, v, 0.3, torch.tensor([i]), pos, flags)
+    native.decode_library.cache_clear()
     assert len(calls) == 1
     torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)

@@ -1,6 +1,6 @@
 /* decode_kernel.c — one decoding query per head over a planned layer's cache, read-back included, fused on the CPU.
  *
- * Query head h (KV head g = ⌊h / r⌋) at position i reads, in one online softmax,
+ * Query head h (KV head g = ⌊h / r⌋) at position i reads, in one softmax,
  *
  *   S_h(i) = B_{w_h}(i) ∪ T_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q) over C_h(i)}
  *
@@ -21,13 +21,15 @@
  * bound.  Shapes (element strides passed where a tensor may be a view):
  *
  *   q (B, Hq, d)            kr, vr (B, Hs, L, d | dv)     pos (B, Hs, L) int64, −1: empty     flags (B, Hs, r, L) bytes
- *   w, reads (Hq,)          m, M (B, V, Pm, d)            pc (B, Hc, C) int64, −1: none       mc, Mc (B, Hc, C, d)
+ *   w, reads (Hq,)          m, M (B, V, Pm, d) strided    pc (B, Hc, C) int64, −1: none       mc, Mc (B, Hc, C, d)
  *   mrow (Hs,): each KV head's row of m, M     hrow (Hq,): each query head's row of pc, mc, Mc   (the layer's summaries)
  *   ks, vs (B, Hs, S, d | dv) the store                   table (B, Hs, J) int64, −1: not stored
  *   out (B, Hq, dv)         read (B, Hs) int64
  *
  * ±inf in m, M, mc, Mc marks a page without a key; they are tested by their bits (-ffast-math assumes no inf).
- * Threads take (batch row, KV head) pairs; each keeps O(i + S + P + dv) scratch.
+ * Per (batch row, KV head): one pass over its resident slots scores each key for the r query heads that read it (a key
+ * read once), then each query head's pages; the scores of a head are kept and exponentiated together (vectorised),
+ * then o = Σ p_j v_j / Σ p_j.  Threads take (batch row, KV head) pairs; each keeps O(i + S + r·(L + K·page)) scratch.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -43,14 +45,13 @@ static int is_inf_bits(float x)
     return (u & 0x7fffffffu) == 0x7f800000u;
 }
 
-/* U = Σ_d q⁺_d M_d + q⁻_d m_d; returns 0 (and leaves U) where the page has no key (every m_d = ±inf). */
-static int bound(const float *q, const float *m, const float *M, long d, float *U)
+/* U = Σ_d q⁺_d M_d + q⁻_d m_d (qp = q⁺, qn = q⁻); returns 0 (and leaves U) where the page has no key (m = +inf: a
+ * page's minimum is finite in every coordinate once it holds a key, so its first tells). */
+static inline int bound(const float *qp, const float *qn, const float *m, const float *M, long d, float *U)
 {
-    int empty = 1;
-    for (long x = 0; x < d; x++) empty &= is_inf_bits(m[x]);
-    if (empty) return 0;
+    if (is_inf_bits(m[0])) return 0;
     float u = 0.0f;
-    for (long x = 0; x < d; x++) u += q[x] > 0.0f ? q[x] * M[x] : q[x] * m[x];
+    for (long x = 0; x < d; x++) u += qp[x] * M[x] + qn[x] * m[x];
     *U = u;
     return 1;
 }
@@ -64,31 +65,28 @@ static inline int candidate(long p, long page, long i, long lo, long ncol)
     return in_band + ncol < end - start;
 }
 
-/* The online softmax of one query: running max mx, sum l, accumulator acc (dv). */
-typedef struct {
-    float mx, l;
-    float *acc;
-    long dv;
-} Online;
-
-static inline void take(Online *o, float s, const float *v)
-{
-    if (s > o->mx) {
-        float c = expf(o->mx - s);   /* 0 for the first key (mx = −1e30) */
-        o->l *= c;
-        for (long x = 0; x < o->dv; x++) o->acc[x] *= c;
-        o->mx = s;
-    }
-    float p = expf(s - o->mx);
-    o->l += p;
-    for (long x = 0; x < o->dv; x++) o->acc[x] += p * v[x];
-}
-
 static inline float dot(const float *a, const float *b, long d)
 {
     float s = 0.0f;
     for (long x = 0; x < d; x++) s += a[x] * b[x];
     return s;
+}
+
+/* o = Σ_x exp(s_x − max) v_x / Σ_x exp(s_x − max) over the n keys read (o = 0: none); value x at vals[x]. */
+static void softmax_sum(float *sc, const float **vals, long n, long dv, float *o)
+{
+    memset(o, 0, dv * sizeof(float));
+    if (n == 0) return;
+    float mx = sc[0], l = 0.0f;
+    for (long x = 1; x < n; x++) mx = sc[x] > mx ? sc[x] : mx;
+    for (long x = 0; x < n; x++) sc[x] = expf(sc[x] - mx), l += sc[x];   /* vectorised (libmvec) */
+    for (long x = 0; x < n; x++) {
+        const float *v = vals[x];
+        float p = sc[x];
+        for (long y = 0; y < dv; y++) o[y] += p * v[y];
+    }
+    float inv = 1.0f / l;
+    for (long y = 0; y < dv; y++) o[y] *= inv;
 }
 
 int attnlab_decode_read_back(
@@ -98,7 +96,7 @@ int attnlab_decode_read_back(
     const long *pos, long pos_sb, long pos_sh,
     const unsigned char *flags, long f_sb, long f_sh, long f_sr,
     const long *w, const unsigned char *reads,
-    const float *m, const float *M, long V, long Pm, const long *mrow,
+    const float *m, const float *M, long m_sb, long m_sh, long m_sp, long Pm, const long *mrow,
     const long *pc, const float *mc, const float *Mc, long Hc, long C, const long *hrow,
     const float *ks, long ks_sb, long ks_sh, long ks_sl, const float *vs, long vs_sb, long vs_sh, long vs_sl, long S,
     const long *table, long t_sb, long t_sh, long J,
@@ -107,6 +105,7 @@ int attnlab_decode_read_back(
     long i, long sliding, long page, long K, float tau, int threads)
 {
     long P = i / page + 1;                  /* pages 0 … P − 1 hold the positions ≤ i */
+    long X = L + (K > 0 ? K : 0) * page;    /* the most keys a query head reads */
     int failed = 0;
 #pragma omp parallel for num_threads(threads) schedule(dynamic)
     for (long bg = 0; bg < B * Hs; bg++) {
@@ -114,51 +113,58 @@ int attnlab_decode_read_back(
         long *inv = malloc((i + 1) * sizeof(long));           /* position → its first resident slot (−1: none) */
         unsigned char *mark = calloc(S > 0 ? S : 1, 1);       /* store slots read by some query head of g */
         float *U = malloc(P * sizeof(float));
-        unsigned char *ok = malloc(P);                         /* candidate with a bound */
+        unsigned char *ok = malloc(P);                         /* a candidate page with a bound */
         long *ncol = malloc(P * sizeof(long));
         long *top = malloc((K > 0 ? K : 1) * sizeof(long));
-        float *acc = malloc((dv > 0 ? dv : 1) * sizeof(float));
-        if (!inv || !mark || !U || !ok || !ncol || !top || !acc) {
+        float *qpn = malloc(2 * d * sizeof(float));
+        float *sc = malloc(r * X * sizeof(float));             /* each query head's scores … */
+        const float **vals = malloc(r * X * sizeof(float *));   /* … and the values they weigh */
+        long *cnt = calloc(r, sizeof(long));
+        if (!inv || !mark || !U || !ok || !ncol || !top || !qpn || !sc || !vals || !cnt) {
 #pragma omp atomic write
             failed = 1;
-            free(inv), free(mark), free(U), free(ok), free(ncol), free(top), free(acc);
+            free(inv), free(mark), free(U), free(ok), free(ncol), free(top), free(qpn), free(sc), free(vals), free(cnt);
             continue;
         }
         const long *pg = pos + b * pos_sb + g * pos_sh;                      /* (L,) */
         const float *kg = kr + b * kr_sb + g * kr_sh, *vg = vr + b * vr_sb + g * vr_sh;
+        const float *qg = q + b * q_sb + g * r * q_sh;
+        const unsigned char *fg = flags + b * f_sb + g * f_sh;
         for (long j = 0; j <= i; j++) inv[j] = -1;
         for (long s = L - 1; s >= 0; s--)
             if (pg[s] >= 0 && pg[s] <= i) inv[pg[s]] = s;
+        /* band ∪ columns over the resident slots: each key read once for the r query heads of g */
+        for (long s = 0; s < L; s++) {
+            long j = pg[s];
+            if (j < 0 || j > i || (sliding > 0 && i - j >= sliding)) continue;
+            const float *key = kg + s * kr_sl;
+            for (long rho = 0; rho < r; rho++) {
+                long wh = w[g * r + rho];
+                if (!(wh == FULL || i - j <= wh || fg[rho * f_sr + s])) continue;
+                sc[rho * X + cnt[rho]] = tau * dot(qg + rho * q_sh, key, d);
+                vals[rho * X + cnt[rho]++] = vg + s * vr_sl;
+            }
+        }
         const long *tg = table ? table + b * t_sb + g * t_sh : NULL;
         for (long rho = 0; rho < r; rho++) {
-            long h = g * r + rho;
-            const float *qh = q + b * q_sb + h * q_sh;
-            const unsigned char *fh = flags ? flags + b * f_sb + g * f_sh + rho * f_sr : NULL;
-            long wh = w[h];
+            long h = g * r + rho, wh = w[h];
+            const float *qh = qg + rho * q_sh;
+            const unsigned char *fh = fg + rho * f_sr;
             long lo = wh == FULL ? i + 1 : (i - wh > 0 ? i - wh : 0);         /* the band's first position */
-            Online o = {-1e30f, 0.0f, acc, dv};
-            memset(acc, 0, dv * sizeof(float));
-            /* band ∪ columns over the resident slots */
-            for (long s = 0; s < L; s++) {
-                long j = pg[s];
-                if (j < 0 || j > i || (sliding > 0 && i - j >= sliding)) continue;
-                if (!(wh == FULL || i - j <= wh || (fh && fh[s]))) continue;
-                take(&o, tau * dot(qh, kg + s * kr_sl, d), vg + s * vr_sl);
-            }
             /* read-back: the K candidate pages of largest bound */
             if (K > 0 && reads[h]) {
+                for (long x = 0; x < d; x++) qpn[x] = qh[x] > 0.0f ? qh[x] : 0.0f, qpn[d + x] = qh[x] < 0.0f ? qh[x] : 0.0f;
                 for (long p = 0; p < P; p++) ncol[p] = 0;
-                if (fh)
-                    for (long s = 0; s < L; s++) {
-                        long j = pg[s];
-                        if (j >= 0 && j <= i && fh[s] && !(i - j <= wh)) ncol[j / page]++;   /* a column off the band */
-                    }
-                const float *mg = m + (b * V + mrow[g]) * Pm * d, *Mg = M + (b * V + mrow[g]) * Pm * d;
+                for (long s = 0; s < L; s++) {
+                    long j = pg[s];
+                    if (j >= 0 && j <= i && fh[s] && !(i - j <= wh)) ncol[j / page]++;   /* a column off the band */
+                }
+                const float *mg = m + b * m_sb + mrow[g] * m_sh, *Mg = M + b * m_sb + mrow[g] * m_sh;   /* page p at p·m_sp */
                 for (long p = 0; p < P; p++)
-                    ok[p] = candidate(p, page, i, lo, ncol[p]) && bound(qh, mg + p * d, Mg + p * d, d, &U[p]);
+                    ok[p] = candidate(p, page, i, lo, ncol[p]) && bound(qpn, qpn + d, mg + p * m_sp, Mg + p * m_sp, d, &U[p]);
                 for (long c = 0; c < C; c++) {   /* h's own summary of the pages its columns touch */
                     long p = pc[(b * Hc + hrow[h]) * C + c], at = ((b * Hc + hrow[h]) * C + c) * d;
-                    if (p >= 0 && p < P) ok[p] = candidate(p, page, i, lo, ncol[p]) && bound(qh, mc + at, Mc + at, d, &U[p]);
+                    if (p >= 0 && p < P) ok[p] = candidate(p, page, i, lo, ncol[p]) && bound(qpn, qpn + d, mc + at, Mc + at, d, &U[p]);
                 }
                 long n = 0;                                        /* top: the chosen pages, largest bound first */
                 for (long p = 0; p < P; p++) {
@@ -171,26 +177,38 @@ int attnlab_decode_read_back(
                 for (long t = 0; t < n; t++)
                     for (long j = top[t] * page; j < top[t] * page + page && j <= i && j < lo; j++) {
                         long sr = inv[j];
+                        const float *kx, *vx;
                         if (sr >= 0) {
-                            if (fh && fh[sr]) continue;                   /* a column of h: read above */
-                            take(&o, tau * dot(qh, kg + sr * kr_sl, d), vg + sr * vr_sl);
-                            continue;
+                            if (fh[sr]) continue;                         /* a column of h: read above */
+                            kx = kg + sr * kr_sl, vx = vg + sr * vr_sl;
+                        } else {
+                            long ss = tg && j < J ? tg[j] : -1;
+                            if (ss < 0) continue;                         /* neither resident nor stored */
+                            kx = ks + b * ks_sb + g * ks_sh + ss * ks_sl, vx = vs + b * vs_sb + g * vs_sh + ss * vs_sl;
+                            mark[ss] = 1;
                         }
-                        long ss = tg && j < J ? tg[j] : -1;
-                        if (ss < 0) continue;
-                        const float *kx = ks + b * ks_sb + g * ks_sh + ss * ks_sl, *vx = vs + b * vs_sb + g * vs_sh + ss * vs_sl;
-                        take(&o, tau * dot(qh, kx, d), vx);
-                        mark[ss] = 1;
+                        sc[rho * X + cnt[rho]] = tau * dot(qh, kx, d);
+                        vals[rho * X + cnt[rho]++] = vx;
                     }
             }
-            float *oh = out + (b * Hs * r + h) * dv;
-            float inv_l = o.l > 0.0f ? 1.0f / o.l : 0.0f;
-            for (long x = 0; x < dv; x++) oh[x] = acc[x] * inv_l;
+            softmax_sum(sc + rho * X, vals + rho * X, cnt[rho], dv, out + (b * Hs * r + h) * dv);
         }
         long count = 0;
         for (long s = 0; s < S; s++) count += mark[s];
         read[b * Hs + g] = count;
-        free(inv), free(mark), free(U), free(ok), free(ncol), free(top), free(acc);
+        free(inv), free(mark), free(U), free(ok), free(ncol), free(top), free(qpn), free(sc), free(vals), free(cnt);
     }
     return failed;
+}
+
+/* The same step with its arguments packed (one foreign call's conversion instead of sixty): p the 19 pointers in the
+ * order above (q, kr, vr, pos, flags, w, reads, m, M, mrow, pc, mc, Mc, hrow, ks, vs, table, out, read), a the 40
+ * integers in theirs (q_sb … t_sh, J, then B, Hs, r, L, d, dv, i, sliding, page, K, threads). */
+int attnlab_decode_read_back_packed(void *const *p, const long *a, float tau)
+{
+    return attnlab_decode_read_back(
+        p[0], a[0], a[1], p[1], a[2], a[3], a[4], p[2], a[5], a[6], a[7], p[3], a[8], a[9], p[4], a[10], a[11], a[12],
+        p[5], p[6], p[7], p[8], a[13], a[14], a[15], a[16], p[9], p[10], p[11], p[12], a[17], a[18], p[13],
+        p[14], a[19], a[20], a[21], p[15], a[22], a[23], a[24], a[25], p[16], a[26], a[27], a[28], p[17], p[18],
+        a[29], a[30], a[31], a[32], a[33], a[34], a[35], a[36], a[37], a[38], tau, (int)a[39]);
 }

@@ -19,6 +19,7 @@ L of the whole softmax); the extras' share stays in ``sliding_window.WindowAtten
 from __future__ import annotations
 
 import ctypes
+from array import array
 import hashlib
 import os
 import shutil
@@ -276,18 +277,17 @@ def _decode_compiled() -> ctypes.CDLL | None:
     lib = compiled(DECODE_SOURCE, _decode_reason)
     if lib is None:
         return None
-    p, i64 = ctypes.c_void_p, ctypes.c_long
-    f = lib.attnlab_decode_read_back
-    f.argtypes = ([p, i64, i64] + [p, i64, i64, i64] * 2 + [p, i64, i64] + [p, i64, i64, i64] + [p, p] + [p, p, i64, i64, p]
-                  + [p, p, p, i64, i64, p] + [p, i64, i64, i64] * 2 + [i64] + [p, i64, i64, i64] + [p, p] + [i64] * 10
-                  + [ctypes.c_float, ctypes.c_int])
+    f = lib.attnlab_decode_read_back_packed   # its arguments packed: one conversion a call (``decode_read_back``)
+    f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float]
     f.restype = ctypes.c_int
     return lib
 
 
+@lru_cache(maxsize=1)
 def decode_library() -> ctypes.CDLL | None:
     """The compiled decoding step; None (reason in ``decode_unavailable_reason()``) with ``ATTNLAB_NATIVE=0`` or
-    ``ATTNLAB_NATIVE_DECODE=0`` (the Python step, its reference, then runs) or where it cannot be built."""
+    ``ATTNLAB_NATIVE_DECODE=0`` (the Python step, its reference, then runs) or where it cannot be built.  Decided on
+    first use, as ``library()`` (``decode_library.cache_clear()`` decides again)."""
     for var in ("ATTNLAB_NATIVE", "ATTNLAB_NATIVE_DECODE"):
         if os.environ.get(var, "1") == "0":
             _decode_reason.append(f"{var}=0")
@@ -305,65 +305,66 @@ def decode_ready(*xs: Tensor | None) -> bool:
     return all(x is None or x.device.type == "cpu" for x in xs) and xs[0].dtype == torch.float32 and decode_library() is not None
 
 
-def _last(x: Tensor) -> Tensor:
-    # rows of contiguous elements along the last dimension, any other strides; a copy only if not
-    return x if x.stride(-1) == 1 or x.shape[-1] == 1 else x.contiguous()
+def _last(x: Tensor, dtype=None) -> Tensor:
+    # rows of contiguous elements along the last dimension (any other strides) of ``dtype``; a copy only if not
+    if dtype is not None and x.dtype != dtype:
+        x = x.to(dtype)
+    return x if x.shape[-1] <= 1 or x.stride(-1) == 1 else x.contiguous()
+
+
+def _dense(x: Tensor, dtype=None) -> Tensor:
+    if dtype is not None and x.dtype != dtype:
+        x = x.to(dtype)
+    return x if x.is_contiguous() else x.contiguous()
 
 
 def decode_read_back(q, k, v, positions, flags, w, reads, summaries, store, i: int, *, sliding, page: int, pages: int,
                      scale: float, rows: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
     """One decoding query per head (``decode_kernel.c``): band ∪ columns over the resident slots, and the ``pages``
-    candidate pages of largest Quest bound read back, resident or from the store, in one online softmax.
+    candidate pages of largest Quest bound read back, resident or from the store, in one softmax.
 
     q (B, Hq, 1, d) at position i; k, v (B, Hs, L, d | dv), positions (B, Hs, L) (−1: empty), flags (B, Hs, r, L) bool;
-    w, reads (Hq,): each query head's band (FULL = −1) and whether it reads back; summaries: ``pages.PageSummaries``
-    (m, M (B, V, P', d) with P' ≥ i // page + 1; None with pages = 0), of these heads, or the layer's with ``rows`` =
-    (each KV head's row of m, M (Hs,), each query head's row of the column pages (Hq,)) (no copy); store: (keys, values
-    (B, Hs, S, ·), table (B, Hs, J) position → store slot, −1: not stored) or None; sliding: the layer's window or None.
-    Returns out (B, Hq, 1, dv), read (B, Hs) int64 the distinct store slots the step read."""
+    w, reads (Hq,) or (Hs, r): each query head's band (FULL = −1) and whether it reads back; summaries:
+    ``pages.PageSummaries`` (m, M (B, V, P', d) with P' ≥ i // page + 1; None with pages = 0), of these heads, or the
+    layer's with ``rows`` = (each KV head's row of m, M (Hs,), each query head's row of the column pages (Hq,)) (no
+    copy); store: (keys, values (B, Hs, S, ·), table (B, Hs, J) position → store slot, −1: not stored) or None;
+    sliding: the layer's window or None.  Returns out (B, Hq, 1, dv), read (B, Hs) int64 the distinct store slots read."""
     lib = decode_library()
     if lib is None:
         raise RuntimeError(f"the native decoding step is unavailable: {decode_unavailable_reason()}")
     B, Hq, _, d = q.shape
     Hs, L, dv = k.shape[1], k.shape[2], v.shape[-1]
-    r = Hq // Hs
-    qs = _last(q[:, :, 0])
-    k, v, positions = _last(k), _last(v), _last(positions.to(torch.int64))
-    flags = _last(flags.to(torch.bool))
-    w64, reads8 = w.to(torch.int64).reshape(Hq).contiguous(), reads.to(torch.bool).reshape(Hq).contiguous()
-    if pages and summaries is not None:
-        m, M, pc, mc, Mc = (x.contiguous() for x in summaries[:5])
-        if m.shape[2] < i // page + 1:
-            raise ValueError(f"decode_read_back: summaries of {m.shape[2]} pages, position {i} needs {i // page + 1}")
-        pc = pc.to(torch.int64).contiguous()
-        mrow, hrow = rows if rows is not None else (torch.arange(Hs), torch.arange(Hq))
-        mrow, hrow = mrow.to(torch.int64).contiguous(), hrow.to(torch.int64).contiguous()
-        V, Hc, P_m, C = m.shape[1], pc.shape[1], m.shape[2], pc.shape[-1]
-    else:
-        pages, V, Hc, P_m, C = 0, 0, 0, 0, 0
-        m = M = pc = mc = Mc = mrow = hrow = None
-    ks = vs = table = None
-    S = J = 0
-    if store is not None:
-        ks, vs, table = _last(store[0]), _last(store[1]), _last(store[2].to(torch.int64))
-        S, J = ks.shape[2], table.shape[-1]
+    q, k, v, positions, flags = _last(q), _last(k), _last(v), _last(positions, torch.int64), _last(flags, torch.bool)
+    w, reads = _dense(w, torch.int64), _dense(reads, torch.bool)
     out = q.new_empty(B, Hq, 1, dv)
     read = torch.zeros(B, Hs, dtype=torch.int64)
-    z = (0, 0, 0)
-    failed = lib.attnlab_decode_read_back(
-        qs.data_ptr(), *qs.stride()[:2],
-        k.data_ptr(), *k.stride()[:3], v.data_ptr(), *v.stride()[:3],
-        positions.data_ptr(), *positions.stride()[:2],
-        flags.data_ptr(), *flags.stride()[:3],
-        w64.data_ptr(), reads8.data_ptr(),
-        _ptr(m), _ptr(M), V, P_m, _ptr(mrow),
-        _ptr(pc), _ptr(mc), _ptr(Mc), Hc, C, _ptr(hrow),
-        _ptr(ks), *(ks.stride()[:3] if ks is not None else z), _ptr(vs), *(vs.stride()[:3] if vs is not None else z), S,
-        _ptr(table), *(table.stride()[:2] if table is not None else z[:2]), J,
-        out.data_ptr(), read.data_ptr(),
-        B, Hs, r, L, d, dv, int(i), int(sliding or 0), int(page), int(pages),
-        float(scale), torch.get_num_threads(),
-    )
-    if failed:
+    ptrs = [q, k, v, positions, flags, w, reads]
+    args = [q.stride(0), q.stride(1), *k.stride()[:3], *v.stride()[:3], *positions.stride()[:2], *flags.stride()[:3]]
+    if pages and summaries is not None:
+        m, M = (_last(x) for x in summaries[:2])
+        if m.stride() != M.stride():
+            m, M = m.contiguous(), M.contiguous()
+        pc, mc, Mc = (_dense(x) for x in summaries[2:5])
+        if m.shape[2] < i // page + 1:
+            raise ValueError(f"decode_read_back: summaries of {m.shape[2]} pages, position {i} needs {i // page + 1}")
+        mrow, hrow = rows if rows is not None else (torch.arange(Hs), torch.arange(Hq))
+        ptrs += [m, M, _dense(mrow, torch.int64), _dense(pc, torch.int64), mc, Mc, _dense(hrow, torch.int64)]
+        args += [*m.stride()[:3], m.shape[2], pc.shape[1], pc.shape[-1]]
+    else:
+        pages = 0
+        ptrs += [None] * 7
+        args += [0] * 6
+    if store is not None:
+        ks, vs, table = _last(store[0]), _last(store[1]), _last(store[2], torch.int64)
+        ptrs += [ks, vs, table]
+        args += [*ks.stride()[:3], *vs.stride()[:3], ks.shape[2], *table.stride()[:2], table.shape[-1]]
+    else:
+        ptrs += [None] * 3
+        args += [0] * 10
+    ptrs += [out, read]
+    args += [B, Hs, Hq // Hs, L, d, dv, int(i), int(sliding or 0), int(page), int(pages), torch.get_num_threads()]
+    p = array("Q", [0 if x is None else x.data_ptr() for x in ptrs])   # packed: one conversion (a ctypes array: 20× slower)
+    a = array("q", args)
+    if lib.attnlab_decode_read_back_packed(p.buffer_info()[0], a.buffer_info()[0], float(scale)):
         raise MemoryError(f"decode kernel: no memory for its per-thread scratch (position {i})")
     return out, read
