@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from attnlab.llm.eval.eval_report import markdown, summarise  # noqa: E402
-from benchmarks.results_overview import overview  # noqa: E402
+from benchmarks.results_overview import README_BEGIN, README_END, in_readme, overview  # noqa: E402,F401
 
 EVAL_FILES = ("results.jsonl", "config.json", "wall.jsonl", "lost-prompts.jsonl")   # attnlab eval's (and eval-why's) small files
 BENCH_FILES = ("speed.jsonl", "ppl.jsonl", "attention.jsonl")      # benchmarks/llm_structured.py
@@ -270,6 +270,13 @@ def _rel(path: Path, shown: Path) -> str:
         return str(path)
 
 
+def glance(runs: Path, shown: Path = ROOT) -> str:
+    """The table of every committed test run of attnlab eval (``results_overview``), "" when there is none."""
+    return overview([(f, _config(f), [r for p in eval_files(f) for r in read_lines(p)],
+                      read_lines(f / "wall.jsonl") if (f / "wall.jsonl").exists() else [])
+                     for n in recipe_names(runs) for f in result_folders(runs / n) if eval_files(f)], lambda f: _rel(f, shown))
+
+
 def document(runs: Path, recipes: Path, shown: Path = ROOT, here: Path = ROOT / "docs") -> str:
     """The whole of results.md: the index of recipes, then one section each (``here``: the folder links are relative to)."""
     names = recipe_names(runs)
@@ -285,10 +292,8 @@ def document(runs: Path, recipes: Path, shown: Path = ROOT, here: Path = ROOT / 
     for n in names:
         about = read_recipe(recipes / f"{n}.sh")[0] if (recipes / f"{n}.sh").is_file() else []
         head.append(f"| [{n}](#{n}) | {first_sentence(about)} |")
-    glance = overview([(f, _config(f), [r for p in eval_files(f) for r in read_lines(p)],
-                        read_lines(f / "wall.jsonl") if (f / "wall.jsonl").exists() else [])
-                       for n in names for f in result_folders(runs / n) if eval_files(f)], lambda f: _rel(f, shown))
-    return "\n".join(head) + "\n\n" + (glance + "\n" if glance else "") + "\n".join(section(n, runs, recipes, shown, here) for n in names)
+    table = glance(runs, shown)
+    return "\n".join(head) + "\n\n" + ("## At a glance\n\n" + table + "\n" if table else "") + "\n".join(section(n, runs, recipes, shown, here) for n in names)
 
 
 def _config(folder: Path) -> dict:
@@ -338,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=Path, default=ROOT / "docs" / "runs", help="the recipes' result folders [docs/runs]")
     ap.add_argument("--recipes", type=Path, default=ROOT / "benchmarks" / "recipes", help="the recipes [benchmarks/recipes]")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md", help="the document written [docs/results.md]")
+    ap.add_argument("--readme", type=Path, default=ROOT / "README.md",
+                    help="a README whose generated block (between the results_overview markers) gets the first table [README.md]")
     ap.add_argument("--collect", action="append", default=[], metavar="DIR|SRC=RECIPE[/PART]",
                     help="first copy the small result files of DIR/NAME/ (e.g. runs), or of the run folder SRC as RECIPE's "
                          "(PART: a sub-folder), into --runs; may be given more than once")
@@ -354,9 +361,15 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyError, TypeError) as err:   # a line without a field its table needs
         print(f"results.py: error: {args.runs}: a result line lacks the field {err}", file=sys.stderr)
         return 2
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(args.out)
+    writes = [(args.out, text)]
+    if args.readme.is_file():
+        readme = args.readme.read_text(encoding="utf-8")
+        if in_readme(readme, glance(args.runs)) != readme:
+            writes.append((args.readme, in_readme(readme, glance(args.runs))))
+    for path, body in writes:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(body, encoding="utf-8")
+        tmp.replace(path)
     print(f"wrote {args.out} ({len(recipe_names(args.runs))} recipes, {text.count(chr(10))} lines)")
     return 0
 

@@ -69,7 +69,7 @@ def tree(tmp_path):
 
 def run_main(tree: Path, *extra: str) -> int:
     return results.main(["--runs", str(tree / "docs" / "runs"), "--recipes", str(tree / "recipes"),
-                         "--out", str(tree / "results.md"), *extra])
+                         "--out", str(tree / "results.md"), "--readme", str(tree / "README.md"), *extra])
 
 
 def test_collect_then_regenerate(tree, capsys):
@@ -155,7 +155,8 @@ def test_collect_refuses_a_torn_run_before_copying(tree, capsys):
 
 
 def test_command_line_no_traceback(tmp_path):
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "results.py"), "--runs", str(tmp_path), "--out", str(tmp_path / "r.md")],
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "results.py"), "--runs", str(tmp_path), "--out", str(tmp_path / "r.md"),
+                          "--readme", str(tmp_path / "README.md")],
                          capture_output=True, text=True)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
     assert not (tmp_path / "r.md").exists()
@@ -167,6 +168,8 @@ def test_published_document_is_generated():
     if not runs.is_dir():
         pytest.skip("no docs/runs/ in this checkout")
     assert doc.read_text(encoding="utf-8") == results.document(runs, ROOT / "benchmarks" / "recipes", here=ROOT / "docs")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert results.in_readme(readme, results.glance(runs)) == readme      # the README's table is the generated one
 
 
 def test_collect_a_folder_not_named_after_its_recipe(tree, capsys):
@@ -216,3 +219,15 @@ def test_at_a_glance_reads_every_test_run(tree):
     assert "| tiny | niah | noise | auto | 2048 | 2/2 | 2/2 | 1/2 | 2/2 | 100 % |" in glance
     assert "niah-tiny-dev" not in glance and "niah-tiny-dev" in doc     # its own table stays in the section
     assert "| tiny | 2048 | 28.153, KV 2048 |" in glance                        # full's perplexity, from the run that scored it
+
+
+def test_the_readme_shows_the_generated_table(tree):
+    """A README with the markers gets the first table between them, the rest untouched; without them it is not written."""
+    readme = tree / "README.md"
+    readme.write_text(f"# x\n\nbefore\n{results.README_BEGIN}\nold, typed by hand\n{results.README_END}\nafter\n")
+    assert run_main(tree, "--collect", str(tree / "runs")) == 0
+    text = readme.read_text()
+    assert "old, typed by hand" not in text and text.startswith("# x\n\nbefore\n") and text.endswith(f"{results.README_END}\nafter\n")
+    assert "| tiny | niah | noise | auto | 2048 | 2/2 | 1/2 |" in text
+    readme.write_text("# y\n")
+    assert run_main(tree) == 0 and readme.read_text() == "# y\n"
