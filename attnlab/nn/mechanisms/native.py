@@ -14,6 +14,11 @@ reason is kept in ``unavailable_reason()``.
 
 ``band_backward`` is the band's share of the gradients, flash style (P recomputed from the saved
 L of the whole softmax); the extras' share stays in ``sliding_window.WindowAttention.backward``.
+
+``decode_read_back`` is a planned layer's decoding step for one query per head (``decode_kernel.c``, built the same
+way by ``compiled``): band ∪ columns over the resident slots and the read-back pages of largest Quest bound, resident
+or from the store, in one softmax; ``ATTNLAB_NATIVE_DECODE=0`` leaves decoding to its tensor reference
+(``llm.execution.decode_step``).
 """
 
 from __future__ import annotations
