@@ -128,7 +128,7 @@ def test_prefill_runs_each_pattern_through_the_devices_backend(monkeypatch):
         runner = attention_modules(model)[0].attnlab_layer
         out = runner.prefill(q, k, v, 0.25)
     assert calls == ["cpu"]
-    parts = runner.parts
+    parts = runner.last_parts
     assert parts.w == (40, 99, 0, 99) and parts.block_counts == (0, 0, 2, 0)
     assert parts.columns[0, 0].tolist()[:5] == [0, 1, 2, 3, 4] and (parts.columns[0, 0, 5:] == -1).all()
     allowed = dense_support(parts, n)[0]                                                # (H, n, n)

@@ -239,3 +239,29 @@ def test_a_sliding_floor_keeps_every_sliding_band_at_least_that_wide(gemma):
     assert all(h.w == W - 1 for l in range(5) for h in choose_plan(cal, 0.2, sliding_floor=10**6).heads[l])  # capped at the window
     with pytest.raises(UserError, match="below the cheapest plan"):                  # a floor the budget cannot hold: one line
         choose_plan(cal, budget, sliding_floor=10**6)
+
+
+def test_minference_runs_a_model_with_sliding_layers(gemma):
+    """MInference's runner on Gemma-3: the sliding layers read their window through the plan's own prefill (a runner
+    attribute once shadowed that method and every sliding layer failed), the global layer its searched pattern."""
+    import numpy as np
+
+    from attnlab.llm import methods
+    from attnlab.llm.execution import sparse_patterns as sp
+
+    n, budget = 160, 0.5
+    shape = model_shape(gemma)
+    cal = Calibration(shape, n)
+    rec = np.zeros((shape["num_layers"], shape["num_heads"], 1, 3))
+    for h, p in enumerate(["vs", "lambda", "block", "vs"]):
+        rec[:, h, 0, sp.PATTERNS.index(p)] = 0.9
+    cal.pattern_keys, cal.pattern_recall = [sp.budget_keys(budget, n)], rec
+    m = methods.get("minference", budget)
+    m.prepare(gemma, n, cal)
+    ids = torch.randint(3, 100, (1, n), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full = gemma(ids).logits
+        with m.applied(gemma):
+            sparse = gemma(ids).logits
+    assert torch.isfinite(sparse).all()
+    assert not torch.equal(sparse, full)                  # the global layer's patterns read fewer keys than full

@@ -76,11 +76,11 @@ class PatternRunner(LayerRunner):
         super().__init__(*args, **kwargs)
         self.patterns = patterns[self.layer_idx]    # per head: {"pattern": "vs" | "lambda" | "block", settings}
         self.supports = []                          # per head after a prefill: (pattern, Support | (sinks, w) | blocks (B, T, k))
-        self.parts = None                           # the seam's parts of the last prefill
+        self.last_parts = None                      # the seam's parts of the last prefill (not `parts`: LayerPlan.parts)
 
     def prefill(self, q, k, v, scaling):
         # q: (B, H, n, d_k), k, v: (B, H_kv, n, ·) → (B, H, n, d_v)
         if self.sliding is not None:                     # a sliding layer reads its own window (the model's mask)
             return super().prefill(q, k, v, scaling)
-        self.parts, self.supports = pattern_parts(self.patterns, q, k, self.kv_of, scaling)
-        return backend_for(q.device).prefill(self.parts, q, k, v, scaling)
+        self.last_parts, self.supports = pattern_parts(self.patterns, q, k, self.kv_of, scaling)
+        return backend_for(q.device).prefill(self.last_parts, q, k, v, scaling)
