@@ -231,3 +231,14 @@ def test_the_readme_shows_the_generated_table(tree):
     assert "| tiny | niah | noise | auto | 2048 | 2/2 | 1/2 |" in text
     readme.write_text("# y\n")
     assert run_main(tree) == 0 and readme.read_text() == "# y\n"
+
+
+def test_the_readme_shows_the_default_as_attnlab_methods_prints_it():
+    """The README's first screen names the recommended default with the configuration `attnlab methods` prints."""
+    from typer.testing import CliRunner
+
+    from attnlab.cli import app
+
+    printed = CliRunner().invoke(app, ["methods"]).output.splitlines()
+    line = next(l for l in printed if "  [default] = " in l)
+    assert line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
