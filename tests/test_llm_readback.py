@@ -297,3 +297,16 @@ def test_folding_keys_into_a_column_page_still_filling_equals_summarising_them_a
     for a, b in zip(s, ref):
         assert torch.equal(a, b)
     assert s[2][0, 0].tolist() == [1, 0] or s[2][0, 0].tolist() == [0, 1]                # head 0: pages 0 and 1 its own
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 100])
+def test_the_prefill_page_summaries_are_the_min_and_max_of_each_run_of_keys(n):
+    """page_summaries' KV-head part (a min / max over consecutive keys) equals the per-key scatter over their pages."""
+    from attnlab.llm.execution.pages import _minmax, page_summaries
+
+    torch.manual_seed(n)
+    k = torch.randn(2, n, 3, 8).transpose(1, 2)                                      # (B, H_kv, n, d), transformers' strides
+    kv_of = torch.arange(6) // 2
+    s = page_summaries(k, torch.full((2, 6, 0), -1, dtype=torch.long), kv_of, 16)
+    m, M = _minmax(k, torch.arange(n).expand(2, 3, n), 16, -(-n // 16))
+    assert torch.equal(s.m, m) and torch.equal(s.M, M)

@@ -86,6 +86,23 @@ def _minmax(k, k_pos, page: int, P: int | None = None):
     return m[:, :, :P], M[:, :, :P]
 
 
+def _page_minmax(k, page: int):
+    """m_P, M_P of keys k (B, X, n, d) at positions 0 … n − 1 → (B, X, ⌈n/page⌉, d) each: ``_minmax`` with k_pos = arange(n),
+    the pages being consecutive runs of keys — a min / max over a view (n/page, page) instead of a scatter per key."""
+    B, X, n, d = k.shape
+    full = n // page
+    m = k.new_empty(B, X, -(-n // page), d)
+    M = torch.empty_like(m)
+    if full:
+        pages = k[:, :, : full * page].unflatten(2, (full, page))                           # (B, X, full, page, d): a view
+        torch.amin(pages, 3, out=m[:, :, :full])
+        torch.amax(pages, 3, out=M[:, :, :full])
+    if n > full * page:                                                                     # the last page, short
+        m[:, :, full] = k[:, :, full * page :].amin(2)
+        M[:, :, full] = k[:, :, full * page :].amax(2)
+    return m, M
+
+
 def bound(q, m, M):
     """U_P(q) = Σ_d max(q_d m_d, q_d M_d) = q⁺·M + q⁻·m (m ≤ M): q (B, H, n, d), m, M (B, H_kv, P, d) the pages of
     each KV head (GQA: query head h reads KV head h // (H / H_kv)) → (B, H, n, P); −inf for a page without a key."""
@@ -117,7 +134,7 @@ def page_summaries(k, columns, kv_of, page: int, reads=None):
     row = torch.cumsum(kept.long(), 0) - 1
     row = torch.where(kept, row, -1).to(k.device)
     sub = torch.nonzero(kept).view(-1).to(k.device)
-    m, M = _minmax(k[:, sub], torch.arange(n, device=k.device).expand(B, len(sub), n), page, P)
+    m, M = _page_minmax(k[:, sub], page)                                                    # (B, V, P, d) each
     cols = (columns if columns is not None else torch.zeros(1, H, 0, dtype=torch.long)).to(k.device).expand(B, H, -1)
     cols = torch.where(reads.to(k.device).view(1, H, 1) & (cols < n), cols, -1)             # a reading head's, < n
     is_col = column_mask(cols, n)                                                           # (B, H, n)
