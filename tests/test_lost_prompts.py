@@ -218,3 +218,21 @@ def test_results_doc_lists_why_each_prompt_was_lost_under_the_table(run):
         assert "Why lost" not in results.eval_table(out)
     finally:
         (out / "aside.txt").rename(out / FILE)
+
+
+def test_full_row_of_a_model_with_sliding_layers():
+    """Gemma-3's sliding layers keep their window only: their weights come back over all q + 1 keys, 0 before the window."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from attnlab.llm.eval.lost_reads import full_row
+
+    torch.manual_seed(0)
+    W = 16
+    cfg = Gemma3TextConfig(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
+                           num_key_value_heads=1, head_dim=16, sliding_window=W, max_position_embeddings=256, query_pre_attn_scalar=16)
+    model = Gemma3ForCausalLM(cfg).eval()
+    q = 40
+    A, _, _ = full_row(model, list(range(3, 3 + q + 1)), q)
+    assert A.shape == (6, 4, q + 1)
+    torch.testing.assert_close(A.sum(-1), torch.ones(6, 4))
+    assert float(A[:5, :, : q + 1 - W].abs().sum()) == 0.0 and float(A[5, :, : q + 1 - W].sum()) > 0   # sliding vs global

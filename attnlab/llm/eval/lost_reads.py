@@ -28,7 +28,7 @@ __all__ = ["full_row", "method_row", "prefill_row_reads", "role_of"]
 def full_row(model, ids: list[int], q: int):
     """Full attention's weights of row q, (L, H, q + 1), its argmax token at row q and at row q − 1 (None at q = 0): the
     model's own attention on ids[:q] into a cache, then row q alone with the eager implementation (which returns the
-    weights)."""
+    weights; a sliding layer's over its window, the keys before it at 0)."""
     from transformers import DynamicCache
 
     x = torch.tensor([ids[: q + 1]])
@@ -42,7 +42,9 @@ def full_row(model, ids: list[int], q: int):
         out = model(input_ids=x[:, q:], cache=cache, use_cache=True, output_attentions=True)
     finally:
         model.set_attn_implementation(before)
-    return torch.stack([a[0, :, -1].float() for a in out.attentions]), int(out.logits[0, -1].argmax()), before_q
+    # a sliding layer's cache holds its window only: its weights are over the last keys, the earlier ones read 0
+    rows = [torch.nn.functional.pad(a[0, :, -1].float(), (q + 1 - a.shape[-1], 0)) for a in out.attentions]
+    return torch.stack(rows), int(out.logits[0, -1].argmax()), before_q
 
 
 # ---- what the method lets a head read ----------------------------------------------------------------------------
