@@ -58,12 +58,12 @@ def top_pooled_blocks(q_bar, k_bar, w, K: int, b: int = BLOCK):
     t = torch.arange(T, device=q_bar.device)
     w_ = torch.as_tensor(w, device=q_bar.device).view(1, H, 1, 1)
     ok = (t[None, :] < t[:, None]).view(1, 1, T, T) & (t.view(1, 1, 1, T) * b < t.view(1, 1, T, 1) * b + b - 1 - w_)
-    s = s.masked_fill(~ok, float("-inf"))
+    s.masked_fill_(~ok, float("-inf"))                                                    # s is ours: in place
     K = min(int(K), T)
     if K == 0:
         return torch.zeros(B, H, T, 0, dtype=torch.long, device=q_bar.device)
     top = torch.topk(s, K, dim=-1)
-    return torch.where(torch.isfinite(top.values), top.indices, torch.full_like(top.indices, -1))
+    return torch.where(torch.isfinite(top.values), top.indices, -1)
 
 
 def block_keys(blocks, n: int, b: int = BLOCK):
