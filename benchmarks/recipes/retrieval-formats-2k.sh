@@ -30,3 +30,5 @@ if [ -z "$ONLY" ] || [ "$ONLY" = filler ]; then run runs/passkey-2k-filler-$SPLI
 if [ -z "$ONLY" ] || [ "$ONLY" = shakespeare ]; then run runs/passkey-2k-shakespeare-$SPLIT --task passkey-bare --haystack $S/$SPLIT.txt.gz --template none; fi
 if [ -z "$ONLY" ] || [ "$ONLY" = shakespeare-instructed ]; then run runs/passkey-2k-shakespeare-instructed-$SPLIT --task passkey --haystack $S/$SPLIT.txt.gz --template none; fi
 if [ -z "$ONLY" ] || [ "$ONLY" = niah ]; then run runs/niah-2k-$SPLIT --task niah --haystack noise --template auto; fi
+# why attnlab-retrieval's own defaults lose the plain pass key (the row that predicts the value's first digit)
+if [ -z "$ONLY" ] || [ "$ONLY" = filler ]; then .venv/bin/attnlab eval-why --out runs/passkey-2k-filler-$SPLIT --method attnlab-retrieval; fi
