@@ -15,3 +15,15 @@ def save_with_char_tokenizer(model, folder):
     PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]").save_pretrained(folder)
     model.save_pretrained(folder)
     return folder
+
+
+def tiny_llama_folder(folder, seed: int = 0):
+    """``folder`` holding a random 2-layer Llama (4 query / 2 KV heads, d = 32, 2,048 positions; torch seeded with
+    ``seed``) and the one-character tokenizer: the tests' stand-in for SmolLM2."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=2048)
+    return save_with_char_tokenizer(transformers.LlamaForCausalLM(cfg).eval(), folder)

@@ -10,21 +10,14 @@ import pytest
 import torch
 
 from attnlab_cli import run_main
-from char_model_folder import save_with_char_tokenizer
+from char_model_folder import tiny_llama_folder
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible: --device cuda is valid here")
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    import transformers
-
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, max_position_embeddings=2048)
-    path = tmp_path_factory.mktemp("tiny-llama")
-    save_with_char_tokenizer(transformers.LlamaForCausalLM(cfg).eval(), path)
-    return path
+    return tiny_llama_folder(tmp_path_factory.mktemp("tiny-llama"))
 
 
 def _hash(root: Path) -> str:

@@ -13,20 +13,15 @@ import torch
 from attnlab.llm.eval.eval_grid import EvalSettings, depth_grid, read_results, run_eval
 from attnlab.llm.eval.tasks import NOISE, TASKS, Haystack, string_match_all
 
-from char_model_folder import save_with_char_tokenizer
+from char_model_folder import tiny_llama_folder
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A 2-layer Llama (4 query / 2 KV heads) with a one-character tokenizer, saved as a HF folder."""
-    import transformers
-
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, max_position_embeddings=2048)
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    save_with_char_tokenizer(transformers.LlamaForCausalLM(cfg).eval(), folder)
     from attnlab.llm.models.loading import load_causal_lm
+
+    folder = tiny_llama_folder(tmp_path_factory.mktemp("tiny-llama"))
 
     model, tok = load_causal_lm(str(folder))
     return folder, model, tok

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from char_model_folder import save_with_char_tokenizer
+from char_model_folder import tiny_llama_folder
 
 NARROW, WIDE = "streaming-llm:compression=0.9", "streaming-llm:compression=0.01"   # a window of 21 keys, of 249
 
@@ -21,16 +21,10 @@ def run(tmp_path_factory):
     """An eval folder of a tiny Llama (one-character tokenizer): pass key at 256 tokens, depths 0 and 1, full and
     streaming-llm with a narrow and a wide window.  A random model answers nothing, so the scores are set as a folder
     with lost prompts has them: full 1 (but at depth 1 for WIDE's comparison: 0), the methods 0."""
-    import transformers
-
     from attnlab.llm.eval.eval_grid import EvalSettings, run_eval
     from attnlab.llm.models.loading import load_causal_lm
 
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, max_position_embeddings=2048)
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    save_with_char_tokenizer(transformers.LlamaForCausalLM(cfg).eval(), folder)
+    folder = tiny_llama_folder(tmp_path_factory.mktemp("tiny-llama"))
     model, tok = load_causal_lm(str(folder))
     out = tmp_path_factory.mktemp("eval") / "run"
     settings = EvalSettings(model=str(folder), tasks=["passkey-bare"], lengths=[256], depths=2, samples=1, methods=[NARROW, WIDE],
