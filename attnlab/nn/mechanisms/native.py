@@ -5,7 +5,8 @@
     B(i) = {j : |j − i − o| ≤ w, 0 ≤ j < m, j ≤ i if causal, keep_j},   s_ij = τ q_i·k_j
     E(i): e extra keys (V_E of query i's chunk ⌊i/c⌋) with their scores given, S_E[i, x] = τ q_i·K_E[x] + b_E[i, x]
 
-The C source is compiled once per machine (``cc -O3 -march=native -ffast-math -fopenmp``) into
+The C source is compiled once per machine (``cc -O3 -march=native -ffast-math -fopenmp -c``, linked apart without
+-ffast-math so that loading it leaves the process's denormals alone) into
 ``$XDG_CACHE_HOME/attnlab/native/`` (default ``~/.cache``), named by a hash of the source, the flags,
 the compiler and the CPU's feature flags; the build writes a temporary file and renames it, so
 concurrent first uses are safe.  With no C compiler, or ``ATTNLAB_NATIVE=0``, ``available()`` is
@@ -37,7 +38,10 @@ import torch
 from torch import Tensor
 
 SOURCE = Path(__file__).with_name("band_kernel.c")
-FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
+FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11"]   # compiling (-c)
+# linking, without -ffast-math: GCC links crtfastmath.o into anything linked with it, and that object's constructor sets
+# flush-to-zero / denormals-are-zero in the whole process that loads the library (PyTorch's and NumPy's arithmetic too)
+LINK = ["-shared", "-fopenmp"]
 # where the CPU has AVX-512: the compiler's own loops (softmax, exp via libmvec, masks) 16 floats wide as well — GCC
 # prefers 256-bit ones on Intel by default; measured on the 8K plan's kernel calls: 1.54 → 1.42 s (.notes/measured-s6.md)
 AVX512_FLAGS = ["-mprefer-vector-width=512"]
@@ -86,7 +90,8 @@ def compiled(source_file: Path, reasons: list[str]) -> ctypes.CDLL | None:
         reasons.append(f"{cc} --version failed: {err}")
         return None
     flags = compile_flags()
-    key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), version.encode(), _cpu_flags().encode()])).hexdigest()[:16]
+    key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), b"-c, then " + " ".join(LINK).encode(), version.encode(),
+                                     _cpu_flags().encode()])).hexdigest()[:16]
     path = cache_dir() / f"{source_file.stem}-{key}.so"
     if not path.exists():
         try:
@@ -96,14 +101,20 @@ def compiled(source_file: Path, reasons: list[str]) -> ctypes.CDLL | None:
         except OSError as err:
             reasons.append(f"cannot write the compiled kernel to {path.parent}: {err}")
             return None
+        obj = tmp[: -len(".so")] + ".o"
         try:
-            done = subprocess.run([cc, *flags, str(source_file), "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)
+            done = subprocess.run([cc, *flags, "-c", str(source_file), "-o", obj], capture_output=True, text=True, timeout=300)
             if done.returncode != 0 and flags != FLAGS:   # a compiler without the AVX-512 preference: the plain flags
-                done = subprocess.run([cc, *FLAGS, str(source_file), "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)
+                done = subprocess.run([cc, *FLAGS, "-c", str(source_file), "-o", obj], capture_output=True, text=True, timeout=300)
+            if done.returncode == 0:   # linked apart: -ffast-math at the link would add crtfastmath, which flushes the
+                done = subprocess.run([cc, *LINK, obj, "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)   # process's denormals
         except (OSError, subprocess.SubprocessError) as err:
             os.unlink(tmp)
             reasons.append(f"compiling {source_file.name} failed: {err}")
             return None
+        finally:
+            if os.path.exists(obj):
+                os.unlink(obj)
         if done.returncode != 0:
             os.unlink(tmp)
             reasons.append(f"compiling {source_file.name} failed: {done.stderr.strip().splitlines()[-1:]}")
