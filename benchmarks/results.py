@@ -364,8 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     writes = [(args.out, text)]
     if args.readme.is_file():
         readme = args.readme.read_text(encoding="utf-8")
-        if in_readme(readme, glance(args.runs)) != readme:
-            writes.append((args.readme, in_readme(readme, glance(args.runs))))
+        shown = in_readme(readme, glance(args.runs))
+        if shown != readme:
+            writes.append((args.readme, shown))
     for path, body in writes:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(body, encoding="utf-8")
