@@ -141,12 +141,8 @@ def eval_table(folder: Path) -> str:
         raise Refused(f"{eval_files(folder)[0]}: no answer rows (is it attnlab eval's?)")
     summary = summarise(rows, walls)
     text = markdown(summary)
-    cfg = folder / "config.json"
-    if cfg.exists():
-        try:
-            c = json.loads(cfg.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise Refused(f"{cfg}: not JSON ({err.msg})") from None
+    if (folder / "config.json").exists():
+        c = _config(folder)
         short = [f"{r['method']} β={r['budget']:g} ({r['task']}, n = {r['n']}) {r['prompts']} of {_prompts_asked(c, r, rows)} prompts"
                  for r in summary["table"] if not r.get("reference") and r["prompts"] < _prompts_asked(c, r, rows)]
         have = {(r["task"], r["n"], r["method"], r["budget"]) for r in summary["table"]}
