@@ -66,6 +66,12 @@ def test_the_needle_positions_hold_the_value_every_time_it_is_said(run):
     forced, q, nxt = answer_row(tok, smp.ids, value)
     assert forced[: len(smp.ids)] == smp.ids and q == len(smp.ids)   # " K": the space first, row n predicts K's first digit
     assert tok.convert_ids_to_tokens([nxt]) == [value[0]] and forced[q] == tok.convert_tokens_to_ids(" ")
+    wrong = value[:2] + ("0" if value[2] != "0" else "1") + value[3:]   # an answer that leaves the value at its 3rd digit
+    forced, q, nxt = answer_row(tok, smp.ids, value, "parted", " " + wrong)
+    assert q == len(smp.ids) + 2 and tok.convert_ids_to_tokens([nxt]) == [value[2]]   # row n + 2 predicts the 3rd digit
+    assert forced == answer_row(tok, smp.ids, value, "value")[0] + [forced[-2], nxt]
+    _, q_short, _ = answer_row(tok, smp.ids, value, "parted", " " + value[:4] + ".")  # a copy that stops after 4 digits
+    assert q_short == len(smp.ids) + 4
 
 
 def test_the_verdict_follows_whether_the_band_covers_the_needle(run):

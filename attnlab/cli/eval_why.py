@@ -1,6 +1,6 @@
 """``attnlab eval-why``: why a method lost the prompts full attention answered, measured on an eval run folder.
 
-    attnlab eval-why --out runs/passkey-2k-filler-test --method attnlab-retrieval [--top 5] [--row value|first] \\
+    attnlab eval-why --out runs/passkey-2k-filler-test --method attnlab-retrieval [--top 5] [--row value|first|parted] \\
         [--calibration FILE]
 
 For each such prompt: the heads that read the needle's value under full attention (their attention mass from the row
@@ -28,7 +28,8 @@ def eval_why_command(
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="the calibration the method ran on "
                                                "(default: the folder's calibration-N.npz)"),
     row: str = typer.Option("value", "--row", help="the row measured: value (the one that predicts the value's first "
-                            "token) or first (the prompt's last row, that predicts the answer's first token)"),
+                            "token), first (the prompt's last row, that predicts the answer's first token) or parted (the "
+                            "step where the method's answer leaves the value, the value's tokens before it forced)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage "
                                 "otherwise); errors still said"),
 ) -> None:

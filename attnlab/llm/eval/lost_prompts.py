@@ -7,7 +7,9 @@ settings rebuild p exactly):
     v = encode(" " + expected)            the answer as the model writes it; t = its first token holding a value character
     q = n − 1 + t                         the row that predicts v_t (teacher-forced: prompt ‖ v_<t; t = 1 for a tokenizer
                                           that writes the space apart, the first decoding step; ``row="first"``: t = 0,
-                                          the prompt's last row, that predicts the answer's first token)
+                                          the prompt's last row, that predicts the answer's first token; ``row="parted"``:
+                                          t = the first x with a_x ≠ v_x, a = encode(method's answer): the step where the
+                                          method's answer leaves the value, teacher-forced on v_<t)
     V = {j : token j of the needle carries a character of the value}    (every statement of it: a key said twice)
     m_lh = Σ_{j ∈ V} A^full_lh[q, j]      the mass head (l, h) puts on the value under full attention
     S^M_lh(q)                             the keys the method lets that head read at row q: the prefill's support
@@ -116,16 +118,22 @@ def value_positions(tokenizer, sample, values: list[str]) -> list[int]:
     return sorted(found) or sorted(j for a, b in sample.spans for j in range(a, b))
 
 
-ROWS = ("value", "first")   # the row that predicts the value's first token, or the answer's first token (n − 1)
+ROWS = ("value", "first", "parted")   # the row that predicts the value's first token, the answer's first token (n − 1),
+                                      # or the token where the method's answer leaves the value
 
 
-def answer_row(tokenizer, ids: list[int], value: str, row: str = "value") -> tuple[list[int], int, int]:
+def answer_row(tokenizer, ids: list[int], value: str, row: str = "value", answer: str = "") -> tuple[list[int], int, int]:
     """(prompt ‖ v_<t ‖ v_t, the row q = n − 1 + t that predicts v_t, v_t): v = encode(" " + value), t its first
-    token holding a value character (``row`` "first": t = 0, the prompt's last row)."""
+    token holding a value character (``row`` "first": t = 0, the prompt's last row; "parted": the first t where the
+    method's ``answer``, encoded, differs from v — the step its copy went wrong)."""
     if row not in ROWS:
         raise UserError(f"--row: expected one of {', '.join(ROWS)}, got {row!r}")
     v = _encode(tokenizer, " " + value)
-    t = 0 if row == "first" else next((x for x in range(len(v)) if tokenizer.decode(v[x : x + 1]).strip()), 0)
+    if row == "parted":
+        a = _encode(tokenizer, answer)
+        t = next((x for x in range(len(v)) if x >= len(a) or a[x] != v[x]), len(v) - 1)
+    else:
+        t = 0 if row == "first" else next((x for x in range(len(v)) if tokenizer.decode(v[x : x + 1]).strip()), 0)
     return list(ids) + v[: t + 1], len(ids) - 1 + t, v[t]
 
 
@@ -165,7 +173,7 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
             raise UserError(f"--out {out}: the prompt of {lost['key']} rebuilt differs from the run's (expected "
                             f"{lost['expected']}, rebuilt {smp.answers}): made by another version of the task")
         needle = value_positions(tokenizer, smp, smp.answers)
-        forced, q, nxt = answer_row(tokenizer, smp.ids, smp.answers[0], row)
+        forced, q, nxt = answer_row(tokenizer, smp.ids, smp.answers[0], row, lost["answer"])
         A, full_next, full_first = full_row(model, forced, q)                              # (L, H, q + 1)
         mass = A[:, :, needle].sum(-1)                                                    # (L, H)
         verdicts, method_next, method_first = method_row(model, m, forced, q, n, needle)
