@@ -173,37 +173,110 @@ static void tile_values(const float *S, long lds, long L, const float *v, long l
     }
 }
 
-/* Row softmax over the band [a, b] of the tile row s (scaled by tau, keys masked by keep) and e extra
- * scores se (already scaled, NEG = not allowed).  s becomes P (0 outside [a, b]), se becomes P_E;
- * returns Σ P + Σ P_E and sets *lse; 0 (P = 0, *lse = NEG) if the row sees no key. */
-static float row_softmax(float *s, long Lpad, long a, long b, const unsigned char *keep, float tau, float *se, long e, float *lse)
+/* exp(x) for x ≤ 0, 16 lanes inline (no call, no scalar remainder, no errno path for the masked −∞ = NEG):
+ *
+ *   x = n ln2 + r,  n = round(x / ln2),  |r| ≤ ln2 / 2,   e^x = 2^n · p(r),
+ *   p(r) = 1 + r + r² (½ + r (1/6 + …))   (Cephes' expf polynomial: ≤ 1 ulp),
+ *
+ * 2^n built in the exponent bits.  Lanes with x < EXP_MIN give 0: e^x < 2^−124 there, below float's normal
+ * range relative to the row's largest weight 1 (which has no effect on a float32 o_i; it keeps the products out of
+ * denormals).  glibc's expf and libmvec's (which the compiler used to call here) differ from this by an ulp. */
+#define EXP_MIN (-86.0f)
+typedef int vi __attribute__((vector_size(VEC * sizeof(int))));
+
+static inline vf blend(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b)); }
+
+static inline vf vexp(vf x)
 {
-    float mx = NEG;
-    for (long x = a; x <= b; x++) {
-        float t = keep && !keep[x] ? NEG : tau * s[x];
-        s[x] = t;
-        mx = t > mx ? t : mx;
+    vi keep = x >= EXP_MIN;
+    x = blend(keep, x, (vf){0} + EXP_MIN);
+    vi n = __builtin_convertvector(x * -1.44269504088896341f + 0.5f, vi); /* −round(x / ln2): x ≤ 0, truncation */
+    vf nf = __builtin_convertvector(n, vf);
+    vf r = x + nf * 0.693359375f - nf * 2.12194440e-4f;                    /* Cody–Waite: ln2 = C1 + C2, n·C1 exact */
+    vf p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    vf two_n = (vf)((127 - n) << 23);                                       /* 2^−n'  (n' = −n ≥ 0) */
+    return blend(keep, p * two_n, (vf){0});
+}
+
+static inline float hmax(vf x)
+{
+    float m = x[0];
+    for (int l = 1; l < VEC; l++) m = x[l] > m ? x[l] : m;
+    return m;
+}
+
+static inline float hsum(vf x)
+{
+    float t = 0.0f;
+    for (int l = 0; l < VEC; l++) t += x[l];
+    return t;
+}
+
+/* Lanes x0 … x0 + VEC − 1 inside [lo, hi]. */
+static inline vi lanes(long x0, long lo, long hi)
+{
+    vi x = (vi){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15} + (int)x0;
+    return (x >= (int)lo) & (x <= (int)hi);
+}
+
+/* Row softmax over the band [a, b] of the tile row s (scaled by tau, keys masked by keep) and the extra scores
+ * se[0, e1) and se[o2, o2 + e2) (already scaled, NEG = not allowed; a row of SE: the given extras and the
+ * columns, then the blocks).  Whole vectors throughout (the rows are padded: s to Lpad, se to the next VEC past
+ * each segment).  s becomes P (0 outside [a, b], x < Lpad), the segments P_E (lanes past a segment untouched);
+ * returns Σ P + Σ P_E and sets *lse; 0 (P = 0, *lse = NEG) if the row sees no key. */
+static float row_softmax(float *s, long Lpad, long a, long b, const unsigned char *keep, float tau, float *se, long e1, long o2,
+                         long e2, float *lse)
+{
+    vf vmx = (vf){0} + NEG;
+    for (long x0 = 0; x0 < Lpad; x0 += VEC) { /* scale, mask, max */
+        vi in = lanes(x0, a, b);
+        if (keep) {
+            vi k = {0};
+            for (int l = 0; l < VEC; l++) k[l] = x0 + l >= a && x0 + l <= b && keep[x0 + l] ? -1 : 0;
+            in &= k;
+        }
+        vf t = blend(in, tau * load(s + x0), (vf){0} + NEG);
+        store(s + x0, t);
+        vmx = blend(t > vmx, t, vmx);
     }
-    for (long x = 0; x < e; x++) mx = se[x] > mx ? se[x] : mx;
-    if (mx <= 0.5f * NEG) { /* no key */
-        memset(s, 0, Lpad * sizeof(float));
-        for (long x = 0; x < e; x++) se[x] = 0.0f;
+    for (long x0 = 0; x0 < e1; x0 += VEC) {
+        vf t = blend(lanes(x0, 0, e1 - 1), load(se + x0), (vf){0} + NEG);
+        vmx = blend(t > vmx, t, vmx);
+    }
+    for (long x0 = o2; x0 < o2 + e2; x0 += VEC) {
+        vf t = blend(lanes(x0, o2, o2 + e2 - 1), load(se + x0), (vf){0} + NEG);
+        vmx = blend(t > vmx, t, vmx);
+    }
+    float mx = hmax(vmx);
+    int none = mx <= 0.5f * NEG; /* no key: P = 0 */
+    vf vsum = {0};
+    for (long x0 = 0; x0 < Lpad; x0 += VEC) {
+        vf p = none ? (vf){0} : vexp(load(s + x0) - mx); /* masked lanes: NEG − mx < EXP_MIN → 0 */
+        store(s + x0, p);
+        vsum += p;
+    }
+    for (long x0 = 0; x0 < e1; x0 += VEC) {
+        vi in = lanes(x0, 0, e1 - 1);
+        vf old = load(se + x0), p = none ? (vf){0} : blend(in, vexp(old - mx), (vf){0});
+        store(se + x0, blend(in, p, old));
+        vsum += p;
+    }
+    for (long x0 = o2; x0 < o2 + e2; x0 += VEC) {
+        vi in = lanes(x0, o2, o2 + e2 - 1);
+        vf old = load(se + x0), p = none ? (vf){0} : blend(in, vexp(old - mx), (vf){0});
+        store(se + x0, blend(in, p, old));
+        vsum += p;
+    }
+    if (none) {
         *lse = NEG;
         return 0.0f;
     }
-    float sum = 0.0f;
-    for (long x = a; x <= b; x++) {
-        float p = expf(s[x] - mx);
-        s[x] = p;
-        sum += p;
-    }
-    for (long x = 0; x < e; x++) {
-        se[x] = expf(se[x] - mx);
-        sum += se[x];
-    }
-    if (a > b) a = b = Lpad; /* no band key: the whole row is 0 */
-    memset(s, 0, (a < Lpad ? a : Lpad) * sizeof(float));
-    if (b + 1 < Lpad) memset(s + b + 1, 0, (Lpad - b - 1) * sizeof(float));
+    float sum = hsum(vsum);
     *lse = mx + logf(sum);
     return sum;
 }
@@ -337,8 +410,6 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
                     kb_h = h, kb_t = t;
                 }
                 bt = causal ? readable(p, gb, i0 + rows - 1) : gb;
-                for (int r = 0; r < rows; r++) /* the columns' padding: not keys */
-                    for (long x = gt; x < gpad; x++) SE[r * lde + e + x] = NEG;
                 if (bt) tile_scores(q_h, sqr, n, i0, KB, gbpad, d, bt, SE + e + gpad, lde);
                 mask_keys(SE + e + gpad, lde, PB, bt, rows, i0, off, w, causal, m, tau);
             }
@@ -348,7 +419,8 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
             for (int r = 0; r < R; r++) {
                 float sum = 0.0f;
                 if (r < rows)
-                    sum = row_softmax(S + r * lds, Lpad, jhi >= jlo ? a[r] - jlo : 0, jhi >= jlo ? b[r] - jlo : -1, kp, tau, SE + r * lde, ett, lse_t + r);
+                    sum = row_softmax(S + r * lds, Lpad, jhi >= jlo ? a[r] - jlo : 0, jhi >= jlo ? b[r] - jlo : -1, kp, tau, SE + r * lde,
+                                      e + gt, e + gpad, bt, lse_t + r);
                 else {
                     if (Lpad) memset(S + r * lds, 0, Lpad * sizeof(float));
                     if (ett) memset(SE + r * lde, 0, ett * sizeof(float));
