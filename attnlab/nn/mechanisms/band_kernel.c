@@ -281,17 +281,47 @@ static float row_softmax(float *s, long Lpad, long a, long b, const unsigned cha
     return sum;
 }
 
-/* The keys at positions p (g of them, −1: none) of one KV head, transposed into KT (d × gpad, zeros past g and for
- * empty slots) and their values into VT (gpad × d): read from k, v where they lie. */
-static void gather_keys(const float *k, long skr, const float *v, long svr, const long *p, long g, long gpad, long d,
+/* The keys at positions p (g of them, −1: none) of one KV head, transposed into KT (d rows of stride ldt, gpad columns:
+ * zeros past g and for empty slots) and their values into VT (gpad × d): read from k, v where they lie. */
+static void gather_keys(const float *k, long skr, const float *v, long svr, const long *p, long g, long gpad, long ldt, long d,
                         float *KT, float *VT)
 {
     for (long x = 0; x < gpad; x++) {
         const float *kx = x < g && p[x] >= 0 ? k + p[x] * skr : NULL;
         const float *vx = x < g && p[x] >= 0 ? v + p[x] * svr : NULL;
-        for (long kk = 0; kk < d; kk++) KT[kk * gpad + x] = kx ? kx[kk] : 0.0f;
+        for (long kk = 0; kk < d; kk++) KT[kk * ldt + x] = kx ? kx[kk] : 0.0f;
         if (vx) memcpy(VT + x * d, vx, d * sizeof(float));
         else memset(VT + x * d, 0, d * sizeof(float));
+    }
+}
+
+/* Make a chunk's key set p (g keys, −1: none) resident in the slots KB (d × gpad, transposed), VB (gpad × d), with their
+ * positions RB (as given) and PB (−1: empty or not kept by keep): by groups of VEC slots, a group the slots hold already
+ * (`held`: the previous chunk's, of the same head — neighbouring query blocks choose many of the same key blocks) stays
+ * where it is, the others are gathered into the groups of slots this set does not keep.  The set is read in any order. */
+static void blocks_resident(const float *k, long skr, const float *v, long svr, const long *p, long g, long gpad, long d,
+                            const unsigned char *keep, int held, float *KB, float *VB, int *PB, long *RB)
+{
+    long ng = gpad / VEC, at[ng];
+    unsigned char taken[ng];
+    memset(taken, 0, sizeof taken);
+    for (long gn = 0; gn < ng; gn++) { /* the new group gn: a held group of the same keys in the same order */
+        long tn[VEC];
+        for (int l = 0; l < VEC; l++) tn[l] = gn * VEC + l < g ? p[gn * VEC + l] : -1;
+        at[gn] = -1;
+        for (long go = 0; held && go < ng && at[gn] < 0; go++)
+            if (!taken[go] && !memcmp(RB + go * VEC, tn, sizeof tn)) taken[go] = 1, at[gn] = go;
+    }
+    long free_go = 0;
+    for (long gn = 0; gn < ng; gn++) {
+        if (at[gn] >= 0) continue;
+        while (taken[free_go]) free_go++;
+        long go = free_go;
+        taken[go] = 1;
+        long *r = RB + go * VEC;
+        for (int l = 0; l < VEC; l++) r[l] = gn * VEC + l < g ? p[gn * VEC + l] : -1;
+        gather_keys(k, skr, v, svr, r, VEC, VEC, gpad, d, KB + go * VEC, VB + go * VEC * d);
+        for (int l = 0; l < VEC; l++) PB[go * VEC + l] = r[l] >= 0 && !(keep && !keep[r[l]]) ? (int)r[l] : -1;
     }
 }
 
@@ -332,7 +362,8 @@ static void mask_keys(float *SE, long lde, const int *P, long gt, int rows, long
  * blocks (gb > 0): bp (N, Tb, gb) a key set per chunk of cb rows (cb a multiple of R: a tile lies in one chunk; key
  * blocks chosen per query block), row i reads the set of chunk i / cb, distinct from the columns and within the set
  * (any order: a tile reads up to its last readable key, the rest masked); read from k, v in place, once per
- * (head, chunk) and thread;
+ * (head, chunk) and thread, by groups of VEC slots (a group the thread's previous chunk held is not read again:
+ * blocks_resident);
  * lse: (N, n).  Only rows i ≥ r0 are computed (the others untouched: a caller's SDPA serves a wide band's
  * causal prefix).  hq, hkv (N entries, or NULL: h itself): the row of q, o, lse and the head of k, v
  * that head h reads and writes — a group of query heads run in place, GQA's KV heads read without copies
@@ -360,12 +391,13 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
         int *PC = g ? malloc((size_t)g * sizeof(int)) : NULL;                   /* their positions (−1: empty or not kept) */
         float *VC = g ? aligned_alloc(64, (size_t)gpad * d * sizeof(float)) : NULL; /* their values */
         float *KB = gb ? aligned_alloc(64, (size_t)d * gbpad * sizeof(float)) : NULL; /* chunk kb_t's block keys, transposed */
-        int *PB = gb ? malloc((size_t)gb * sizeof(int)) : NULL;
+        int *PB = gb ? malloc((size_t)gbpad * sizeof(int)) : NULL;      /* the slots' positions (−1: empty or not kept) */
+        long *RB = gb ? malloc((size_t)gbpad * sizeof(long)) : NULL;    /* the slots' positions as given (−1: empty) */
         float *VB = gb ? aligned_alloc(64, (size_t)gbpad * d * sizeof(float)) : NULL;
         long kc_h = -1, kb_h = -1, kb_t = -1;
         Keys K = {NULL, 4 * lds, 0, 0, -1};
         K.kt = aligned_alloc(64, (size_t)d * K.cap * sizeof(float));
-        int ok = S && K.kt && (SE || !et) && ((KC && PC && VC) || !g) && ((KB && PB && VB) || !gb);
+        int ok = S && K.kt && (SE || !et) && ((KC && PC && VC) || !g) && ((KB && PB && VB && RB) || !gb);
         if (!ok) {
 #pragma omp atomic write
             failed = 1;
@@ -393,7 +425,7 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
             if (g) { /* the columns' scores, then their mask: off the row's band, causal, kept */
                 const long *p = cp + h * g;
                 if (kc_h != h) { /* the columns' keys, transposed once per head and thread (zeros past g) */
-                    gather_keys(k + hk * sk, skr, v + hk * sv, svr, p, g, gpad, d, KC, VC);
+                    gather_keys(k + hk * sk, skr, v + hk * sv, svr, p, g, gpad, gpad, d, KC, VC);
                     for (long x = 0; x < g; x++) PC[x] = p[x] >= 0 && !(kh && !kh[p[x]]) ? (int)p[x] : -1;
                     kc_h = h;
                 }
@@ -405,11 +437,10 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
                 long t = i0 / cb;
                 const long *p = bp + (h * Tb + t) * gb;
                 if (kb_h != h || kb_t != t) { /* transposed once per (head, chunk) and thread */
-                    gather_keys(k + hk * sk, skr, v + hk * sv, svr, p, gb, gbpad, d, KB, VB);
-                    for (long x = 0; x < gb; x++) PB[x] = p[x] >= 0 && !(kh && !kh[p[x]]) ? (int)p[x] : -1;
+                    blocks_resident(k + hk * sk, skr, v + hk * sv, svr, p, gb, gbpad, d, kh, kb_h == h, KB, VB, PB, RB);
                     kb_h = h, kb_t = t;
                 }
-                bt = causal ? readable(p, gb, i0 + rows - 1) : gb;
+                bt = readable(RB, gbpad, causal ? i0 + rows - 1 : m); /* the slots up to the last one a row may read */
                 if (bt) tile_scores(q_h, sqr, n, i0, KB, gbpad, d, bt, SE + e + gpad, lde);
                 mask_keys(SE + e + gpad, lde, PB, bt, rows, i0, off, w, causal, m, tau);
             }
@@ -455,6 +486,7 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
         free(VC);
         free(KB);
         free(PB);
+        free(RB);
         free(VB);
         free(K.kt);
     }
