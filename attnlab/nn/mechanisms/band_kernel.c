@@ -31,7 +31,8 @@
  * S's inner loop reads consecutive keys of kᵀ: each thread keeps the keys of its current head
  * transposed in a rolling buffer (d × CAP), appending the R keys a new tile needs and shifting the
  * buffer when it is full — every key is transposed once, in cache.  Vectors are GCC/Clang vector extensions: AVX-512, AVX2 or NEON, whatever
- * -march=native gives.  exp is vectorised by the compiler (glibc's libmvec, -ffast-math); so is max.
+ * -march=native gives.  The row softmax goes in whole vectors too, its exp inline (vexp: no libm call; the
+ * backward pass's expf is vectorised by the compiler, glibc's libmvec).
  * Heads × tiles are shared among threads by OpenMP.
  */
 #include <math.h>
