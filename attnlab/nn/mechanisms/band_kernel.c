@@ -31,7 +31,8 @@
  * S's inner loop reads consecutive keys of kᵀ: each thread keeps the keys of its current head
  * transposed in a rolling buffer (d × CAP), appending the R keys a new tile needs and shifting the
  * buffer when it is full — every key is transposed once, in cache.  Vectors are GCC/Clang vector extensions: AVX-512, AVX2 or NEON, whatever
- * -march=native gives.  exp is vectorised by the compiler (glibc's libmvec, -ffast-math); so is max.
+ * -march=native gives.  The row softmax goes in whole vectors too, its exp inline (vexp: no libm call; the
+ * backward pass's expf is vectorised by the compiler, glibc's libmvec).
  * Heads × tiles are shared among threads by OpenMP.
  */
 #include <math.h>
@@ -173,52 +174,155 @@ static void tile_values(const float *S, long lds, long L, const float *v, long l
     }
 }
 
-/* Row softmax over the band [a, b] of the tile row s (scaled by tau, keys masked by keep) and e extra
- * scores se (already scaled, NEG = not allowed).  s becomes P (0 outside [a, b]), se becomes P_E;
- * returns Σ P + Σ P_E and sets *lse; 0 (P = 0, *lse = NEG) if the row sees no key. */
-static float row_softmax(float *s, long Lpad, long a, long b, const unsigned char *keep, float tau, float *se, long e, float *lse)
+/* exp(x) for x ≤ 0, 16 lanes inline (no call, no scalar remainder, no errno path for the masked −∞ = NEG):
+ *
+ *   x = n ln2 + r,  n = round(x / ln2),  |r| ≤ ln2 / 2,   e^x = 2^n · p(r),
+ *   p(r) = 1 + r + r² (½ + r (1/6 + …))   (Cephes' expf polynomial: ≤ 1 ulp),
+ *
+ * 2^n built in the exponent bits.  Lanes with x < EXP_MIN give 0: e^x < 2^−124 there, below float's normal
+ * range relative to the row's largest weight 1 (which has no effect on a float32 o_i; it keeps the products out of
+ * denormals).  glibc's expf and libmvec's (which the compiler used to call here) differ from this by an ulp. */
+#define EXP_MIN (-86.0f)
+typedef int vi __attribute__((vector_size(VEC * sizeof(int))));
+
+static inline vf blend(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b)); }
+
+static inline vf vexp(vf x)
 {
-    float mx = NEG;
-    for (long x = a; x <= b; x++) {
-        float t = keep && !keep[x] ? NEG : tau * s[x];
-        s[x] = t;
-        mx = t > mx ? t : mx;
+    vi keep = x >= EXP_MIN;
+    x = blend(keep, x, (vf){0} + EXP_MIN);
+    vi n = __builtin_convertvector(x * -1.44269504088896341f + 0.5f, vi); /* −round(x / ln2): x ≤ 0, truncation */
+    vf nf = __builtin_convertvector(n, vf);
+    vf r = x + nf * 0.693359375f - nf * 2.12194440e-4f;                    /* Cody–Waite: ln2 = C1 + C2, n·C1 exact */
+    vf p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    vf two_n = (vf)((127 - n) << 23);                                       /* 2^−n'  (n' = −n ≥ 0) */
+    return blend(keep, p * two_n, (vf){0});
+}
+
+static inline float hmax(vf x)
+{
+    float m = x[0];
+    for (int l = 1; l < VEC; l++) m = x[l] > m ? x[l] : m;
+    return m;
+}
+
+static inline float hsum(vf x)
+{
+    float t = 0.0f;
+    for (int l = 0; l < VEC; l++) t += x[l];
+    return t;
+}
+
+/* Lanes x0 … x0 + VEC − 1 inside [lo, hi]. */
+static inline vi lanes(long x0, long lo, long hi)
+{
+    vi x = (vi){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15} + (int)x0;
+    return (x >= (int)lo) & (x <= (int)hi);
+}
+
+/* Row softmax over the band [a, b] of the tile row s (scaled by tau, keys masked by keep) and the extra scores
+ * se[0, e1) and se[o2, o2 + e2) (already scaled, NEG = not allowed; a row of SE: the given extras and the
+ * columns, then the blocks).  Whole vectors throughout (the rows are padded: s to Lpad, se to the next VEC past
+ * each segment).  s becomes P (0 outside [a, b], x < Lpad), the segments P_E (lanes past a segment untouched);
+ * returns Σ P + Σ P_E and sets *lse; 0 (P = 0, *lse = NEG) if the row sees no key. */
+static float row_softmax(float *s, long Lpad, long a, long b, const unsigned char *keep, float tau, float *se, long e1, long o2,
+                         long e2, float *lse)
+{
+    vf vmx = (vf){0} + NEG;
+    for (long x0 = 0; x0 < Lpad; x0 += VEC) { /* scale, mask, max */
+        vi in = lanes(x0, a, b);
+        if (keep) {
+            vi k = {0};
+            for (int l = 0; l < VEC; l++) k[l] = x0 + l >= a && x0 + l <= b && keep[x0 + l] ? -1 : 0;
+            in &= k;
+        }
+        vf t = blend(in, tau * load(s + x0), (vf){0} + NEG);
+        store(s + x0, t);
+        vmx = blend(t > vmx, t, vmx);
     }
-    for (long x = 0; x < e; x++) mx = se[x] > mx ? se[x] : mx;
-    if (mx <= 0.5f * NEG) { /* no key */
-        memset(s, 0, Lpad * sizeof(float));
-        for (long x = 0; x < e; x++) se[x] = 0.0f;
+    for (long x0 = 0; x0 < e1; x0 += VEC) {
+        vf t = blend(lanes(x0, 0, e1 - 1), load(se + x0), (vf){0} + NEG);
+        vmx = blend(t > vmx, t, vmx);
+    }
+    for (long x0 = o2; x0 < o2 + e2; x0 += VEC) {
+        vf t = blend(lanes(x0, o2, o2 + e2 - 1), load(se + x0), (vf){0} + NEG);
+        vmx = blend(t > vmx, t, vmx);
+    }
+    float mx = hmax(vmx);
+    int none = mx <= 0.5f * NEG; /* no key: P = 0 */
+    vf vsum = {0};
+    for (long x0 = 0; x0 < Lpad; x0 += VEC) {
+        vf p = none ? (vf){0} : vexp(load(s + x0) - mx); /* masked lanes: NEG − mx < EXP_MIN → 0 */
+        store(s + x0, p);
+        vsum += p;
+    }
+    for (long x0 = 0; x0 < e1; x0 += VEC) {
+        vi in = lanes(x0, 0, e1 - 1);
+        vf old = load(se + x0), p = none ? (vf){0} : blend(in, vexp(old - mx), (vf){0});
+        store(se + x0, blend(in, p, old));
+        vsum += p;
+    }
+    for (long x0 = o2; x0 < o2 + e2; x0 += VEC) {
+        vi in = lanes(x0, o2, o2 + e2 - 1);
+        vf old = load(se + x0), p = none ? (vf){0} : blend(in, vexp(old - mx), (vf){0});
+        store(se + x0, blend(in, p, old));
+        vsum += p;
+    }
+    if (none) {
         *lse = NEG;
         return 0.0f;
     }
-    float sum = 0.0f;
-    for (long x = a; x <= b; x++) {
-        float p = expf(s[x] - mx);
-        s[x] = p;
-        sum += p;
-    }
-    for (long x = 0; x < e; x++) {
-        se[x] = expf(se[x] - mx);
-        sum += se[x];
-    }
-    if (a > b) a = b = Lpad; /* no band key: the whole row is 0 */
-    memset(s, 0, (a < Lpad ? a : Lpad) * sizeof(float));
-    if (b + 1 < Lpad) memset(s + b + 1, 0, (Lpad - b - 1) * sizeof(float));
+    float sum = hsum(vsum);
     *lse = mx + logf(sum);
     return sum;
 }
 
-/* The keys at positions p (g of them, −1: none) of one KV head, transposed into KT (d × gpad, zeros past g and for
- * empty slots) and their values into VT (gpad × d): read from k, v where they lie. */
-static void gather_keys(const float *k, long skr, const float *v, long svr, const long *p, long g, long gpad, long d,
+/* The keys at positions p (g of them, −1: none) of one KV head, transposed into KT (d rows of stride ldt, gpad columns:
+ * zeros past g and for empty slots) and their values into VT (gpad × d): read from k, v where they lie. */
+static void gather_keys(const float *k, long skr, const float *v, long svr, const long *p, long g, long gpad, long ldt, long d,
                         float *KT, float *VT)
 {
     for (long x = 0; x < gpad; x++) {
         const float *kx = x < g && p[x] >= 0 ? k + p[x] * skr : NULL;
         const float *vx = x < g && p[x] >= 0 ? v + p[x] * svr : NULL;
-        for (long kk = 0; kk < d; kk++) KT[kk * gpad + x] = kx ? kx[kk] : 0.0f;
+        for (long kk = 0; kk < d; kk++) KT[kk * ldt + x] = kx ? kx[kk] : 0.0f;
         if (vx) memcpy(VT + x * d, vx, d * sizeof(float));
         else memset(VT + x * d, 0, d * sizeof(float));
+    }
+}
+
+/* Make a chunk's key set p (g keys, −1: none) resident in the slots KB (d × gpad, transposed), VB (gpad × d), with their
+ * positions RB (as given) and PB (−1: empty or not kept by keep): by groups of VEC slots, a group the slots hold already
+ * (`held`: the previous chunk's, of the same head — neighbouring query blocks choose many of the same key blocks) stays
+ * where it is, the others are gathered into the groups of slots this set does not keep.  The set is read in any order. */
+static void blocks_resident(const float *k, long skr, const float *v, long svr, const long *p, long g, long gpad, long d,
+                            const unsigned char *keep, int held, float *KB, float *VB, int *PB, long *RB)
+{
+    long ng = gpad / VEC, at[ng];
+    unsigned char taken[ng];
+    memset(taken, 0, sizeof taken);
+    for (long gn = 0; gn < ng; gn++) { /* the new group gn: a held group of the same keys in the same order */
+        long tn[VEC];
+        for (int l = 0; l < VEC; l++) tn[l] = gn * VEC + l < g ? p[gn * VEC + l] : -1;
+        at[gn] = -1;
+        for (long go = 0; held && go < ng && at[gn] < 0; go++)
+            if (!taken[go] && !memcmp(RB + go * VEC, tn, sizeof tn)) taken[go] = 1, at[gn] = go;
+    }
+    long free_go = 0;
+    for (long gn = 0; gn < ng; gn++) {
+        if (at[gn] >= 0) continue;
+        while (taken[free_go]) free_go++;
+        long go = free_go;
+        taken[go] = 1;
+        long *r = RB + go * VEC;
+        for (int l = 0; l < VEC; l++) r[l] = gn * VEC + l < g ? p[gn * VEC + l] : -1;
+        gather_keys(k, skr, v, svr, r, VEC, VEC, gpad, d, KB + go * VEC, VB + go * VEC * d);
+        for (int l = 0; l < VEC; l++) PB[go * VEC + l] = r[l] >= 0 && !(keep && !keep[r[l]]) ? (int)r[l] : -1;
     }
 }
 
@@ -259,7 +363,8 @@ static void mask_keys(float *SE, long lde, const int *P, long gt, int rows, long
  * blocks (gb > 0): bp (N, Tb, gb) a key set per chunk of cb rows (cb a multiple of R: a tile lies in one chunk; key
  * blocks chosen per query block), row i reads the set of chunk i / cb, distinct from the columns and within the set
  * (any order: a tile reads up to its last readable key, the rest masked); read from k, v in place, once per
- * (head, chunk) and thread;
+ * (head, chunk) and thread, by groups of VEC slots (a group the thread's previous chunk held is not read again:
+ * blocks_resident);
  * lse: (N, n).  Only rows i ≥ r0 are computed (the others untouched: a caller's SDPA serves a wide band's
  * causal prefix).  hq, hkv (N entries, or NULL: h itself): the row of q, o, lse and the head of k, v
  * that head h reads and writes — a group of query heads run in place, GQA's KV heads read without copies
@@ -287,12 +392,13 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
         int *PC = g ? malloc((size_t)g * sizeof(int)) : NULL;                   /* their positions (−1: empty or not kept) */
         float *VC = g ? aligned_alloc(64, (size_t)gpad * d * sizeof(float)) : NULL; /* their values */
         float *KB = gb ? aligned_alloc(64, (size_t)d * gbpad * sizeof(float)) : NULL; /* chunk kb_t's block keys, transposed */
-        int *PB = gb ? malloc((size_t)gb * sizeof(int)) : NULL;
+        int *PB = gb ? malloc((size_t)gbpad * sizeof(int)) : NULL;      /* the slots' positions (−1: empty or not kept) */
+        long *RB = gb ? malloc((size_t)gbpad * sizeof(long)) : NULL;    /* the slots' positions as given (−1: empty) */
         float *VB = gb ? aligned_alloc(64, (size_t)gbpad * d * sizeof(float)) : NULL;
         long kc_h = -1, kb_h = -1, kb_t = -1;
         Keys K = {NULL, 4 * lds, 0, 0, -1};
         K.kt = aligned_alloc(64, (size_t)d * K.cap * sizeof(float));
-        int ok = S && K.kt && (SE || !et) && ((KC && PC && VC) || !g) && ((KB && PB && VB) || !gb);
+        int ok = S && K.kt && (SE || !et) && ((KC && PC && VC) || !g) && ((KB && PB && VB && RB) || !gb);
         if (!ok) {
 #pragma omp atomic write
             failed = 1;
@@ -320,7 +426,7 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
             if (g) { /* the columns' scores, then their mask: off the row's band, causal, kept */
                 const long *p = cp + h * g;
                 if (kc_h != h) { /* the columns' keys, transposed once per head and thread (zeros past g) */
-                    gather_keys(k + hk * sk, skr, v + hk * sv, svr, p, g, gpad, d, KC, VC);
+                    gather_keys(k + hk * sk, skr, v + hk * sv, svr, p, g, gpad, gpad, d, KC, VC);
                     for (long x = 0; x < g; x++) PC[x] = p[x] >= 0 && !(kh && !kh[p[x]]) ? (int)p[x] : -1;
                     kc_h = h;
                 }
@@ -332,13 +438,10 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
                 long t = i0 / cb;
                 const long *p = bp + (h * Tb + t) * gb;
                 if (kb_h != h || kb_t != t) { /* transposed once per (head, chunk) and thread */
-                    gather_keys(k + hk * sk, skr, v + hk * sv, svr, p, gb, gbpad, d, KB, VB);
-                    for (long x = 0; x < gb; x++) PB[x] = p[x] >= 0 && !(kh && !kh[p[x]]) ? (int)p[x] : -1;
+                    blocks_resident(k + hk * sk, skr, v + hk * sv, svr, p, gb, gbpad, d, kh, kb_h == h, KB, VB, PB, RB);
                     kb_h = h, kb_t = t;
                 }
-                bt = causal ? readable(p, gb, i0 + rows - 1) : gb;
-                for (int r = 0; r < rows; r++) /* the columns' padding: not keys */
-                    for (long x = gt; x < gpad; x++) SE[r * lde + e + x] = NEG;
+                bt = readable(RB, gbpad, causal ? i0 + rows - 1 : m); /* the slots up to the last one a row may read */
                 if (bt) tile_scores(q_h, sqr, n, i0, KB, gbpad, d, bt, SE + e + gpad, lde);
                 mask_keys(SE + e + gpad, lde, PB, bt, rows, i0, off, w, causal, m, tau);
             }
@@ -348,7 +451,8 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
             for (int r = 0; r < R; r++) {
                 float sum = 0.0f;
                 if (r < rows)
-                    sum = row_softmax(S + r * lds, Lpad, jhi >= jlo ? a[r] - jlo : 0, jhi >= jlo ? b[r] - jlo : -1, kp, tau, SE + r * lde, ett, lse_t + r);
+                    sum = row_softmax(S + r * lds, Lpad, jhi >= jlo ? a[r] - jlo : 0, jhi >= jlo ? b[r] - jlo : -1, kp, tau, SE + r * lde,
+                                      e + gt, e + gpad, bt, lse_t + r);
                 else {
                     if (Lpad) memset(S + r * lds, 0, Lpad * sizeof(float));
                     if (ett) memset(SE + r * lde, 0, ett * sizeof(float));
@@ -383,6 +487,7 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
         free(VC);
         free(KB);
         free(PB);
+        free(RB);
         free(VB);
         free(K.kt);
     }
