@@ -81,7 +81,7 @@ def test_methods_command_prints_options_defaults_ranges_and_presets(capsys):
     block = out[out.index("attnlab-retrieval (calibrated)"):]
     assert "  retrieval_heads = 16  [0, 1000000]  k: heads of largest retrieval score" in block
     assert "  widths = all  all | own" in block
-    assert "attnlab  [default] = attnlab-retrieval:retrieval_heads=32:blocks=8:other_blocks=4:tail_keep=512:pages=8" in out
+    assert "attnlab  [default] = attnlab-retrieval:retrieval_heads=32:blocks=8:other_blocks=4:tail_keep=512:pages=8:sliding_floor=128" in out
     assert out.count("[default]") == 1 and "attnlab-band (calibrated)" in out
 
 
