@@ -55,8 +55,13 @@ def overview(folders: list[tuple[Path, dict, list[dict], list[dict]]], rel) -> s
             mine = {t["method"]: t for t in table if t["task"] == task and t["n"] == n}
             label = (cfg.get("model", "?"), task, _haystack(cfg), cfg.get("template", "auto"), n)
             grid.append((label, mine, rel(folder)))
-            if any(t.get("ppl") for t in mine.values()) and (label[0], n) not in {(l[0], l[4]) for l, _ in ppl}:
-                ppl.append((label, mine))   # one row per (model, n): the same plans score the same text in each task's run
+            scored = {m: t for m, t in mine.items() if t.get("ppl")}
+            if scored:   # one row per (model, n), methods merged over its runs (the same plans score the same text)
+                have = next((got for l, got in ppl if (l[0], l[4]) == (label[0], n)), None)
+                if have is None:
+                    ppl.append((label, dict(scored)))
+                else:
+                    have.update({m: t for m, t in scored.items() if m not in have})
     if not grid:
         return ""
     cols = _order(methods)

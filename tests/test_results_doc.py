@@ -221,6 +221,22 @@ def test_at_a_glance_reads_every_test_run(tree):
     assert "| tiny | 2048 | 28.153, KV 2048 |" in glance                        # full's perplexity, from the run that scored it
 
 
+def test_the_perplexity_row_of_a_length_merges_its_runs(tree):
+    """Two test runs at one (model, n) scoring different methods on the same text: one perplexity row with all of them."""
+    other = tree / "runs" / "niah-tiny" / "second"
+    write_lines(other / "results.jsonl", [answer("full", 1.0, 0.0, 1.0, 1.0, 2048), answer("snapkv", 0.1, 0.0, 0.0, 1.0, 204),
+                                          {"key": "ppl|full|1|2048|1", "kind": "ppl", "method": "full", "budget": 1.0,
+                                           "n": 2048, "ppl": 28.153, "windows": 1, "beta": 1.0, "seconds": 3.0},
+                                          {"key": "ppl|snapkv|0.1|2048|1", "kind": "ppl", "method": "snapkv", "budget": 0.1,
+                                           "n": 2048, "ppl": 30.968, "windows": 1, "beta": 1.0, "seconds": 3.0}])
+    (other / "config.json").write_text(json.dumps({"format": "attnlab-eval/1", "model": "tiny", "haystack": "noise",
+                                                   "depths": 2, "samples": 1, "seed": 0}))
+    assert run_main(tree, "--collect", str(tree / "runs")) == 0
+    glance = (tree / "results.md").read_text().split("## At a glance")[1].split("## niah-tiny")[0]
+    ppl_rows = [line for line in glance.split("Perplexity")[1].splitlines() if line.startswith("| tiny | 2048 |")]
+    assert len(ppl_rows) == 1 and "28.153, KV 2048" in ppl_rows[0] and "30.968 (+10.00 %)" in ppl_rows[0]
+
+
 def test_the_readme_shows_the_generated_table(tree):
     """A README with the markers gets the first table between them, the rest untouched; without them it is not written."""
     readme = tree / "README.md"
