@@ -237,8 +237,18 @@ def test_a_sliding_floor_keeps_every_sliding_band_at_least_that_wide(gemma):
     assert all(h.w >= 24 for l in range(5) for h in floor.heads[l])                    # the floor holds in every sliding layer
     assert floor.fraction(n) <= budget + 1e-9
     assert all(h.w == W - 1 for l in range(5) for h in choose_plan(cal, 0.2, sliding_floor=10**6).heads[l])  # capped at the window
-    with pytest.raises(UserError, match="below the cheapest plan"):                  # a floor the budget cannot hold: one line
-        choose_plan(cal, budget, sliding_floor=10**6)
+    lowered = choose_plan(cal, budget, sliding_floor=10**6)                          # a floor β cannot hold: lowered to
+    used = lowered.meta.get("sliding_floor", 0)                                            # the grid's largest band that fits
+    assert 0 <= used < W - 1 and used in [0, *cal.w_grid] and lowered.fraction(n) <= budget + 1e-9
+    assert all(h.w >= min(used, W - 1) for l in range(5) for h in lowered.heads[l])
+    grid = sorted(int(w) for w in cal.w_grid if 0 < w < W - 1)
+    if used:                                                                          # it fits, held as asked
+        assert choose_plan(cal, budget, sliding_floor=used).meta.get("sliding_floor", 0) == used
+    above = [w for w in grid if w > used]
+    if above:                                                                         # the next band up does not: lowered
+        assert choose_plan(cal, budget, sliding_floor=above[0]).meta.get("sliding_floor", 0) == used
+    with pytest.raises(UserError, match="below the cheapest plan"):                  # below even the floorless plan: one line
+        choose_plan(cal, 1e-6, sliding_floor=24)
 
 
 def test_minference_runs_a_model_with_sliding_layers(gemma):

@@ -19,7 +19,8 @@ decoding every planned head also reads back the K pages of 16 evicted keys of la
 head (not full, not in a sliding layer) also reads the s diagonals δ < −w of largest mass from its last queries,
 chosen per input (``HeadPlan.slashes``, ``attnlab.llm.plans.slash_lines``; prefill only).  Their bound s·(n − 1) per
 head (``plan.slash_fraction``) is taken from β before the knapsack, as the tails' is.  ``sliding_floor`` = F:
-a head of a sliding layer (Gemma-3) gets a band of at least min(F, window − 1) keys (``choose_plan``).
+a head of a sliding layer (Gemma-3) gets a band of at least min(F, window − 1) keys (``choose_plan``; where β
+cannot afford F — Gemma-3 at 2K, β = 0.1 — the grid's next band below it that fits).
 ``widths`` = all | own: as ``attnlab``'s (the bands offered to the knapsack).
 ``blocks`` = K (with a tail): each retrieval head also reads, on every prefill row, the K blocks of 16 keys of
 largest pooled score for its block of 16 queries, chosen per input (``HeadPlan.blocks``, ``attnlab.llm.plans.key_blocks``);
@@ -151,7 +152,7 @@ class AttnlabRetrieval(PlanMethod):
                     if not keep[l, h] and not old.is_full and not old.tail and windows[l] is None:
                         plan.heads[l][h] = HeadPlan(support=old.support, dynamic=old.dynamic, blocks=K2)
         plan.budget = self.budget
-        plan.meta.update(retrieval_heads=heads, tail=T, **({"slashes": s} if s else {}), **({"sliding_floor": floor} if floor else {}),
+        plan.meta.update(retrieval_heads=heads, tail=T, **({"slashes": s} if s else {}), **({"sliding_floor": plan.meta["sliding_floor"]} if plan.meta.get("sliding_floor") else {}),
                          **({"blocks": K} if K else {}), **({"other_blocks": K2} if K2 else {}), **({"by_kv": 1} if self.option("by_kv") else {}),
                          **({"tail_keep": P} if P else {}))
         plan.pages = int(self.option("pages"))

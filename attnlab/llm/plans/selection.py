@@ -104,7 +104,8 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     Full heads are an option of every head (gain: mass 1, error 0); ``keep_full`` (L, H) bool: heads that
     must stay full (retrieval heads) — their other options are not offered, the knapsack spends the rest;
     ``sliding_floor`` F: a head of a sliding layer is offered only bands w ≥ min(F, window − 1) (the sum of
-    per-head errors does not see what short bands in several sliding layers cost together).
+    per-head errors does not see what short bands in several sliding layers cost together); a floor β cannot afford
+    (no plan fits) is lowered to the grid's next band below it, down to none (``meta["sliding_floor"]``: the one used).
     ``widths``: ``"all"`` offers every band the calibration measured — attnlab's grid ``W_GRID`` and the candidate
     widths of the other methods it was made for (MInference's), so the plan depends on which methods were
     calibrated together; ``"own"`` offers ``W_GRID`` alone: the same plan whatever else the calibration holds.
@@ -167,6 +168,9 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     order = np.argsort(cost, axis=-1, kind="stable")[:, None, :].repeat(H, 1)   # (L, H, O) cheapest first: ties go to the cheaper
     cost = np.take_along_axis(cost[:, None, :].repeat(H, 1), order, -1)
     choice = knapsack(np.take_along_axis(gain, order, -1), cost, budget * L * H * n * (n + 1) / 2)
+    if choice is None and sliding_floor:   # a floor β cannot afford: the next band of the grid below it, down to none
+        lower = max((int(w) for w in cal.w_grid if 0 < w < sliding_floor), default=0)
+        return choose_plan(cal, budget, n, table=table, keep_full=keep_full, method=method, sliding_floor=lower, widths=widths)
     if choice is None:
         cheapest = np.where(np.isfinite(np.take_along_axis(gain, order, -1)), cost, np.inf).min(-1).sum() / (L * H * n * (n + 1) / 2)
         kept = f" with {int(np.sum(keep_full))} heads kept full" if keep_full is not None and np.any(keep_full) else ""
@@ -191,5 +195,6 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     value = float(np.take_along_axis(gain, choice[..., None], -1).mean())
     key = "captured_mass" if full_gain == 1.0 else "mean_error"
     return Plan(heads, cal.shape["num_kv_heads"], method, budget, n,
-                {key: value if full_gain else -value, "table": table, **({"widths": widths} if widths != "all" else {})},
+                {key: value if full_gain else -value, "table": table, **({"widths": widths} if widths != "all" else {}),
+                 **({"sliding_floor": int(sliding_floor)} if sliding_floor else {})},
                 cal.shape.get("windows"))
