@@ -7,7 +7,8 @@
 
 The C source is compiled once per machine (``cc -O3 -march=native -ffast-math -fopenmp -c``, linked apart without
 -ffast-math so that loading it leaves the process's denormals alone) into
-``$XDG_CACHE_HOME/attnlab/native/`` (default ``~/.cache``), named by a hash of the source, the flags,
+``$XDG_CACHE_HOME/attnlab/native/`` (default ``~/.cache``), named by a hash of the sources (``band_kernel.c`` and
+``band_backward.c``, linked into one library) and the headers beside them (``band_tiles.h``, ``vector_math.h``), the flags,
 the compiler and the CPU's feature flags; the build writes a temporary file and renames it, so
 concurrent first uses are safe.  With no C compiler, or ``ATTNLAB_NATIVE=0``, ``available()`` is
 False and callers use PyTorch's flash kernel instead (``sliding_window.WindowAttention``); the
@@ -38,6 +39,7 @@ import torch
 from torch import Tensor
 
 SOURCE = Path(__file__).with_name("band_kernel.c")
+BACKWARD_SOURCE = Path(__file__).with_name("band_backward.c")   # linked with SOURCE into one library
 FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11"]   # compiling (-c)
 # linking, without -ffast-math: GCC links crtfastmath.o into anything linked with it, and that object's constructor sets
 # flush-to-zero / denormals-are-zero in the whole process that loads the library (PyTorch's and NumPy's arithmetic too)
@@ -76,23 +78,28 @@ def compile_flags() -> list[str]:
     return FLAGS + (AVX512_FLAGS if "avx512f" in _cpu_flags().split() else [])
 
 
-def compiled(source_file: Path, reasons: list[str]) -> ctypes.CDLL | None:
-    """``source_file`` compiled for this CPU (``compile_flags``) into ``cache_dir()`` once, named by a hash of the source,
-    the flags, the compiler and the CPU, and loaded; None (the reason appended to ``reasons``) if it cannot be."""
+def compiled(sources: Path | list[Path], reasons: list[str]) -> ctypes.CDLL | None:
+    """``sources`` (one C file or several, linked into one library) compiled for this CPU (``compile_flags``) into
+    ``cache_dir()`` once, named by the first's stem and a hash of the sources, every header beside them (``*.h``: what
+    they include, so that a header edit recompiles), the flags, the compiler and the CPU, and loaded; None (the reason
+    appended to ``reasons``) if it cannot be."""
+    sources = [sources] if isinstance(sources, Path) else list(sources)
     cc = _compiler()
     if cc is None:
         reasons.append("no C compiler (cc, gcc or clang) on PATH")
         return None
-    source = source_file.read_bytes()
+    headers = sorted({h for src in sources for h in src.parent.glob("*.h")})
+    texts = [f.name.encode() + b"\0" + f.read_bytes() for f in [*sources, *headers]]
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as err:
         reasons.append(f"{cc} --version failed: {err}")
         return None
     flags = compile_flags()
-    key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), b"-c, then " + " ".join(LINK).encode(), version.encode(),
+    key = hashlib.sha256(b"\0".join([*texts, " ".join(flags).encode(), b"-c, then " + " ".join(LINK).encode(), version.encode(),
                                      _cpu_flags().encode()])).hexdigest()[:16]
-    path = cache_dir() / f"{source_file.stem}-{key}.so"
+    name = sources[0].name
+    path = cache_dir() / f"{sources[0].stem}-{key}.so"
     if not path.exists():
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,23 +108,28 @@ def compiled(source_file: Path, reasons: list[str]) -> ctypes.CDLL | None:
         except OSError as err:
             reasons.append(f"cannot write the compiled kernel to {path.parent}: {err}")
             return None
-        obj = tmp[: -len(".so")] + ".o"
+        objs = [f"{tmp[: -len('.so')]}-{x}.o" for x in range(len(sources))]
         try:
-            done = subprocess.run([cc, *flags, "-c", str(source_file), "-o", obj], capture_output=True, text=True, timeout=300)
-            if done.returncode != 0 and flags != FLAGS:   # a compiler without the AVX-512 preference: the plain flags
-                done = subprocess.run([cc, *FLAGS, "-c", str(source_file), "-o", obj], capture_output=True, text=True, timeout=300)
+            for src, obj in zip(sources, objs):
+                done = subprocess.run([cc, *flags, "-c", str(src), "-o", obj], capture_output=True, text=True, timeout=300)
+                if done.returncode != 0 and flags != FLAGS:   # a compiler without the AVX-512 preference: the plain flags
+                    done = subprocess.run([cc, *FLAGS, "-c", str(src), "-o", obj], capture_output=True, text=True, timeout=300)
+                if done.returncode != 0:
+                    name = src.name
+                    break
             if done.returncode == 0:   # linked apart: -ffast-math at the link would add crtfastmath, which flushes the
-                done = subprocess.run([cc, *LINK, obj, "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)   # process's denormals
+                done = subprocess.run([cc, *LINK, *objs, "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)   # process's denormals
         except (OSError, subprocess.SubprocessError) as err:
             os.unlink(tmp)
-            reasons.append(f"compiling {source_file.name} failed: {err}")
+            reasons.append(f"compiling {name} failed: {err}")
             return None
         finally:
-            if os.path.exists(obj):
-                os.unlink(obj)
+            for obj in objs:
+                if os.path.exists(obj):
+                    os.unlink(obj)
         if done.returncode != 0:
             os.unlink(tmp)
-            reasons.append(f"compiling {source_file.name} failed: {done.stderr.strip().splitlines()[-1:]}")
+            reasons.append(f"compiling {name} failed: {done.stderr.strip().splitlines()[-1:]}")
             return None
         os.replace(tmp, path)
     try:
@@ -134,7 +146,7 @@ def library() -> ctypes.CDLL | None:
     if os.environ.get("ATTNLAB_NATIVE", "1") == "0":
         _reason.append("ATTNLAB_NATIVE=0")
         return None
-    lib = compiled(SOURCE, _reason)
+    lib = compiled([SOURCE, BACKWARD_SOURCE], _reason)
     if lib is None:
         return None
     f = lib.attnlab_band_forward
