@@ -39,7 +39,8 @@ import torch
 from torch import Tensor
 
 SOURCE = Path(__file__).with_name("band_kernel.c")
-BACKWARD_SOURCE = Path(__file__).with_name("band_backward.c")   # linked with SOURCE into one library
+BACKWARD_SOURCE = Path(__file__).with_name("band_backward.c")   # linked with SOURCE into one library, as is
+BLOCKS_SOURCE = Path(__file__).with_name("block_topk.c")        # the key blocks' choice (``block_topk``)
 FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11"]   # compiling (-c)
 # linking, without -ffast-math: GCC links crtfastmath.o into anything linked with it, and that object's constructor sets
 # flush-to-zero / denormals-are-zero in the whole process that loads the library (PyTorch's and NumPy's arithmetic too)
@@ -146,7 +147,7 @@ def library() -> ctypes.CDLL | None:
     if os.environ.get("ATTNLAB_NATIVE", "1") == "0":
         _reason.append("ATTNLAB_NATIVE=0")
         return None
-    lib = compiled([SOURCE, BACKWARD_SOURCE], _reason)
+    lib = compiled([SOURCE, BACKWARD_SOURCE, BLOCKS_SOURCE], _reason)
     if lib is None:
         return None
     f = lib.attnlab_band_forward
@@ -155,6 +156,9 @@ def library() -> ctypes.CDLL | None:
     f.restype = ctypes.c_int
     f = lib.attnlab_band_backward
     f.argtypes = [p, p, p, p, p, p, p, p, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
+    f.restype = ctypes.c_int
+    f = lib.attnlab_block_topk
+    f.argtypes = [p, i64, i64, p, i64, i64, p, ctypes.c_int]
     f.restype = ctypes.c_int
     return lib
 
@@ -293,6 +297,20 @@ def band_backward(
     if failed:
         raise MemoryError(f"band kernel: no memory for its per-thread scratch (w = {w}, d = {d})")
     return dq, dk, dv
+
+
+def block_topk(s: Tensor, w, K: int, b: int) -> Tensor:
+    """B_t of every query block from the pooled scores s (B, H, T, T), CPU float32 (``block_topk.c``): the K blocks
+    J < t of largest ŝ_tJ that the band of half-width w_h does not hold for every row of block t, largest first,
+    −1 past the candidates; ``(B, H, T, K)`` int64 — ``key_blocks.top_pooled_blocks``' choice, a row's prefix of
+    candidates scanned instead of a top-k over the masked row."""
+    lib = _library_or_raise()
+    B, H, T, _ = s.shape
+    s = s.contiguous()
+    w_ = torch.as_tensor(w, dtype=torch.long).view(1, H).expand(B, H).contiguous()              # (B·H,)
+    out = torch.empty(B, H, T, K, dtype=torch.long)
+    lib.attnlab_block_topk(s.data_ptr(), B * H, T, w_.data_ptr(), int(b), int(K), out.data_ptr(), torch.get_num_threads())
+    return out
 
 
 # ---- the fused decoding step (``decode_kernel.c``) ----------------------------------------------------------------
