@@ -74,9 +74,8 @@ def top_pooled_blocks(q_bar, k_bar, w, K: int, b: int = BLOCK, choose=None):
 
 def block_keys(blocks, n: int, b: int = BLOCK):
     """The key positions of chosen blocks: blocks (..., K) (−1: empty) → (..., K·b), −1 where empty or beyond n."""
-    keys = blocks.clamp_min(0)[..., None] * b + torch.arange(b, device=blocks.device)              # (..., K, b)
-    keys = torch.where((blocks >= 0)[..., None] & (keys < n), keys, torch.full_like(keys, -1))
-    return keys.flatten(-2)
+    keys = blocks[..., None] * b + torch.arange(b, device=blocks.device)                           # (..., K, b)
+    return keys.masked_fill_((blocks < 0)[..., None] | (keys >= n), -1).flatten(-2)
 
 
 def block_extras(blocks, cols, n: int, b: int = BLOCK):

@@ -112,11 +112,13 @@ static void gather_keys(const float *k, long skr, const float *v, long svr, cons
 }
 
 /* Make a chunk's key set p (g keys, −1: none) resident in the slots KB (d × gpad, transposed), VB (gpad × d), with their
- * positions RB (as given) and PB (−1: empty or not kept by keep): by groups of VEC slots, a group the slots hold already
+ * positions RB (as given) and PB (−1: empty, not kept by keep, or a column of the head: cols[j], m bytes or NULL — read
+ * once, as a column): by groups of VEC slots, a group the slots hold already
  * (`held`: the previous chunk's, of the same head — neighbouring query blocks choose many of the same key blocks) stays
  * where it is, the others are gathered into the groups of slots this set does not keep.  The set is read in any order. */
 static void blocks_resident(const float *k, long skr, const float *v, long svr, const long *p, long g, long gpad, long d,
-                            const unsigned char *keep, int held, float *KB, float *VB, int *PB, long *RB)
+                            const unsigned char *keep, const unsigned char *cols, long m, int held, float *KB, float *VB,
+                            int *PB, long *RB)
 {
     long ng = gpad / VEC, at[ng];
     unsigned char taken[ng];
@@ -137,7 +139,8 @@ static void blocks_resident(const float *k, long skr, const float *v, long svr, 
         long *r = RB + go * VEC;
         for (int l = 0; l < VEC; l++) r[l] = gn * VEC + l < g ? p[gn * VEC + l] : -1;
         gather_keys(k, skr, v, svr, r, VEC, VEC, gpad, d, KB + go * VEC, VB + go * VEC * d);
-        for (int l = 0; l < VEC; l++) PB[go * VEC + l] = r[l] >= 0 && !(keep && !keep[r[l]]) ? (int)r[l] : -1;
+        for (int l = 0; l < VEC; l++)
+            PB[go * VEC + l] = r[l] >= 0 && !(keep && !keep[r[l]]) && !(cols && r[l] < m && cols[r[l]]) ? (int)r[l] : -1;
     }
 }
 
@@ -176,8 +179,8 @@ static void mask_keys(float *SE, long lde, const int *P, long gt, int rows, long
  * empty slots last reads least: causal, a tile reads up to its last readable column, the rest masked), read from k,
  * v at their positions (once per head and thread);
  * blocks (gb > 0): bp (N, Tb, gb) a key set per chunk of cb rows (cb a multiple of R: a tile lies in one chunk; key
- * blocks chosen per query block), row i reads the set of chunk i / cb, distinct from the columns and within the set
- * (any order: a tile reads up to its last readable key, the rest masked); read from k, v in place, once per
+ * blocks chosen per query block), row i reads the set of chunk i / cb, distinct within the set (a key of it that is a
+ * column is read once, as the column; any order: a tile reads up to its last readable key, the rest masked); read from k, v in place, once per
  * (head, chunk) and thread, by groups of VEC slots (a group the thread's previous chunk held is not read again:
  * blocks_resident);
  * lse: (N, n).  Only rows i ≥ r0 are computed (the others untouched: a caller's SDPA serves a wide band's
@@ -205,6 +208,7 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
         float *SE = et ? aligned_alloc(64, (size_t)R * lde * sizeof(float)) : NULL;
         float *KC = g ? aligned_alloc(64, (size_t)d * gpad * sizeof(float)) : NULL; /* head kc_h's columns, transposed */
         int *PC = g ? malloc((size_t)g * sizeof(int)) : NULL;                   /* their positions (−1: empty or not kept) */
+        unsigned char *CM = g && gb ? malloc((size_t)m) : NULL;                 /* 1[j is a column of head kc_h] */
         float *VC = g ? aligned_alloc(64, (size_t)gpad * d * sizeof(float)) : NULL; /* their values */
         float *KB = gb ? aligned_alloc(64, (size_t)d * gbpad * sizeof(float)) : NULL; /* chunk kb_t's block keys, transposed */
         int *PB = gb ? malloc((size_t)gbpad * sizeof(int)) : NULL;      /* the slots' positions (−1: empty or not kept) */
@@ -213,7 +217,7 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
         long kc_h = -1, kb_h = -1, kb_t = -1;
         Keys K = {NULL, 4 * lds, 0, 0, -1};
         K.kt = aligned_alloc(64, (size_t)d * K.cap * sizeof(float));
-        int ok = S && K.kt && (SE || !et) && ((KC && PC && VC) || !g) && ((KB && PB && VB && RB) || !gb);
+        int ok = S && K.kt && (SE || !et) && ((KC && PC && VC) || !g) && ((KB && PB && VB && RB) || !gb) && (CM || !(g && gb));
         if (!ok) {
 #pragma omp atomic write
             failed = 1;
@@ -243,6 +247,11 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
                 if (kc_h != h) { /* the columns' keys, transposed once per head and thread (zeros past g) */
                     gather_keys(k + hk * sk, skr, v + hk * sv, svr, p, g, gpad, gpad, d, KC, VC);
                     for (long x = 0; x < g; x++) PC[x] = p[x] >= 0 && !(kh && !kh[p[x]]) ? (int)p[x] : -1;
+                    if (CM) { /* the block keys that are columns: read as columns only */
+                        memset(CM, 0, (size_t)m);
+                        for (long x = 0; x < g; x++)
+                            if (p[x] >= 0 && p[x] < m) CM[p[x]] = 1;
+                    }
                     kc_h = h;
                 }
                 gt = causal ? readable(p, g, i0 + rows - 1) : g;
@@ -253,7 +262,7 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
                 long t = i0 / cb;
                 const long *p = bp + (h * Tb + t) * gb;
                 if (kb_h != h || kb_t != t) { /* transposed once per (head, chunk) and thread */
-                    blocks_resident(k + hk * sk, skr, v + hk * sv, svr, p, gb, gbpad, d, kh, kb_h == h, KB, VB, PB, RB);
+                    blocks_resident(k + hk * sk, skr, v + hk * sv, svr, p, gb, gbpad, d, kh, CM, m, kb_h == h, KB, VB, PB, RB);
                     kb_h = h, kb_t = t;
                 }
                 bt = readable(RB, gbpad, causal ? i0 + rows - 1 : m); /* the slots up to the last one a row may read */
@@ -299,6 +308,7 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
         free(SE);
         free(KC);
         free(PC);
+        free(CM);
         free(VC);
         free(KB);
         free(PB);

@@ -223,8 +223,8 @@ def band_forward(
     columns: (N, g) int64 key positions every row may read (−1: empty; ascending with the empty slots last reads
     least), read from k, v where they lie (once per head), scored and masked (off the band, causal, kept) inside the
     kernel; blocks: (N, T, g_b) int64 a key set per chunk of ``chunk``
-    rows (a multiple of the kernel's tile, ``TILE``: key blocks chosen per query block), distinct in each set and from
-    the columns, in any order, read from k, v where they lie (once per head and chunk);
+    rows (a multiple of the kernel's tile, ``TILE``: key blocks chosen per query block), distinct in each set (a key of a
+    set that is a column is read once, as the column), in any order, read from k, v where they lie (once per head and chunk);
     heads (h_q, h_kv): N int64 rows each — head x reads q row h_q[x] and k, v row h_kv[x], and writes
     ``out`` = (O, L) at row h_q[x] (q, O: (R, n, d), k, v: (R_kv, m, d), L: (R, n); the other rows untouched);
     first_row (with ``heads``): rows i < first_row are left as they are in ``out`` (computed elsewhere).
