@@ -35,7 +35,7 @@ def test_a_header_edit_rebuilds_the_kernels_that_include_it(tmp_path, monkeypatc
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     built = lambda: sorted(p.name for p in (tmp_path / "cache" / "attnlab" / "native").glob("*.so"))
     reasons: list[str] = []
-    band = [src / native.SOURCE.name, src / native.BACKWARD_SOURCE.name]
+    band = [src / f.name for f in native.BAND_SOURCES]
     assert native.compiled(band, reasons) is not None and native.compiled(src / "decode_kernel.c", reasons) is not None, reasons
     before = built()
     assert len(before) == 2
@@ -45,4 +45,5 @@ def test_a_header_edit_rebuilds_the_kernels_that_include_it(tmp_path, monkeypatc
     assert native.compiled(band, reasons) is not None and native.compiled(src / "decode_kernel.c", reasons) is not None, reasons
     after = built()
     assert len(after) == 4 and set(before) < set(after)
-    assert native.compiled(band, reasons).attnlab_band_backward is not None         # the backward linked in
+    lib = native.compiled(band, reasons)
+    assert lib.attnlab_band_backward is not None and lib.attnlab_block_topk is not None   # every source linked in

@@ -7,9 +7,9 @@
 
 The C source is compiled once per machine (``cc -O3 -march=native -ffast-math -fopenmp -c``, linked apart without
 -ffast-math so that loading it leaves the process's denormals alone) into
-``$XDG_CACHE_HOME/attnlab/native/`` (default ``~/.cache``), named by a hash of the sources (``band_kernel.c`` and
-``band_backward.c``, linked into one library) and the headers beside them (``band_tiles.h``, ``vector_math.h``), the flags,
-the compiler and the CPU's feature flags; the build writes a temporary file and renames it, so
+``$XDG_CACHE_HOME/attnlab/native/`` (default ``~/.cache``), named by a hash of the sources (``band_kernel.c``,
+``band_backward.c`` and ``block_topk.c``, linked into one library: ``BAND_SOURCES``) and the headers beside them
+(``band_tiles.h``, ``vector_math.h``), the flags, the compiler and the CPU's feature flags; the build writes a temporary file and renames it, so
 concurrent first uses are safe.  With no C compiler, or ``ATTNLAB_NATIVE=0``, ``available()`` is
 False and callers use PyTorch's flash kernel instead (``sliding_window.WindowAttention``); the
 reason is kept in ``unavailable_reason()``.
@@ -41,6 +41,7 @@ from torch import Tensor
 SOURCE = Path(__file__).with_name("band_kernel.c")
 BACKWARD_SOURCE = Path(__file__).with_name("band_backward.c")   # linked with SOURCE into one library, as is
 BLOCKS_SOURCE = Path(__file__).with_name("block_topk.c")        # the key blocks' choice (``block_topk``)
+BAND_SOURCES = [SOURCE, BACKWARD_SOURCE, BLOCKS_SOURCE]          # ``library()``
 FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11"]   # compiling (-c)
 # linking, without -ffast-math: GCC links crtfastmath.o into anything linked with it, and that object's constructor sets
 # flush-to-zero / denormals-are-zero in the whole process that loads the library (PyTorch's and NumPy's arithmetic too)
@@ -147,7 +148,7 @@ def library() -> ctypes.CDLL | None:
     if os.environ.get("ATTNLAB_NATIVE", "1") == "0":
         _reason.append("ATTNLAB_NATIVE=0")
         return None
-    lib = compiled([SOURCE, BACKWARD_SOURCE, BLOCKS_SOURCE], _reason)
+    lib = compiled(BAND_SOURCES, _reason)
     if lib is None:
         return None
     f = lib.attnlab_band_forward
