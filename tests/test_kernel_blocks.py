@@ -1,6 +1,7 @@
 """Key blocks in the native kernel (band_kernel.c: blocks_resident): a chunk's key set kept by groups of VEC slots, a
 group the previous chunk held staying where it is — checked against the dense reference on sets that repeat groups
-from chunk to chunk in another order (as neighbouring query blocks choose many of the same key blocks)."""
+from chunk to chunk in another order (as neighbouring query blocks choose many of the same key blocks), and that hold
+some of the head's columns (read once, as the column)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ VEC = 16
 
 @pytest.mark.parametrize("gb", [16, 40, 48])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_key_sets_that_repeat_groups_across_chunks_equal_the_dense_reference(gb, seed):
+@pytest.mark.parametrize("with_columns", [False, True])   # the sets hold the heads' columns too: each read once, as a column
+def test_key_sets_that_repeat_groups_across_chunks_equal_the_dense_reference(gb, seed, with_columns):
     if not sw.native.available():
         pytest.skip(f"no native kernel here: {sw.native.unavailable_reason()}")
     gen = torch.Generator().manual_seed(seed)
@@ -33,7 +35,8 @@ def test_key_sets_that_repeat_groups_across_chunks_equal_the_dense_reference(gb,
             new = [pool[i] for i in torch.randperm(len(pool), generator=gen)[: -(-gb // VEC) - len(keep)].tolist()]
             chosen = [keep[i] for i in torch.randperm(len(keep), generator=gen).tolist()] + new
             keys = torch.cat([runs[r] for r in chosen])[:gb]
-            keys = keys[~torch.isin(keys, cols[0, x])]                                    # none a column
+            if not with_columns:
+                keys = keys[~torch.isin(keys, cols[0, x])]                                # none a column
             sets[0, x, t, : len(keys)] = keys
             prev = chosen
     out = torch.full((B, H, n, d), float("nan"))

@@ -57,6 +57,37 @@ def test_top_blocks_are_the_largest_pooled_scores_off_the_band(n, w, K, seed):
         assert sorted(row[row >= 0].tolist()) == blocks
 
 
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 400), B=st.integers(1, 2), K=st.integers(1, 9), b=st.sampled_from([4, 16]), seed=st.integers(0, 10**6))
+def test_the_native_block_choice_is_the_top_k_over_the_masked_rows(n, B, K, b, seed):
+    """native.block_topk (each row's prefix of candidates, an insertion into the K best) chooses what
+    top_pooled_blocks' top-k over the masked row does, in its order (largest first, −1 past the candidates)."""
+    from attnlab.llm.plans.key_blocks import block_means, top_pooled_blocks
+    from attnlab.nn.mechanisms import native
+
+    if not native.available():
+        pytest.skip(f"native kernel off: {native.unavailable_reason()}")
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(B, 3, n, 16, generator=g), torch.randn(B, 3, n, 16, generator=g)
+    w = torch.randint(0, 3 * b, (3,), generator=g).tolist()
+    qb, kb = block_means(q, b), block_means(k, b)
+    want = top_pooled_blocks(qb, kb, w, K, b)
+    got = top_pooled_blocks(qb, kb, w, K, b, choose=native.block_topk)
+    assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+def test_the_native_block_choice_breaks_ties_to_the_lower_block():
+    # equal pooled scores (repeated text: equal block means): the lower block first — torch's top-k has no defined order
+    from attnlab.nn.mechanisms import native
+
+    if not native.available():
+        pytest.skip(f"native kernel off: {native.unavailable_reason()}")
+    s = torch.tensor([1.0, 3.0, 2.0, 3.0, 2.0, 0.0]).expand(6, 6).reshape(1, 1, 6, 6).contiguous()
+    got = native.block_topk(s, [0], 3, 4)[0, 0]                          # w = 0: every J < t a candidate
+    assert got[5].tolist() == [1, 3, 2] and got[3].tolist() == [1, 2, 0] and got[1].tolist() == [0, -1, -1]
+    assert got[0].tolist() == [-1, -1, -1]
+
+
 def dense_reference(q, k, v, scaling, runner, blocks, cols):
     """Masked softmax over causal ∩ (band ∪ columns ∪ key blocks of the query's block) (tails: the last rows full);
     cols (B, H, g) the columns the prefill chose (−1: empty)."""

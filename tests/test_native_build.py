@@ -17,3 +17,33 @@ def test_loading_the_kernels_leaves_the_process_denormals_alone():
     assert out.returncode == 0, out.stderr
     numpy_value, torch_value = map(float, out.stdout.split())
     assert numpy_value > 0 and torch_value > 0                       # subnormals kept: nothing flushed them to zero
+
+
+def test_a_header_edit_rebuilds_the_kernels_that_include_it(tmp_path, monkeypatch):
+    """The cached library is named by a hash of its sources and the headers beside them: editing vector_math.h (which
+    band_kernel.c, band_backward.c and decode_kernel.c include) gives each a new library, not the stale one."""
+    import shutil
+
+    import pytest
+
+    from attnlab.nn.mechanisms import native
+
+    if native._compiler() is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "src"
+    shutil.copytree(native.SOURCE.parent, src, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    built = lambda: sorted(p.name for p in (tmp_path / "cache" / "attnlab" / "native").glob("*.so"))
+    reasons: list[str] = []
+    band = [src / f.name for f in native.BAND_SOURCES]
+    assert native.compiled(band, reasons) is not None and native.compiled(src / "decode_kernel.c", reasons) is not None, reasons
+    before = built()
+    assert len(before) == 2
+    assert native.compiled(band, reasons) is not None and built() == before          # unchanged: the cached one
+    header = src / "vector_math.h"
+    header.write_text(header.read_text() + "/* edited */\n")
+    assert native.compiled(band, reasons) is not None and native.compiled(src / "decode_kernel.c", reasons) is not None, reasons
+    after = built()
+    assert len(after) == 4 and set(before) < set(after)
+    lib = native.compiled(band, reasons)
+    assert lib.attnlab_band_backward is not None and lib.attnlab_block_topk is not None   # every source linked in

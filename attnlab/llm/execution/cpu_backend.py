@@ -25,7 +25,7 @@ from attnlab.llm.plans.plan import FULL
 from attnlab.llm.plans.slash_lines import SLASH_CHUNK, kernel_extras
 from attnlab.nn.mechanisms.sliding_window import band_heads_attention, native_heads_ready, sliding_window_attention
 from attnlab.nn.softmax import masked_softmax
-from attnlab.support import NO_DIAGONAL, Support, column_mask
+from attnlab.support import NO_DIAGONAL, Support
 
 try:  # the kernel's own chunk of queries (extra keys are given per chunk)
     from attnlab.nn.mechanisms.sliding_window import kernel_chunk as chunk_size
@@ -77,10 +77,8 @@ class CpuBackend(AttentionBackend):
                 continue
             chosen = parts.blocks[:, idx, :, :K] if K and not full else None                   # (B, |hs|, T, K)
             if in_place and chosen is not None and not diags.shape[-1]:   # the kernel reads each chunk's keys in place
-                # the columns (read once a head), and each chunk's block keys that are not columns (distinct from them)
+                # the columns (read once a head), and each chunk's block keys (a key that is a column: read as the column)
                 keys = block_keys(chosen, n, b)                                                  # (B, |hs|, T, K·b), −1: none
-                is_col = column_mask(cols, n).gather(-1, keys.clamp_min(0).flatten(2)).view_as(keys)
-                keys = keys.masked_fill(is_col, -1)                                                # (an empty slot stays −1)
                 band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=cols, blocks=keys, chunk=b, scale=scaling)
                 continue
             k_g, v_g = k[:, kv_of[idx]], v[:, kv_of[idx]]                                   # (B, |hs|, n, ·): GQA, read once

@@ -18,6 +18,7 @@ from attnlab.llm.execution.backend import AttentionBackend, PrefillParts, backen
 from attnlab.llm.plans.key_blocks import BLOCK, block_means, top_pooled_blocks
 from attnlab.llm.plans.plan import FULL, LAST_Q
 from attnlab.llm.plans.slash_lines import last_query_mass, last_query_rows, slash_mass, top_slashes
+from attnlab.nn.mechanisms import native
 from attnlab.support import NO_DIAGONAL, column_mask
 
 __all__ = ["LayerPlan", "estimate_columns"]
@@ -171,8 +172,9 @@ class LayerPlan:
         if not blocked:
             return torch.full((B, H, -(-n // BLOCK), 0), -1, dtype=torch.long, device=q.device)
         bi = torch.tensor(blocked, device=q.device)
+        native_choice = native.block_topk if q.device.type == "cpu" and q.dtype == torch.float32 and native.available() else None
         best = top_pooled_blocks(block_means(q)[:, bi], block_means(k)[:, kv_of[bi]], [self.effective_w(h, n) for h in blocked],
-                                 max(self.blocks[h] for h in blocked))                  # (B, |blocked|, T, min(K_max, T))
+                                 max(self.blocks[h] for h in blocked), choose=native_choice)   # (B, |blocked|, T, min(K_max, T))
         out = torch.full((B, H, *best.shape[2:]), -1, dtype=torch.long, device=q.device)
         out[:, bi] = best
         return out

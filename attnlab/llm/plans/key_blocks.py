@@ -51,26 +51,31 @@ def block_means(x, b: int = BLOCK):
     return out
 
 
-def top_pooled_blocks(q_bar, k_bar, w, K: int, b: int = BLOCK):
-    """``top_blocks`` from the block means: q_bar (B, H, T, d) of the heads' queries, k_bar (B, H, T, d) of their keys."""
+def top_pooled_blocks(q_bar, k_bar, w, K: int, b: int = BLOCK, choose=None):
+    """``top_blocks`` from the block means: q_bar (B, H, T, d) of the heads' queries, k_bar (B, H, T, d) of their keys.
+
+    choose: None (a top-k over each masked row), or a function (ŝ, w, K, b) → (B, H, T, K) making the same choice from
+    the scores ŝ (B, H, T, T) — the native ``block_topk``, which scans each row's prefix of candidates only.
+    """
     B, H, T, d = q_bar.shape
     s = q_bar @ k_bar.transpose(-1, -2)                                                  # (B, H, T, T): ŝ_tJ
+    K = min(int(K), T)
+    if K == 0:
+        return torch.zeros(B, H, T, 0, dtype=torch.long, device=q_bar.device)
+    if choose is not None:
+        return choose(s, w, K, b)
     t = torch.arange(T, device=q_bar.device)
     w_ = torch.as_tensor(w, device=q_bar.device).view(1, H, 1, 1)
     ok = (t[None, :] < t[:, None]).view(1, 1, T, T) & (t.view(1, 1, 1, T) * b < t.view(1, 1, T, 1) * b + b - 1 - w_)
     s.masked_fill_(~ok, float("-inf"))                                                    # s is ours: in place
-    K = min(int(K), T)
-    if K == 0:
-        return torch.zeros(B, H, T, 0, dtype=torch.long, device=q_bar.device)
     top = torch.topk(s, K, dim=-1)
     return torch.where(torch.isfinite(top.values), top.indices, -1)
 
 
 def block_keys(blocks, n: int, b: int = BLOCK):
     """The key positions of chosen blocks: blocks (..., K) (−1: empty) → (..., K·b), −1 where empty or beyond n."""
-    keys = blocks.clamp_min(0)[..., None] * b + torch.arange(b, device=blocks.device)              # (..., K, b)
-    keys = torch.where((blocks >= 0)[..., None] & (keys < n), keys, torch.full_like(keys, -1))
-    return keys.flatten(-2)
+    keys = blocks[..., None] * b + torch.arange(b, device=blocks.device)                           # (..., K, b)
+    return keys.masked_fill_((blocks < 0)[..., None] | (keys >= n), -1).flatten(-2)
 
 
 def block_extras(blocks, cols, n: int, b: int = BLOCK):

@@ -28,202 +28,17 @@
  *   P = exp(τS − max)       per row, on its own band only (0 elsewhere in the tile)
  *   O = P V_tile / Σ P      register-blocked: R rows × 2 vectors of value columns
  *
- * S's inner loop reads consecutive keys of kᵀ: each thread keeps the keys of its current head
- * transposed in a rolling buffer (d × CAP), appending the R keys a new tile needs and shifting the
- * buffer when it is full — every key is transposed once, in cache.  Vectors are GCC/Clang vector extensions: AVX-512, AVX2 or NEON, whatever
- * -march=native gives.  The row softmax goes in whole vectors too, its exp inline (vexp: no libm call; the
- * backward pass's expf is vectorised by the compiler, glibc's libmvec).
+ * S and O by tiles (band_tiles.h: the tile's keys transposed once into a rolling buffer per thread, in cache);
+ * vectors are GCC/Clang vector extensions, AVX-512, AVX2 or NEON, whatever -march=native gives (vector_math.h).
+ * The row softmax goes in whole vectors too, its exp inline (vexp: no libm call).  The gradients are band_backward.c.
  * Heads × tiles are shared among threads by OpenMP.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define R 8          /* query rows per tile */
-#define VEC 16       /* floats per vector */
-#define NEG (-1e30f) /* finite −∞ */
-
-typedef float vf __attribute__((vector_size(VEC * sizeof(float))));
-typedef float vf_unaligned __attribute__((vector_size(VEC * sizeof(float)), aligned(sizeof(float)), may_alias));
-
-static inline vf load(const float *p) { return *(const vf_unaligned *)p; }
-static inline void store(float *p, vf x) { *(vf_unaligned *)p = x; }
-
-/* The keys [base, base + len) of one head, transposed: kt[kk·cap + (j − base)] = k_j[kk]. */
-typedef struct {
-    float *kt;
-    long cap, base, len, head;
-} Keys;
-
-/* Make [jlo, jlo + need) resident (keys ≥ m read as 0; key j at k + j·ldr) and return the column of key jlo. */
-static const float *keys_for(Keys *K, const float *k, long ldr, long h, long m, long d, long jlo, long need)
-{
-    if (K->head != h || jlo < K->base || jlo + need > K->base + K->cap) {
-        long keep = 0; /* keys already transposed that the tile still needs: shift them to the front */
-        if (K->head == h && jlo >= K->base && jlo < K->base + K->len) {
-            keep = K->base + K->len - jlo;
-            for (long kk = 0; kk < d; kk++) memmove(K->kt + kk * K->cap, K->kt + kk * K->cap + (jlo - K->base), keep * sizeof(float));
-        }
-        K->head = h, K->base = jlo, K->len = keep;
-    }
-    for (long j = K->base + K->len; j < jlo + need; j++) { /* append: one key's d floats into d rows */
-        long x = j - K->base;
-        if (j < m)
-            for (long kk = 0; kk < d; kk++) K->kt[kk * K->cap + x] = k[j * ldr + kk];
-        else
-            for (long kk = 0; kk < d; kk++) K->kt[kk * K->cap + x] = 0.0f;
-    }
-    if (jlo + need > K->base + K->len) K->len = jlo + need - K->base;
-    return K->kt + (jlo - K->base);
-}
-
-/* B(i) of the tile's rows i = i0 … i0 + rows − 1 as key ranges [a_r, b_r] (clipped to the keys and the
- * causal triangle; a_r > b_r: none), and their union [jlo, jhi] (jhi < jlo: no row sees a band key). */
-static void tile_band(long i0, int rows, long m, long w, long off, int causal, long *a, long *b, long *jlo, long *jhi)
-{
-    *jlo = m, *jhi = -1;
-    for (int r = 0; r < rows; r++) {
-        long i = i0 + r, lo = i + off - w, hi = i + off + w;
-        if (causal && hi > i) hi = i;
-        a[r] = lo < 0 ? 0 : lo;
-        b[r] = hi > m - 1 ? m - 1 : hi;
-        if (a[r] <= b[r]) {
-            *jlo = a[r] < *jlo ? a[r] : *jlo;
-            *jhi = b[r] > *jhi ? b[r] : *jhi;
-        }
-    }
-}
-
-/* The last ≤ VEC keys of a tile's scores, one vector at a time (its own function: sharing one with
- * the main loop spills the main loop's key vectors to the stack). */
-__attribute__((noinline)) static void tile_scores_last(const float *const *qr, const float *kc, long ldk, long d, float *S, long lds)
-{
-    vf acc[R];
-    memset(acc, 0, sizeof acc);
-    for (long kk = 0; kk < d; kk++) {
-        vf k0 = load(kc + kk * ldk);
-#pragma GCC unroll 16
-        for (int r = 0; r < R; r++) acc[r] += qr[r][kk] * k0;
-    }
-    for (int r = 0; r < R; r++) store(S + r * lds, acc[r]);
-}
-
-/* S[r][x] = q_{i0+r} · k_{jlo+x} for x < L (rounded up to VEC), r < R (q row i at q + i·ldq).  q rows past n repeat row n−1.
- * Keys go 2 vectors at a time (16 accumulators), the last ≤ VEC keys one vector at a time. */
-static void tile_scores(const float *q, long ldq, long n, long i0, const float *kt, long ldk, long d, long L, float *S, long lds)
-{
-    const float *qr[R];
-    for (int r = 0; r < R; r++) qr[r] = q + (i0 + r < n ? i0 + r : n - 1) * ldq;
-    long x0 = 0;
-    for (; x0 + VEC < L; x0 += 2 * VEC) {
-        vf acc[R][2];
-        memset(acc, 0, sizeof acc);
-        const float *kc = kt + x0;
-        for (long kk = 0; kk < d; kk++) {
-            vf k0 = load(kc + kk * ldk), k1 = load(kc + kk * ldk + VEC);
-#pragma GCC unroll 16
-            for (int r = 0; r < R; r++) {
-                float qs = qr[r][kk];
-                acc[r][0] += qs * k0;
-                acc[r][1] += qs * k1;
-            }
-        }
-        for (int r = 0; r < R; r++) {
-            store(S + r * lds + x0, acc[r][0]);
-            store(S + r * lds + x0 + VEC, acc[r][1]);
-        }
-    }
-    if (x0 < L) tile_scores_last(qr, kt + x0, ldk, d, S + x0, lds);
-}
-
-/* o_{i0+r} (+)= Σ_x P[r][x] v_{jlo+x} · inv[r] for r < rows (value columns 2·VEC at a time, then VEC); value row j
- * at v + j·ldv, output row r at o + r·ldo; add: accumulate into o instead of storing. */
-static void tile_values(const float *S, long lds, long L, const float *v, long ldv, long d, long jlo, const float *inv, int rows,
-                        float *o, long ldo, int add)
-{
-    long dd = 0;
-    for (; dd + 2 * VEC <= d; dd += 2 * VEC) {
-        vf acc[R][2];
-        memset(acc, 0, sizeof acc);
-        const float *vc = v + jlo * ldv + dd;
-        for (long x = 0; x < L; x++) {
-            vf v0 = load(vc + x * ldv), v1 = load(vc + x * ldv + VEC);
-#pragma GCC unroll 16
-            for (int r = 0; r < R; r++) {
-                float p = S[r * lds + x];
-                acc[r][0] += p * v0;
-                acc[r][1] += p * v1;
-            }
-        }
-        for (int r = 0; r < rows; r++) {
-            vf y0 = acc[r][0] * inv[r], y1 = acc[r][1] * inv[r];
-            if (add) y0 += load(o + r * ldo + dd), y1 += load(o + r * ldo + dd + VEC);
-            store(o + r * ldo + dd, y0);
-            store(o + r * ldo + dd + VEC, y1);
-        }
-    }
-    for (; dd < d; dd += VEC) {
-        vf acc[R];
-        memset(acc, 0, sizeof acc);
-        const float *vc = v + jlo * ldv + dd;
-        for (long x = 0; x < L; x++) {
-            vf v0 = load(vc + x * ldv);
-            for (int r = 0; r < R; r++) acc[r] += S[r * lds + x] * v0;
-        }
-        for (int r = 0; r < rows; r++) store(o + r * ldo + dd, acc[r] * inv[r] + (add ? load(o + r * ldo + dd) : (vf){0}));
-    }
-}
-
-/* exp(x) for x ≤ 0, 16 lanes inline (no call, no scalar remainder, no errno path for the masked −∞ = NEG):
- *
- *   x = n ln2 + r,  n = round(x / ln2),  |r| ≤ ln2 / 2,   e^x = 2^n · p(r),
- *   p(r) = 1 + r + r² (½ + r (1/6 + …))   (Cephes' expf polynomial: ≤ 1 ulp),
- *
- * 2^n built in the exponent bits.  Lanes with x < EXP_MIN give 0: e^x < 2^−124 there, below float's normal
- * range relative to the row's largest weight 1 (which has no effect on a float32 o_i; it keeps the products out of
- * denormals).  glibc's expf and libmvec's (which the compiler used to call here) differ from this by an ulp. */
-#define EXP_MIN (-86.0f)
-typedef int vi __attribute__((vector_size(VEC * sizeof(int))));
-
-static inline vf blend(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b)); }
-
-static inline vf vexp(vf x)
-{
-    vi keep = x >= EXP_MIN;
-    x = blend(keep, x, (vf){0} + EXP_MIN);
-    vi n = __builtin_convertvector(x * -1.44269504088896341f + 0.5f, vi); /* −round(x / ln2): x ≤ 0, truncation */
-    vf nf = __builtin_convertvector(n, vf);
-    vf r = x + nf * 0.693359375f - nf * 2.12194440e-4f;                    /* Cody–Waite: ln2 = C1 + C2, n·C1 exact */
-    vf p = 1.9875691500e-4f * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    vf two_n = (vf)((127 - n) << 23);                                       /* 2^−n'  (n' = −n ≥ 0) */
-    return blend(keep, p * two_n, (vf){0});
-}
-
-static inline float hmax(vf x)
-{
-    float m = x[0];
-    for (int l = 1; l < VEC; l++) m = x[l] > m ? x[l] : m;
-    return m;
-}
-
-static inline float hsum(vf x)
-{
-    float t = 0.0f;
-    for (int l = 0; l < VEC; l++) t += x[l];
-    return t;
-}
-
-/* Lanes x0 … x0 + VEC − 1 inside [lo, hi]. */
-static inline vi lanes(long x0, long lo, long hi)
-{
-    vi x = (vi){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15} + (int)x0;
-    return (x >= (int)lo) & (x <= (int)hi);
-}
+#include "band_tiles.h"  /* R, Keys, keys_for, tile_band, tile_scores, tile_values */
+#include "vector_math.h" /* VEC, NEG, vf, vi, load, store, blend, vexp, hmax, hsum, lanes */
 
 /* Row softmax over the band [a, b] of the tile row s (scaled by tau, keys masked by keep) and the extra scores
  * se[0, e1) and se[o2, o2 + e2) (already scaled, NEG = not allowed; a row of SE: the given extras and the
@@ -297,11 +112,13 @@ static void gather_keys(const float *k, long skr, const float *v, long svr, cons
 }
 
 /* Make a chunk's key set p (g keys, −1: none) resident in the slots KB (d × gpad, transposed), VB (gpad × d), with their
- * positions RB (as given) and PB (−1: empty or not kept by keep): by groups of VEC slots, a group the slots hold already
+ * positions RB (as given) and PB (−1: empty, not kept by keep, or a column of the head: cols[j], m bytes or NULL — read
+ * once, as a column): by groups of VEC slots, a group the slots hold already
  * (`held`: the previous chunk's, of the same head — neighbouring query blocks choose many of the same key blocks) stays
  * where it is, the others are gathered into the groups of slots this set does not keep.  The set is read in any order. */
 static void blocks_resident(const float *k, long skr, const float *v, long svr, const long *p, long g, long gpad, long d,
-                            const unsigned char *keep, int held, float *KB, float *VB, int *PB, long *RB)
+                            const unsigned char *keep, const unsigned char *cols, long m, int held, float *KB, float *VB,
+                            int *PB, long *RB)
 {
     long ng = gpad / VEC, at[ng];
     unsigned char taken[ng];
@@ -322,7 +139,8 @@ static void blocks_resident(const float *k, long skr, const float *v, long svr, 
         long *r = RB + go * VEC;
         for (int l = 0; l < VEC; l++) r[l] = gn * VEC + l < g ? p[gn * VEC + l] : -1;
         gather_keys(k, skr, v, svr, r, VEC, VEC, gpad, d, KB + go * VEC, VB + go * VEC * d);
-        for (int l = 0; l < VEC; l++) PB[go * VEC + l] = r[l] >= 0 && !(keep && !keep[r[l]]) ? (int)r[l] : -1;
+        for (int l = 0; l < VEC; l++)
+            PB[go * VEC + l] = r[l] >= 0 && !(keep && !keep[r[l]]) && !(cols && r[l] < m && cols[r[l]]) ? (int)r[l] : -1;
     }
 }
 
@@ -361,8 +179,8 @@ static void mask_keys(float *SE, long lde, const int *P, long gt, int rows, long
  * empty slots last reads least: causal, a tile reads up to its last readable column, the rest masked), read from k,
  * v at their positions (once per head and thread);
  * blocks (gb > 0): bp (N, Tb, gb) a key set per chunk of cb rows (cb a multiple of R: a tile lies in one chunk; key
- * blocks chosen per query block), row i reads the set of chunk i / cb, distinct from the columns and within the set
- * (any order: a tile reads up to its last readable key, the rest masked); read from k, v in place, once per
+ * blocks chosen per query block), row i reads the set of chunk i / cb, distinct within the set (a key of it that is a
+ * column is read once, as the column; any order: a tile reads up to its last readable key, the rest masked); read from k, v in place, once per
  * (head, chunk) and thread, by groups of VEC slots (a group the thread's previous chunk held is not read again:
  * blocks_resident);
  * lse: (N, n).  Only rows i ≥ r0 are computed (the others untouched: a caller's SDPA serves a wide band's
@@ -390,6 +208,7 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
         float *SE = et ? aligned_alloc(64, (size_t)R * lde * sizeof(float)) : NULL;
         float *KC = g ? aligned_alloc(64, (size_t)d * gpad * sizeof(float)) : NULL; /* head kc_h's columns, transposed */
         int *PC = g ? malloc((size_t)g * sizeof(int)) : NULL;                   /* their positions (−1: empty or not kept) */
+        unsigned char *CM = g && gb ? malloc((size_t)m) : NULL;                 /* 1[j is a column of head kc_h] */
         float *VC = g ? aligned_alloc(64, (size_t)gpad * d * sizeof(float)) : NULL; /* their values */
         float *KB = gb ? aligned_alloc(64, (size_t)d * gbpad * sizeof(float)) : NULL; /* chunk kb_t's block keys, transposed */
         int *PB = gb ? malloc((size_t)gbpad * sizeof(int)) : NULL;      /* the slots' positions (−1: empty or not kept) */
@@ -398,7 +217,7 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
         long kc_h = -1, kb_h = -1, kb_t = -1;
         Keys K = {NULL, 4 * lds, 0, 0, -1};
         K.kt = aligned_alloc(64, (size_t)d * K.cap * sizeof(float));
-        int ok = S && K.kt && (SE || !et) && ((KC && PC && VC) || !g) && ((KB && PB && VB && RB) || !gb);
+        int ok = S && K.kt && (SE || !et) && ((KC && PC && VC) || !g) && ((KB && PB && VB && RB) || !gb) && (CM || !(g && gb));
         if (!ok) {
 #pragma omp atomic write
             failed = 1;
@@ -428,6 +247,11 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
                 if (kc_h != h) { /* the columns' keys, transposed once per head and thread (zeros past g) */
                     gather_keys(k + hk * sk, skr, v + hk * sv, svr, p, g, gpad, gpad, d, KC, VC);
                     for (long x = 0; x < g; x++) PC[x] = p[x] >= 0 && !(kh && !kh[p[x]]) ? (int)p[x] : -1;
+                    if (CM) { /* the block keys that are columns: read as columns only */
+                        memset(CM, 0, (size_t)m);
+                        for (long x = 0; x < g; x++)
+                            if (p[x] >= 0 && p[x] < m) CM[p[x]] = 1;
+                    }
                     kc_h = h;
                 }
                 gt = causal ? readable(p, g, i0 + rows - 1) : g;
@@ -438,7 +262,7 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
                 long t = i0 / cb;
                 const long *p = bp + (h * Tb + t) * gb;
                 if (kb_h != h || kb_t != t) { /* transposed once per (head, chunk) and thread */
-                    blocks_resident(k + hk * sk, skr, v + hk * sv, svr, p, gb, gbpad, d, kh, kb_h == h, KB, VB, PB, RB);
+                    blocks_resident(k + hk * sk, skr, v + hk * sv, svr, p, gb, gbpad, d, kh, CM, m, kb_h == h, KB, VB, PB, RB);
                     kb_h = h, kb_t = t;
                 }
                 bt = readable(RB, gbpad, causal ? i0 + rows - 1 : m); /* the slots up to the last one a row may read */
@@ -484,6 +308,7 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
         free(SE);
         free(KC);
         free(PC);
+        free(CM);
         free(VC);
         free(KB);
         free(PB);
@@ -492,107 +317,4 @@ int attnlab_band_forward(const float *q, const float *k, const float *v, const u
         free(K.kt);
     }
     return failed; /* 1: a thread could not allocate its scratch (nothing it should have written is valid) */
-}
-
-/* M[jlo + x] += Σ_r A[r][x] · X_{i0+r}, x < L, r < rows: a rank-R update of L rows of M (value columns
- * 2·VEC at a time, then VEC).  dK += τ dSᵀ Q and dV += Pᵀ dO of a tile. */
-static void tile_rank_update(const float *A, long lds, long L, const float *X, int rows, long d, float *M)
-{
-    long dd = 0;
-    for (; dd + 2 * VEC <= d; dd += 2 * VEC) {
-        vf x0[R], x1[R];
-        for (int r = 0; r < R; r++) {
-            x0[r] = r < rows ? load(X + r * d + dd) : (vf){0};
-            x1[r] = r < rows ? load(X + r * d + dd + VEC) : (vf){0};
-        }
-        for (long x = 0; x < L; x++) {
-            vf acc0 = load(M + x * d + dd), acc1 = load(M + x * d + dd + VEC);
-#pragma GCC unroll 16
-            for (int r = 0; r < R; r++) {
-                float a = A[r * lds + x];
-                acc0 += a * x0[r];
-                acc1 += a * x1[r];
-            }
-            store(M + x * d + dd, acc0);
-            store(M + x * d + dd + VEC, acc1);
-        }
-    }
-    for (; dd < d; dd += VEC)
-        for (long x = 0; x < L; x++) {
-            vf acc = load(M + x * d + dd);
-            for (int r = 0; r < rows; r++) acc += A[r * lds + x] * load(X + r * d + dd);
-            store(M + x * d + dd, acc);
-        }
-}
-
-/* The band's gradients, flash style (P recomputed from the saved L, never stored):
- *
- *   P_ij = exp(τ q_i·k_j − L_i),  dP_ij = dO_i·v_j,  dS_ij = P_ij (dP_ij − D_i),  D_i = dO_i·O_i
- *   dq_i = τ Σ_j dS_ij k_j,   dk_j += τ Σ_i dS_ij q_i,   dv_j += Σ_i P_ij dO_i      (j ∈ B(i))
- *
- * L and D are those of the whole softmax (band ∪ extras): restricted to the band keys, this is the
- * band's share of the gradient; the extras' share is added by the caller.  Threads take whole heads
- * (a head's dk, dv are written by one thread only).  dq, dk, dv: (N, n|m, d), zero on entry. */
-int attnlab_band_backward(const float *q, const float *k, const float *v, const unsigned char *keep,
-                           const float *dO, const float *Lse, const float *D, float *dq, float *dk, float *dv,
-                           long N, long n, long m, long d, long sk, long sv, long hpk,
-                           long w, long off, int causal, float tau, int threads)
-{
-    long tiles = (n + R - 1) / R;
-    long span = 2 * w + R < m ? 2 * w + R : m;
-    long lds = (span + 2 * VEC - 1) / (2 * VEC) * (2 * VEC);
-    int failed = 0;
-#pragma omp parallel num_threads(threads)
-    {
-        float *P = aligned_alloc(64, (size_t)R * lds * sizeof(float));
-        float *dS = aligned_alloc(64, (size_t)R * lds * sizeof(float));
-        Keys K = {NULL, 4 * lds, 0, 0, -1}, V = {NULL, 4 * lds, 0, 0, -1};
-        K.kt = aligned_alloc(64, (size_t)d * K.cap * sizeof(float));
-        V.kt = aligned_alloc(64, (size_t)d * V.cap * sizeof(float));
-        int ok = P && dS && K.kt && V.kt;
-        if (!ok) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(static)
-        for (long h = 0; h < N; h++)
-            for (long i0 = 0; i0 < n && ok; i0 += R) {
-                int rows = n - i0 < R ? (int)(n - i0) : R;
-                long a[R], b[R], jlo, jhi;
-                tile_band(i0, rows, m, w, off, causal, a, b, &jlo, &jhi);
-                if (jhi < jlo) continue; /* no band key: dq stays 0 */
-                long L = jhi - jlo + 1, Lpad = (L + VEC - 1) / VEC * VEC;
-                const float *q_t = q + (h * n + i0) * d, *dO_t = dO + (h * n + i0) * d;
-                tile_scores(q + h * n * d, d, n, i0, keys_for(&K, k + h * sk, d, h, m, d, jlo, Lpad), K.cap, d, L, P, lds);
-                tile_scores(dO + h * n * d, d, n, i0, keys_for(&V, v + h * sv, d, h, m, d, jlo, Lpad), V.cap, d, L, dS, lds);
-                const unsigned char *kp = keep ? keep + (h / hpk) * m + jlo : NULL;
-                for (int r = 0; r < R; r++) { /* P = exp(τS − L) on the row's band, dS = P (dP − D); 0 elsewhere */
-                    float *p = P + r * lds, *ds = dS + r * lds;
-                    long lo = 0, hi = -1;
-                    float Li = 0.0f, Di = 0.0f;
-                    if (r < rows && a[r] <= b[r] && Lse[h * n + i0 + r] > 0.5f * NEG) {
-                        lo = a[r] - jlo, hi = b[r] - jlo, Li = Lse[h * n + i0 + r], Di = D[h * n + i0 + r];
-                    }
-                    for (long x = 0; x < Lpad; x++) {
-                        int in = x >= lo && x <= hi && !(kp && !kp[x]);
-                        float px = in ? expf(tau * p[x] - Li) : 0.0f;
-                        ds[x] = px * (ds[x] - Di);
-                        p[x] = px;
-                    }
-                }
-                float taus[R];
-                for (int r = 0; r < R; r++) taus[r] = tau;
-                tile_values(dS, lds, L, k + h * sk, d, d, jlo, taus, rows, dq + (h * n + i0) * d, d, 0);
-                tile_rank_update(dS, lds, L, q_t, rows, d, dk + (h * m + jlo) * d); /* τ applied once at the end */
-                tile_rank_update(P, lds, L, dO_t, rows, d, dv + (h * m + jlo) * d);
-            }
-        free(P);
-        free(dS);
-        free(K.kt);
-        free(V.kt);
-    }
-    long total = N * m * d;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (long x = 0; x < total; x++) dk[x] *= tau;
-    return failed;
 }

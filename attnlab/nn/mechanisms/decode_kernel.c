@@ -28,13 +28,16 @@
  *
  * ±inf in m, M, mc, Mc marks a page without a key; they are tested by their bits (-ffast-math assumes no inf).
  * Per (batch row, KV head): one pass over its resident slots scores each key for the r query heads that read it (a key
- * read once), then each query head's pages; the scores of a head are kept and exponentiated together (vectorised),
- * then o = Σ p_j v_j / Σ p_j.  Threads take (batch row, KV head) pairs; each keeps O(i + S + r·(L + K·page)) scratch.
+ * read once), then each query head's pages; the scores of a head are kept and exponentiated together in whole vectors
+ * (vexp, vector_math.h), then o = Σ p_j v_j / Σ p_j.  Threads take (batch row, KV head) pairs; each keeps
+ * O(i + S + r·(L + K·page)) scratch.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <math.h>
+
+#include "vector_math.h" /* VEC, vf, load, store, blend, vexp, hsum, lanes */
 
 #define FULL (-1L)
 
@@ -72,14 +75,31 @@ static inline float dot(const float *a, const float *b, long d)
     return s;
 }
 
-/* o = Σ_x exp(s_x − max) v_x / Σ_x exp(s_x − max) over the n keys read (o = 0: none); value x at vals[x]. */
+/* o = Σ_x exp(s_x − max) v_x / Σ_x exp(s_x − max) over the n keys read (o = 0: none); value x at vals[x].  The exps in
+ * whole vectors, inline (vexp, as the band kernel's row softmax: no libm call, no scalar path; the last < VEC scores
+ * through a padded copy, its lanes past n masked). */
 static void softmax_sum(float *sc, const float **vals, long n, long dv, float *o)
 {
     memset(o, 0, dv * sizeof(float));
     if (n == 0) return;
-    float mx = sc[0], l = 0.0f;
+    float mx = sc[0];
     for (long x = 1; x < n; x++) mx = sc[x] > mx ? sc[x] : mx;
-    for (long x = 0; x < n; x++) sc[x] = expf(sc[x] - mx), l += sc[x];   /* vectorised (libmvec) */
+    vf vsum = {0};
+    long x0 = 0;
+    for (; x0 + VEC <= n; x0 += VEC) {
+        vf p = vexp(load(sc + x0) - mx);
+        store(sc + x0, p);
+        vsum += p;
+    }
+    if (x0 < n) {
+        float tail[VEC] = {0};
+        memcpy(tail, sc + x0, (n - x0) * sizeof(float));
+        vf p = blend(lanes(x0, x0, n - 1), vexp(load(tail) - mx), (vf){0});   /* lanes past n: 0 */
+        store(tail, p);
+        memcpy(sc + x0, tail, (n - x0) * sizeof(float));
+        vsum += p;
+    }
+    float l = hsum(vsum);
     for (long x = 0; x < n; x++) {
         const float *v = vals[x];
         float p = sc[x];

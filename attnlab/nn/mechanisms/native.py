@@ -7,8 +7,9 @@
 
 The C source is compiled once per machine (``cc -O3 -march=native -ffast-math -fopenmp -c``, linked apart without
 -ffast-math so that loading it leaves the process's denormals alone) into
-``$XDG_CACHE_HOME/attnlab/native/`` (default ``~/.cache``), named by a hash of the source, the flags,
-the compiler and the CPU's feature flags; the build writes a temporary file and renames it, so
+``$XDG_CACHE_HOME/attnlab/native/`` (default ``~/.cache``), named by a hash of the sources (``band_kernel.c``,
+``band_backward.c`` and ``block_topk.c``, linked into one library: ``BAND_SOURCES``) and the headers beside them
+(``band_tiles.h``, ``vector_math.h``), the flags, the compiler and the CPU's feature flags; the build writes a temporary file and renames it, so
 concurrent first uses are safe.  With no C compiler, or ``ATTNLAB_NATIVE=0``, ``available()`` is
 False and callers use PyTorch's flash kernel instead (``sliding_window.WindowAttention``); the
 reason is kept in ``unavailable_reason()``.
@@ -38,6 +39,9 @@ import torch
 from torch import Tensor
 
 SOURCE = Path(__file__).with_name("band_kernel.c")
+BACKWARD_SOURCE = Path(__file__).with_name("band_backward.c")   # linked with SOURCE into one library, as is
+BLOCKS_SOURCE = Path(__file__).with_name("block_topk.c")        # the key blocks' choice (``block_topk``)
+BAND_SOURCES = [SOURCE, BACKWARD_SOURCE, BLOCKS_SOURCE]          # ``library()``
 FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11"]   # compiling (-c)
 # linking, without -ffast-math: GCC links crtfastmath.o into anything linked with it, and that object's constructor sets
 # flush-to-zero / denormals-are-zero in the whole process that loads the library (PyTorch's and NumPy's arithmetic too)
@@ -76,23 +80,28 @@ def compile_flags() -> list[str]:
     return FLAGS + (AVX512_FLAGS if "avx512f" in _cpu_flags().split() else [])
 
 
-def compiled(source_file: Path, reasons: list[str]) -> ctypes.CDLL | None:
-    """``source_file`` compiled for this CPU (``compile_flags``) into ``cache_dir()`` once, named by a hash of the source,
-    the flags, the compiler and the CPU, and loaded; None (the reason appended to ``reasons``) if it cannot be."""
+def compiled(sources: Path | list[Path], reasons: list[str]) -> ctypes.CDLL | None:
+    """``sources`` (one C file or several, linked into one library) compiled for this CPU (``compile_flags``) into
+    ``cache_dir()`` once, named by the first's stem and a hash of the sources, every header beside them (``*.h``: what
+    they include, so that a header edit recompiles), the flags, the compiler and the CPU, and loaded; None (the reason
+    appended to ``reasons``) if it cannot be."""
+    sources = [sources] if isinstance(sources, Path) else list(sources)
     cc = _compiler()
     if cc is None:
         reasons.append("no C compiler (cc, gcc or clang) on PATH")
         return None
-    source = source_file.read_bytes()
+    headers = sorted({h for src in sources for h in src.parent.glob("*.h")})
+    texts = [f.name.encode() + b"\0" + f.read_bytes() for f in [*sources, *headers]]
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as err:
         reasons.append(f"{cc} --version failed: {err}")
         return None
     flags = compile_flags()
-    key = hashlib.sha256(b"\0".join([source, " ".join(flags).encode(), b"-c, then " + " ".join(LINK).encode(), version.encode(),
+    key = hashlib.sha256(b"\0".join([*texts, " ".join(flags).encode(), b"-c, then " + " ".join(LINK).encode(), version.encode(),
                                      _cpu_flags().encode()])).hexdigest()[:16]
-    path = cache_dir() / f"{source_file.stem}-{key}.so"
+    name = sources[0].name
+    path = cache_dir() / f"{sources[0].stem}-{key}.so"
     if not path.exists():
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,23 +110,28 @@ def compiled(source_file: Path, reasons: list[str]) -> ctypes.CDLL | None:
         except OSError as err:
             reasons.append(f"cannot write the compiled kernel to {path.parent}: {err}")
             return None
-        obj = tmp[: -len(".so")] + ".o"
+        objs = [f"{tmp[: -len('.so')]}-{x}.o" for x in range(len(sources))]
         try:
-            done = subprocess.run([cc, *flags, "-c", str(source_file), "-o", obj], capture_output=True, text=True, timeout=300)
-            if done.returncode != 0 and flags != FLAGS:   # a compiler without the AVX-512 preference: the plain flags
-                done = subprocess.run([cc, *FLAGS, "-c", str(source_file), "-o", obj], capture_output=True, text=True, timeout=300)
+            for src, obj in zip(sources, objs):
+                done = subprocess.run([cc, *flags, "-c", str(src), "-o", obj], capture_output=True, text=True, timeout=300)
+                if done.returncode != 0 and flags != FLAGS:   # a compiler without the AVX-512 preference: the plain flags
+                    done = subprocess.run([cc, *FLAGS, "-c", str(src), "-o", obj], capture_output=True, text=True, timeout=300)
+                if done.returncode != 0:
+                    name = src.name
+                    break
             if done.returncode == 0:   # linked apart: -ffast-math at the link would add crtfastmath, which flushes the
-                done = subprocess.run([cc, *LINK, obj, "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)   # process's denormals
+                done = subprocess.run([cc, *LINK, *objs, "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)   # process's denormals
         except (OSError, subprocess.SubprocessError) as err:
             os.unlink(tmp)
-            reasons.append(f"compiling {source_file.name} failed: {err}")
+            reasons.append(f"compiling {name} failed: {err}")
             return None
         finally:
-            if os.path.exists(obj):
-                os.unlink(obj)
+            for obj in objs:
+                if os.path.exists(obj):
+                    os.unlink(obj)
         if done.returncode != 0:
             os.unlink(tmp)
-            reasons.append(f"compiling {source_file.name} failed: {done.stderr.strip().splitlines()[-1:]}")
+            reasons.append(f"compiling {name} failed: {done.stderr.strip().splitlines()[-1:]}")
             return None
         os.replace(tmp, path)
     try:
@@ -134,7 +148,7 @@ def library() -> ctypes.CDLL | None:
     if os.environ.get("ATTNLAB_NATIVE", "1") == "0":
         _reason.append("ATTNLAB_NATIVE=0")
         return None
-    lib = compiled(SOURCE, _reason)
+    lib = compiled(BAND_SOURCES, _reason)
     if lib is None:
         return None
     f = lib.attnlab_band_forward
@@ -143,6 +157,9 @@ def library() -> ctypes.CDLL | None:
     f.restype = ctypes.c_int
     f = lib.attnlab_band_backward
     f.argtypes = [p, p, p, p, p, p, p, p, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
+    f.restype = ctypes.c_int
+    f = lib.attnlab_block_topk
+    f.argtypes = [p, i64, i64, p, i64, i64, p, ctypes.c_int]
     f.restype = ctypes.c_int
     return lib
 
@@ -207,8 +224,8 @@ def band_forward(
     columns: (N, g) int64 key positions every row may read (−1: empty; ascending with the empty slots last reads
     least), read from k, v where they lie (once per head), scored and masked (off the band, causal, kept) inside the
     kernel; blocks: (N, T, g_b) int64 a key set per chunk of ``chunk``
-    rows (a multiple of the kernel's tile, ``TILE``: key blocks chosen per query block), distinct in each set and from
-    the columns, in any order, read from k, v where they lie (once per head and chunk);
+    rows (a multiple of the kernel's tile, ``TILE``: key blocks chosen per query block), distinct in each set (a key of a
+    set that is a column is read once, as the column), in any order, read from k, v where they lie (once per head and chunk);
     heads (h_q, h_kv): N int64 rows each — head x reads q row h_q[x] and k, v row h_kv[x], and writes
     ``out`` = (O, L) at row h_q[x] (q, O: (R, n, d), k, v: (R_kv, m, d), L: (R, n); the other rows untouched);
     first_row (with ``heads``): rows i < first_row are left as they are in ``out`` (computed elsewhere).
@@ -281,6 +298,20 @@ def band_backward(
     if failed:
         raise MemoryError(f"band kernel: no memory for its per-thread scratch (w = {w}, d = {d})")
     return dq, dk, dv
+
+
+def block_topk(s: Tensor, w, K: int, b: int) -> Tensor:
+    """B_t of every query block from the pooled scores s (B, H, T, T), CPU float32 (``block_topk.c``): the K blocks
+    J < t of largest ŝ_tJ that the band of half-width w_h does not hold for every row of block t, largest first,
+    −1 past the candidates; ``(B, H, T, K)`` int64 — ``key_blocks.top_pooled_blocks``' choice, a row's prefix of
+    candidates scanned instead of a top-k over the masked row."""
+    lib = _library_or_raise()
+    B, H, T, _ = s.shape
+    s = s.contiguous()
+    w_ = torch.as_tensor(w, dtype=torch.long).view(1, H).expand(B, H).contiguous()              # (B·H,)
+    out = torch.empty(B, H, T, K, dtype=torch.long)
+    lib.attnlab_block_topk(s.data_ptr(), B * H, T, w_.data_ptr(), int(b), int(K), out.data_ptr(), torch.get_num_threads())
+    return out
 
 
 # ---- the fused decoding step (``decode_kernel.c``) ----------------------------------------------------------------

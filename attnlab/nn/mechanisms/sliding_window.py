@@ -368,8 +368,8 @@ def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor,
     q, out: (B, H, n, d); k, v: (B, H_kv, m, ·) — each with rows of d contiguous floats at any head and row stride
     (transformers' (B, n, H, d) views are read and written in place); heads: (G,) query heads, kv_heads: (G,) the KV
     head each reads (GQA); columns: (B, G, g) key positions T per head, distinct (−1: empty); blocks: (B, G, ⌈n/c⌉, g_b)
-    a key set per chunk of c = ``chunk`` rows (key blocks chosen per query block), distinct in each chunk and from the
-    columns, in any order (the columns are read once per head, the blocks once per chunk); key_keep: (B, m) bool.
+    a key set per chunk of c = ``chunk`` rows (key blocks chosen per query block), distinct in each chunk (one that is a
+    column is read once, as the column), in any order (the columns are read once per head, the blocks once per chunk); key_keep: (B, m) bool.
     Writes out[:, heads]; q, k, v are read where they lie (no copies) — the group's calls of
     ``sliding_window_attention`` without its gathers.  A causal band of w ≥ ``WIDE_BAND`` holds every key j ≤ i of its
     rows i ≤ w (i − w ≤ 0; a column there is inside the band): those rows are SDPA's causal attention, the kernel

@@ -1,0 +1,72 @@
+/* vector_math.h — the vector types of attnlab's native kernels and what they compute in whole vectors.
+ *
+ * vf: VEC floats, a GCC/Clang vector extension (AVX-512, AVX2 or NEON, whatever -march=native gives); vi: VEC ints, a
+ * lane mask (−1: in, 0: out).  load/store: unaligned, may alias.  vexp: e^x for x ≤ 0, inline (no libm call, no scalar
+ * remainder, no errno path for a masked −∞ = NEG).  hmax, hsum: across the lanes.  lanes: which of VEC consecutive
+ * indices lie in [lo, hi].  Included by band_kernel.c, band_backward.c and decode_kernel.c (native.py's build hashes
+ * every header beside them, so an edit here recompiles them).
+ */
+#ifndef ATTNLAB_VECTOR_MATH_H
+#define ATTNLAB_VECTOR_MATH_H
+
+#define VEC 16       /* floats per vector */
+#define NEG (-1e30f) /* finite −∞ */
+
+typedef float vf __attribute__((vector_size(VEC * sizeof(float))));
+typedef float vf_unaligned __attribute__((vector_size(VEC * sizeof(float)), aligned(sizeof(float)), may_alias));
+
+static inline vf load(const float *p) { return *(const vf_unaligned *)p; }
+static inline void store(float *p, vf x) { *(vf_unaligned *)p = x; }
+
+/* exp(x) for x ≤ 0, 16 lanes inline (no call, no scalar remainder, no errno path for the masked −∞ = NEG):
+ *
+ *   x = n ln2 + r,  n = round(x / ln2),  |r| ≤ ln2 / 2,   e^x = 2^n · p(r),
+ *   p(r) = 1 + r + r² (½ + r (1/6 + …))   (Cephes' expf polynomial: ≤ 1 ulp),
+ *
+ * 2^n built in the exponent bits.  Lanes with x < EXP_MIN give 0: e^x < 2^−124 there, below float's normal
+ * range relative to the row's largest weight 1 (which has no effect on a float32 o_i; it keeps the products out of
+ * denormals).  glibc's expf and libmvec's (which the compiler used to call here) differ from this by an ulp. */
+#define EXP_MIN (-86.0f)
+typedef int vi __attribute__((vector_size(VEC * sizeof(int))));
+
+static inline vf blend(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b)); }
+
+static inline vf vexp(vf x)
+{
+    vi keep = x >= EXP_MIN;
+    x = blend(keep, x, (vf){0} + EXP_MIN);
+    vi n = __builtin_convertvector(x * -1.44269504088896341f + 0.5f, vi); /* −round(x / ln2): x ≤ 0, truncation */
+    vf nf = __builtin_convertvector(n, vf);
+    vf r = x + nf * 0.693359375f - nf * 2.12194440e-4f;                    /* Cody–Waite: ln2 = C1 + C2, n·C1 exact */
+    vf p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    vf two_n = (vf)((127 - n) << 23);                                       /* 2^−n'  (n' = −n ≥ 0) */
+    return blend(keep, p * two_n, (vf){0});
+}
+
+static inline float hmax(vf x)
+{
+    float m = x[0];
+    for (int l = 1; l < VEC; l++) m = x[l] > m ? x[l] : m;
+    return m;
+}
+
+static inline float hsum(vf x)
+{
+    float t = 0.0f;
+    for (int l = 0; l < VEC; l++) t += x[l];
+    return t;
+}
+
+/* Lanes x0 … x0 + VEC − 1 inside [lo, hi]. */
+static inline vi lanes(long x0, long lo, long hi)
+{
+    vi x = (vi){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15} + (int)x0;
+    return (x >= (int)lo) & (x <= (int)hi);
+}
+
+#endif
