@@ -4,8 +4,8 @@
 # measurement: peak RSS is per process), 32 decoded tokens; one calibration window of Shakespeare's train text.
 # THREADS=1: one thread each (beside another measurement); ATTNLAB_NATIVE_DECODE=0: the decoding step's tensor code
 # (its reference) instead of the fused native step.  The published table: THREADS=1 ROUNDS=2 beside a one-thread
-# attnlab eval, then on a quiet machine THREADS=1 ROUNDS=1 and THREADS=2 ROUNDS=2 (ratios within one run compare;
-# absolute seconds move with the load).
+# attnlab eval, then THREADS=2 ROUNDS=2 on a quiet machine (ratios within one run compare; absolute seconds move with
+# the load).
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 THREADS=${THREADS:-2}
 export OMP_NUM_THREADS=$THREADS
