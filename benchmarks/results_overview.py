@@ -44,7 +44,7 @@ def _cell(row: dict | None) -> str:
 
 def overview(folders: list[tuple[Path, dict, list[dict], list[dict]]], rel) -> str:
     """``folders``: (folder, config, result rows, wall rows) of every committed eval run; ``rel(folder)``: its shown path."""
-    grid, ppl, methods = [], [], set()
+    grid, ppl, methods = [], {}, set()   # ppl: (model, n) → {method: its row}
     for folder, cfg, rows, walls in folders:
         if folder.name.endswith("-dev"):
             continue
@@ -55,13 +55,9 @@ def overview(folders: list[tuple[Path, dict, list[dict], list[dict]]], rel) -> s
             mine = {t["method"]: t for t in table if t["task"] == task and t["n"] == n}
             label = (cfg.get("model", "?"), task, _haystack(cfg), cfg.get("template", "auto"), n)
             grid.append((label, mine, rel(folder)))
-            scored = {m: t for m, t in mine.items() if t.get("ppl")}
-            if scored:   # one row per (model, n), methods merged over its runs (the same plans score the same text)
-                have = next((got for l, got in ppl if (l[0], l[4]) == (label[0], n)), None)
-                if have is None:
-                    ppl.append((label, dict(scored)))
-                else:
-                    have.update({m: t for m, t in scored.items() if m not in have})
+            for m, t in mine.items():   # one row per (model, n), methods merged over its runs (the same plans score the
+                if t.get("ppl"):        # same text); a method scored in two runs: the first
+                    ppl.setdefault((label[0], n), {}).setdefault(m, t)
     if not grid:
         return ""
     cols = _order(methods)
@@ -77,16 +73,16 @@ def overview(folders: list[tuple[Path, dict, list[dict], list[dict]]], rel) -> s
         lines.append(f"| {model} | {task} | {hay} | {template} | {n} | " + " | ".join(_cell(mine.get(m)) for m in cols)
                      + f" | {any_row['cells_full_ge_80']} | {kept} | `{where}` |")
     if ppl:
-        pcols = _order({m for _, mine in ppl for m in mine if mine[m].get("ppl")})
+        pcols = _order({m for mine in ppl.values() for m in mine})
         lines += ["", "Perplexity (one test window of the run's `--ppl` text, the same plans) and resident KV tokens per "
                   "(layer, KV head) after the prefill, from the runs that scored it:", "",
                   "| model | n | " + " | ".join(f"`{m}`" for m in pcols) + " |", "|" + "---|" * (len(pcols) + 2)]
-        for (model, task, hay, template, n), mine in sorted(ppl, key=lambda g: (g[0][0], g[0][4])):
+        for (model, n), mine in sorted(ppl.items()):
             full = mine.get("full", {}).get("ppl")
             cells = []
             for m in pcols:
                 r = mine.get(m)
-                if not r or not r.get("ppl"):
+                if r is None:
                     cells.append("–")
                     continue
                 change = f" ({100 * (r['ppl'] / full - 1):+.2f} %)" if full and m != "full" else ""

@@ -152,7 +152,7 @@ class AttnlabRetrieval(PlanMethod):
                     if not keep[l, h] and not old.is_full and not old.tail and windows[l] is None:
                         plan.heads[l][h] = HeadPlan(support=old.support, dynamic=old.dynamic, blocks=K2)
         plan.budget = self.budget
-        plan.meta.update(retrieval_heads=heads, tail=T, **({"slashes": s} if s else {}), **({"sliding_floor": plan.meta["sliding_floor"]} if plan.meta.get("sliding_floor") else {}),
+        plan.meta.update(retrieval_heads=heads, tail=T, **({"slashes": s} if s else {}),   # (sliding_floor: choose_plan's)
                          **({"blocks": K} if K else {}), **({"other_blocks": K2} if K2 else {}), **({"by_kv": 1} if self.option("by_kv") else {}),
                          **({"tail_keep": P} if P else {}))
         plan.pages = int(self.option("pages"))
