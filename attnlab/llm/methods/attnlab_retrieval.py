@@ -161,8 +161,8 @@ class AttnlabRetrieval(PlanMethod):
 
 register_preset("attnlab", "attnlab-retrieval", "the recommended default: retrieval, perplexity and KV together (the read-back "
                 "configuration: 32 retrieval heads with key blocks, every other head 4 key blocks, a voted decoding cache, "
-                "8 pages read back a step; sliding layers keep bands of at least 128 keys)", default=True,
-                retrieval_heads=32, blocks=8, other_blocks=4, tail_keep=512, pages=8, sliding_floor=128)
+                "16 pages read back a step; sliding layers keep bands of at least 128 keys)", default=True,
+                retrieval_heads=32, blocks=8, other_blocks=4, tail_keep=512, pages=16, sliding_floor=128)
 register_preset("attnlab-other-blocks", "attnlab-retrieval", "multi-key retrieval with whole caches for the retrieval heads "
                 "(more KV than attnlab, no read-back)", retrieval_heads=32, blocks=8, other_blocks=4)
 register_preset("attnlab-key-blocks", "attnlab-retrieval", "key blocks in the retrieval heads only (multi-key at 2K; "
