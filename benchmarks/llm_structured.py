@@ -170,7 +170,7 @@ def cmd_speed(args):
            "prefill_s": prefill, "peak_rss_mib": peak, "rss_before_mib": base,
            "kv_bytes_after_prefill": kv, "kv_bytes_end": kv_bytes(cache), "decode_tokens": args.new_tokens,
            "decode_tok_s": args.new_tokens / decode, "fraction": m.prefill_fraction(n),
-           "store_bytes_end": store_bytes(cache), "read_tokens": read_tokens(cache)}   # read-back: the off-device store
+           "store_bytes_end": store_bytes(cache), "read_tokens": read_tokens(cache)}   # read-back: the store of evicted keys (same device)
     log(json.dumps(row))
     with open(Path(args.out) / "speed.jsonl", "a") as f:
         f.write(json.dumps(row) + "\n")

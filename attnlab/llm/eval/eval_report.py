@@ -8,7 +8,7 @@ Rows with a ``reference`` field (another library run on the same prompts, e.g. k
 ``benchmarks/kvpress_eval.py``) are marked † in the table; a field a row lacks (β, timings) shows as –.
 
 Written into the run's folder: ``table.md`` (one row per task, length, method, β, with β measured, KV
-tokens kept — resident, + stored tokens read back per step, stored off-device (read-back plans,
+tokens kept — resident, + stored tokens read back per step, stored beside them (read-back plans,
 ``attnlab.llm.eval.greedy``; "–" for rows measured before these fields) —, perplexity beside, seconds per prompt with the
 prompt tokens whose prefill was reused, and the grid's wall time from ``wall.jsonl``), ``summary.json`` and
 ``heatmap-TASK-METHOD-β.png``.

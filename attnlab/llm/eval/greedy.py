@@ -10,7 +10,7 @@ read-back (``Plan.pages``) is stated apart, never hidden in those:
 
     kv_tokens / kv_bytes              the resident cache (+ page summaries): what a query reads without the store
     kv_read_tokens                    stored tokens fetched per decoding step, per (layer, KV head)
-    kv_store_tokens / kv_store_bytes  the evicted keys and values kept off-device (the store)
+    kv_store_tokens / kv_store_bytes  the evicted keys and values kept in the read-back store (same device)
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Answer:
     reused: int = 0      # prompt tokens whose prefill came from another answer's (prefix_cache.FullPrefill)
     kv_read_tokens: float = 0.0   # read-back: mean stored tokens fetched per decoding step and (layer, KV head)
     kv_store_tokens: float = 0.0  # read-back: mean stored (evicted) tokens per (layer, KV head) after the prefill
-    kv_store_bytes: int = 0       # read-back: bytes of the stored keys and values after the prefill (off-device)
+    kv_store_bytes: int = 0       # read-back: bytes of the stored keys and values after the prefill
 
 
 def _stop_ids(tokenizer) -> set[int]:

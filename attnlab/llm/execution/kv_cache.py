@@ -28,7 +28,7 @@ view of the first L slots of a larger buffer, and ``kv_bytes`` counts the buffer
 
 Read-back (``Plan.pages`` > 0, ``attnlab.llm.execution.pages``): the slots an eviction drops are appended to the
 layer's *store* (``store_keys``/``store_values``/``store_pos``, compacted the same way) instead of being
-lost — the off-device copy Quest and InfiniGen keep in host memory; a decoding step joins them after the
+lost (on the cache's device, as Quest keeps them; InfiniGen's host copy is not built); a decoding step joins them after the
 resident slots (``parts``) and its planned heads read the pages their bound chooses.  Accounting keeps
 the two apart: ``kv_bytes`` is the resident cache plus the page summaries (2·d_k values per page and KV
 head and per page a query head's columns touch, ``summaries``: made after the prefill, folded as keys arrive),
@@ -359,7 +359,7 @@ def kv_bytes(cache) -> int:
 
 
 def store_bytes(cache) -> int:
-    """Bytes of the evicted keys and values kept in the read-back stores (off-device)."""
+    """Bytes of the evicted keys and values kept in the read-back stores."""
     return sum(layer.stored_bytes() for layer in cache.layers if isinstance(layer, PlanLayer) and layer.slabs)
 
 

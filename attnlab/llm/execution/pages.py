@@ -19,8 +19,8 @@ not read otherwise:
 with U_{h,P} Quest's bound over the keys of P that are not columns of h (T_h: a sink column does not make the page
 around it every query's best; its own column is read anyway).
 
-The keys the plan's cache evicts are kept in a store (``kv_cache.PlanLayer``: off-device, as Quest and
-InfiniGen keep them in host memory) and a step fetches only the chosen pages' keys; the page summaries
+The keys the plan's cache evicts are kept in a store (``kv_cache.PlanLayer``, on the cache's device: Quest keeps
+every key on the GPU too; InfiniGen's move to host memory is not built) and a step fetches only the chosen pages' keys; the page summaries
 (m, M per page and KV head, 2·d values for 16 keys and values, and per query head those of the few pages its
 columns touch: ``page_summaries``, made once after the prefill and folded as keys arrive, ``fold_keys``) stay on
 the device with the resident cache, so a step's choice costs O(P·d) per head, not a pass over every key.  GQA: each query head picks its own pages from its KV head's keys (as Quest does); a KV

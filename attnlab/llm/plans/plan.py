@@ -22,7 +22,7 @@ Where a plan comes from: ``attnlab.llm.plans.calibration`` (statistics of the ex
 
 Read-back (``Plan.pages`` = K > 0, pages of ``Plan.page`` tokens): at decoding, every planned head (not
 full, no tail, not in a sliding layer) also reads the K pages of largest Quest bound U_P(q) among the pages
-holding keys its band and columns do not reach; the keys its cache evicts go to an off-device store
+holding keys its band and columns do not reach; the keys its cache evicts go to a store (on the cache's device)
 (``attnlab.llm.execution.pages``, ``attnlab.llm.execution.kv_cache``).  The prefill is unchanged; K = 0 (old plan files): none.
 
 A plan is saved as JSON (``Plan.save``), normally next to the model; ``Plan.check(model)``
