@@ -19,8 +19,9 @@ from attnlab.llm.plans.plan import HeadPlan, Plan  # noqa: E402
 from attnlab.support import Support  # noqa: E402
 
 
-def head(w, fixed=(), tail=0, blocks=0, kept=0):
-    return HeadPlan(support=Support(w=w, columns=np.asarray(fixed, dtype=np.int64)), tail=tail, blocks=blocks, kept=kept)
+def head(w, fixed=(), tail=0, blocks=0, kept=0, vote_next=0):
+    return HeadPlan(support=Support(w=w, columns=np.asarray(fixed, dtype=np.int64)), tail=tail, blocks=blocks, kept=kept,
+                    vote_next=vote_next)
 
 
 def test_by_kv_takes_whole_kv_groups_ranked_by_their_best_query_head():
@@ -37,9 +38,10 @@ def test_by_kv_takes_whole_kv_groups_ranked_by_their_best_query_head():
             methods.get("attnlab-retrieval", 0.5, by_kv=bad)
 
 
-def vote_reference(q, k, scaling, T, w, taken, P, b=BLOCK):
+def vote_reference(q, k, scaling, T, w, taken, P, b=BLOCK, s_next=0):
     """The kept keys of one head (numpy): the tail rows' softmax over causal keys, m_j = Σ_i a_ij on keys not in the last
-    row's band nor ``taken``, the ⌈P / b⌉ blocks of largest Σ_{j∈J} m_j (m > 0), their keys not already held."""
+    row's band nor ``taken``, the ⌈P / b⌉ blocks J of largest V_J = Σ_{u=0…s} m_{J−u} (m_J = Σ_{j∈J} m_j; V > 0), their
+    keys not already held."""
     n = q.shape[0]
     s = (q[n - T:] @ k.T) * scaling
     i, j = np.arange(n - T, n)[:, None], np.arange(n)[None, :]
@@ -51,14 +53,15 @@ def vote_reference(q, k, scaling, T, w, taken, P, b=BLOCK):
     off[max(0, n - 1 - w):] = False
     off[list(taken)] = False
     m = np.where(off, m, 0.0)
-    blocks = [(m[J * b:(J + 1) * b].sum(), J) for J in range(-(-n // b))]
+    m_J = [m[J * b:(J + 1) * b].sum() for J in range(-(-n // b))]
+    blocks = [(sum(m_J[J - u] for u in range(s_next + 1) if J - u >= 0), J) for J in range(len(m_J))]
     best = sorted(blocks, key=lambda x: -x[0])[: -(-P // b)]
     return {J * b + x for s_, J in best if s_ > 0 for x in range(b) if J * b + x < n and off[J * b + x]}
 
 
-@pytest.mark.parametrize("n,P", [(100, 40), (300, 16), (257, 64)])
-def test_the_tail_vote_keeps_the_blocks_its_rows_attended_most(n, P):
-    heads = [head(4, (0,), 8, kept=P), head(4, (0,), 8), head(3), head(6, (1,), blocks=2)]
+@pytest.mark.parametrize("n,P,s", [(100, 40, 0), (300, 16, 0), (257, 64, 0), (300, 48, 1), (257, 64, 2)])
+def test_the_tail_vote_keeps_the_blocks_its_rows_attended_most(n, P, s):
+    heads = [head(4, (0,), 8, kept=P, vote_next=s), head(4, (0,), 8), head(3), head(6, (1,), blocks=2)]
     runner = LayerRunner(heads, 0, 2)                                                 # GQA: heads 0, 1 → KV 0; 2, 3 → KV 1
     g = torch.Generator().manual_seed(n)
     q = torch.randn(1, 4, n, 16, generator=g)
@@ -69,7 +72,7 @@ def test_the_tail_vote_keeps_the_blocks_its_rows_attended_most(n, P):
     assert (plain.prefill(q, k, v, 0.3) - out).abs().max() < 1e-5
     cols = runner.columns[0, 0]
     voted = {int(x) for x in cols[1:] if x >= 0}                                       # after the fixed column 0
-    assert voted == vote_reference(q[0, 0].numpy(), k[0, 0].numpy(), 0.3, 8, 4, {0}, P)
+    assert voted == vote_reference(q[0, 0].numpy(), k[0, 0].numpy(), 0.3, 8, 4, {0}, P, s_next=s)
     assert len(voted) == int((cols[1:] >= 0).sum()) and 0 < len(voted) <= -(-P // BLOCK) * BLOCK
     # decoding: the voting head reads its band, columns and votes (not its whole cache); the head with a plain tail does
     assert runner.whole.tolist() == [False, True, False, False] and runner.whole_kv().tolist() == [True, False]
@@ -88,6 +91,25 @@ def test_kept_in_the_plan_file_and_its_bad_values(tmp_path):
             HeadPlan.from_dict({**hp.to_dict(), "kept": bad})
     with pytest.raises(ValueError, match="only with a tail"):
         HeadPlan.from_dict({**head(8, (0,)).to_dict(), "kept": 32})
+    nxt = head(8, (0,), 16, kept=64, vote_next=1)
+    assert HeadPlan.from_dict(json.loads(json.dumps(nxt.to_dict()))).vote_next == 1 and "vote_next" not in hp.to_dict()
+    for bad in (-1, "x", True):
+        with pytest.raises(ValueError, match="vote_next"):
+            HeadPlan.from_dict({**nxt.to_dict(), "vote_next": bad})
+    with pytest.raises(ValueError, match="only with kept"):
+        HeadPlan.from_dict({**head(8, (0,), 16).to_dict(), "vote_next": 1})
+
+
+def test_a_vote_with_vote_next_keeps_the_block_after_the_words_the_question_finds():
+    """The tail rows find keys 100…111 (block 6); the value starts block 7: one kept block is block 6 without vote_next,
+    block 7 with it (V_7 = m_7 + m_6), and with two kept blocks both."""
+    n, d = 256, 8
+    q, k, v = torch.zeros(1, 1, n, d), torch.zeros(1, 1, n, d), torch.randn(1, 1, n, d)
+    k[0, 0, 100:112, 0], q[0, 0, -4:, 0] = 10.0, 1.0
+    for s, P, want in ((0, 16, {6}), (1, 16, {7}), (1, 32, {6, 7})):
+        runner = LayerRunner([head(16, (), 4, kept=P, vote_next=s)], 0, 1)
+        runner.prefill(q, k, v, 1.0)
+        assert set((runner.columns[runner.columns >= 0] // BLOCK).tolist()) == want
 
 
 def test_the_method_gives_the_vote_to_the_retrieval_heads_and_refuses_it_without_a_tail():
@@ -100,6 +122,11 @@ def test_the_method_gives_the_vote_to_the_retrieval_heads_and_refuses_it_without
     assert (m.describe()["kept_heads"], m.describe()["kept"]) == (2, 32)                 # shown by attnlab eval's rows
     with pytest.raises(UserError, match="tail_keep=32 needs tail"):
         methods.get("attnlab-retrieval", 0.5, tail="0", tail_keep="32")                 # refused before any work
+    with pytest.raises(UserError, match="vote_next=1 needs tail_keep"):
+        methods.get("attnlab-retrieval", 0.5, tail="8", vote_next="1")
+    nxt = methods.get("attnlab-retrieval", 0.5, retrieval_heads="2", tail="8", tail_keep="32", vote_next="1").make_plan(None, cal.n, cal)
+    assert {(l, h) for l, row in enumerate(nxt.heads) for h, hp in enumerate(row) if hp.vote_next == 1} == {(0, 1), (1, 2)}
+    assert nxt.meta["vote_next"] == 1 and "vote_next" not in plan.meta
     for bad in ("-1", "x"):
         with pytest.raises(UserError, match="tail_keep"):
             methods.get("attnlab-retrieval", 0.5, tail_keep=bad)

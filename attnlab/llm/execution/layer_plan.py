@@ -46,6 +46,7 @@ class LayerPlan:
         self.blocks = [0 if h.is_full or sliding_window is not None else getattr(h, "blocks", 0) for h in heads]
         # tail rows' vote: a head with a tail and ``kept`` = P keeps at decoding the P keys its tail rows attended most
         self.kept = [getattr(h, "kept", 0) if t else 0 for h, t in zip(heads, self.tail)]
+        self.vote_next = [getattr(h, "vote_next", 0) if p else 0 for h, p in zip(heads, self.kept)]   # s: blocks before, in a vote
         # (H,) reads its whole cache at decoding: a head with a tail (a retrieval head) that keeps no vote; key blocks
         # alone are a prefill choice
         self.whole = torch.tensor([t > 0 and not p for t, p in zip(self.tail, self.kept)], dtype=torch.bool)

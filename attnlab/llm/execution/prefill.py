@@ -6,8 +6,9 @@
     4. held       a head with key blocks keeps, for decoding, the keys of the blocks its last query block chose
     5. voted      a head with a tail and ``kept`` = P keeps the ⌈P/b⌉ blocks of b keys its tail rows attended most:
                   m_j = Σ_{i ∈ tail} a_ij over the keys its last row's band, columns and held blocks miss,
-                  voted = top_{⌈P/b⌉} blocks by Σ_{j ∈ block} m_j     (a needle's value lies beside the key the
-                  question finds: whole blocks keep both)
+                  m_J = Σ_{j ∈ J} m_j,   V_J = Σ_{u=0…s} m_{J−u}   (s = ``vote_next``, 0: V_J = m_J)
+                  voted = top_{⌈P/b⌉} blocks by V_J    (a needle's value lies beside the key the question finds:
+                  whole blocks keep both, and with s > 0 the block after them, where the value starts a new block)
 
 T_h ∪ held ∪ voted are the columns the decoding reads (``self.columns``, −1: empty); a sliding layer keeps none
 (the model's own mask would hide them).
@@ -70,7 +71,8 @@ class PrefillStep(LayerPlan):
                 taken = column_mask(torch.cat([self.columns[:, h], held[:, h]], -1), n)             # (B, n): columns, held
                 taken[:, max(0, n - 1 - self.effective_w(h, n)) :] = True                           # the band holds these
                 mass = a[:, x].sum(-2).masked_fill(taken, 0.0)                                       # (B, n)
-                per_block = F.pad(mass, (0, -n % BLOCK)).unflatten(-1, (-1, BLOCK)).sum(-1)          # (B, ⌈n/b⌉)
+                per_block = F.pad(mass, (0, -n % BLOCK)).unflatten(-1, (-1, BLOCK)).sum(-1)          # (B, ⌈n/b⌉) m_J
+                per_block = sum(F.pad(per_block, (u, 0))[..., : per_block.shape[-1]] for u in range(self.vote_next[h] + 1))  # V_J
                 top = torch.topk(per_block, min(-(-self.kept[h] // BLOCK), per_block.shape[-1]), -1)
                 keys = block_keys(torch.where(top.values > 0, top.indices, -1), n)                  # (B, P'), −1: none
                 keys = keys.masked_fill(taken.gather(-1, keys.clamp_min(0)), -1)                     # distinct from the rest

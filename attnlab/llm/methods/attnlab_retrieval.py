@@ -40,6 +40,9 @@ they cost ⌈k / r⌉ (11): the decoding KV of the key-block configuration falls
 ``tail_keep`` = P (with a tail): at decoding a retrieval head reads, instead of its whole cache, its band, columns,
 held key blocks and the P keys its tail rows attended most (Σ_i a_ij over the tail, SnapKV's vote by the rows that
 ask; ``HeadPlan.kept``): its KV head's cache stays compressed.  Decoding only (the prefill is unchanged).
+``vote_next`` = s (with ``tail_keep``): a block's vote also counts the mass of the s blocks before it
+(``HeadPlan.vote_next``): a needle's value follows the words the question finds, and where it starts a new block of 16
+that block is kept with them.
 """
 
 from attnlab.errors import UserError
@@ -62,6 +65,8 @@ class AttnlabRetrieval(PlanMethod):
         "other_blocks": Option(0, 0, BLOCKS_MAX, "K': key blocks of 16 every other planned head reads on every prefill row"),
         "tail_keep": Option(0, 0, 10**7, "P (needs tail): keys a retrieval head keeps at decoding, voted by its tail rows "
                                          "(0: its whole cache)"),
+        "vote_next": Option(0, 0, 64, "s (needs tail_keep): a block's vote also counts the mass of the s blocks before it "
+                                      "(the value after the words the question finds)"),
         "pages": Option(0, 0, 10**6, "pages of 16 evicted keys each planned head reads back a decoding step (Quest bound)"),
         "by_kv": Option(0, 0, 1, "1: retrieval heads taken as whole KV groups"),
         "slashes": Option(0, 0, 10**4, "per-input diagonals δ < −w each planned head also reads in the prefill"),
@@ -86,6 +91,8 @@ class AttnlabRetrieval(PlanMethod):
         P = int(self.option("tail_keep"))
         if P and not T:
             raise UserError(f"--method {self.name}: tail_keep={P} needs tail > 0 (the tail's rows cast the vote)")
+        if int(self.option("vote_next")) and not P:
+            raise UserError(f"--method {self.name}: vote_next={self.option('vote_next')} needs tail_keep > 0 (it shapes the vote)")
 
     def make_plan(self, model, n, calibration):
         import numpy as np
@@ -144,7 +151,8 @@ class AttnlabRetrieval(PlanMethod):
             for l, h in heads:
                 old = plan.heads[l][h]
                 if not old.is_full and windows[l] is None:
-                    plan.heads[l][h] = HeadPlan(support=old.support, dynamic=old.dynamic, tail=T, blocks=K, kept=P)
+                    plan.heads[l][h] = HeadPlan(support=old.support, dynamic=old.dynamic, tail=T, blocks=K, kept=P,
+                                                vote_next=int(self.option("vote_next")) if P else 0)
         if K2:   # prefill-only key blocks on every other planned head (a full head, a retrieval head, a sliding layer: none)
             for l in range(L):
                 for h in range(H):
@@ -154,7 +162,7 @@ class AttnlabRetrieval(PlanMethod):
         plan.budget = self.budget
         plan.meta.update(retrieval_heads=heads, tail=T, **({"slashes": s} if s else {}),   # (sliding_floor: choose_plan's)
                          **({"blocks": K} if K else {}), **({"other_blocks": K2} if K2 else {}), **({"by_kv": 1} if self.option("by_kv") else {}),
-                         **({"tail_keep": P} if P else {}))
+                         **({"tail_keep": P} if P else {}), **({"vote_next": int(self.option("vote_next"))} if P and self.option("vote_next") else {}))
         plan.pages = int(self.option("pages"))
         return with_slashes(plan, s) if s else plan
 

@@ -160,15 +160,19 @@ class HeadPlan:
     ``kept`` = P > 0 (with a tail): at decoding the head reads, instead of its whole cache, its band, its columns and the
     P keys of largest attention mass Σ_{i in the tail} a_ij from its tail rows (SnapKV's vote, cast by the rows that ask;
     ``LayerRunner.prefill``), so its KV head's cache stays compressed too.
+    ``vote_next`` = s > 0 (with ``kept``): a block's vote also counts the mass of the s blocks before it,
+    V_J = Σ_{u=0…s} m_{J−u} — a needle's value follows the words the question finds, and the block after them
+    keeps it where the value starts a new block.
     """
 
     support: Support
-    _: KW_ONLY               # the rest by name: HeadPlan(support=…, dynamic=D, tail=T, slashes=s, blocks=K, kept=P)
+    _: KW_ONLY               # the rest by name: HeadPlan(support=…, dynamic=D, tail=T, slashes=s, blocks=K, kept=P, …)
     dynamic: int = 0
     tail: int = 0
     slashes: int = 0
     blocks: int = 0
     kept: int = 0
+    vote_next: int = 0
 
     @classmethod
     def full(cls) -> "HeadPlan":
@@ -192,7 +196,7 @@ class HeadPlan:
     def to_dict(self) -> dict:
         return {**self.support.to_dict(), "dynamic": int(self.dynamic), **({"tail": int(self.tail)} if self.tail else {}),
                 **({"slashes": int(self.slashes)} if self.slashes else {}), **({"blocks": int(self.blocks)} if self.blocks else {}),
-                **({"kept": int(self.kept)} if self.kept else {})}
+                **({"kept": int(self.kept)} if self.kept else {}), **({"vote_next": int(self.vote_next)} if self.vote_next else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "HeadPlan":
@@ -202,6 +206,7 @@ class HeadPlan:
         slashes = d.pop("slashes", 0)
         blocks = d.pop("blocks", 0)
         kept = d.pop("kept", 0)
+        vote_next = d.pop("vote_next", 0)
         support = Support.from_dict(d)
         if not isinstance(support.w, int) or not isinstance(dynamic, int) or dynamic < 0 or support.w < FULL:
             raise ValueError(f"head plan: w must be an integer >= -1 and dynamic >= 0, got {d}")
@@ -213,12 +218,14 @@ class HeadPlan:
             raise ValueError(f"head plan: blocks must be an integer in [0, {BLOCKS_MAX}], got {blocks!r}")
         if isinstance(kept, bool) or not isinstance(kept, int) or kept < 0 or (kept and not tail):
             raise ValueError(f"head plan: kept must be an integer >= 0, and > 0 only with a tail, got {kept!r} (tail {tail!r})")
+        if isinstance(vote_next, bool) or not isinstance(vote_next, int) or vote_next < 0 or (vote_next and not kept):
+            raise ValueError(f"head plan: vote_next must be an integer >= 0, and > 0 only with kept, got {vote_next!r} (kept {kept!r})")
         cols = np.asarray(support.columns).reshape(-1)
         if (cols < 0).any() or len(set(cols.tolist())) != cols.size:
             raise ValueError(f"head plan: columns must be distinct key positions >= 0, got {cols.tolist()}")
         if int(support.offset) != 0 or support.residual:
             raise ValueError("head plan: only offset 0 and residual 0 are executed (causal band ending on the diagonal)")
-        return cls(support=support, dynamic=dynamic, tail=tail, slashes=slashes, blocks=blocks, kept=kept)
+        return cls(support=support, dynamic=dynamic, tail=tail, slashes=slashes, blocks=blocks, kept=kept, vote_next=vote_next)
 
 
 @dataclass
