@@ -10,6 +10,7 @@
 # there); SPLIT=test: seed 0 and the test plays, run once.  The calibration (train plays, 1 window) is made once and
 # copied to the other folders (it does not depend on the prompts).  One process at a time, one thread.
 # M=… and ONLY=filler|shakespeare|shakespeare-instructed|niah narrow a run (a dev check of the default: M=attnlab,attnlab-retrieval).
+# Then why attnlab-retrieval lost the plain pass keys and attnlab the NIAH prompts it lost (eval-why).
 cd "$(dirname "$0")/../.."
 S=../shared/data/shakespeare
 SPLIT=${SPLIT:-dev}
@@ -32,3 +33,4 @@ if [ -z "$ONLY" ] || [ "$ONLY" = shakespeare-instructed ]; then run runs/passkey
 if [ -z "$ONLY" ] || [ "$ONLY" = niah ]; then run runs/niah-2k-$SPLIT --task niah --haystack noise --template auto; fi
 # why attnlab-retrieval's own defaults lose the plain pass key (the row that predicts the value's first digit)
 if [ -z "$ONLY" ] || [ "$ONLY" = filler ]; then .venv/bin/attnlab eval-why --out runs/passkey-2k-filler-$SPLIT --method attnlab-retrieval; fi
+if [ -z "$ONLY" ] || [ "$ONLY" = niah ]; then .venv/bin/attnlab eval-why --out runs/niah-2k-$SPLIT --method attnlab --row parted --top 6; fi
