@@ -92,3 +92,24 @@ def test_a_layer_whose_kv_heads_all_read_everything_stays_one_slab(model):
     full = [band(tail=T)] * 4
     _, cache = run(model, Plan([list(full), list(full)], 2, "test", 0.5, N), lambda: PlanCache(model), 3)
     assert all(len(layer.slabs) == 1 and layer.keys.shape[2] == N + 3 for layer in cache.layers)
+
+
+def test_eviction_keeps_each_heads_slots_in_order_and_stores_the_rest():
+    """``Slab.evict``: per (batch row, KV head) the kept slots' keys and values, compacted in order (whole rows: read by
+    index, not a gather over d), padded with −1 positions; the dropped ones in the store."""
+    from attnlab.llm.execution.kv_cache import Slab
+
+    gen = torch.Generator().manual_seed(0)
+    B, H_s, L, d = 2, 3, 37, 8
+    k, v = torch.randn(B, H_s, L, d, generator=gen), torch.randn(B, H_s, L, d, generator=gen)
+    keep = torch.rand(B, H_s, L, generator=gen) < 0.4
+    slab = Slab(torch.arange(H_s), None, None, None)
+    slab.append(k, v, 0)
+    slab.evict(keep, store=True)
+    for b in range(B):
+        for h in range(H_s):
+            j = torch.nonzero(keep[b, h]).view(-1)
+            assert torch.equal(slab.keys[b, h, : len(j)], k[b, h, j]) and torch.equal(slab.values[b, h, : len(j)], v[b, h, j])
+            assert torch.equal(slab.positions[b, h, : len(j)], j) and bool((slab.positions[b, h, len(j) :] == -1).all())
+            s = torch.nonzero(~keep[b, h]).view(-1)
+            assert torch.equal(slab.store_keys[b, h, : len(s)], k[b, h, s]) and torch.equal(slab.store_pos[b, h, : len(s)], s)

@@ -134,9 +134,9 @@ class Slab:
         order = torch.sort((~take).to(torch.int8), dim=-1, stable=True).indices[..., :L]  # taken slots first, in order
         ok = torch.gather(take, -1, order)
         pos = torch.where(ok, torch.gather(self.positions, -1, order), torch.full_like(order, -1))
-        idx = order[..., None]
-        k = torch.gather(self.keys, 2, idx.expand(*idx.shape[:3], self.keys.shape[-1]))
-        v = torch.gather(self.values, 2, idx.expand(*idx.shape[:3], self.values.shape[-1]))
+        B, H_s = order.shape[:2]
+        b, h = torch.arange(B, device=order.device).view(B, 1, 1), torch.arange(H_s, device=order.device).view(1, H_s, 1)
+        k, v = self.keys[b, h, order], self.values[b, h, order]   # whole rows of d (a gather with its index over d: slower)
         return order, ok, k, v, pos
 
     def _store(self, drop):

@@ -102,12 +102,15 @@ static float row_softmax(float *s, long Lpad, long a, long b, const unsigned cha
 static void gather_keys(const float *k, long skr, const float *v, long svr, const long *p, long g, long gpad, long ldt, long d,
                         float *KT, float *VT)
 {
-    for (long x = 0; x < gpad; x++) {
-        const float *kx = x < g && p[x] >= 0 ? k + p[x] * skr : NULL;
-        const float *vx = x < g && p[x] >= 0 ? v + p[x] * svr : NULL;
-        for (long kk = 0; kk < d; kk++) KT[kk * ldt + x] = kx ? kx[kk] : 0.0f;
-        if (vx) memcpy(VT + x * d, vx, d * sizeof(float));
-        else memset(VT + x * d, 0, d * sizeof(float));
+    for (long x0 = 0; x0 < gpad; x0 += VEC) { /* VEC keys at a time (gpad: a multiple of VEC) */
+        const float *rows[VEC];
+        for (int l = 0; l < VEC; l++) {
+            long x = x0 + l;
+            rows[l] = x < g && p[x] >= 0 ? k + p[x] * skr : NULL;
+            if (rows[l]) memcpy(VT + x * d, v + p[x] * svr, d * sizeof(float));
+            else memset(VT + x * d, 0, d * sizeof(float));
+        }
+        transpose_rows(rows, d, KT + x0, ldt);
     }
 }
 

@@ -23,6 +23,18 @@ typedef struct {
     long cap, base, len, head;
 } Keys;
 
+/* The VEC key rows rows[l] (d floats each; NULL: zeros) transposed into dst: dst[kk·ld + l] = rows[l][kk], kk < d (a
+ * multiple of VEC), VEC × VEC blocks in registers (vector_math.h's transpose). */
+static void transpose_rows(const float *const *rows, long d, float *dst, long ld)
+{
+    for (long kk = 0; kk < d; kk += VEC) {
+        vf t[VEC];
+        for (int l = 0; l < VEC; l++) t[l] = rows[l] ? load(rows[l] + kk) : (vf){0};
+        transpose(t);
+        for (int l = 0; l < VEC; l++) store(dst + (kk + l) * ld, t[l]);
+    }
+}
+
 /* Make [jlo, jlo + need) resident (keys ≥ m read as 0; key j at k + j·ldr) and return the column of key jlo. */
 static const float *keys_for(Keys *K, const float *k, long ldr, long h, long m, long d, long jlo, long need)
 {
@@ -34,14 +46,20 @@ static const float *keys_for(Keys *K, const float *k, long ldr, long h, long m, 
         }
         K->head = h, K->base = jlo, K->len = keep;
     }
-    for (long j = K->base + K->len; j < jlo + need; j++) { /* append: one key's d floats into d rows */
+    long j = K->base + K->len;
+    for (; j < jlo + need && j + VEC <= K->base + K->cap; j += VEC) { /* append VEC keys at a time (past need: ahead) */
+        const float *rows[VEC];
+        for (int l = 0; l < VEC; l++) rows[l] = j + l < m ? k + (j + l) * ldr : NULL;
+        transpose_rows(rows, d, K->kt + (j - K->base), K->cap);
+    }
+    for (; j < jlo + need; j++) { /* the buffer's last keys: one key's d floats into d rows */
         long x = j - K->base;
         if (j < m)
             for (long kk = 0; kk < d; kk++) K->kt[kk * K->cap + x] = k[j * ldr + kk];
         else
             for (long kk = 0; kk < d; kk++) K->kt[kk * K->cap + x] = 0.0f;
     }
-    if (jlo + need > K->base + K->len) K->len = jlo + need - K->base;
+    if (j > K->base + K->len) K->len = j - K->base;
     return K->kt + (jlo - K->base);
 }
 

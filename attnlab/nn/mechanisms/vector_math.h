@@ -3,7 +3,7 @@
  * vf: VEC floats, a GCC/Clang vector extension (AVX-512, AVX2 or NEON, whatever -march=native gives); vi: VEC ints, a
  * lane mask (−1: in, 0: out).  load/store: unaligned, may alias.  vexp: e^x for x ≤ 0, inline (no libm call, no scalar
  * remainder, no errno path for a masked −∞ = NEG).  hmax, hsum: across the lanes.  lanes: which of VEC consecutive
- * indices lie in [lo, hi].  Included by band_kernel.c, band_backward.c and decode_kernel.c (native.py's build hashes
+ * indices lie in [lo, hi].  transpose: VEC vectors as the rows of a VEC × VEC matrix, transposed in registers.  Included by band_kernel.c, band_backward.c and decode_kernel.c (native.py's build hashes
  * every header beside them, so an edit here recompiles them).
  */
 #ifndef ATTNLAB_VECTOR_MATH_H
@@ -67,6 +67,52 @@ static inline vi lanes(long x0, long lo, long hi)
 {
     vi x = (vi){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15} + (int)x0;
     return (x >= (int)lo) & (x <= (int)hi);
+}
+
+/* Two-vector shuffles with constant lane indices (0 … VEC − 1: a's lanes, VEC … 2·VEC − 1: b's). */
+#if defined(__clang__)
+#define SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define SHUFFLE(a, b, ...) __builtin_shuffle(a, b, (vi){__VA_ARGS__})
+#endif
+
+/* t[r][c] ← t[c][r] for the VEC × VEC matrix of rows t[0 … VEC − 1]: one bit of the row and lane index swapped a stage,
+ * s = 1, 2, 4, 8, on the pairs of rows (r, r + s), r & s = 0:
+ *
+ *   a'[c] = c & s ? b[c − s] : a[c],    b'[c] = c & s ? b[c] : a[c + s]          (a = t[r], b = t[r + s])
+ *
+ * 4 · VEC/2 shuffles (vpermt2ps on AVX-512) instead of VEC² scalar loads and stores. */
+static inline void transpose(vf *t)
+{
+    vf a, b;
+#pragma GCC unroll 16
+    for (int r = 0; r < VEC; r++) /* s = 1 */
+        if (!(r & 1)) {
+            a = t[r], b = t[r + 1];
+            t[r] = SHUFFLE(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+            t[r + 1] = SHUFFLE(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+        }
+#pragma GCC unroll 16
+    for (int r = 0; r < VEC; r++) /* s = 2 */
+        if (!(r & 2)) {
+            a = t[r], b = t[r + 2];
+            t[r] = SHUFFLE(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+            t[r + 2] = SHUFFLE(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+        }
+#pragma GCC unroll 16
+    for (int r = 0; r < VEC; r++) /* s = 4 */
+        if (!(r & 4)) {
+            a = t[r], b = t[r + 4];
+            t[r] = SHUFFLE(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+            t[r + 4] = SHUFFLE(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+        }
+#pragma GCC unroll 16
+    for (int r = 0; r < VEC; r++) /* s = 8 */
+        if (!(r & 8)) {
+            a = t[r], b = t[r + 8];
+            t[r] = SHUFFLE(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+            t[r + 8] = SHUFFLE(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+        }
 }
 
 #endif
