@@ -4,14 +4,20 @@
 # 8K: 5 depths × 1 sample; 16K: 3 depths × 1 sample (a full prefill at 16K is 5–8 min on one thread).
 # methods: full (the model's own sliding and global layers), attnlab (the recommended default), streaming-llm, snapkv,
 # quest.  Test seed 0, run once (the default was fixed before).  One calibration window of the train plays per length.
+# SPLIT=dev: the dev plays, seed 1, no perplexity, folders …-dev (a dev check: M=attnlab,attnlab:vote_next=1 at 8K).
 # One process, one thread.  LENGTHS=8192 or 16384 runs one of the two; M=… narrows the methods.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 S=../shared/data/shakespeare
 M=${M:-attnlab,streaming-llm,snapkv,quest}
+SPLIT=${SPLIT:-test}
+if [ "$SPLIT" = dev ]; then EXTRA="--seed 1"; SUFFIX=-dev; else EXTRA="--ppl $S/test.txt.gz --ppl-windows 1 --seed 0"; SUFFIX=; fi
 export OMP_NUM_THREADS=1
 for n in ${LENGTHS:-8192 16384}; do
   if [ "$n" = 8192 ]; then D=5; else D=3; fi
-  .venv/bin/attnlab eval --hf gemma3-270m --task passkey-bare --haystack $S/test.txt.gz --template none \
+  out=${RUNS:-runs}/passkey-gemma-$((n / 1024))k-shakespeare$SUFFIX
+  first=${RUNS:-runs}/passkey-gemma-$((n / 1024))k-shakespeare/calibration-$n.npz   # the calibration: train text only
+  if [ -n "$SUFFIX" ] && [ -f $first ] && [ ! -f $out/calibration-$n.npz ]; then mkdir -p $out && cp $first $out/; fi
+  .venv/bin/attnlab eval --hf gemma3-270m --task passkey-bare --haystack $S/$SPLIT.txt.gz --template none \
     --lengths $n --depths $D --samples 1 --method $M --budget 0.1 --calibrate $S/train.txt.gz --calibrate-windows 1 \
-    --ppl $S/test.txt.gz --ppl-windows 1 --seed 0 --out ${RUNS:-runs}/passkey-gemma-$((n / 1024))k-shakespeare
+    $EXTRA --out $out
 done
