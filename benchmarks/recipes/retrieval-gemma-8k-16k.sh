@@ -20,4 +20,6 @@ for n in ${LENGTHS:-8192 16384}; do
   .venv/bin/attnlab eval --hf gemma3-270m --task passkey-bare --haystack $S/$SPLIT.txt.gz --template none \
     --lengths $n --depths $D --samples 1 --method $M --budget 0.1 --calibrate $S/train.txt.gz --calibrate-windows 1 \
     $EXTRA --out $out
+  # why the default lost what it lost, at the decoding step where its answer left the value
+  [ -z "$SUFFIX" ] && [ "$n" = 8192 ] && .venv/bin/attnlab eval-why --out $out --method attnlab --row parted --top 6
 done
