@@ -3,9 +3,8 @@
 # against attnlab-retrieval and attnlab (the default) at β = 10 %, alternated ROUNDS times (default 3; one process per
 # measurement: peak RSS is per process), 32 decoded tokens; one calibration window of Shakespeare's train text.
 # THREADS=1: one thread each (beside another measurement); ATTNLAB_NATIVE_DECODE=0: the decoding step's tensor code
-# (its reference) instead of the fused native step.  The published table: THREADS=1 ROUNDS=2 beside a one-thread
-# attnlab eval, then THREADS=2 ROUNDS=2 on a quiet machine (ratios within one run compare; absolute seconds move with
-# the load).
+# (its reference) instead of the fused native step.  The published table: THREADS=2 ROUNDS=2, then THREADS=1
+# ROUNDS=2, both on a quiet machine (ratios within one run compare; absolute seconds move with the load).
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 THREADS=${THREADS:-2}
 export OMP_NUM_THREADS=$THREADS
