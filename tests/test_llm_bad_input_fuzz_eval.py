@@ -224,3 +224,24 @@ def test_the_eval_with_good_values_succeeds(world, monkeypatch, tmp_path):
         code, out, err = run(args, {})
         assert code == 0, err
     assert (tmp_path / "ev" / "config.json").is_file()
+
+
+def test_a_second_eval_on_a_folder_in_use_is_refused_in_one_line_writing_nothing(world, monkeypatch, tmp_path):
+    """Two evals on one --out would interleave their rows and overwrite each other's report: while one holds the
+    folder (its lock, as a running eval does), another is one line, exit 2, and the folder is left as it was."""
+    from attnlab.lock import LOCK_NAME, FolderLock
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "ev"
+    args = ["eval", "--hf", str(world / "tiny"), "--lengths", str(CONTEXT), "--depths", "1", "--samples", "1", "--haystack", "noise",
+            "--method", "snapkv:window=8", "--out", str(out)]
+    with FolderLock(out):                                                            # the first eval, still running
+        before = sorted(p.name for p in out.iterdir())
+        code, stdout, err = run(args, {})
+        assert code == 2 and "in use by another attnlab process" in err and "--out" in err, (code, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert sorted(p.name for p in out.iterdir()) == before == [LOCK_NAME]
+    code, _, err = run(args, {})                                                      # the first one done: it runs
+    assert code == 0, err
+    assert (out / "results.jsonl").is_file() and not (out / LOCK_NAME).exists()

@@ -55,11 +55,7 @@ def eval_command(
     quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Retrieval accuracy on a depth × length grid, and perplexity, of a model under methods (resumable)."""
-    import time
-
-    from attnlab.cli.plan import _load
-    from attnlab.llm.eval.eval_grid import EvalSettings, check_settings, parse_budgets, parse_lengths, parse_methods, read_results, run_eval
-    from attnlab.llm.eval.eval_report import markdown, write_report
+    from attnlab.llm.eval.eval_grid import EvalSettings, check_settings, parse_budgets, parse_lengths, parse_methods
 
     settings = EvalSettings(
         model=hf, tasks=[t.strip() for t in task.split(",") if t.strip()], lengths=parse_lengths(lengths), depths=depths,
@@ -86,12 +82,29 @@ def eval_command(
     check_eval_folder(out, settings)                                      # a user's folder, another model's eval: refused
     check_length(hf, max(settings.lengths), "--lengths")                  # the model's context, from its configuration
     from attnlab.llm.models.device import check_device
-    from attnlab.progress import Progress
 
     dev = check_device(device)                                            # cuda without CUDA: one line (torch only for cuda, auto)
-    from attnlab.llm.eval.ranks import Ranks, fold_results
+    from attnlab.llm.eval.ranks import Ranks
 
     ranks = Ranks.from_env()                                              # torchrun's RANK / WORLD_SIZE (one process: 0 / 1)
+    if ranks.world > 1:   # torchrun's ranks share the folder by design: each writes its own rank file, rank 0 folds them
+        return _run(hf, settings, out, dev, ranks, quiet, no_reuse)
+    from attnlab.lock import FolderLock
+
+    with FolderLock(out):                                                 # one eval per folder: a second is refused at once
+        return _run(hf, settings, out, dev, ranks, quiet, no_reuse)
+
+
+def _run(hf, settings, out, dev, ranks, quiet: bool, no_reuse: bool):
+    """The checked eval: load the model, run the grid into ``out``, fold the ranks' rows, write the report."""
+    import time
+
+    from attnlab.cli.plan import _load
+    from attnlab.llm.eval.eval_grid import read_results, run_eval
+    from attnlab.llm.eval.eval_report import markdown, write_report
+    from attnlab.llm.eval.ranks import fold_results
+    from attnlab.progress import Progress
+
     progress = Progress.for_command(quiet or ranks.rank > 0)              # bars in a terminal, a line per stage otherwise
     model, tokenizer = _load(hf, progress, dev)                           # run_eval checks the texts' lengths before any write
     from attnlab.cli.plan import check_model_fits
