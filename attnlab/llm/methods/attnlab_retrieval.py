@@ -105,6 +105,7 @@ class AttnlabRetrieval(PlanMethod):
         K = int(self.option("blocks"))
         K2 = int(self.option("other_blocks"))
         P = int(self.option("tail_keep"))
+        V = int(self.option("vote_next"))                                           # 0 unless P > 0 (__init__)
         r = np.asarray(calibration.retrieval, dtype=np.float64)                     # (L, H)
         if k and not r.any():
             raise UserError(f"--method {self.name}: the calibration holds no retrieval scores (made before them); recalibrate")
@@ -152,7 +153,7 @@ class AttnlabRetrieval(PlanMethod):
                 old = plan.heads[l][h]
                 if not old.is_full and windows[l] is None:
                     plan.heads[l][h] = HeadPlan(support=old.support, dynamic=old.dynamic, tail=T, blocks=K, kept=P,
-                                                vote_next=int(self.option("vote_next")) if P else 0)
+                                                vote_next=V)
         if K2:   # prefill-only key blocks on every other planned head (a full head, a retrieval head, a sliding layer: none)
             for l in range(L):
                 for h in range(H):
@@ -162,7 +163,7 @@ class AttnlabRetrieval(PlanMethod):
         plan.budget = self.budget
         plan.meta.update(retrieval_heads=heads, tail=T, **({"slashes": s} if s else {}),   # (sliding_floor: choose_plan's)
                          **({"blocks": K} if K else {}), **({"other_blocks": K2} if K2 else {}), **({"by_kv": 1} if self.option("by_kv") else {}),
-                         **({"tail_keep": P} if P else {}), **({"vote_next": int(self.option("vote_next"))} if P and self.option("vote_next") else {}))
+                         **({"tail_keep": P} if P else {}), **({"vote_next": V} if V else {}))
         plan.pages = int(self.option("pages"))
         return with_slashes(plan, s) if s else plan
 

@@ -3,8 +3,9 @@
  * vf: VEC floats, a GCC/Clang vector extension (AVX-512, AVX2 or NEON, whatever -march=native gives); vi: VEC ints, a
  * lane mask (−1: in, 0: out).  load/store: unaligned, may alias.  vexp: e^x for x ≤ 0, inline (no libm call, no scalar
  * remainder, no errno path for a masked −∞ = NEG).  hmax, hsum: across the lanes.  lanes: which of VEC consecutive
- * indices lie in [lo, hi].  transpose: VEC vectors as the rows of a VEC × VEC matrix, transposed in registers.  Included by band_kernel.c, band_backward.c and decode_kernel.c (native.py's build hashes
- * every header beside them, so an edit here recompiles them).
+ * indices lie in [lo, hi].  transpose: VEC vectors as the rows of a VEC × VEC matrix, transposed in registers.
+ * Included by band_kernel.c, band_backward.c and decode_kernel.c (native.py's build hashes every header beside them,
+ * so an edit here recompiles them).
  */
 #ifndef ATTNLAB_VECTOR_MATH_H
 #define ATTNLAB_VECTOR_MATH_H
@@ -81,38 +82,26 @@ static inline vi lanes(long x0, long lo, long hi)
  *
  *   a'[c] = c & s ? b[c − s] : a[c],    b'[c] = c & s ? b[c] : a[c + s]          (a = t[r], b = t[r + s])
  *
- * 4 · VEC/2 shuffles (vpermt2ps on AVX-512) instead of VEC² scalar loads and stores. */
+ * 4 · VEC/2 shuffles (vpermt2ps on AVX-512) instead of VEC² scalar loads and stores.  The lane lists are a' and b' of
+ * each stage for VEC = 16. */
+_Static_assert(VEC == 16, "transpose's lane lists are written for 16 lanes");
+#define LANES(...) __VA_ARGS__
+#define TRANSPOSE_STAGE(t, s, lo, hi)                                                                                  \
+    _Pragma("GCC unroll 16") for (int r = 0; r < VEC; r++) if (!(r & (s))) {                                          \
+        vf a = t[r], b = t[r + (s)];                                                                                   \
+        t[r] = SHUFFLE(a, b, LANES lo);                                                                                \
+        t[r + (s)] = SHUFFLE(a, b, LANES hi);                                                                          \
+    }
 static inline void transpose(vf *t)
 {
-    vf a, b;
-#pragma GCC unroll 16
-    for (int r = 0; r < VEC; r++) /* s = 1 */
-        if (!(r & 1)) {
-            a = t[r], b = t[r + 1];
-            t[r] = SHUFFLE(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
-            t[r + 1] = SHUFFLE(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
-        }
-#pragma GCC unroll 16
-    for (int r = 0; r < VEC; r++) /* s = 2 */
-        if (!(r & 2)) {
-            a = t[r], b = t[r + 2];
-            t[r] = SHUFFLE(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
-            t[r + 2] = SHUFFLE(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
-        }
-#pragma GCC unroll 16
-    for (int r = 0; r < VEC; r++) /* s = 4 */
-        if (!(r & 4)) {
-            a = t[r], b = t[r + 4];
-            t[r] = SHUFFLE(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
-            t[r + 4] = SHUFFLE(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
-        }
-#pragma GCC unroll 16
-    for (int r = 0; r < VEC; r++) /* s = 8 */
-        if (!(r & 8)) {
-            a = t[r], b = t[r + 8];
-            t[r] = SHUFFLE(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-            t[r + 8] = SHUFFLE(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-        }
+    TRANSPOSE_STAGE(t, 1, (0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30),
+                          (1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31))
+    TRANSPOSE_STAGE(t, 2, (0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29),
+                          (2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31))
+    TRANSPOSE_STAGE(t, 4, (0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27),
+                          (4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31))
+    TRANSPOSE_STAGE(t, 8, (0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23),
+                          (8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31))
 }
 
 #endif
