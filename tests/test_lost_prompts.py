@@ -236,3 +236,41 @@ def test_full_row_of_a_model_with_sliding_layers():
     assert A.shape == (6, 4, q + 1)
     torch.testing.assert_close(A.sum(-1), torch.ones(6, 4))
     assert float(A[:5, :, : q + 1 - W].abs().sum()) == 0.0 and float(A[5, :, : q + 1 - W].sum()) > 0   # sliding vs global
+
+
+@pytest.mark.parametrize("K", [1, 2])
+def test_an_unchosen_read_back_page_ranks_below_the_pages_read(run, K):
+    """StreamingLLM's plan with K pages read back (its evicted keys go to the store): at the decoding step, a needle key
+    not read is in a page whose rank by Quest's bound among the candidate pages is past K (read-back takes the top K),
+    and the verdict names that rank and the page's ranks by its best q·k and by its mean key."""
+    import re
+
+    from attnlab.llm import methods as registry
+    from attnlab.llm.eval.lost_reads import method_row
+
+    model, _, _ = run
+    torch.manual_seed(0)
+    ids = torch.randint(0, 90, (258,)).tolist()
+    m = registry.get("streaming-llm", 0.1, compression=0.9)
+    m.prepare(model, 256)
+    m.plan.pages = K
+    heads, _, _ = method_row(model, m, ids, 257, 256, list(range(30, 40)))
+    seen, read_back = 0, 0
+    for v in heads.values():
+        read_back += v["read_by"].get("page read back", 0)
+        for why, count in v["not_read"].items():
+            got = re.fullmatch(r"in the store, page not chosen \(page (\d+): (\d+)\w\w of (\d+) by Quest's bound, "
+                               r"(\d+)\w\w by its best q·k, (\d+)\w\w by its mean key\)", why)
+            assert got, why
+            page, bound, C, score, mean = map(int, got.groups())
+            assert page in (30 // 16, 39 // 16) and K < bound <= C and 1 <= score <= C == 15   # pages 0 … 14 off the band
+            assert 1 <= mean <= C
+            seen += count
+    assert seen and read_back and seen + read_back == 10 * len(heads)
+
+
+def test_ordinals():
+    from attnlab.llm.eval.lost_reads import _ordinal
+
+    assert [_ordinal(x) for x in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 101, 111, 112)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd", "101st", "111th", "112th"]

@@ -6,6 +6,11 @@
                         columns, diagonals, key blocks, tail — ``backend.dense_support`` for one row); a decoding step
                         reads band or whole cache, columns, held blocks, voted keys and pages read back, on its own
                         cache after the method's compaction (``decode_step``), each key at its position
+    rank_h(P)           a read-back page P the decoding step did not choose for head h: its rank among the candidate
+                        pages C_h(i) (``pages``) by Quest's bound U_{h,P}(q_i), the order read-back chooses by; by
+                        its best key's score max_{j ∈ P∖T_h} q_i·k_j, the order h's own attention would rank it; and
+                        by its mean key q_i·k̄_P (k̄_P = mean of k_j, j ∈ P∖T_h) — a page the score ranks 1st and the
+                        bound far below K is lost to the bound's looseness, not to K
 
 The method runs as it does in ``attnlab eval`` (``Method.applied``, its cache); each layer's runner is given the
 subclass ``_reading(its class)``, which keeps what the seam was asked to read (``_Capture``: the backend of the step with
@@ -19,6 +24,7 @@ import torch
 
 from attnlab.errors import UserError
 from attnlab.llm.execution.backend import AttentionBackend
+from attnlab.llm.execution.pages import page_upper_bound
 from attnlab.llm.plans.plan import FULL
 
 __all__ = ["full_row", "method_row", "prefill_row_reads", "role_of"]
@@ -136,7 +142,43 @@ def _reading(cls: type) -> type:
             allowed = seam.allowed if seam.called else self.allowed(q_pos, k_pos, flags, kv)
             if self.watch:
                 self._note(q, k, scaling, k_pos, allowed, kv)
+                if self.pages:
+                    self._note_pages(q, k, k_pos, kv)
             return out
+
+        def _note_pages(self, q, k, k_pos, kv):
+            """rank_h(P) of every page for each query head h of this step (module docstring): (bound rank, score rank,
+            mean-key rank, |C_h(i)|) per page, 1-based, into ``self.page_ranks[h]`` (a page outside C_h(i): rank 0)."""
+            B, H_s, L = k_pos.shape
+            r, i, page = q.shape[1] // H_s, self.m - 1, self.page
+            P = -(-self.m // page)
+            hq = self.query_heads(kv).tolist()
+            w = self.per_kv(self.w_decode, kv).reshape(-1).tolist()                           # (H_s·r,) band per query head
+            cols = self.columns[:, hq] if self.columns is not None else None                   # (B, H_s·r, g), −1: empty
+            for x, h in enumerate(hq):
+                pos = k_pos[:, x // r]                                                          # (B, L) its KV head's keys
+                if cols is not None:                                                             # U over P ∖ T_h
+                    pos = torch.where((pos[..., None] == cols[:, x, None, :].to(pos.device)).any(-1), -1, pos)
+                qh, kh = q[:, x : x + 1, -1:].float(), k[:, x // r : x // r + 1].float()           # (B, 1, 1, d), (B, 1, L, d)
+                at = torch.where(pos >= 0, pos // page, P).cpu()                                # (B, L) page, P: none
+                U = torch.full((B, P), float("-inf"))
+                Ux = page_upper_bound(qh, kh, pos[:, None], page)[:, 0, 0].cpu()                  # (B, P')
+                U[:, : Ux.shape[-1]] = Ux[:, :P]
+                s = (qh @ kh.transpose(-1, -2))[:, 0, 0].masked_fill(pos < 0, float("-inf")).cpu()   # (B, L) q·k
+                S = torch.full((B, P + 1), float("-inf")).scatter_reduce(
+                    -1, at, s, "amax")[:, :P]                                                     # (B, P) max q·k
+                k_sum = torch.zeros(B, P + 1, kh.shape[-1]).index_put_((torch.arange(B)[:, None].expand_as(at), at),
+                                                                       kh[:, 0].cpu(), accumulate=True)
+                count = torch.zeros(B, P + 1).scatter_add_(-1, at, torch.ones(at.shape))
+                mean = (k_sum[:, :P] / count[:, :P, None].clamp_min(1)) @ qh[:, 0, 0].cpu()[..., None]   # (B, P, 1) q·k̄_P
+                band = w[x] if w[x] != FULL else i + 1
+                outside = torch.zeros(B, P + 1, dtype=torch.bool).scatter_(
+                    -1, torch.where((pos >= 0) & (i - pos > band), pos // page, P).cpu(), True)[:, :P]   # C_h(i)
+                ranks = []
+                for vals in (U, S, mean[..., 0]):
+                    v = vals.masked_fill(~outside, float("-inf"))
+                    ranks.append(torch.where(outside, (v[:, None, :] > v[:, :, None]).sum(-1) + 1, 0))   # (B, P)
+                self.page_ranks[h] = (ranks[0][0], ranks[1][0], ranks[2][0], int(outside[0].sum()))
 
         def _note(self, q, k, scaling, k_pos, allowed, kv):
             B, H_s, L = k_pos.shape
@@ -221,6 +263,7 @@ def method_row(model, method, forced: list[int], q: int, n: int, needle: list[in
                 r.probs = torch.zeros(1, r.H, r.m)
                 r.resident = torch.zeros(1, r.H_kv, r.m, dtype=torch.bool)
                 r.stored = torch.zeros(1, r.H_kv, r.m, dtype=torch.bool)
+                r.page_ranks = {}
         for x in range(n, q + 1):
             for r in runners:
                 r.watch = x == q
@@ -263,9 +306,9 @@ def _layer_verdicts(l: int, r, q: int, n: int, V, pages: int) -> dict:
                 part = (whole if wd == FULL else "band" if q - j <= wd else
                         next((k for k, c in cols.items() if bool((c[h] == j).any())), "page read back"))
             else:                                          # not read: where the key is
-                page = ", page not chosen" if pages and bool(r.reads[h]) else ""
+                page = f", page not chosen{_rank(r, h, j)}" if pages and bool(r.reads[h]) else ""
                 why = ("kept, not in its band or columns" + page if bool(resident[g, j]) else
-                       "in the store, page not chosen" if bool(stored[g, j]) else "evicted")
+                       f"in the store, page not chosen{_rank(r, h, j)}" if bool(stored[g, j]) else "evicted")
             if part:
                 read_by[part] = read_by.get(part, 0) + 1
             else:
@@ -273,3 +316,19 @@ def _layer_verdicts(l: int, r, q: int, n: int, V, pages: int) -> dict:
         out[(l, h)] = {"role": role_of(r, h, pages), "read": int(got.sum()), "read_by": read_by, "not_read": not_read,
                        "mass_method": float(probs[h, V].sum())}
     return out
+
+
+def _ordinal(x: int) -> str:
+    return f"{x}{'th' if 10 <= x % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(x % 10, 'th')}"
+
+
+def _rank(r, h: int, j: int) -> str:
+    """" (page P: its bound rank of |C| by Quest's bound, its score rank by q·k, its rank by q·k̄_P)" for the key j of head h, or "" when the
+    step noted no ranks (module docstring, rank_h(P))."""
+    got = getattr(r, "page_ranks", {}).get(h)
+    if got is None or not int(got[0][j // r.page]):
+        return ""
+    bound, score, mean, C = got
+    P = j // r.page
+    return (f" (page {P}: {_ordinal(int(bound[P]))} of {C} by Quest's bound, {_ordinal(int(score[P]))} by its best q·k, "
+            f"{_ordinal(int(mean[P]))} by its mean key)")
