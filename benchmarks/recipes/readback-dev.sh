@@ -2,7 +2,7 @@
 # The read-back on dev prompts: eval's NIAH in Shakespeare's dev plays (seed 1), SmolLM2-135M, 2,048 tokens, 5 depths ×
 # 2 samples, β = 0.1 — the default as it was before this check (8 pages read back a step) against the same
 # configuration with 16 pages (the default since: `attnlab`), with 1,024 voted keys kept by each retrieval head, and
-# with both; then why the 8-page configuration lost its prompts.  A dev check (no test figure): it chose the default's
+# with both; then why the 8-page configuration and the 16-page one lost their prompts.  A dev check (no test figure): it chose the default's
 # `pages=16`.  One process at a time.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 S=../shared/data/shakespeare
@@ -15,3 +15,4 @@ B=attnlab-retrieval:retrieval_heads=32:blocks=8:other_blocks=4
   --method $B:tail_keep=1024:pages=16:sliding_floor=128 \
   --calibrate $S/train.txt.gz --haystack $S/dev.txt.gz --seed 1 --out $OUT
 .venv/bin/attnlab eval-why --out $OUT --method $B:tail_keep=512:pages=8:sliding_floor=128 --row parted --top 6
+.venv/bin/attnlab eval-why --out $OUT --method $B:tail_keep=512:sliding_floor=128:pages=16 --row parted --top 6
