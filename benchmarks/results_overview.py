@@ -85,7 +85,7 @@ def overview(folders: list[tuple[Path, dict, list[dict], list[dict]]], rel) -> s
                 if r is None:
                     cells.append("–")
                     continue
-                change = f" ({100 * (r['ppl'] / full - 1):+.2f} %)" if full and m != "full" else ""
+                change = f" ({round(100 * (r['ppl'] / full - 1), 2) + 0.0:+.2f} %)" if full and m != "full" else ""   # + 0.0: −0.00 → +0.00
                 cells.append(f"{r['ppl']:.3f}{change}, KV {r['kv_tokens']:.0f}")
             lines.append(f"| {model} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -4,13 +4,14 @@
 #   passkey-4k-8k-filler  Mohtashami & Jaggi's pass key in plain text, no instruction, the key said twice
 #                         (passkey-bare), the repeated filler, no chat template
 #   niah-4k-8k            eval's NIAH (RULER's needle and question, the chat template, RULER's noise haystack)
-# methods: full, attnlab (the recommended default), minference, snapkv, streaming-llm, quest.  Test seed 0, run
+# methods: full, attnlab (the recommended default), minference, snapkv, streaming-llm, quest, and the per-row top-k
+# oracle (oracle-topk: the ceiling of a prefill that keeps β of each row; ~100 s a prompt at 8K).  Test seed 0, run
 # once (the default's options were fixed before; nothing is chosen here).  One calibration window of Shakespeare's
 # train text per length, made by the first run and copied to the second.  One process, one thread.
 # M=…, LENGTHS=… and ONLY=filler|niah narrow a run.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 S=../shared/data/shakespeare
-M=${M:-attnlab,minference,snapkv,streaming-llm,quest}
+M=${M:-attnlab,minference,snapkv,streaming-llm,quest,oracle-topk}
 LENGTHS=${LENGTHS:-4096,8192}
 COMMON="--hf smollm2-135m --lengths $LENGTHS --depths 5 --samples 2 --method $M --budget 0.1
   --calibrate $S/train.txt.gz --calibrate-windows 1 --ppl $S/test.txt.gz --ppl-windows 1 --seed 0"
