@@ -1,0 +1,148 @@
+"""How well a page summary ranks the pages a decoding query reads: Quest's bound against the page's mean key.
+
+Read-back (``attnlab.llm.execution.pages``) reads, at a decoding query q_i, the K pages of 16 keys of largest score
+among those its band misses.  Here full attention runs on a window of dev text; for each of its last R rows i (the
+queries a decoding step asks), each head of each layer without a sliding window (read-back runs there only), the
+candidate pages are those wholly before the band of w keys, past the first page (the sinks: a column, read anyway):
+
+    U_P(q_i) = Σ_d max(q_d·m_{P,d}, q_d·M_{P,d})     Quest's bound, the order read-back chooses by (``page_upper_bound``)
+    μ_P(q_i) = q_i · k̄_P                              the page's mean key
+    A_P(i)   = Σ_{j ∈ P} a_ij                          the mass full attention puts on P
+
+    recall@K(score) = Σ_{P ∈ top_K score} A_P / Σ_{P ∈ top_K A} A_P    (1: the K pages hold what the best K hold)
+    hit@K(score)    = [argmax_P A_P ∈ top_K score]                      (the page the head reads most is among them)
+
+averaged over the (layer, head, row) whose candidates hold ≥ ``--far`` of the row's mass (a head that reads far: the
+rows that read nothing there rank noise).  One JSON line per model (``--json``), or a table.
+
+    python benchmarks/page_ranking.py --hf smollm2-135m gemma3-270m --n 8192 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from attnlab.errors import UserError, main_guard  # noqa: E402
+from attnlab.llm.execution.attention import LayerRunner, apply_plan, attention_modules, remove_plan  # noqa: E402
+from attnlab.llm.execution.pages import PAGE, page_upper_bound  # noqa: E402
+from attnlab.llm.models.loading import load_causal_lm  # noqa: E402
+from attnlab.llm.models.text_windows import token_windows  # noqa: E402
+from attnlab.llm.plans.plan import Plan, model_shape  # noqa: E402
+
+DEV = ROOT.parent / "shared" / "data" / "shakespeare" / "dev.txt.gz"
+
+
+class Recording(LayerRunner):
+    """A full layer that keeps its last R queries and every key of its prefill (the seam's subclass of ``LayerRunner``)."""
+
+    R = 32
+
+    def prefill(self, q, k, v, scaling):
+        if self.sliding is None:
+            self.seen = (q[:, :, -self.R :].float().contiguous(), k.float().contiguous(), scaling)   # (B, H, R, d), (B, H_kv, n, d)
+        return super().prefill(q, k, v, scaling)
+
+
+def page_scores(q, k, page: int = PAGE):
+    """U_P and μ_P of the keys k (H_kv, n, d) at positions 0 … n − 1 for the queries q (H, R, d) → (H, R, P) each."""
+    H_kv, n, d = k.shape
+    pos = torch.arange(n).expand(1, H_kv, n)
+    U = page_upper_bound(q[None], k[None], pos, page)[0]                                    # (H, R, P)
+    P = U.shape[-1]
+    k_bar = torch.nn.functional.pad(k, (0, 0, 0, P * page - n)).view(H_kv, P, page, d).sum(2)
+    k_bar = k_bar / torch.bincount(torch.arange(n) // page, minlength=P).view(1, P, 1)
+    r = q.shape[0] // H_kv
+    mu = (q.reshape(H_kv, r * q.shape[1], d) @ k_bar.transpose(-1, -2)).view_as(U)           # (H, R, P)
+    return U, mu
+
+
+def rank_layer(q, k, scaling: float, w: int, K: int, far: float, page: int = PAGE) -> dict:
+    """The sums of recall@K and hit@K of both scores over one layer's (head, row) that read far: {name: (sum, count)}."""
+    H, R, d = q.shape
+    H_kv, n, _ = k.shape
+    r = H // H_kv
+    i = torch.arange(n - R, n)                                                              # the rows' positions
+    s = (q.reshape(H_kv, r * R, d) @ k.transpose(-1, -2)).view(H, R, n) * scaling
+    a = torch.softmax(s.masked_fill(torch.arange(n) > i[:, None], float("-inf")), -1)      # (H, R, n) full attention
+    P = -(-n // page)
+    A = torch.nn.functional.pad(a, (0, P * page - n)).view(H, R, P, page).sum(-1)         # (H, R, P) A_P(i)
+    start = torch.arange(P) * page
+    cand = (start[None, :] + page - 1 < (i[:, None] - w)) & (start[None, :] > 0)           # (R, P) before the band, not the sinks'
+    A = A.masked_fill(~cand, 0.0)
+    reads_far = A.sum(-1) >= far                                                            # (H, R)
+    U, mu = page_scores(q, k, page)
+    best = torch.topk(A, K, -1).values.sum(-1).clamp_min(1e-30)                            # (H, R) the best K pages' mass
+    top_page = A.argmax(-1, keepdim=True)                                                   # (H, R, 1)
+    out = {}
+    for name, score in (("bound", U), ("mean", mu)):
+        chosen = torch.topk(score.masked_fill(~cand, float("-inf")), K, -1).indices        # (H, R, K)
+        recall = A.gather(-1, chosen).sum(-1) / best
+        hit = (chosen == top_page).any(-1).float()
+        out[f"recall_{name}"] = (float(recall[reads_far].sum()), int(reads_far.sum()))
+        out[f"hit_{name}"] = (float(hit[reads_far].sum()), int(reads_far.sum()))
+    out["rows"] = (int(reads_far.sum()), H * R)
+    return out
+
+
+@torch.no_grad()
+def measure(spec: str, data: Path, n: int, rows: int, w: int, K: int, far: float) -> dict:
+    model, tok = load_causal_lm(spec)
+    ids = token_windows(tok, data, n, 1)[0]
+    Recording.R = rows
+    apply_plan(model, Plan.full(model_shape(model), n), runner=Recording)
+    try:
+        runners = [mod.attnlab_layer for mod in attention_modules(model)]
+        model(ids, use_cache=False, logits_to_keep=1)
+        totals: dict[str, list[float]] = {}
+        seen = [r.seen for r in runners if hasattr(r, "seen")]                                 # the layers without a window
+        for q, k, scaling in seen:
+            for key, (x, c) in rank_layer(q[0], k[0], scaling, w, K, far).items():
+                t = totals.setdefault(key, [0.0, 0])
+                t[0] += x
+                t[1] += c
+    finally:
+        remove_plan(model)
+    row = {"model": spec, "n": n, "d": int(seen[0][1].shape[-1]), "layers": len(seen), "rows": rows,
+           "band": w, "K": K, "page": PAGE, "far": far, "far_rows": int(totals["rows"][0]), "all_rows": int(totals["rows"][1])}
+    for key in ("recall_bound", "recall_mean", "hit_bound", "hit_mean"):
+        x, c = totals[key]
+        row[key] = round(x / c, 4) if c else None
+    return row
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hf", nargs="+", default=["smollm2-135m", "gemma3-270m"], help="models (attnlab's names, a folder, a .gguf)")
+    p.add_argument("--data", type=Path, default=DEV, help="a text file (.txt or .txt.gz): dev text, to choose by")
+    p.add_argument("--n", type=int, default=8192, help="tokens of the window")
+    p.add_argument("--rows", type=int, default=32, help="its last rows, the queries")
+    p.add_argument("--band", type=int, default=128, help="w: the keys a head reads anyway before its query")
+    p.add_argument("--pages", type=int, default=16, help="K: the pages read back a step")
+    p.add_argument("--far", type=float, default=0.25, help="a (head, row) counts when its candidates hold this much mass")
+    p.add_argument("--json", action="store_true", help="one JSON line per model")
+    a = p.parse_args()
+    for name, v, lo in (("--n", a.n, 2 * PAGE), ("--rows", a.rows, 1), ("--pages", a.pages, 1), ("--band", a.band, 0)):
+        if v < lo:
+            raise UserError(f"{name}: must be >= {lo}, got {v}")
+    if a.rows >= a.n or not 0 <= a.far <= 1:
+        raise UserError(f"--rows must be < --n ({a.rows} ≥ {a.n})" if a.rows >= a.n else f"--far: must be in [0, 1], got {a.far}")
+    if not a.data.is_file():
+        raise UserError(f"--data {a.data}: no such file")
+    for spec in a.hf:
+        row = measure(spec, a.data, a.n, a.rows, a.band, a.pages, a.far)
+        print(json.dumps(row) if a.json else
+              f"{spec}: d = {row['d']}, {row['layers']} layers, {row['far_rows']}/{row['all_rows']} (head, row) reading far; "
+              f"recall@{a.pages} bound {row['recall_bound']} mean {row['recall_mean']}; hit@{a.pages} bound {row['hit_bound']} "
+              f"mean {row['hit_mean']}", flush=True)
+
+
+if __name__ == "__main__":
+    main_guard(main)
