@@ -12,6 +12,8 @@ candidate pages are those wholly before the band of w keys, past the first page 
     recall@K(score) = Σ_{P ∈ top_K score} A_P / Σ_{P ∈ top_K A} A_P    (1: the K pages hold what the best K hold)
     hit@K(score)    = [argmax_P A_P ∈ top_K score]                      (the page the head reads most is among them)
 
+for score = U ("bound"), μ ("mean"), and "half": the K/2 pages of largest U, then the K − K/2 of largest μ among the rest.
+
 averaged over the (layer, head, row) whose candidates hold ≥ ``--far`` of the row's mass (a head that reads far: the
 rows that read nothing there rank noise).  One JSON line per model (``--json``), or a table.
 
@@ -82,10 +84,15 @@ def rank_layer(q, k, scaling: float, w: int, K: int, far: float, page: int = PAG
     best = torch.topk(A, K, -1).values.sum(-1).clamp_min(1e-30)                            # (H, R) the best K pages' mass
     top_page = A.argmax(-1, keepdim=True)                                                   # (H, R, 1)
     out = {}
-    for name, score in (("bound", U), ("mean", mu)):
-        chosen = torch.topk(score.masked_fill(~cand, float("-inf")), K, -1).indices        # (H, R, K)
-        recall = A.gather(-1, chosen).sum(-1) / best
-        hit = (chosen == top_page).any(-1).float()
+    def top(score, k):   # (H, R, P) bool: the k candidate pages of largest score
+        return torch.zeros_like(A, dtype=torch.bool).scatter_(-1, torch.topk(score.masked_fill(~cand, float("-inf")), k, -1).indices, True)
+
+    by_bound = top(U, K // 2)
+    half = by_bound | top(mu.masked_fill(by_bound, float("-inf")), K - K // 2)           # K/2 by the bound, the rest by the mean
+    for name, sel in (("bound", top(U, K)), ("mean", top(mu, K)), ("half", half)):
+        sel = sel & cand                                                                   # (H, R, P)
+        recall = (A * sel).sum(-1) / best
+        hit = sel.gather(-1, top_page)[..., 0].float()
         out[f"recall_{name}"] = (float(recall[reads_far].sum()), int(reads_far.sum()))
         out[f"hit_{name}"] = (float(hit[reads_far].sum()), int(reads_far.sum()))
     out["rows"] = (int(reads_far.sum()), H * R)
@@ -112,7 +119,7 @@ def measure(spec: str, data: Path, n: int, rows: int, w: int, K: int, far: float
         remove_plan(model)
     row = {"model": spec, "n": n, "d": int(seen[0][1].shape[-1]), "layers": len(seen), "rows": rows,
            "band": w, "K": K, "page": PAGE, "far": far, "far_rows": int(totals["rows"][0]), "all_rows": int(totals["rows"][1])}
-    for key in ("recall_bound", "recall_mean", "hit_bound", "hit_mean"):
+    for key in ("recall_bound", "recall_mean", "recall_half", "hit_bound", "hit_mean", "hit_half"):
         x, c = totals[key]
         row[key] = round(x / c, 4) if c else None
     return row
@@ -140,8 +147,8 @@ def main():
         row = measure(spec, a.data, a.n, a.rows, a.band, a.pages, a.far)
         print(json.dumps(row) if a.json else
               f"{spec}: d = {row['d']}, {row['layers']} layers, {row['far_rows']}/{row['all_rows']} (head, row) reading far; "
-              f"recall@{a.pages} bound {row['recall_bound']} mean {row['recall_mean']}; hit@{a.pages} bound {row['hit_bound']} "
-              f"mean {row['hit_mean']}", flush=True)
+              f"recall@{a.pages} bound {row['recall_bound']} mean {row['recall_mean']} half {row['recall_half']}; "
+              f"hit@{a.pages} bound {row['hit_bound']} mean {row['hit_mean']} half {row['hit_half']}", flush=True)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ def test_a_page_of_keys_along_the_query_is_first_by_both_scores_and_its_mass_is_
     assert U.shape == mu.shape == (1, 4, 16)
     assert int(U[0, 0].argmax()) == int(mu[0, 0].argmax()) == 5
     got = rank_layer(q, k, 1.0, w=32, K=1, far=0.25)
-    for key in ("recall_bound", "recall_mean", "hit_bound", "hit_mean"):
+    for key in ("recall_bound", "recall_mean", "recall_half", "hit_bound", "hit_mean", "hit_half"):
         x, c = got[key]
         assert c == 4 and abs(x / c - 1.0) < 1e-6, key
     assert got["rows"] == (4, 4)
