@@ -67,7 +67,8 @@ def page_scores(q, k, page: int = PAGE):
 
 
 def rank_layer(q, k, scaling: float, w: int, K: int, far: float, page: int = PAGE) -> dict:
-    """The sums of recall@K and hit@K of both scores over one layer's (head, row) that read far: {name: (sum, count)}."""
+    """The sums of recall@K and hit@K of each score (bound, mean, half) over one layer's (head, row) that read far, and
+    their count: {name: (sum, count)}; q (H, R, d) its last R queries, k (H_kv, n, d) its keys."""
     H, R, d = q.shape
     H_kv, n, _ = k.shape
     r = H // H_kv
@@ -75,6 +76,7 @@ def rank_layer(q, k, scaling: float, w: int, K: int, far: float, page: int = PAG
     s = (q.reshape(H_kv, r * R, d) @ k.transpose(-1, -2)).view(H, R, n) * scaling
     a = torch.softmax(s.masked_fill(torch.arange(n) > i[:, None], float("-inf")), -1)      # (H, R, n) full attention
     P = -(-n // page)
+    K = min(K, P)
     A = torch.nn.functional.pad(a, (0, P * page - n)).view(H, R, P, page).sum(-1)         # (H, R, P) A_P(i)
     start = torch.arange(P) * page
     cand = (start[None, :] + page - 1 < (i[:, None] - w)) & (start[None, :] > 0)           # (R, P) before the band, not the sinks'
@@ -83,10 +85,12 @@ def rank_layer(q, k, scaling: float, w: int, K: int, far: float, page: int = PAG
     U, mu = page_scores(q, k, page)
     best = torch.topk(A, K, -1).values.sum(-1).clamp_min(1e-30)                            # (H, R) the best K pages' mass
     top_page = A.argmax(-1, keepdim=True)                                                   # (H, R, 1)
-    out = {}
-    def top(score, k):   # (H, R, P) bool: the k candidate pages of largest score
-        return torch.zeros_like(A, dtype=torch.bool).scatter_(-1, torch.topk(score.masked_fill(~cand, float("-inf")), k, -1).indices, True)
 
+    def top(score, count):   # (H, R, P) bool: the ``count`` candidate pages of largest score
+        chosen = torch.topk(score.masked_fill(~cand, float("-inf")), count, -1).indices
+        return torch.zeros_like(A, dtype=torch.bool).scatter_(-1, chosen, True)
+
+    out = {}
     by_bound = top(U, K // 2)
     half = by_bound | top(mu.masked_fill(by_bound, float("-inf")), K - K // 2)           # K/2 by the bound, the rest by the mean
     for name, sel in (("bound", top(U, K)), ("mean", top(mu, K)), ("half", half)):
