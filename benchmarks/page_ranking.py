@@ -54,27 +54,25 @@ class Recording(LayerRunner):
 
 
 def page_scores(q, k, page: int = PAGE):
-    """U_P and μ_P of the keys k (H_kv, n, d) at positions 0 … n − 1 for the queries q (H, R, d) → (H, R, P) each."""
-    H_kv, n, d = k.shape
-    pos = torch.arange(n).expand(1, H_kv, n)
-    U = page_upper_bound(q[None], k[None], pos, page)[0]                                    # (H, R, P)
+    """U_P and μ_P of the keys k (H_kv, n, d) at positions 0 … n − 1 for the queries q (H, R, d) → (H, R, P) each, and
+    the scores q·k (H, R, n) they come from (μ_P = q·k̄_P = the mean of its keys' scores)."""
+    H, R, d = q.shape
+    H_kv, n, _ = k.shape
+    s = (q.reshape(H_kv, (H // H_kv) * R, d) @ k.transpose(-1, -2)).view(H, R, n)            # GQA: h reads KV head h // r
+    U = page_upper_bound(q[None], k[None], torch.arange(n).expand(1, H_kv, n), page)[0]     # (H, R, P)
     P = U.shape[-1]
-    k_bar = torch.nn.functional.pad(k, (0, 0, 0, P * page - n)).view(H_kv, P, page, d).sum(2)
-    k_bar = k_bar / torch.bincount(torch.arange(n) // page, minlength=P).view(1, P, 1)
-    r = q.shape[0] // H_kv
-    mu = (q.reshape(H_kv, r * q.shape[1], d) @ k_bar.transpose(-1, -2)).view_as(U)           # (H, R, P)
-    return U, mu
+    mu = torch.nn.functional.pad(s, (0, P * page - n)).view(H, R, P, page).sum(-1)
+    return U, mu / torch.bincount(torch.arange(n) // page, minlength=P), s
 
 
 def rank_layer(q, k, scaling: float, w: int, K: int, far: float, page: int = PAGE) -> dict:
     """The sums of recall@K and hit@K of each score (bound, mean, half) over one layer's (head, row) that read far, and
     their count: {name: (sum, count)}; q (H, R, d) its last R queries, k (H_kv, n, d) its keys."""
-    H, R, d = q.shape
-    H_kv, n, _ = k.shape
-    r = H // H_kv
+    H, R, _ = q.shape
+    n = k.shape[1]
     i = torch.arange(n - R, n)                                                              # the rows' positions
-    s = (q.reshape(H_kv, r * R, d) @ k.transpose(-1, -2)).view(H, R, n) * scaling
-    a = torch.softmax(s.masked_fill(torch.arange(n) > i[:, None], float("-inf")), -1)      # (H, R, n) full attention
+    U, mu, s = page_scores(q, k, page)                                                      # (H, R, P), (H, R, P), (H, R, n)
+    a = torch.softmax((s * scaling).masked_fill(torch.arange(n) > i[:, None], float("-inf")), -1)   # (H, R, n) full attention
     P = -(-n // page)
     K = min(K, P)
     A = torch.nn.functional.pad(a, (0, P * page - n)).view(H, R, P, page).sum(-1)         # (H, R, P) A_P(i)
@@ -82,7 +80,6 @@ def rank_layer(q, k, scaling: float, w: int, K: int, far: float, page: int = PAG
     cand = (start[None, :] + page - 1 < (i[:, None] - w)) & (start[None, :] > 0)           # (R, P) before the band, not the sinks'
     A = A.masked_fill(~cand, 0.0)
     reads_far = A.sum(-1) >= far                                                            # (H, R)
-    U, mu = page_scores(q, k, page)
     best = torch.topk(A, K, -1).values.sum(-1).clamp_min(1e-30)                            # (H, R) the best K pages' mass
     top_page = A.argmax(-1, keepdim=True)                                                   # (H, R, 1)
 

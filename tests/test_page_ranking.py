@@ -27,7 +27,7 @@ def keys_with_a_page_read(n=256, d=8, page_read=5, seed=0):
 
 def test_a_page_of_keys_along_the_query_is_first_by_both_scores_and_its_mass_is_recalled():
     q, k = keys_with_a_page_read()
-    U, mu = page_scores(q, k)
+    U, mu, _ = page_scores(q, k)
     assert U.shape == mu.shape == (1, 4, 16)
     assert int(U[0, 0].argmax()) == int(mu[0, 0].argmax()) == 5
     got = rank_layer(q, k, 1.0, w=32, K=1, far=0.25)
@@ -40,7 +40,7 @@ def test_a_page_of_keys_along_the_query_is_first_by_both_scores_and_its_mass_is_
 def test_the_bound_is_an_upper_bound_and_the_mean_is_the_mean():
     g = torch.Generator().manual_seed(1)
     q, k = torch.randn(6, 3, 16, generator=g), torch.randn(2, 100, 16, generator=g)     # GQA: 3 query heads per KV head
-    U, mu = page_scores(q, k)
+    U, mu, _ = page_scores(q, k)
     s = torch.einsum("hrd,hnd->hrn", q, k.repeat_interleave(3, 0))                      # (6, 3, 100)
     pages = torch.arange(100) // 16
     for P in range(7):

@@ -26,6 +26,7 @@ from attnlab.errors import UserError
 from attnlab.llm.execution.backend import AttentionBackend
 from attnlab.llm.execution.pages import page_upper_bound
 from attnlab.llm.plans.plan import FULL
+from attnlab.support import column_mask
 
 __all__ = ["full_row", "method_row", "prefill_row_reads", "role_of"]
 
@@ -141,14 +142,16 @@ def _reading(cls: type) -> type:
             # a step that did not reach the seam ran the fused native step, which reads band ∪ columns (no pages)
             allowed = seam.allowed if seam.called else self.allowed(q_pos, k_pos, flags, kv)
             if self.watch:
-                self._note(q, k, scaling, k_pos, allowed, kv)
+                s = self._note(q, k, scaling, k_pos, allowed, kv)
                 if self.pages:
-                    self._note_pages(q, k, k_pos, kv)
+                    self._note_pages(q, k, k_pos, kv, s)
             return out
 
-        def _note_pages(self, q, k, k_pos, kv):
+        def _note_pages(self, q, k, k_pos, kv, s):
             """rank_h(P) of every page for each query head h of this step (module docstring): (bound rank, score rank,
-            mean-key rank, |C_h(i)|) per page, 1-based, into ``self.page_ranks[h]`` (a page outside C_h(i): rank 0)."""
+            mean-key rank, |C_h(i)|) per page, 1-based, into ``self.page_ranks[h]`` (a page outside C_h(i): rank 0).
+            s (B, H_s, r, L): the step's scores q·k · scaling (``_note``); a page's mean key ranks as the mean of its
+            keys' scores (q·k̄_P = mean_j q·k_j)."""
             B, H_s, L = k_pos.shape
             r, i, page = q.shape[1] // H_s, self.m - 1, self.page
             P = -(-self.m // page)
@@ -158,29 +161,28 @@ def _reading(cls: type) -> type:
             for x, h in enumerate(hq):
                 pos = k_pos[:, x // r]                                                          # (B, L) its KV head's keys
                 if cols is not None:                                                             # U over P ∖ T_h
-                    pos = torch.where((pos[..., None] == cols[:, x, None, :].to(pos.device)).any(-1), -1, pos)
-                qh, kh = q[:, x : x + 1, -1:].float(), k[:, x // r : x // r + 1].float()           # (B, 1, 1, d), (B, 1, L, d)
+                    is_col = column_mask(cols[:, x : x + 1].to(pos.device), self.m)[:, 0]       # (B, m)
+                    pos = torch.where((pos >= 0) & is_col.gather(-1, pos.clamp_min(0)), -1, pos)
                 at = torch.where(pos >= 0, pos // page, P).cpu()                                # (B, L) page, P: none
                 U = torch.full((B, P), float("-inf"))
-                Ux = page_upper_bound(qh, kh, pos[:, None], page)[:, 0, 0].cpu()                  # (B, P')
-                U[:, : Ux.shape[-1]] = Ux[:, :P]
-                s = (qh @ kh.transpose(-1, -2))[:, 0, 0].masked_fill(pos < 0, float("-inf")).cpu()   # (B, L) q·k
-                S = torch.full((B, P + 1), float("-inf")).scatter_reduce(
-                    -1, at, s, "amax")[:, :P]                                                     # (B, P) max q·k
-                k_sum = torch.zeros(B, P + 1, kh.shape[-1]).index_put_((torch.arange(B)[:, None].expand_as(at), at),
-                                                                       kh[:, 0].cpu(), accumulate=True)
+                Ux = page_upper_bound(q[:, x : x + 1, -1:].float(), k[:, x // r : x // r + 1].float(), pos[:, None], page)
+                U[:, : Ux.shape[-1]] = Ux[:, 0, 0, :P].cpu()                                    # (B, P) U_P
+                sx = s[:, x // r, x % r].cpu()                                                   # (B, L)
+                S = torch.full((B, P + 1), float("-inf")).scatter_reduce(-1, at, sx, "amax")[:, :P]   # (B, P) max q·k
                 count = torch.zeros(B, P + 1).scatter_add_(-1, at, torch.ones(at.shape))
-                mean = (k_sum[:, :P] / count[:, :P, None].clamp_min(1)) @ qh[:, 0, 0].cpu()[..., None]   # (B, P, 1) q·k̄_P
+                mean = torch.zeros(B, P + 1).scatter_add_(-1, at, sx)[:, :P] / count[:, :P].clamp_min(1)   # q·k̄_P
                 band = w[x] if w[x] != FULL else i + 1
                 outside = torch.zeros(B, P + 1, dtype=torch.bool).scatter_(
                     -1, torch.where((pos >= 0) & (i - pos > band), pos // page, P).cpu(), True)[:, :P]   # C_h(i)
                 ranks = []
-                for vals in (U, S, mean[..., 0]):
+                for vals in (U, S, mean):
                     v = vals.masked_fill(~outside, float("-inf"))
                     ranks.append(torch.where(outside, (v[:, None, :] > v[:, :, None]).sum(-1) + 1, 0))   # (B, P)
                 self.page_ranks[h] = (ranks[0][0], ranks[1][0], ranks[2][0], int(outside[0].sum()))
 
         def _note(self, q, k, scaling, k_pos, allowed, kv):
+            """Adds the step's reads and weights to ``read``, ``probs`` (and ``resident`` without a PlanCache); returns
+            its scores q·k · scaling, (B, H_s, r, L)."""
             B, H_s, L = k_pos.shape
             r = q.shape[1] // H_s
             hq = self.query_heads(kv).to(q.device)
@@ -195,6 +197,7 @@ def _reading(cls: type) -> type:
             pos = torch.where(ok, k_pos[:, :, None].expand_as(ok), self.m).reshape(B, H_s * r, L)
             self.read[:, hq] |= torch.zeros(B, len(hq), self.m + 1, dtype=torch.bool).scatter_(-1, pos, True)[..., : self.m]
             self.probs[:, hq] += torch.zeros(B, len(hq), self.m + 1).scatter_add_(-1, pos, p.reshape(B, H_s * r, L))[..., : self.m]
+            return s
 
         def decode_parts(self, q, parts, scaling, q_pos, summaries=None):
             if self.watch:   # every part with its store joined: the same S_h(i) (decode_step), each key at its position
