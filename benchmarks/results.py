@@ -1,12 +1,12 @@
 """docs/results.md, generated from the runs: one section per recipe, each table beside the commands that made it.
 
     bash benchmarks/recipes/niah-2k.sh                 # measures into runs/niah-2k/ (git-ignored: calibrations, heatmaps)
-    python benchmarks/results.py --collect runs        # its small result files → docs/runs/niah-2k/, then docs/results.md
-    python benchmarks/results.py                       # docs/results.md again from docs/runs/ alone (a clean clone)
+    python benchmarks/results.py --collect runs        # its small result files → docs/records/niah-2k/, then docs/results.md
+    python benchmarks/results.py                       # docs/results.md again from docs/records/ alone (a clean clone)
     python benchmarks/results.py --collect runs/passkey-2k-test=retrieval-formats-2k/passkey-2k-test   # a folder not named after its recipe
 
 A recipe is ``benchmarks/recipes/NAME.sh``: its comment lines say what it measures, its other lines are the
-commands, and it writes into ``runs/NAME/`` (sub-folders allowed: one per grid).  ``docs/runs/NAME/`` holds the
+commands, and it writes into ``runs/NAME/`` (sub-folders allowed: one per grid).  ``docs/records/NAME/`` holds the
 small files those commands wrote (they are committed, so the document is regenerated anywhere), read as:
 
     results.jsonl (+ config.json, wall.jsonl)       attnlab eval                 → its table (attnlab.llm.eval.eval_report)
@@ -336,7 +336,7 @@ def copy_files(pairs: list[tuple[Path, Path]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=Path, default=ROOT / "docs" / "runs", help="the recipes' result folders [docs/runs]")
+    ap.add_argument("--runs", type=Path, default=ROOT / "docs" / "records", help="the recipes' result folders [docs/records]")
     ap.add_argument("--recipes", type=Path, default=ROOT / "benchmarks" / "recipes", help="the recipes [benchmarks/recipes]")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results.md", help="the document written [docs/results.md]")
     ap.add_argument("--readme", type=Path, default=ROOT / "README.md",

@@ -45,7 +45,7 @@ def write_lines(path: Path, rows: list[dict]) -> None:
 
 @pytest.fixture
 def tree(tmp_path):
-    """recipes/, runs/ (as a recipe leaves them, with a calibration that must not be copied) and docs/runs/."""
+    """recipes/, runs/ (as a recipe leaves them, with a calibration that must not be copied) and docs/records/."""
     recipes = tmp_path / "recipes"
     recipes.mkdir()
     (recipes / "niah-tiny.sh").write_text(RECIPE)
@@ -68,13 +68,13 @@ def tree(tmp_path):
 
 
 def run_main(tree: Path, *extra: str) -> int:
-    return results.main(["--runs", str(tree / "docs" / "runs"), "--recipes", str(tree / "recipes"),
+    return results.main(["--runs", str(tree / "docs" / "records"), "--recipes", str(tree / "recipes"),
                          "--out", str(tree / "results.md"), "--readme", str(tree / "README.md"), *extra])
 
 
 def test_collect_then_regenerate(tree, capsys):
     assert run_main(tree, "--collect", str(tree / "runs")) == 0
-    published = tree / "docs" / "runs"
+    published = tree / "docs" / "records"
     assert sorted(p.relative_to(published).as_posix() for p in published.rglob("*") if p.is_file()) == [
         "niah-tiny/config.json", "niah-tiny/results.jsonl", "niah-tiny/wall.jsonl", "speed-tiny/speed.jsonl"]
     doc = (tree / "results.md").read_text()
@@ -115,7 +115,7 @@ def test_an_incomplete_grid_is_said(tree):
 def test_figures_follow_the_runs(tree):
     """A changed result line changes the document: the figures are read, not written down."""
     assert run_main(tree, "--collect", str(tree / "runs")) == 0
-    published = tree / "docs" / "runs" / "niah-tiny" / "results.jsonl"
+    published = tree / "docs" / "records" / "niah-tiny" / "results.jsonl"
     rows = results.read_lines(published)
     rows[2]["score"] = 1.0                                                       # streaming-llm now finds both
     write_lines(published, rows)
@@ -132,13 +132,13 @@ def refused(tree: Path, capsys, *extra: str) -> str:
 
 
 def test_no_runs_is_one_line(tree, capsys):
-    (tree / "docs" / "runs").mkdir(parents=True)
+    (tree / "docs" / "records").mkdir(parents=True)
     assert "no runs" in refused(tree, capsys)
     assert "no such folder" in refused(tree, capsys, "--runs", str(tree / "nothing"))
 
 
 def test_run_without_recipe_and_torn_line(tree, capsys):
-    published = tree / "docs" / "runs"
+    published = tree / "docs" / "records"
     write_lines(published / "elsewhere" / "results.jsonl", [answer("full", 1.0, 0.0, 1.0, 1.0, 2048)])
     assert "no recipe" in refused(tree, capsys)
     (published / "elsewhere" / "results.jsonl").unlink()
@@ -151,7 +151,7 @@ def test_collect_refuses_a_torn_run_before_copying(tree, capsys):
     with open(tree / "runs" / "niah-tiny" / "results.jsonl", "a") as f:
         f.write('{"key": "full|1|niah')
     assert "results.jsonl:6" in refused(tree, capsys, "--collect", str(tree / "runs"))
-    assert not (tree / "docs" / "runs").exists()
+    assert not (tree / "docs" / "records").exists()
 
 
 def test_command_line_no_traceback(tmp_path):
@@ -163,10 +163,10 @@ def test_command_line_no_traceback(tmp_path):
 
 
 def test_published_document_is_generated():
-    """docs/results.md is what the script writes from the committed docs/runs/ (when both are there)."""
-    doc, runs = ROOT / "docs" / "results.md", ROOT / "docs" / "runs"
+    """docs/results.md is what the script writes from the committed docs/records/ (when both are there)."""
+    doc, runs = ROOT / "docs" / "results.md", ROOT / "docs" / "records"
     if not runs.is_dir():
-        pytest.skip("no docs/runs/ in this checkout")
+        pytest.skip("no docs/records/ in this checkout")
     assert doc.read_text(encoding="utf-8") == results.document(runs, ROOT / "benchmarks" / "recipes", here=ROOT / "docs")
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert results.in_readme(readme, results.glance(runs)) == readme      # the README's table is the generated one
@@ -177,7 +177,7 @@ def test_collect_a_folder_not_named_after_its_recipe(tree, capsys):
     (tree / "recipes" / "formats.sh").write_text("#!/bin/bash\n# Retrieval on two prompt formats.\ntrue\n")
     src = tree / "runs" / "elsewhere"
     assert run_main(tree, "--collect", f"{src}=formats/plain", "--collect", str(tree / "runs")) == 0
-    assert (tree / "docs" / "runs" / "formats" / "plain" / "results.jsonl").exists()
+    assert (tree / "docs" / "records" / "formats" / "plain" / "results.jsonl").exists()
     doc = (tree / "results.md").read_text()
     assert "## formats" in doc and "formats/plain/results.jsonl" in doc
     # an unknown recipe in one spec: nothing of the other specs copied either
