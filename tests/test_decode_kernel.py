@@ -23,7 +23,8 @@ from hypothesis import strategies as st  # noqa: E402
 pytestmark = pytest.mark.skipif(not native.decode_library(), reason=f"no native decoding step: {native.decode_unavailable_reason()}")
 
 
-def random_step(seed: int, B: int, H_kv: int, r: int, kv: list[int], i: int, page: int, pages: int, d: int = 16, dv: int = 8):
+def random_step(seed: int, B: int, H_kv: int, r: int, kv: list[int], i: int, page: int, pages: int, d: int = 16, dv: int = 8,
+                mean_pages: int = 0):
     """(step, q, part, summaries, q_pos): a layer of H_kv·r query heads (random bands, FULL ones not reading back) and a
     part of the KV heads ``kv`` whose keys up to position i are resident, stored or lost at random."""
     g = torch.Generator().manual_seed(seed)
@@ -35,7 +36,7 @@ def random_step(seed: int, B: int, H_kv: int, r: int, kv: list[int], i: int, pag
     step.w_decode = w
     step.reads = (w != FULL) & (torch.rand(H, generator=g) < 0.9)
     step.reads[0] = True                                                                     # a head reads back
-    step.pages = pages
+    step.pages, step.mean_pages = pages, min(mean_pages, pages)
     n = i + 1
     k_all, v_all = torch.randn(B, H_kv, n, d, generator=g), torch.randn(B, H_kv, n, dv, generator=g)
     cols = torch.where(torch.rand(B, H, 3, generator=g) < 0.7, torch.randint(0, n, (B, H, 3), generator=g), -1)
@@ -101,18 +102,19 @@ def both(case, monkeypatch):
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10**6), B=st.integers(1, 2), H_kv=st.integers(1, 3), r=st.integers(1, 3), i=st.integers(3, 90),
-       page=st.sampled_from([1, 4, 16]), pages=st.integers(1, 12), which=st.integers(0, 7))
-def test_the_native_step_equals_the_tensor_step(seed, B, H_kv, r, i, page, pages, which):
+       page=st.sampled_from([1, 4, 16]), pages=st.integers(1, 12), which=st.integers(0, 7), mean=st.integers(0, 12))
+def test_the_native_step_equals_the_tensor_step(seed, B, H_kv, r, i, page, pages, which, mean):
+    """… the pages chosen by the bound alone or split with the mean key's score (``mean_pages``)."""
     kv = [x for x in range(H_kv) if which >> x & 1] or [H_kv - 1]                          # a part: some KV heads
     with pytest.MonkeyPatch.context() as mp:
-        (o, read), (o_ref, read_ref) = both(random_step(seed, B, H_kv, r, kv, i, page, pages), mp)
+        (o, read), (o_ref, read_ref) = both(random_step(seed, B, H_kv, r, kv, i, page, pages, mean_pages=mean), mp)
     torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
     assert read == read_ref
 
 
-@pytest.mark.parametrize("pages", [1, 3, 50])   # 50: more than the candidate pages
-def test_more_pages_than_candidates_and_reads_from_the_store(pages, monkeypatch):
-    case = random_step(7, 2, 3, 3, [0, 1, 2], 200, 16, pages, d=64, dv=64)
+@pytest.mark.parametrize("pages,mean", [(1, 0), (3, 0), (50, 0), (4, 2), (50, 25)])   # 50: more than the candidate pages
+def test_more_pages_than_candidates_and_reads_from_the_store(pages, mean, monkeypatch):
+    case = random_step(7, 2, 3, 3, [0, 1, 2], 200, 16, pages, d=64, dv=64, mean_pages=mean)
     (o, read), (o_ref, read_ref) = both(case, monkeypatch)
     torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
     assert read == read_ref and read > 0

@@ -25,10 +25,10 @@ def band(w: int, columns=()) -> HeadPlan:
     return HeadPlan(support=Support(w=w, columns=torch.tensor(list(columns), dtype=torch.long).numpy()))
 
 
-def plan_of(model, heads_of_layer, pages=0) -> Plan:
+def plan_of(model, heads_of_layer, pages=0, mean_pages=0) -> Plan:
     cfg = model.config
     heads = [list(heads_of_layer) for _ in range(cfg.num_hidden_layers)]
-    return Plan(heads, cfg.num_key_value_heads, "test", 1.0, 0, pages=pages)
+    return Plan(heads, cfg.num_key_value_heads, "test", 1.0, 0, pages=pages, mean_pages=mean_pages)
 
 
 @torch.no_grad()
@@ -148,16 +148,17 @@ def test_an_evicted_needle_is_read_back_through_its_page():
 def test_plan_pages_round_trip_and_old_files_read_none(tmp_path):
     """(d) pages and page survive save/load; a file without them reads 0; bad values: one line naming field and file."""
     heads = [[band(4, [0]), HeadPlan.full()]]
-    p = Plan(heads, 1, "test", 0.5, 64, pages=3, page=8)
+    p = Plan(heads, 1, "test", 0.5, 64, pages=3, page=8, mean_pages=2)
     p.save(tmp_path / "p.json")
     back = Plan.load(tmp_path / "p.json")
-    assert (back.pages, back.page) == (3, 8) and back.to_dict() == p.to_dict()
+    assert (back.pages, back.page, back.mean_pages) == (3, 8, 2) and back.to_dict() == p.to_dict()
     old = Plan(heads, 1, "test", 0.5, 64)
     old.save(tmp_path / "old.json")
     assert "pages" not in json.loads((tmp_path / "old.json").read_text())
-    assert Plan.load(tmp_path / "old.json").pages == 0
+    assert Plan.load(tmp_path / "old.json").pages == Plan.load(tmp_path / "old.json").mean_pages == 0
     d = p.to_dict()
-    for field, bad in (("pages", -1), ("pages", 1.5), ("pages", True), ("pages", "3"), ("pages", 10**7), ("page", 0), ("page", 2048)):
+    for field, bad in (("pages", -1), ("pages", 1.5), ("pages", True), ("pages", "3"), ("pages", 10**7), ("page", 0), ("page", 2048),
+                       ("mean_pages", 4), ("mean_pages", -1), ("mean_pages", 1.0)):
         f = tmp_path / f"bad-{field}.json"
         f.write_text(json.dumps({**d, field: bad}))
         with pytest.raises(UserError, match=rf"bad-{field}\.json: malformed plan \({field} must be an integer") as err:
@@ -174,6 +175,30 @@ def test_the_methods_take_pages():
         methods.get("attnlab-retrieval", 0.5, pages="-1")
     with pytest.raises(UserError, match="pages"):
         methods.get("attnlab-band", 0.5, pages="x")
+    assert methods.get("attnlab-retrieval", 0.5, pages="4", mean_pages="2").opts["mean_pages"] == 2
+    with pytest.raises(UserError, match=r"mean_pages=5 needs pages >= 5"):
+        methods.get("attnlab-retrieval", 0.5, pages="4", mean_pages="5")
+
+
+def test_a_page_of_keys_that_answer_the_query_is_read_by_its_mean_key_not_by_its_bound():
+    """Page 1's keys all lie along q (q·k = 1 each), page 2's are noise with one key far out on q's axis and the
+    opposite way on another (a loose bound, q·k̄ ≈ 0): with one page the bound reads page 2, the mean key page 1, and a
+    split (K = 2, k = 1) both."""
+    from attnlab.llm.execution.pages import choose_pages, mean_score, page_upper_bound
+
+    d, page = 4, 4
+    q = torch.tensor([1.0, 0.0, 0.0, 0.0]).view(1, 1, 1, d)
+    k = torch.zeros(1, 1, 12, d)
+    k[0, 0, 4:8, 0] = 1.0                                                                  # page 1: q·k = 1 on every key
+    k[0, 0, 8:12, 1] = torch.tensor([0.5, -0.5, 0.2, -0.2])
+    k[0, 0, 8, 0], k[0, 0, 9, 0] = 3.0, -3.0                                               # page 2: U = 3, μ = 0
+    U = page_upper_bound(q, k, torch.arange(12).view(1, 1, 12), page)                     # (1, 1, 1, 3)
+    mu = mean_score(q, k.view(1, 1, 3, page, d).sum(3), torch.full((3,), float(page)))
+    assert U[0, 0, 0].tolist() == [0.0, 1.0, 3.0] and mu[0, 0, 0].tolist() == [0.0, 1.0, 0.0]
+    cand = torch.tensor([False, True, True]).view(1, 1, 1, 3)
+    assert choose_pages(U, mu, cand, 1).view(-1).tolist() == [False, False, True]
+    assert choose_pages(U, mu, cand, 1, 1).view(-1).tolist() == [False, True, False]
+    assert choose_pages(U, mu, cand, 2, 1).view(-1).tolist() == [False, True, True]
 
 
 @pytest.mark.parametrize("args,word", [
@@ -233,48 +258,52 @@ def test_a_sink_column_does_not_take_a_page():
 def test_the_cached_page_summaries_are_those_of_the_keys_resident_and_stored():
     """The summaries made after the prefill and folded at each step (PlanLayer.summaries: per KV head, and per query
     head the pages its columns touch) are each query head's min / max over the resident ∪ stored keys of every page,
-    its own columns left out — what a step without a PlanCache makes from its keys — after evictions."""
-    from attnlab.llm.execution.pages import _minmax
+    its own columns left out — what a step without a PlanCache makes from its keys — after evictions; and so are their
+    key sums and sizes (the mean key's)."""
+    from attnlab.llm.execution.pages import _minmax, _sums
 
     model = tiny_model(3)
     heads = [band(4, [0]), band(6), band(3), band(8, [1])]
-    _, _, cache = greedy_logits(model, plan_of(model, heads, pages=2), IDS, STEPS)
+    _, _, cache = greedy_logits(model, plan_of(model, heads, pages=2, mean_pages=1), IDS, STEPS)
     assert store_tokens(cache) > 0
     touched = 0
     for layer in cache.layers:
         P = -(-layer.seen // 16)
-        m, M, pc, mc, Mc, row = layer.summaries
+        m, M, pc, mc, Mc, row, sums, count, sc, cc = layer.summaries
         assert m.shape[1:3] == (layer.num_kv_heads, P) and row.tolist() == list(range(layer.num_kv_heads))   # every KV head reads
         r = len(heads) // layer.num_kv_heads
         for part in layer.parts():                                                       # split by KV head (ragged)
             B, H_s, L, d = part.keys.shape
             hq = (part.kv[:, None] * r + torch.arange(r)).reshape(-1)
             own = torch.where(part.flags, -1, part.positions[:, :, None, :]).reshape(B, H_s * r, L)
-            want = _minmax(part.keys[:, :, None].expand(B, H_s, r, L, d).reshape(B, H_s * r, L, d), own, 16, P)
+            k_h = part.keys[:, :, None].expand(B, H_s, r, L, d).reshape(B, H_s * r, L, d)
+            want = [*_minmax(k_h, own, 16, P), *_sums(k_h, own, 16, P)]
             for x, h in enumerate(hq.tolist()):                                           # the per-head view of the parts
-                got = [y[:, int(h) // r].clone() for y in (m, M)]                         # (B, P, d)
+                got = [y[:, int(h) // r].clone() for y in (m, M, sums)] + [count.expand(B, P).clone()]   # (B, P, ·)
                 for c, p in enumerate(pc[0, h].tolist()):
                     if p >= 0:
-                        got[0][:, p], got[1][:, p] = mc[:, h, c], Mc[:, h, c]
+                        got[0][:, p], got[1][:, p], got[2][:, p], got[3][:, p] = mc[:, h, c], Mc[:, h, c], sc[:, h, c], cc[:, h, c]
                         touched += 1
-                torch.testing.assert_close(got[0], want[0][:, x])
-                torch.testing.assert_close(got[1], want[1][:, x])
+                for a, b in zip(got, want):
+                    torch.testing.assert_close(a, b[:, x])
     assert touched   # some head's column pages were summarised without its columns
 
 
-@pytest.mark.parametrize("pages,heads", [(2, "bands"), (3, "mixed"), (6, "narrow"), (6, "padded")])
-def test_the_step_without_joining_the_store_reads_what_the_joined_step_reads(pages, heads, monkeypatch):
+@pytest.mark.parametrize("pages,heads,mean", [(2, "bands", 0), (3, "mixed", 0), (6, "narrow", 0), (6, "padded", 0),
+                                              (2, "bands", 1), (6, "narrow", 3), (6, "padded", 6)])
+def test_the_step_without_joining_the_store_reads_what_the_joined_step_reads(pages, heads, mean, monkeypatch):
     """decode_read_back (resident slots, each chosen page gathered by position from the store) gives the logits and
-    the stored tokens read of the step over resident ∪ stored slots joined (read_back on the joined part)."""
+    the stored tokens read of the step over resident ∪ stored slots joined (read_back on the joined part) — the pages
+    chosen by the bound, or ``mean`` of them by the mean key."""
     model = tiny_model(3)
     row = {"bands": [band(4, [0]), band(6), band(3), band(8, [1])], "mixed": [band(4, [0, 2]), HeadPlan.full(), band(5), band(2, [1])],
            "narrow": [band(1, [0]), band(2), band(1), band(0, [1])],
            "padded": [band(10, [0]), band(10, [0, 1]), band(10, [0]), band(10, [0])]}[heads]
     # narrow: tokens appended since the last eviction leave the band before the next one; padded: one slab for both KV
     # heads (13 and 12 slots: within RAGGED), the shorter padded, its new tokens after the padding read back from there
-    fast_toks, fast_logits, fast = greedy_logits(model, plan_of(model, row, pages=pages), IDS, STEPS)
+    fast_toks, fast_logits, fast = greedy_logits(model, plan_of(model, row, pages=pages, mean_pages=mean), IDS, STEPS)
     monkeypatch.setattr(PlanLayer, "parts", lambda self, resident=False: [s.part() for s in self.slabs])
-    toks, logits, joined = greedy_logits(model, plan_of(model, row, pages=pages), IDS, STEPS)
+    toks, logits, joined = greedy_logits(model, plan_of(model, row, pages=pages, mean_pages=mean), IDS, STEPS)
     assert fast_toks == toks
     for a, b in zip(fast_logits, logits):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
@@ -295,7 +324,7 @@ def test_folding_keys_into_a_column_page_still_filling_equals_summarising_them_a
         s = fold_keys(s, k[:, :, t:t + 6], t, 16)
     ref = page_summaries(k, torch.where(cols < 20, cols, -1), kv_of, 16)                  # column 30 arrives after the prefill
     for a, b in zip(s, ref):
-        assert torch.equal(a, b)
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)   # exact but for the key sums' order of addition
     assert s[2][0, 0].tolist() == [1, 0] or s[2][0, 0].tolist() == [0, 1]                # head 0: pages 0 and 1 its own
 
 

@@ -144,7 +144,7 @@ def apply_plan(model, plan: Plan, runner: Callable[..., LayerRunner] = LayerRunn
     """Run ``model`` with ``plan``: every attention head with its support; returns the model.
 
     ``runner``: the class (or factory) of each layer's runner, a method's subclass of ``LayerRunner``, constructed as
-    ``runner(heads, layer_idx, num_kv_heads, sliding_window, pages, page, **options)``.
+    ``runner(heads, layer_idx, num_kv_heads, sliding_window, pages, page, mean_pages=…, **options)``.
     Raises ``UserError`` if the plan was made for another model (layer / head counts).
     """
     plan.check(model)
@@ -154,7 +154,8 @@ def apply_plan(model, plan: Plan, runner: Callable[..., LayerRunner] = LayerRunn
         l = int(mod.layer_idx)
         sw = getattr(mod, "sliding_window", None)
         mod.attnlab_layer = runner(plan.heads[l], l, plan.num_kv_heads, int(sw) if sw else None,
-                                   getattr(plan, "pages", 0), getattr(plan, "page", 16), **options)
+                                   getattr(plan, "pages", 0), getattr(plan, "page", 16),
+                                   mean_pages=getattr(plan, "mean_pages", 0), **options)
     model.set_attn_implementation(NAME)
     model.attnlab_plan = plan
     return model

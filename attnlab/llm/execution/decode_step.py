@@ -6,7 +6,8 @@ A step's query i of head h (KV head g = h // r) reads, in order:
     2. columns    T_h: the prefill's columns, held key blocks and the tail's vote (``PrefillStep``), as flags on the
                   cache's slots (``column_flags``, once per prefill)
     3. pages      read-back (``Plan.pages`` = K): the K pages of largest Quest bound U_{h,P}(q_i) among those holding
-                  a key h reads otherwise not (``pages``), gathered from the store by position (``decode_read_back``)
+                  a key h reads otherwise not (``pages``; ``Plan.mean_pages`` = k of them by the mean key's score
+                  μ_{h,P}(q_i) instead), gathered from the store by position (``decode_read_back``)
     4. softmax    over the allowed slots ∪ the gathered keys: the seam's ``AttentionBackend.decode``
 
 ``keep`` says which slots some later query of the layer can still read (what the cache compacts to).  A cache of
@@ -19,7 +20,7 @@ import torch
 
 from attnlab.llm.execution.backend import PageKeys
 from attnlab.llm.execution.layer_plan import LayerPlan
-from attnlab.llm.execution.pages import read_back, summary_bound
+from attnlab.llm.execution.pages import choose_pages, read_back, summary_bound, summary_mean
 from attnlab.llm.plans.plan import FULL
 from attnlab.masks import near, visible
 from attnlab.nn.mechanisms import native
@@ -78,7 +79,8 @@ class DecodeStep(LayerPlan):
         allowed = self.allowed(q_pos, k_pos, flags, kv)                                    # (B, H_s, r, n, L)
         if self.pages:
             reads = self.reads if kv is None else self.per_kv(self.reads, kv).reshape(-1)
-            allowed, self.fetched = read_back(q, k, k_pos, q_pos, allowed, reads, self.page, self.pages, flags, summaries)
+            allowed, self.fetched = read_back(q, k, k_pos, q_pos, allowed, reads, self.page, self.pages, flags, summaries,
+                                              self.mean_pages)
         return self.backend_of(q).decode(q, k, v, scaling, allowed)
 
     def decode_parts(self, q, parts, scaling, q_pos, summaries=None):
@@ -115,6 +117,7 @@ class DecodeStep(LayerPlan):
             candidates C_h(i) = {P : |P ∩ [0, i]| > |P ∩ (B_{w_h}(i) ∪ T_h)|}      (a key of P that h reads otherwise not)
             S_h(i) = B_{w_h}(i) ∪ T_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q) over C_h(i)}
 
+        (with ``mean_pages`` = k: top_{K−k} by U, then top_k by μ_{h,P}(q) over the candidates left, ``pages.choose_pages``)
         q (B, H_s·r, 1, d_k) at q_pos (1,); p a ``Part`` (resident keys, values, positions, flags) with its ``store``;
         summaries: ``pages.page_summaries``' parts of its KV heads and query heads, or the layer's with ``heads`` = (the
         part's KV heads, their query heads) (``PageSummaries.of_heads`` made only where needed).  Returns (out (B, H_s·r, 1, d_v), stored slots read,
@@ -131,7 +134,8 @@ class DecodeStep(LayerPlan):
         if native.decode_ready(q, k_r, v_r, *store) and summaries.m.shape[2] >= i // page + 1:   # the fused step, one C call
             rows = None if heads is None else (summaries.row[heads[0]].clamp_min(0), heads[1])   # the layer's summaries
             o, read = native.decode_read_back(q, k_r, v_r, pos_r, flags, self.per_kv(self.w_decode, p.kv), self.per_kv(self.reads, p.kv),
-                                              summaries, store, i, sliding=self.sliding, page=page, pages=self.pages, scale=scaling, rows=rows)
+                                              summaries, store, i, sliding=self.sliding, page=page, pages=self.pages, scale=scaling, rows=rows,
+                                              mean_pages=self.mean_pages)
             return o, float(read.sum())
         summaries = summaries if heads is None else summaries.of_heads(*heads)
         allowed = self.allowed(q_pos, pos_r, flags, p.kv)[:, :, :, 0]                       # (B, H_s, r, L): band ∪ columns
@@ -148,9 +152,11 @@ class DecodeStep(LayerPlan):
         n_col = torch.zeros(B, H_s, r, P + 1, dtype=torch.long, device=dev).scatter_add_(-1, pid, col.long())[..., :P]
         cand = (in_band + n_col < total) & reads[..., None]                                 # (B, H_s, r, P)
         U = summary_bound(q, summaries, P)[:, :, 0]                                          # (B, Hq, P)
-        top = torch.topk(U.masked_fill(~cand.view(B, Hq, P), float("-inf")), min(self.pages, P), -1)
+        mu = summary_mean(q, summaries, P)[:, :, 0] if self.mean_pages else None             # (B, Hq, P)
+        chosen = choose_pages(U, mu, cand.view(B, Hq, P), self.pages, self.mean_pages)      # (B, Hq, P)
+        top = torch.topk(chosen.to(torch.int8), min(self.pages, P), -1)                     # the chosen pages (value 1) first
         j = (top.indices[..., None] * page + torch.arange(page, device=dev)).flatten(-2)   # (B, Hq, K·page) positions
-        ok = torch.isfinite(top.values).repeat_interleave(page, -1) & (j <= i) & (j < lo.view(1, Hq, 1))   # off the band
+        ok = (top.values > 0).repeat_interleave(page, -1) & (j <= i) & (j < lo.view(1, Hq, 1))   # off the band
         # each position's resident slot or store slot (its KV head's); a resident column of h is read already
         kv_local = torch.arange(H_s, device=dev).repeat_interleave(r)                        # (Hq,) within the part
         # a KV head's resident positions ascend along its slots but for the padding (−1) between the compacted slots and

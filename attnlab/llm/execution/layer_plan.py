@@ -33,7 +33,7 @@ class LayerPlan:
     """The plan of one layer: per query head what it reads, and (per input) the columns, slashes and blocks it chose."""
 
     def __init__(self, heads, layer_idx: int, num_kv_heads: int, sliding_window: int | None = None, pages: int = 0, page: int = 16,
-                 backend: AttentionBackend | None = None):
+                 backend: AttentionBackend | None = None, mean_pages: int = 0):
         self.heads = heads
         self.layer_idx = layer_idx
         self.H, self.H_kv = len(heads), num_kv_heads
@@ -55,6 +55,7 @@ class LayerPlan:
         # read-back: the planned heads (no FULL decoding, no sliding layer) read ``pages`` pages of ``page`` keys
         self.reads = (self.w_decode != FULL) & (pages > 0 and sliding_window is None)   # (H,) bool
         self.pages, self.page = (int(pages), int(page)) if bool(self.reads.any()) else (0, int(page))
+        self.mean_pages = min(int(mean_pages), self.pages)   # of them chosen by the mean key's score (``pages.choose_pages``)
         self.fetched = None        # (B, H_kv, L) bool: the slots the last decoding step read through its pages
         self.columns = None        # (B, H, g) the columns of the last prefill (−1: empty), kept for decoding
         self.diagonals = None      # (B, H, s) the slash offsets δ of the last prefill (NO_DIAGONAL: empty), prefill only

@@ -19,9 +19,18 @@ not read otherwise:
 with U_{h,P} Quest's bound over the keys of P that are not columns of h (T_h: a sink column does not make the page
 around it every query's best; its own column is read anyway).
 
+A split choice (``mean_pages`` = k ≤ K, ``Plan.mean_pages``): K − k pages by the bound, then the k best of the other
+candidates by the mean key's score
+
+    μ_{h,P}(q) = q·k̄_P,   k̄_P = (1/|P'|) Σ_{j ∈ P'} k_j                 (P' the keys of P that are not columns of h)
+
+The bound ranks a page by its most extreme coordinates, the mean by its typical key: with wide heads (Gemma-3, d = 256)
+the bound is loose and a page whose every key answers q (a stated value) ranks first by μ yet tens of pages down by U
+(``benchmarks/page_ranking.py`` measures both on dev text).  The summaries keep Σ_{j ∈ P} k_j and |P| beside m, M.
+
 The keys the plan's cache evicts are kept in a store (``kv_cache.PlanLayer``, on the cache's device: Quest keeps
 every key on the GPU too; InfiniGen's move to host memory is not built) and a step fetches only the chosen pages' keys; the page summaries
-(m, M per page and KV head, 2·d values for 16 keys and values, and per query head those of the few pages its
+(m, M and the key sum per page and KV head, 3·d values for 16 keys and values, and per query head those of the few pages its
 columns touch: ``page_summaries``, made once after the prefill and folded as keys arrive, ``fold_keys``) stay on
 the device with the resident cache, so a step's choice costs O(P·d) per head, not a pass over every key.  GQA: each query head picks its own pages from its KV head's keys (as Quest does); a KV
 head fetches the union of its query heads' pages.  Without summaries (``read_back``'s ``summaries`` None: a
@@ -36,7 +45,8 @@ import torch
 
 from attnlab.support import column_mask
 
-__all__ = ["PAGE", "PageSummaries", "bound", "fold_keys", "page_summaries", "page_upper_bound", "quest_pages", "read_back", "summary_bound"]
+__all__ = ["PAGE", "PageSummaries", "bound", "choose_pages", "fold_keys", "mean_score", "page_summaries", "page_upper_bound",
+           "quest_pages", "read_back", "summary_bound", "summary_mean"]
 
 PAGE = 16  # tokens per page (Quest's default)
 
@@ -50,6 +60,9 @@ class PageSummaries(NamedTuple):
     column_pages:  (B, H, C) the pages holding a column of a reading head h (−1: none)
     column_min, column_max: (B, H, C, d) their min / max without h's columns (±inf: no key left)
     row:           (H_kv,) each KV head's row in m, M (−1: none)
+    s:             (B, V, P, d) Σ_{j ∈ P} k_j, the key sum of each page (the mean key's numerator)
+    count:         (P,) float, |P|: the keys each page holds (every KV head holds every position)
+    column_sum, column_count: (B, H, C, d), (B, H, C) the sum and number of the keys of h's column pages without its columns
     """
 
     m: torch.Tensor
@@ -58,13 +71,18 @@ class PageSummaries(NamedTuple):
     column_min: torch.Tensor
     column_max: torch.Tensor
     row: torch.Tensor
+    s: torch.Tensor
+    count: torch.Tensor
+    column_sum: torch.Tensor
+    column_count: torch.Tensor
 
     def of_heads(self, kv, hq) -> "PageSummaries":
         """The summaries of the KV heads ``kv`` (H_s,) and their query heads ``hq`` (H_s·r,): m, M one row per KV head
         of kv (a KV head without a reader: row 0's, never read), the column pages of hq."""
         rows = self.row[kv]
-        return PageSummaries(self.m[:, rows.clamp_min(0)], self.M[:, rows.clamp_min(0)], self.column_pages[:, hq],
-                             self.column_min[:, hq], self.column_max[:, hq], rows)
+        at = rows.clamp_min(0)
+        return PageSummaries(self.m[:, at], self.M[:, at], self.column_pages[:, hq], self.column_min[:, hq], self.column_max[:, hq],
+                             rows, self.s[:, at], self.count, self.column_sum[:, hq], self.column_count[:, hq])
 
 
 def page_upper_bound(q, k, k_pos, page: int):
@@ -86,21 +104,44 @@ def _minmax(k, k_pos, page: int, P: int | None = None):
     return m[:, :, :P], M[:, :, :P]
 
 
-def _page_minmax(k, page: int):
-    """m_P, M_P of keys k (B, X, n, d) at positions 0 … n − 1 → (B, X, ⌈n/page⌉, d) each: ``_minmax`` with k_pos = arange(n),
-    the pages being consecutive runs of keys — a min / max over a view (n/page, page) instead of a scatter per key."""
+def _page_stats(k, page: int):
+    """m_P, M_P and Σ_{j∈P} k_j of keys k (B, X, n, d) at positions 0 … n − 1 → (B, X, ⌈n/page⌉, d) each: ``_minmax``
+    with k_pos = arange(n), the pages being consecutive runs of keys — a reduction over a view (n/page, page) instead of
+    a scatter per key."""
     B, X, n, d = k.shape
     full = n // page
     m = k.new_empty(B, X, -(-n // page), d)
-    M = torch.empty_like(m)
+    M, s = torch.empty_like(m), torch.empty_like(m)
     if full:
         pages = k[:, :, : full * page].unflatten(2, (full, page))                           # (B, X, full, page, d): a view
         torch.amin(pages, 3, out=m[:, :, :full])
         torch.amax(pages, 3, out=M[:, :, :full])
+        torch.sum(pages, 3, out=s[:, :, :full])
     if n > full * page:                                                                     # the last page, short
         m[:, :, full] = k[:, :, full * page :].amin(2)
         M[:, :, full] = k[:, :, full * page :].amax(2)
-    return m, M
+        s[:, :, full] = k[:, :, full * page :].sum(2)
+    return m, M, s
+
+
+def _sums(k, k_pos, page: int, P: int):
+    """Σ_{j∈P} k_j and |P| of the keys k (B, X, L, d) at k_pos (B, X, L) (−1: none) → (B, X, P, d), (B, X, P)."""
+    B, X, L, d = k.shape
+    pid = torch.where(k_pos >= 0, k_pos // page, torch.full_like(k_pos, P))              # (B, X, L), P: no page
+    s = k.new_zeros(B, X, P + 1, d).scatter_add_(2, pid[..., None].expand(*pid.shape, d), k)
+    c = k.new_zeros(B, X, P + 1).scatter_add_(2, pid, torch.ones_like(k[..., 0]))
+    return s[:, :, :P], c[:, :, :P]
+
+
+def mean_score(q, s, count):
+    """μ_P(q) = q·s_P / |P|, the score of a page's mean key: q (B, H, n, d), s (B, H_kv, P, d) the key sums of each KV
+    head's pages (GQA as in ``bound``), count (P,) or (B, H_kv, P) their keys → (B, H, n, P); −inf for a page without
+    a key."""
+    B, H, n, d = q.shape
+    H_kv, P = s.shape[1], s.shape[2]
+    count = count.expand(B, H_kv, P) if count.dim() == 1 else count
+    mu = (q.reshape(B, H_kv, (H // H_kv) * n, d) @ s.transpose(-1, -2)) / count.clamp_min(1)[:, :, None, :]
+    return mu.masked_fill((count == 0)[:, :, None, :], float("-inf")).view(B, H, n, P)
 
 
 def bound(q, m, M):
@@ -123,9 +164,10 @@ def page_summaries(k, columns, kv_of, page: int, reads=None):
     k (B, H_kv, n, d) at positions 0 … n − 1, columns (B, H, g) (−1: empty), kv_of (H,), reads (H,) bool the heads that
     read back (None: all) → ``PageSummaries``: m, M (B, V, ⌈n / page⌉, d) for the V KV heads with a reading query
     head, row (H_kv,) each KV head's row there (−1: none); column_pages (B, H, C) the pages holding a column of a
-    reading head h (−1: none), column_min, column_max (B, H, C, d) their min / max without h's columns (±inf: no key left).  2·d values a page
-    and KV head (1/16 of its keys and values) and 2·d per page a head's columns touch (``summary_bound`` reads them as
-    one summary per query head)."""
+    reading head h (−1: none), column_min, column_max (B, H, C, d) their min / max without h's columns (±inf: no key left);
+    s (B, V, P, d), count (P,) each page's key sum and size, column_sum, column_count those of h's column pages without
+    its columns (the mean key, ``summary_mean``).  3·d values a page and KV head (3/32 of its keys and values) and 3·d
+    per page a head's columns touch (``summary_bound`` reads them as one summary per query head)."""
     B, H_kv, n, d = k.shape
     H = kv_of.shape[0]
     P = -(-n // page)
@@ -134,7 +176,8 @@ def page_summaries(k, columns, kv_of, page: int, reads=None):
     row = torch.cumsum(kept.long(), 0) - 1
     row = torch.where(kept, row, -1).to(k.device)
     sub = torch.nonzero(kept).view(-1).to(k.device)
-    m, M = _page_minmax(k[:, sub], page)                                                    # (B, V, P, d) each
+    m, M, s = _page_stats(k[:, sub], page)                                                  # (B, V, P, d) each
+    count = torch.bincount(torch.arange(n, device=k.device) // page, minlength=P).to(k.dtype)   # (P,) |P|
     cols = (columns if columns is not None else torch.zeros(1, H, 0, dtype=torch.long)).to(k.device).expand(B, H, -1)
     cols = torch.where(reads.to(k.device).view(1, H, 1) & (cols < n), cols, -1)             # a reading head's, < n
     is_col = column_mask(cols, n)                                                           # (B, H, n)
@@ -149,7 +192,8 @@ def page_summaries(k, columns, kv_of, page: int, reads=None):
     kj = kj.view(B, H, C, page, d)                                                          # their keys
     mc = kj.masked_fill(~keep[..., None], float("inf")).amin(3)
     Mc = kj.masked_fill(~keep[..., None], float("-inf")).amax(3)
-    return PageSummaries(m, M, pc, mc, Mc, row)
+    sc = kj.masked_fill(~keep[..., None], 0.0).sum(3)                                       # (B, H, C, d)
+    return PageSummaries(m, M, pc, mc, Mc, row, s, count, sc, keep.sum(3).to(k.dtype))
 
 
 def summary_bound(q, summaries, P: int):
@@ -168,10 +212,25 @@ def summary_bound(q, summaries, P: int):
     return U
 
 
+def summary_mean(q, summaries, P: int):
+    """μ_{h,P}(q) from ``page_summaries``' parts, as ``summary_bound`` reads U: q (B, H, n, d) → (B, H, n, P), the KV
+    head's mean key replaced on the pages head h's columns touch by the mean without them."""
+    pc = summaries.column_pages
+    mu = mean_score(q, summaries.s[:, :, :P], summaries.count[:P])                           # (B, H, n, P)
+    if pc.shape[-1]:
+        B, H, n, d = q.shape
+        C = pc.shape[-1]
+        sc, cc = summaries.column_sum, summaries.column_count                               # (B, H, C, d), (B, H, C)
+        muc = mean_score(q.reshape(B * H, 1, n, d), sc.reshape(B * H, 1, C, d), cc.reshape(B * H, 1, C)).view(B, H, n, C)
+        at = torch.where((pc >= 0) & (pc < P), pc, P)[:, :, None, :].expand(B, H, n, -1)
+        mu = torch.cat([mu, mu.new_empty(B, H, n, 1)], -1).scatter_(-1, at, muc)[..., :P]
+    return mu
+
+
 def fold_keys(summaries, k_new, start: int, page: int):
     """``page_summaries``' parts with keys k_new (B, H_kv, t, d) at positions start … start + t − 1 folded in (pages
     appended; a new key is no column: it joins a head's column pages too)."""
-    m, M, pc, mc, Mc, row = summaries
+    m, M, pc, mc, Mc, row, s, count, sc, cc = summaries
     k_all, k_new = k_new, k_new[:, row >= 0]                                                # the KV heads with summaries
     B, H_kv, P, d = m.shape
     H, t = pc.shape[1], k_new.shape[2]
@@ -179,9 +238,13 @@ def fold_keys(summaries, k_new, start: int, page: int):
     if P2 > P:
         m = torch.cat([m, m.new_full((B, H_kv, P2 - P, d), float("inf"))], 2)
         M = torch.cat([M, M.new_full((B, H_kv, P2 - P, d), float("-inf"))], 2)
+        s = torch.cat([s, s.new_zeros(B, H_kv, P2 - P, d)], 2)
+        count = torch.cat([count, count.new_zeros(P2 - P)])
     pages = torch.arange(start, start + t, device=k_new.device) // page                     # (t,)
     idx = pages.view(1, 1, t, 1).expand(B, H_kv, t, d)
     m, M = m.scatter_reduce(2, idx, k_new, "amin"), M.scatter_reduce(2, idx, k_new, "amax")
+    s = s.scatter_add(2, idx, k_new)
+    count = count.index_add(0, pages, torch.ones(t, dtype=count.dtype, device=count.device))
     if pc.shape[-1] and bool((pc[..., None] == pages).any()):   # a column page still filling (the prefill's last, partial)
         kq = k_all.repeat_interleave(H // k_all.shape[1], 1)                                # (B, H, t, d)
         hit = (pc[..., None] == pages).to(k_new.dtype)                                      # (B, H, C, t)
@@ -189,32 +252,51 @@ def fold_keys(summaries, k_new, start: int, page: int):
         lo = torch.where(hit[..., None] > 0, kq[:, :, None], inf).amin(3)                   # (B, H, C, d)
         hi = torch.where(hit[..., None] > 0, kq[:, :, None], -inf).amax(3)
         mc, Mc = torch.minimum(mc, lo), torch.maximum(Mc, hi)
-    return PageSummaries(m, M, pc, mc, Mc, row)
+        sc, cc = sc + hit @ kq, cc + hit.sum(-1)                                            # (B, H, C, d), (B, H, C)
+    return PageSummaries(m, M, pc, mc, Mc, row, s, count, sc, cc)
 
 
-def quest_pages(U, q_pos, page: int, pages: int, candidates=None):
+def quest_pages(U, q_pos, page: int, pages: int, candidates=None, mu=None, mean_pages: int = 0):
     """Which pages each query reads: U (B, H, n, P), q_pos (n,) → (B, H, n, P) bool.
 
     Quest (``candidates`` None): the ``pages`` of largest U among the pages up to the query's, the current
-    page always.  Read-back (``candidates`` (B, H, n, P) bool): the ``pages`` of largest U among the
-    candidates alone (fewer if fewer are candidates), no page forced.
+    page always.  Read-back (``candidates`` (B, H, n, P) bool): the ``pages`` best candidates alone (fewer if fewer
+    are candidates), no page forced — by U, or with ``mean_pages`` = k > 0 and ``mu`` the mean-key scores (B, H, n, P)
+    K − k by U and k by μ (``choose_pages``).
     """
     P = U.shape[-1]
     current = (q_pos // page).view(1, 1, -1, 1)                                            # (1, 1, n, 1)
     p = torch.arange(P, device=U.device).view(1, 1, 1, P)
+    if candidates is not None:
+        return choose_pages(U, mu, candidates & (p <= current), pages, mean_pages)
     U = U.masked_fill(p > current, float("-inf"))                                           # no future page
-    if candidates is None:
-        U = U.masked_fill(p == current, float("inf"))                                       # the current one first
-    else:
-        U = U.masked_fill(~candidates, float("-inf"))
+    U = U.masked_fill(p == current, float("inf"))                                           # the current one first
     top = torch.topk(U, min(pages, P), dim=-1).indices
     chosen = torch.zeros(U.shape, dtype=torch.bool, device=U.device).scatter_(-1, top, True)
-    chosen &= p <= current
-    return chosen if candidates is None else chosen & candidates
+    return chosen & (p <= current)
 
 
-def read_back(q, k, k_pos, q_pos, allowed, reads, page: int, pages: int, columns, summaries=None):
-    """S_h(i) with read-back: ``allowed`` ∪ the ``pages`` best candidate pages of each reading head.
+def choose_pages(U, mu, candidates, pages: int, mean_pages: int = 0):
+    """The read-back's choice among ``candidates`` (…, P) bool: the K − k of largest bound U, then the k of largest
+    mean-key score μ among the candidates left (K = ``pages``, k = ``mean_pages``; μ unused for k = 0) → (…, P) bool.
+    A page without a key (U or μ = −inf) is never chosen."""
+    P = U.shape[-1]
+
+    def top(score, ok, count):
+        if count <= 0:
+            return torch.zeros_like(ok)
+        t = torch.topk(score.masked_fill(~ok, float("-inf")), min(count, P), dim=-1)
+        return torch.zeros_like(ok).scatter_(-1, t.indices, torch.isfinite(t.values)) & ok
+
+    chosen = top(U, candidates, pages - mean_pages)
+    if mean_pages:
+        chosen |= top(mu, candidates & ~chosen, mean_pages)
+    return chosen
+
+
+def read_back(q, k, k_pos, q_pos, allowed, reads, page: int, pages: int, columns, summaries=None, mean_pages: int = 0):
+    """S_h(i) with read-back: ``allowed`` ∪ the ``pages`` best candidate pages of each reading head (``mean_pages`` of
+    them by the mean key's score, ``choose_pages``).
 
     Head h's candidates are the pages holding a key it reads otherwise not, O_h(i) = {j ≤ i} ∖ (B_{w_h}(i) ∪ T_h),
     ranked by U_{h,P}(q) over the page's keys that are not columns of h; reading P reads P ∩ O_h(i).
@@ -235,15 +317,20 @@ def read_back(q, k, k_pos, q_pos, allowed, reads, page: int, pages: int, columns
     if not bool(outside.any()):
         return allowed, torch.zeros(B, H_kv, L, dtype=torch.bool, device=k.device)
     P = int(k_pos.max()) // page + 1
+    mu = None
     if summaries is None:   # from the step's keys: each query head's pages without the slots its columns hold
         own = torch.where(columns, -1, k_pos[:, :, None, :]).reshape(B, H, L)               # (B, H, L)
-        U = bound(q.reshape(B * H, 1, n, d), *(x.reshape(B * H, 1, P, d) for x in
-                  _minmax(k[:, :, None].expand(B, H_kv, r, L, d).reshape(B, H, L, d), own, page, P))).view(B, H, n, P)
+        k_h = k[:, :, None].expand(B, H_kv, r, L, d).reshape(B, H, L, d)
+        U = bound(q.reshape(B * H, 1, n, d), *(x.reshape(B * H, 1, P, d) for x in _minmax(k_h, own, page, P))).view(B, H, n, P)
+        if mean_pages:
+            s, c = _sums(k_h, own, page, P)                                                 # (B, H, P, d), (B, H, P)
+            mu = mean_score(q.reshape(B * H, 1, n, d), s.reshape(B * H, 1, P, d), c.reshape(B * H, 1, P)).view(B, H, n, P)
     else:
         U = summary_bound(q, summaries, P)                                                  # (B, H, n, P)
+        mu = summary_mean(q, summaries, P) if mean_pages else None
     pid = (k_pos // page).clamp(0, P)[:, :, None, None, :].expand(B, H_kv, r, n, L)        # (B, H_kv, r, n, L), P: none
     cand = torch.zeros(B, H_kv, r, n, P + 1, dtype=torch.bool, device=k.device).scatter_(-1, torch.where(outside, pid, P), True)
-    chosen = quest_pages(U, q_pos, page, pages, cand[..., :P].reshape(B, H, n, P)).view(B, H_kv, r, n, P)
+    chosen = quest_pages(U, q_pos, page, pages, cand[..., :P].reshape(B, H, n, P), mu, mean_pages).view(B, H_kv, r, n, P)
     chosen = torch.cat([chosen, chosen.new_zeros(B, H_kv, r, n, 1)], -1)                   # slot P: no page
     read = torch.gather(chosen, -1, pid) & outside
     return allowed | read, read.any(3).any(2)

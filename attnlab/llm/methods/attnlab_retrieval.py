@@ -68,6 +68,8 @@ class AttnlabRetrieval(PlanMethod):
         "vote_next": Option(0, 0, 64, "s (needs tail_keep): a block's vote also counts the mass of the s blocks before it "
                                       "(the value after the words the question finds)"),
         "pages": Option(0, 0, 10**6, "pages of 16 evicted keys each planned head reads back a decoding step (Quest bound)"),
+        "mean_pages": Option(0, 0, 10**6, "k (needs pages ≥ k): of those pages, k chosen by the mean key's score q·k̄_P, "
+                             "not the bound"),
         "by_kv": Option(0, 0, 1, "1: retrieval heads taken as whole KV groups"),
         "slashes": Option(0, 0, 10**4, "per-input diagonals δ < −w each planned head also reads in the prefill"),
         "sliding_floor": Option(0, 0, 10**7, "least band of a head in a sliding layer (Gemma-3)"),
@@ -93,6 +95,9 @@ class AttnlabRetrieval(PlanMethod):
             raise UserError(f"--method {self.name}: tail_keep={P} needs tail > 0 (the tail's rows cast the vote)")
         if int(self.option("vote_next")) and not P:
             raise UserError(f"--method {self.name}: vote_next={self.option('vote_next')} needs tail_keep > 0 (it shapes the vote)")
+        if int(self.option("mean_pages")) > int(self.option("pages")):
+            raise UserError(f"--method {self.name}: mean_pages={self.option('mean_pages')} needs pages >= {self.option('mean_pages')} "
+                            f"(it chooses among the pages read back; pages={self.option('pages')})")
 
     def make_plan(self, model, n, calibration):
         import numpy as np
@@ -165,6 +170,7 @@ class AttnlabRetrieval(PlanMethod):
                          **({"blocks": K} if K else {}), **({"other_blocks": K2} if K2 else {}), **({"by_kv": 1} if self.option("by_kv") else {}),
                          **({"tail_keep": P} if P else {}), **({"vote_next": V} if V else {}))
         plan.pages = int(self.option("pages"))
+        plan.mean_pages = int(self.option("mean_pages"))
         return with_slashes(plan, s) if s else plan
 
 

@@ -21,7 +21,7 @@ Where a plan comes from: ``attnlab.llm.plans.calibration`` (statistics of the ex
 ``attnlab.llm.execution.kv_cache`` (decoding).
 
 Read-back (``Plan.pages`` = K > 0, pages of ``Plan.page`` tokens): at decoding, every planned head (not
-full, no tail, not in a sliding layer) also reads the K pages of largest Quest bound U_P(q) among the pages
+full, no tail, not in a sliding layer) also reads the K pages of largest Quest bound U_P(q) (``mean_pages`` of them by the mean key's score) among the pages
 holding keys its band and columns do not reach; the keys its cache evicts go to a store (on the cache's device)
 (``attnlab.llm.execution.pages``, ``attnlab.llm.execution.kv_cache``).  The prefill is unchanged; K = 0 (old plan files): none.
 
@@ -241,9 +241,12 @@ class Plan:
     windows: list | None = None      # per layer: the model's sliding window (None: full layer); None: no layer slides
     pages: int = 0                   # K: pages a planned head reads back per decoding query (0: none)
     page: int = 16                   # tokens per page (``attnlab.llm.execution.pages.PAGE``)
+    mean_pages: int = 0              # k ≤ K of them chosen by the mean key's score, not the bound (``pages.choose_pages``)
 
     def __post_init__(self):
         check_pages(self.pages, self.page)
+        if isinstance(self.mean_pages, bool) or not isinstance(self.mean_pages, int) or not 0 <= self.mean_pages <= self.pages:
+            raise ValueError(f"mean_pages must be an integer in [0, pages = {self.pages}], got {self.mean_pages!r}")
         # a sliding layer never gets more than its window: its heads are capped here, for every way of making a plan
         if self.windows is not None:
             if len(self.windows) != len(self.heads):
@@ -339,6 +342,7 @@ class Plan:
             "format": "attnlab-plan/1", **self.shape(), "method": self.method, "budget": self.budget, "n": self.n,
             "fraction": self.fraction() if self.n else None, "full_heads": self.full_heads(), "meta": self.meta,
             "windows": self.windows, **({"pages": self.pages, "page": self.page} if self.pages else {}),
+            **({"mean_pages": self.mean_pages} if self.mean_pages else {}),
             "heads": [[h.to_dict() for h in row] for row in self.heads],
         }
 
@@ -369,7 +373,7 @@ class Plan:
                 raise ValueError(f"num_heads {d['num_heads']} is not a multiple of num_kv_heads {d['num_kv_heads']}")
             heads = [[HeadPlan.from_dict(h) for h in row] for row in d["heads"]]
             plan = cls(heads, int(d["num_kv_heads"]), d.get("method", "attnlab"), float(d.get("budget", 1.0)), int(d.get("n", 0)), d.get("meta", {}),
-                       d.get("windows"), d.get("pages", 0), d.get("page", 16))
+                       d.get("windows"), d.get("pages", 0), d.get("page", 16), d.get("mean_pages", 0))
             check_budget(d.get("budget", 1.0))
         except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise UserError(f"{path}: malformed plan ({err})") from None

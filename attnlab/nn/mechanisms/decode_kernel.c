@@ -10,6 +10,9 @@
  *   C_h(i) = {P : |P ∩ [0, i]| > |P ∩ B_{w_h}(i)| + |P ∩ T_h ∖ B_{w_h}(i)|}   candidate pages (reads_h only)
  *   U_{h,P}(q) = Σ_d q⁺_d M_{P,d} + q⁻_d m_{P,d}          Quest's bound from the page summaries (m ≤ k ≤ M), h's own
  *                                                       summary (its columns left out) on the pages its columns touch
+ *   μ_{h,P}(q) = q·s_P / |P|                            the mean key's score (s_P = Σ_{j∈P} k_j), Km > 0 only: then the
+ *                                                       K − Km pages of largest U are read, and the Km of largest μ
+ *                                                       among the candidates left
  *
  *   o_h = Σ_{j ∈ S_h(i)} exp(s_j − L) v_j,  s_j = τ q_h·k_j,  L = log Σ_{j ∈ S_h(i)} exp(s_j)   (o_h = 0: no key)
  *
@@ -23,6 +26,7 @@
  *   q (B, Hq, d)            kr, vr (B, Hs, L, d | dv)     pos (B, Hs, L) int64, −1: empty     flags (B, Hs, r, L) bytes
  *   w, reads (Hq,)          m, M (B, V, Pm, d) strided    pc (B, Hc, C) int64, −1: none       mc, Mc (B, Hc, C, d)
  *   mrow (Hs,): each KV head's row of m, M     hrow (Hq,): each query head's row of pc, mc, Mc   (the layer's summaries)
+ *   sm (B, V, Pm, d) with m's strides, pcount (Pm,) float    cs (B, Hc, C, d), ccount (B, Hc, C) float   (Km > 0 only)
  *   ks, vs (B, Hs, S, d | dv) the store                   table (B, Hs, J) int64, −1: not stored
  *   out (B, Hq, dv)         read (B, Hs) int64
  *
@@ -46,6 +50,21 @@ static int is_inf_bits(float x)
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     return (u & 0x7fffffffu) == 0x7f800000u;
+}
+
+/* the chosen pages (indices into score[0 … P − 1]): up to K with ok[p], largest score first; returns how many */
+static long top_pages(const float *score, const unsigned char *ok, long P, long K, long *top)
+{
+    long n = 0;
+    if (K <= 0) return 0;
+    for (long p = 0; p < P; p++) {
+        if (!ok[p]) continue;
+        if (n == K && !(score[p] > score[top[n - 1]])) continue;
+        long x = n < K ? n++ : K - 1;
+        while (x > 0 && score[p] > score[top[x - 1]]) top[x] = top[x - 1], x--;
+        top[x] = p;
+    }
+    return n;
 }
 
 /* U = Σ_d q⁺_d M_d + q⁻_d m_d (qp = q⁺, qn = q⁻); returns 0 (and leaves U) where the page has no key (m = +inf: a
@@ -118,11 +137,12 @@ int attnlab_decode_read_back(
     const long *w, const unsigned char *reads,
     const float *m, const float *M, long m_sb, long m_sh, long m_sp, long Pm, const long *mrow,
     const long *pc, const float *mc, const float *Mc, long Hc, long C, const long *hrow,
+    const float *sm, const float *pcount, const float *cs, const float *ccount,
     const float *ks, long ks_sb, long ks_sh, long ks_sl, const float *vs, long vs_sb, long vs_sh, long vs_sl, long S,
     const long *table, long t_sb, long t_sh, long J,
     float *out, long *read,
     long B, long Hs, long r, long L, long d, long dv,
-    long i, long sliding, long page, long K, float tau, int threads)
+    long i, long sliding, long page, long K, long Km, float tau, int threads)
 {
     long P = i / page + 1;                  /* pages 0 … P − 1 hold the positions ≤ i */
     long X = L + (K > 0 ? K : 0) * page;    /* the most keys a query head reads */
@@ -132,7 +152,7 @@ int attnlab_decode_read_back(
         long b = bg / Hs, g = bg % Hs;
         long *inv = malloc((i + 1) * sizeof(long));           /* position → its first resident slot (−1: none) */
         unsigned char *mark = calloc(S > 0 ? S : 1, 1);       /* store slots read by some query head of g */
-        float *U = malloc(P * sizeof(float));
+        float *U = malloc(2 * P * sizeof(float));             /* U, then μ */
         unsigned char *ok = malloc(P);                         /* a candidate page with a bound */
         long *ncol = malloc(P * sizeof(long));
         long *top = malloc((K > 0 ? K : 1) * sizeof(long));
@@ -171,7 +191,7 @@ int attnlab_decode_read_back(
             const float *qh = qg + rho * q_sh;
             const unsigned char *fh = fg + rho * f_sr;
             long lo = wh == FULL ? i + 1 : (i - wh > 0 ? i - wh : 0);         /* the band's first position */
-            /* read-back: the K candidate pages of largest bound */
+            /* read-back: the K candidate pages of largest bound (K − Km of them, then Km by the mean key) */
             if (K > 0 && reads[h]) {
                 for (long x = 0; x < d; x++) qpn[x] = qh[x] > 0.0f ? qh[x] : 0.0f, qpn[d + x] = qh[x] < 0.0f ? qh[x] : 0.0f;
                 for (long p = 0; p < P; p++) ncol[p] = 0;
@@ -186,13 +206,18 @@ int attnlab_decode_read_back(
                     long p = pc[(b * Hc + hrow[h]) * C + c], at = ((b * Hc + hrow[h]) * C + c) * d;
                     if (p >= 0 && p < P) ok[p] = candidate(p, page, i, lo, ncol[p]) && bound(qpn, qpn + d, mc + at, Mc + at, d, &U[p]);
                 }
-                long n = 0;                                        /* top: the chosen pages, largest bound first */
-                for (long p = 0; p < P; p++) {
-                    if (!ok[p]) continue;
-                    if (n == K && !(U[p] > U[top[n - 1]])) continue;
-                    long x = n < K ? n++ : K - 1;
-                    while (x > 0 && U[p] > U[top[x - 1]]) top[x] = top[x - 1], x--;
-                    top[x] = p;
+                long n = top_pages(U, ok, P, K - Km, top);         /* top: the chosen pages */
+                if (Km > 0) {                                      /* then the Km best of the others by μ */
+                    float *mu = U + P;
+                    const float *sg = sm + b * m_sb + mrow[g] * m_sh;
+                    for (long t = 0; t < n; t++) ok[top[t]] = 0;
+                    for (long p = 0; p < P; p++)
+                        if (ok[p]) mu[p] = dot(qh, sg + p * m_sp, d) / pcount[p];
+                    for (long c = 0; c < C; c++) {
+                        long p = pc[(b * Hc + hrow[h]) * C + c], at = (b * Hc + hrow[h]) * C + c;
+                        if (p >= 0 && p < P && ok[p]) mu[p] = dot(qh, cs + at * d, d) / ccount[at];
+                    }
+                    n += top_pages(mu, ok, P, Km, top + n);
                 }
                 for (long t = 0; t < n; t++)
                     for (long j = top[t] * page; j < top[t] * page + page && j <= i && j < lo; j++) {
@@ -221,14 +246,15 @@ int attnlab_decode_read_back(
     return failed;
 }
 
-/* The same step with its arguments packed (one foreign call's conversion instead of sixty): p the 19 pointers in the
- * order above (q, kr, vr, pos, flags, w, reads, m, M, mrow, pc, mc, Mc, hrow, ks, vs, table, out, read), a the 40
- * integers in theirs (q_sb … t_sh, J, then B, Hs, r, L, d, dv, i, sliding, page, K, threads). */
+/* The same step with its arguments packed (one foreign call's conversion instead of sixty): p the 23 pointers (q, kr,
+ * vr, pos, flags, w, reads, m, M, mrow, pc, mc, Mc, hrow, ks, vs, table, out, read, then sm, pcount, cs, ccount), a the 41
+ * integers (q_sb … t_sh, J, then B, Hs, r, L, d, dv, i, sliding, page, K, threads, then Km). */
 int attnlab_decode_read_back_packed(void *const *p, const long *a, float tau)
 {
     return attnlab_decode_read_back(
         p[0], a[0], a[1], p[1], a[2], a[3], a[4], p[2], a[5], a[6], a[7], p[3], a[8], a[9], p[4], a[10], a[11], a[12],
         p[5], p[6], p[7], p[8], a[13], a[14], a[15], a[16], p[9], p[10], p[11], p[12], a[17], a[18], p[13],
+        p[19], p[20], p[21], p[22],
         p[14], a[19], a[20], a[21], p[15], a[22], a[23], a[24], a[25], p[16], a[26], a[27], a[28], p[17], p[18],
-        a[29], a[30], a[31], a[32], a[33], a[34], a[35], a[36], a[37], a[38], tau, (int)a[39]);
+        a[29], a[30], a[31], a[32], a[33], a[34], a[35], a[36], a[37], a[38], a[40], tau, (int)a[39]);
 }

@@ -366,9 +366,10 @@ def _dense(x: Tensor, dtype=None) -> Tensor:
 
 
 def decode_read_back(q, k, v, positions, flags, w, reads, summaries, store, i: int, *, sliding, page: int, pages: int,
-                     scale: float, rows: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+                     scale: float, rows: tuple[Tensor, Tensor] | None = None, mean_pages: int = 0) -> tuple[Tensor, Tensor]:
     """One decoding query per head (``decode_kernel.c``): band ∪ columns over the resident slots, and the ``pages``
-    candidate pages of largest Quest bound read back, resident or from the store, in one softmax.
+    candidate pages of largest Quest bound read back (``mean_pages`` of them by the mean key's score instead,
+    ``pages.choose_pages``), resident or from the store, in one softmax.
 
     q (B, Hq, 1, d) at position i; k, v (B, Hs, L, d | dv), positions (B, Hs, L) (−1: empty), flags (B, Hs, r, L) bool;
     w, reads (Hq,) or (Hs, r): each query head's band (FULL = −1) and whether it reads back; summaries:
@@ -387,10 +388,14 @@ def decode_read_back(q, k, v, positions, flags, w, reads, summaries, store, i: i
     read = torch.zeros(B, Hs, dtype=torch.int64)
     ptrs = [q, k, v, positions, flags, w, reads]
     args = [q.stride(0), q.stride(1), *k.stride()[:3], *v.stride()[:3], *positions.stride()[:2], *flags.stride()[:3]]
+    extra = [None] * 4                                                   # sm, pcount, cs, ccount: the mean key's
     if pages and summaries is not None:
         m, M = (_last(x) for x in summaries[:2])
-        if m.stride() != M.stride():
-            m, M = m.contiguous(), M.contiguous()
+        sm = _last(summaries.s) if mean_pages else m
+        if not m.stride() == M.stride() == sm.stride():
+            m, M, sm = m.contiguous(), M.contiguous(), sm.contiguous()
+        if mean_pages:
+            extra = [sm, _dense(summaries.count, torch.float32), _dense(summaries.column_sum), _dense(summaries.column_count, torch.float32)]
         pc, mc, Mc = (_dense(x) for x in summaries[2:5])
         if m.shape[2] < i // page + 1:
             raise ValueError(f"decode_read_back: summaries of {m.shape[2]} pages, position {i} needs {i // page + 1}")
@@ -398,7 +403,7 @@ def decode_read_back(q, k, v, positions, flags, w, reads, summaries, store, i: i
         ptrs += [m, M, _dense(mrow, torch.int64), _dense(pc, torch.int64), mc, Mc, _dense(hrow, torch.int64)]
         args += [*m.stride()[:3], m.shape[2], pc.shape[1], pc.shape[-1]]
     else:
-        pages = 0
+        pages = mean_pages = 0
         ptrs += [None] * 7
         args += [0] * 6
     if store is not None:
@@ -408,8 +413,8 @@ def decode_read_back(q, k, v, positions, flags, w, reads, summaries, store, i: i
     else:
         ptrs += [None] * 3
         args += [0] * 10
-    ptrs += [out, read]
-    args += [B, Hs, Hq // Hs, L, d, dv, int(i), int(sliding or 0), int(page), int(pages), torch.get_num_threads()]
+    ptrs += [out, read, *extra]
+    args += [B, Hs, Hq // Hs, L, d, dv, int(i), int(sliding or 0), int(page), int(pages), torch.get_num_threads(), int(mean_pages)]
     p = array("Q", [0 if x is None else x.data_ptr() for x in ptrs])   # packed: one conversion (a ctypes array: 20× slower)
     a = array("q", args)
     if lib.attnlab_decode_read_back_packed(p.buffer_info()[0], a.buffer_info()[0], float(scale)):
