@@ -108,7 +108,8 @@ def cases(w: Path) -> list[tuple[str, list, dict, tuple]]:
     for spec, needle in (("snapkv:window=4:window=8", "given twice"), ("snapkv:window=4:kernel=3:window=4", "given twice"),
                          ("quest:page=16:page=16", "given twice"), ("snapkv:window", "key=value"), ("snapkv:=4", "key=value"),
                          ("snapkv:colour=red", "colour"), ("snapkv:window=0", "window"), ("snapkv:window=abc", "window"),
-                         ("snapkv:kernel=4", "odd"), ("nosuch", "nosuch"), ("attnlab:retrieval_heads=3:retrieval_heads=4", "given twice")):
+                         ("snapkv:kernel=4", "odd"), ("nosuch", "nosuch"), ("attnlab:retrieval_heads=3:retrieval_heads=4", "given twice"),
+                         ("attnlab:mean_pages=17", "mean_pages=17 needs pages >= 17")):
         case(f"eval --method {spec}", [*EO, "--method", spec], needle)
 
     # ---- plan: methods and the plan fields

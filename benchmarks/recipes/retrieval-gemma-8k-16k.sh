@@ -4,7 +4,8 @@
 # 8K: 5 depths × 1 sample; 16K: 3 depths × 1 sample (a full prefill at 16K is 5–8 min on one thread).
 # methods: full (the model's own sliding and global layers), attnlab (the recommended default), streaming-llm, snapkv,
 # quest.  Test seed 0, run once (the default was fixed before).  One calibration window of the train plays per length.
-# SPLIT=dev: the dev plays, seed 1, no perplexity, folders …-dev (a dev check: M=attnlab,attnlab:vote_next=1 at 8K).
+# SPLIT=dev: the dev plays, seed 1, no perplexity, folders …-dev (dev checks at 8K: M=attnlab,attnlab:vote_next=1, then
+# M=attnlab:mean_pages=8, the split page choice).
 # One process, one thread.  LENGTHS=8192 or 16384 runs one of the two; M=… narrows the methods.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 S=../shared/data/shakespeare

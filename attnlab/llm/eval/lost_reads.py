@@ -7,7 +7,8 @@
                         reads band or whole cache, columns, held blocks, voted keys and pages read back, on its own
                         cache after the method's compaction (``decode_step``), each key at its position
     rank_h(P)           a read-back page P the decoding step did not choose for head h: its rank among the candidate
-                        pages C_h(i) (``pages``) by Quest's bound U_{h,P}(q_i), the order read-back chooses by; by
+                        pages C_h(i) (``pages``) by Quest's bound U_{h,P}(q_i), the order read-back chooses by (all
+                        K pages, or K − k with ``mean_pages`` = k, the other k by the mean key); by
                         its best key's score max_{j ∈ P∖T_h} q_i·k_j, the order h's own attention would rank it; and
                         by its mean key q_i·k̄_P (k̄_P = mean of k_j, j ∈ P∖T_h) — a page the score ranks 1st and the
                         bound far below K is lost to the bound's looseness, not to K
@@ -235,7 +236,9 @@ def role_of(runner, h: int, pages: int) -> str:
     words += [f"{runner.blocks[h]} key blocks"] if runner.blocks[h] else []
     words += [f"{runner.slashes[h]} slashes"] if runner.slashes[h] else []
     words += [f"voted P={runner.kept[h]}"] if runner.kept[h] else ["whole cache at decoding"] if runner.tail[h] else []
-    words += [f"{pages} pages read back"] if pages and bool(runner.reads[h]) else []
+    k_mean = getattr(runner, "mean_pages", 0)
+    words += ([f"{pages} pages read back" + (f" ({pages - k_mean} by the bound, {k_mean} by the mean key)" if k_mean else "")]
+              if pages and bool(runner.reads[h]) else [])
     words += [f"sliding window {runner.sliding}"] if runner.sliding else []
     return ", ".join(words) + own
 
