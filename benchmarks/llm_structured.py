@@ -38,6 +38,7 @@ from attnlab.llm.execution.kv_cache import kv_bytes, read_tokens, store_bytes  #
 from attnlab.llm.eval.perplexity import perplexity  # noqa: E402
 from attnlab.llm.plans.plan import model_shape  # noqa: E402
 from attnlab.llm.models.text_windows import token_windows  # noqa: E402
+from attnlab.llm.plans.page_ranking import rank_pages, ranking_array  # noqa: E402
 from attnlab.masks import visible  # noqa: E402
 from attnlab.progress import LineProgress  # noqa: E402
 
@@ -73,10 +74,14 @@ def prepared(name: str, budget: float, model, n: int, cal: Calibration | None) -
     return m
 
 
-def with_retrieval(cal: Calibration, path: Path, model, tok, n: int) -> None:
-    """The retrieval scores attnlab-retrieval reads, made once and kept in the calibration file (as ``attnlab eval``)."""
+def with_retrieval(cal: Calibration, path: Path, model, tok, n: int, pages: int = 0, text: Path | None = None) -> None:
+    """The retrieval scores attnlab-retrieval reads, and with ``pages`` = K the page ranking its page_score=calibrated
+    reads (on one window of ``text``, the calibration's), made once and kept in the calibration file (as ``attnlab eval``)."""
     if not cal.retrieval.any():
         cal.retrieval = retrieval_calibration(model, tok, n)
+        cal.save(path)
+    if pages and cal.page_ranking[0] != pages:
+        cal.page_ranking = ranking_array(rank_pages(model, token_windows(tok, text, n, 1)[0], K=pages))
         cal.save(path)
 
 
@@ -109,7 +114,8 @@ def cmd_ppl(args):
             sys.exit(2)
         cal = Calibration.load(path) if path.exists() else None
         if cal is not None and any(methods.get(m).needs_retrieval for m in args.methods):
-            with_retrieval(cal, path, model, tok, n)
+            pages = max(methods.get(m).page_ranking_pages for m in args.methods)
+            with_retrieval(cal, path, model, tok, n, pages, split_file(args.data, "train"))
         windows = token_windows(tok, split_file(args.data, args.split), n, args.windows)
         done = set()
         if (out / "ppl.jsonl").exists():
@@ -150,7 +156,7 @@ def cmd_speed(args):
         path = Path(args.out) / f"calibration-{n}.npz"
         cal = Calibration.load(path)
         if m.needs_retrieval:
-            with_retrieval(cal, path, model, tok, n)
+            with_retrieval(cal, path, model, tok, n, m.page_ranking_pages, split_file(args.data, "train"))
     m.prepare(model, n, cal)
     base = peak_rss_mib()
     with m.applied(model):

@@ -15,7 +15,8 @@ candidate pages are those wholly before the band of w keys, past the first page 
 for score = U ("bound"), μ ("mean"), and "half": the K/2 pages of largest U, then the K − K/2 of largest μ among the rest.
 
 averaged over the (layer, head, row) whose candidates hold ≥ ``--far`` of the row's mass (a head that reads far: the
-rows that read nothing there rank noise).  One JSON line per model (``--json``), or a table.
+rows that read nothing there rank noise) — ``attnlab.llm.plans.page_ranking``, which the calibration runs on its own
+text.  One JSON line per model (``--json``), or a table.
 
     python benchmarks/page_ranking.py --hf smollm2-135m gemma3-270m --n 8192 --json
 """
@@ -27,103 +28,21 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from attnlab.errors import UserError, main_guard  # noqa: E402
-from attnlab.llm.execution.attention import LayerRunner, apply_plan, attention_modules, remove_plan  # noqa: E402
-from attnlab.llm.execution.pages import PAGE, page_upper_bound  # noqa: E402
+from attnlab.llm.execution.pages import PAGE  # noqa: E402
 from attnlab.llm.models.loading import load_causal_lm  # noqa: E402
 from attnlab.llm.models.text_windows import token_windows  # noqa: E402
-from attnlab.llm.plans.plan import Plan, model_shape  # noqa: E402
+from attnlab.llm.plans.page_ranking import rank_pages  # noqa: E402
 
 DEV = ROOT.parent / "shared" / "data" / "shakespeare" / "dev.txt.gz"
 
 
-class Recording(LayerRunner):
-    """A full layer that keeps its last R queries and every key of its prefill (the seam's subclass of ``LayerRunner``)."""
-
-    R = 32
-
-    def prefill(self, q, k, v, scaling):
-        if self.sliding is None:
-            self.seen = (q[:, :, -self.R :].float().contiguous(), k.float().contiguous(), scaling)   # (B, H, R, d), (B, H_kv, n, d)
-        return super().prefill(q, k, v, scaling)
-
-
-def page_scores(q, k, page: int = PAGE):
-    """U_P and μ_P of the keys k (H_kv, n, d) at positions 0 … n − 1 for the queries q (H, R, d) → (H, R, P) each, and
-    the scores q·k (H, R, n) they come from (μ_P = q·k̄_P = the mean of its keys' scores)."""
-    H, R, d = q.shape
-    H_kv, n, _ = k.shape
-    s = (q.reshape(H_kv, (H // H_kv) * R, d) @ k.transpose(-1, -2)).view(H, R, n)            # GQA: h reads KV head h // r
-    U = page_upper_bound(q[None], k[None], torch.arange(n).expand(1, H_kv, n), page)[0]     # (H, R, P)
-    P = U.shape[-1]
-    mu = torch.nn.functional.pad(s, (0, P * page - n)).view(H, R, P, page).sum(-1)
-    return U, mu / torch.bincount(torch.arange(n) // page, minlength=P), s
-
-
-def rank_layer(q, k, scaling: float, w: int, K: int, far: float, page: int = PAGE) -> dict:
-    """The sums of recall@K and hit@K of each score (bound, mean, half) over one layer's (head, row) that read far, and
-    their count: {name: (sum, count)}; q (H, R, d) its last R queries, k (H_kv, n, d) its keys."""
-    H, R, _ = q.shape
-    n = k.shape[1]
-    i = torch.arange(n - R, n)                                                              # the rows' positions
-    U, mu, s = page_scores(q, k, page)                                                      # (H, R, P), (H, R, P), (H, R, n)
-    a = torch.softmax((s * scaling).masked_fill(torch.arange(n) > i[:, None], float("-inf")), -1)   # (H, R, n) full attention
-    P = -(-n // page)
-    K = min(K, P)
-    A = torch.nn.functional.pad(a, (0, P * page - n)).view(H, R, P, page).sum(-1)         # (H, R, P) A_P(i)
-    start = torch.arange(P) * page
-    cand = (start[None, :] + page - 1 < (i[:, None] - w)) & (start[None, :] > 0)           # (R, P) before the band, not the sinks'
-    A = A.masked_fill(~cand, 0.0)
-    reads_far = A.sum(-1) >= far                                                            # (H, R)
-    best = torch.topk(A, K, -1).values.sum(-1).clamp_min(1e-30)                            # (H, R) the best K pages' mass
-    top_page = A.argmax(-1, keepdim=True)                                                   # (H, R, 1)
-
-    def top(score, count):   # (H, R, P) bool: the ``count`` candidate pages of largest score
-        chosen = torch.topk(score.masked_fill(~cand, float("-inf")), count, -1).indices
-        return torch.zeros_like(A, dtype=torch.bool).scatter_(-1, chosen, True)
-
-    out = {}
-    by_bound = top(U, K // 2)
-    half = by_bound | top(mu.masked_fill(by_bound, float("-inf")), K - K // 2)           # K/2 by the bound, the rest by the mean
-    for name, sel in (("bound", top(U, K)), ("mean", top(mu, K)), ("half", half)):
-        sel = sel & cand                                                                   # (H, R, P)
-        recall = (A * sel).sum(-1) / best
-        hit = sel.gather(-1, top_page)[..., 0].float()
-        out[f"recall_{name}"] = (float(recall[reads_far].sum()), int(reads_far.sum()))
-        out[f"hit_{name}"] = (float(hit[reads_far].sum()), int(reads_far.sum()))
-    out["rows"] = (int(reads_far.sum()), H * R)
-    return out
-
-
-@torch.no_grad()
 def measure(spec: str, data: Path, n: int, rows: int, w: int, K: int, far: float) -> dict:
     model, tok = load_causal_lm(spec)
-    ids = token_windows(tok, data, n, 1)[0]
-    Recording.R = rows
-    apply_plan(model, Plan.full(model_shape(model), n), runner=Recording)
-    try:
-        runners = [mod.attnlab_layer for mod in attention_modules(model)]
-        model(ids, use_cache=False, logits_to_keep=1)
-        totals: dict[str, list[float]] = {}
-        seen = [r.seen for r in runners if hasattr(r, "seen")]                                 # the layers without a window
-        for q, k, scaling in seen:
-            for key, (x, c) in rank_layer(q[0], k[0], scaling, w, K, far).items():
-                t = totals.setdefault(key, [0.0, 0])
-                t[0] += x
-                t[1] += c
-    finally:
-        remove_plan(model)
-    row = {"model": spec, "n": n, "d": int(seen[0][1].shape[-1]), "layers": len(seen), "rows": rows,
-           "band": w, "K": K, "page": PAGE, "far": far, "far_rows": int(totals["rows"][0]), "all_rows": int(totals["rows"][1])}
-    for key in ("recall_bound", "recall_mean", "recall_half", "hit_bound", "hit_mean", "hit_half"):
-        x, c = totals[key]
-        row[key] = round(x / c, 4) if c else None
-    return row
+    return {"model": spec, **rank_pages(model, token_windows(tok, data, n, 1)[0], rows, w, K, far)}
 
 
 def main():

@@ -109,7 +109,8 @@ def cases(w: Path) -> list[tuple[str, list, dict, tuple]]:
                          ("quest:page=16:page=16", "given twice"), ("snapkv:window", "key=value"), ("snapkv:=4", "key=value"),
                          ("snapkv:colour=red", "colour"), ("snapkv:window=0", "window"), ("snapkv:window=abc", "window"),
                          ("snapkv:kernel=4", "odd"), ("nosuch", "nosuch"), ("attnlab:retrieval_heads=3:retrieval_heads=4", "given twice"),
-                         ("attnlab:mean_pages=17", "mean_pages=17 needs pages >= 17")):
+                         ("attnlab-retrieval:pages=4:mean_pages=5", "mean_pages=5 needs pages >= 5"),
+                         ("attnlab:mean_pages=8", "page_score=calibrated chooses mean_pages itself")):
         case(f"eval --method {spec}", [*EO, "--method", spec], needle)
 
     # ---- plan: methods and the plan fields

@@ -180,3 +180,51 @@ def test_cli_refuses_bad_kv_options_in_one_line_writing_nothing(model_dir, tmp_p
     (tmp_path / "bad.json").write_text(json.dumps(d))
     code, _, err = cli("plan-run", "--hf", model_dir, "--plan", tmp_path / "bad.json", "--file", text, "--n", "300")
     assert code == 2 and err.count("\n") == 1 and "kept must be an integer" in err, err
+
+
+def test_page_score_calibrated_splits_the_pages_where_the_calibration_text_ranks_the_split_better():
+    """page_score=calibrated: K/2 pages by the mean key (mean_pages = K − K/2) where the calibration's recall@K of the
+    split beats the bound's, none otherwise or where no row read far; refused without a ranking at that K, beside
+    mean_pages, or without pages (one line each)."""
+    cal = scored_calibration()
+    m = methods.get("attnlab-retrieval", 0.5, retrieval_heads="2", tail="8", pages="16", page_score="calibrated")
+    assert m.page_ranking_pages == 16 and methods.get("attnlab-retrieval", 0.5, pages="16").page_ranking_pages == 0
+    with pytest.raises(UserError, match="page ranking at K = 16 .it has none.; recalibrate"):
+        m.make_plan(None, cal.n, cal)
+    for bound, split, want in ((0.6, 0.75, 8), (0.75, 0.7, 0), (np.nan, np.nan, 0)):
+        cal.page_ranking = np.array([16, 100, bound, 0.5, split, 0.7, 0.6, 0.8])
+        plan = m.make_plan(None, cal.n, cal)
+        assert plan.mean_pages == want and plan.meta["page_score"]["mean_pages"] == want
+        json.dumps(plan.to_dict(), allow_nan=False)                                 # the plan file stays plain JSON
+    cal.page_ranking[0] = 8
+    with pytest.raises(UserError, match="it has K = 8"):
+        m.make_plan(None, cal.n, cal)
+    for opts, needle in (({"pages": "16", "mean_pages": "4"}, "give one of them"), ({}, "needs pages > 0")):
+        with pytest.raises(UserError, match=needle):
+            methods.get("attnlab-retrieval", 0.5, page_score="calibrated", **opts)
+    with pytest.raises(UserError, match="page_score"):
+        methods.get("attnlab-retrieval", 0.5, page_score="mean")
+
+
+def test_the_calibration_ranks_the_page_scores_once_for_the_methods_that_read_them(tmp_path):
+    """build_calibration adds the page ranking at the K a method asks (and only then), on one window of its text;
+    a saved calibration keeps it, one made before reads K = 0."""
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    from attnlab.llm.eval.eval_grid import build_calibration
+    from attnlab.llm.plans.calibration import Calibration
+    from tests.char_model_folder import tiny_llama_folder
+
+    folder = tiny_llama_folder(tmp_path / "m")
+    model, tok = LlamaForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+    text = tmp_path / "t.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40 + "\n")
+    cal, _ = build_calibration(model, tok, [methods.get("attnlab-band", 0.5)], 256, text, 1)
+    assert cal.page_ranking[0] == 0                                                    # not asked: not measured
+    reads = methods.get("attnlab-retrieval", 0.5, retrieval_heads="0", tail="0", pages="4", page_score="calibrated")
+    cal, changed = build_calibration(model, tok, [reads], 256, text, 1, cal=cal)
+    assert changed and cal.page_ranking[0] == 4 and cal.page_ranking[1] >= 0
+    assert model.config._attn_implementation == "sdpa"                                   # the model as it was
+    cal.save(tmp_path / "c.npz")
+    np.testing.assert_array_equal(Calibration.load(tmp_path / "c.npz").page_ranking, cal.page_ranking)
+    assert build_calibration(model, tok, [reads], 256, text, 1, cal=cal)[1] is False     # kept: not measured again

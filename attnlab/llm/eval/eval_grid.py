@@ -144,6 +144,13 @@ def build_calibration(model, tokenizer, methods: list, n: int, text_path, window
         progress.stage(f"calibration n={n}: retrieval scores of every head on {RETRIEVAL_PROMPTS} needle prompts")
         cal.retrieval = retrieval_calibration(model, tokenizer, n)
         changed = True
+    K = max((m.page_ranking_pages for m in need), default=0)
+    if K and cal.page_ranking[0] != K:   # read-back's page scores ranked on the first window of the calibration text
+        from attnlab.llm.plans.page_ranking import rank_pages, ranking_array
+
+        progress.stage(f"calibration n={n}: read-back's page scores ranked at K = {K} on one window")
+        cal.page_ranking = ranking_array(rank_pages(model, token_windows(tokenizer, text_path, n, 1)[0], K=K))
+        changed = True
     return cal, changed
 
 

@@ -43,6 +43,12 @@ ask; ``HeadPlan.kept``): its KV head's cache stays compressed.  Decoding only (t
 ``vote_next`` = s (with ``tail_keep``): a block's vote also counts the mass of the s blocks before it
 (``HeadPlan.vote_next``): a needle's value follows the words the question finds, and where it starts a new block of 16
 that block is kept with them.
+``mean_pages`` = k (with ``pages``): k of the K pages read back are chosen by the mean key's score q·k̄_P, the other
+K − k by Quest's bound (``Plan.mean_pages``, ``pages.choose_pages``).  ``page_score`` = calibrated: that split
+(k = K − ⌊K/2⌋) where it ranks the pages full attention reads better than the bound alone on the calibration text
+(recall@K over the last 32 rows of its first window, ``attnlab.llm.plans.page_ranking``, kept as
+``Calibration.page_ranking``), else k = 0.  Quest's bound sums a per-channel slack over d_k channels: SmolLM2
+(d_k = 64) keeps the bound, Gemma-3 (d_k = 256) the split.
 """
 
 from attnlab.errors import UserError
@@ -70,6 +76,9 @@ class AttnlabRetrieval(PlanMethod):
         "pages": Option(0, 0, 10**6, "pages of 16 evicted keys each planned head reads back a decoding step (Quest bound)"),
         "mean_pages": Option(0, 0, 10**6, "k (needs pages ≥ k): of those pages, k chosen by the mean key's score q·k̄_P, "
                              "not the bound"),
+        "page_score": Option("bound", help="how the pages are chosen: bound (Quest's, or mean_pages as given), or calibrated: "
+                             "half by the mean key where that split ranks the pages full attention reads better on the "
+                             "calibration text (recall@K)", choices=("bound", "calibrated")),
         "by_kv": Option(0, 0, 1, "1: retrieval heads taken as whole KV groups"),
         "slashes": Option(0, 0, 10**4, "per-input diagonals δ < −w each planned head also reads in the prefill"),
         "sliding_floor": Option(0, 0, 10**7, "least band of a head in a sliding layer (Gemma-3)"),
@@ -95,6 +104,9 @@ class AttnlabRetrieval(PlanMethod):
             raise UserError(f"--method {self.name}: tail_keep={P} needs tail > 0 (the tail's rows cast the vote)")
         if int(self.option("vote_next")) and not P:
             raise UserError(f"--method {self.name}: vote_next={self.option('vote_next')} needs tail_keep > 0 (it shapes the vote)")
+        if self.option("page_score") == "calibrated" and (int(self.option("mean_pages")) or not int(self.option("pages"))):
+            raise UserError(f"--method {self.name}: page_score=calibrated " + ("chooses mean_pages itself (give one of them)"
+                            if int(self.option("mean_pages")) else "needs pages > 0 (it chooses among the pages read back)"))
         if int(self.option("mean_pages")) > int(self.option("pages")):
             raise UserError(f"--method {self.name}: mean_pages={self.option('mean_pages')} needs pages >= {self.option('mean_pages')} "
                             f"(it chooses among the pages read back; pages={self.option('pages')})")
@@ -171,13 +183,31 @@ class AttnlabRetrieval(PlanMethod):
                          **({"tail_keep": P} if P else {}), **({"vote_next": V} if V else {}))
         plan.pages = int(self.option("pages"))
         plan.mean_pages = int(self.option("mean_pages"))
+        if self.option("page_score") == "calibrated":   # the split where it ranks better on the calibration text
+            from attnlab.llm.plans.page_ranking import RANKED
+
+            ranking = np.asarray(getattr(calibration, "page_ranking", np.zeros(8)), dtype=np.float64)
+            if ranking[0] != plan.pages:
+                raise UserError(f"--method {self.name}: page_score=calibrated needs the calibration's page ranking at "
+                                f"K = {plan.pages} (it has {'none' if not ranking[0] else f'K = {int(ranking[0])}'}); recalibrate")
+            got = {k: (None if np.isnan(x) else round(float(x), 4)) for k, x in zip(RANKED, ranking[2:])}
+            split = None not in (got["recall_half"], got["recall_bound"]) and got["recall_half"] > got["recall_bound"]   # none: the bound
+            plan.mean_pages = plan.pages - plan.pages // 2 if split else 0
+            plan.meta.update(page_score={"recall_bound": got["recall_bound"], "recall_split": got["recall_half"],
+                                         "mean_pages": plan.mean_pages})
         return with_slashes(plan, s) if s else plan
+
+    @property
+    def page_ranking_pages(self) -> int:
+        """K at which the calibration must rank the page scores (0: this configuration does not read them)."""
+        return int(self.option("pages")) if self.option("page_score") == "calibrated" else 0
 
 
 register_preset("attnlab", "attnlab-retrieval", "the recommended default: retrieval, perplexity and KV together (the read-back "
                 "configuration: 32 retrieval heads with key blocks, every other head 4 key blocks, a voted decoding cache, "
-                "16 pages read back a step; sliding layers keep bands of at least 128 keys)", default=True,
-                retrieval_heads=32, blocks=8, other_blocks=4, tail_keep=512, pages=16, sliding_floor=128)
+                "16 pages read back a step, half by the mean key where the calibration text ranks that better; sliding "
+                "layers keep bands of at least 128 keys)", default=True,
+                retrieval_heads=32, blocks=8, other_blocks=4, tail_keep=512, pages=16, sliding_floor=128, page_score="calibrated")
 register_preset("attnlab-other-blocks", "attnlab-retrieval", "multi-key retrieval with whole caches for the retrieval heads "
                 "(more KV than attnlab, no read-back)", retrieval_heads=32, blocks=8, other_blocks=4)
 register_preset("attnlab-key-blocks", "attnlab-retrieval", "key blocks in the retrieval heads only (multi-key at 2K; "

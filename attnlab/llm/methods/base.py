@@ -89,6 +89,7 @@ class Method:
     decoding: ClassVar[str] = ""       # one sentence: what the cache keeps, what a new token reads
     calibrated: ClassVar[bool] = False  # needs calibration text (``prepare(..., calibration=...)``)
     needs_retrieval: ClassVar[bool] = False  # needs the calibration's retrieval scores (``Calibration.retrieval``)
+    page_ranking_pages: int = 0  # K > 0: needs the calibration's page ranking at K (``Calibration.page_ranking``)
     options: ClassVar[dict[str, Option]] = {}  # option → its declared default, range and help; checked by __init__
     default_run: ClassVar[bool] = True  # run when a benchmark is not told which methods (variants and bounds: False)
     prefill_reuse: ClassVar[bool] = False  # the prefill is full attention, S_h(i) = {j ≤ i}, and the cache is made from its

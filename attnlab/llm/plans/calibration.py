@@ -88,6 +88,9 @@ class Calibration:
         self.pattern_keys: list[int] = []  # K of MInference's pattern search (``pattern_search.measure``), set by the caller
         self.pattern_recall = np.zeros((L, H, 0, 3))  # recall[l, h, x, (Λ, vs, block)] at K = pattern_keys[x], mean over windows
         self.retrieval = np.zeros((L, H))  # retrieval score per head (head_scan.retrieval_scores), set by the caller; 0: not measured
+        # read-back's page scores ranked on the calibration text (page_ranking.ranking_array: [K, far rows, recall@K and
+        # hit@K of the bound, the mean key, the split]), set by the caller; K = 0: not measured
+        self.page_ranking = np.zeros(8)
         self.row_grads = [None] * L     # (R, hidden) ∂L/∂x at the sampled rows of the current window, per layer
         self.out_proj = [None] * L      # o_proj weights (hidden, H·d) per layer, set by ``calibrate``
         self.current_rows = None        # rows of the current window when they are not ``sample_rows`` (a mixed window)
@@ -196,8 +199,8 @@ class Calibration:
             self.cand_err[layer, :, x] += err.cpu().numpy()
 
     TABLES = ("fit", "est", "sink", "fixed", "cand_err", "cand_mass", "windows", "err", "mass_exec", "resid", "out_scale", "delta", "gsq",
-              "retrieval")
-    OPTIONAL = ("err", "mass_exec", "resid", "out_scale", "delta", "gsq", "retrieval")   # absent from calibrations made before them
+              "retrieval", "page_ranking")
+    OPTIONAL = ("err", "mass_exec", "resid", "out_scale", "delta", "gsq", "retrieval", "page_ranking")   # absent from calibrations made before them
 
     def save(self, path) -> Path:
         """The statistics as ``.npz`` (arrays only), with the grid, shape and candidates."""
@@ -226,7 +229,8 @@ class Calibration:
                 setattr(cal, t, z[t])
             elif t in cls.OPTIONAL:
                 Gw = len(cal.w_grid)
-                setattr(cal, t, np.zeros((L,) if t in ("resid", "out_scale", "gsq") else (L, H) if t == "retrieval" else (L, H, 2, Gw, len(cal.g_grid))))
+                setattr(cal, t, np.zeros((L,) if t in ("resid", "out_scale", "gsq") else (L, H) if t == "retrieval" else (8,)
+                                         if t == "page_ranking" else (L, H, 2, Gw, len(cal.g_grid))))
             else:
                 raise KeyError(t)
         return cal
