@@ -3,9 +3,9 @@
 # 2 samples, β = 0.1 — the default as it was before this check (8 pages read back a step) against the same
 # configuration with 16 pages (the default since: `attnlab`), with 1,024 voted keys kept by each retrieval head, and
 # with both; then why the 8-page configuration and the 16-page one lost their prompts.  A dev check (no test figure): it chose the default's
-# `pages=16`.  Then the default against its split page choice (mean_pages=8: 8 pages by Quest's bound, 8 by the mean
-# key, what page-ranking.sh measures on dev text): the split lost a prompt the default kept, so the default kept the
-# bound alone.  One process at a time.
+# `pages=16`.  Then the default (for SmolLM2 its calibration keeps Quest's bound alone: page_score=calibrated) against
+# the split page choice (mean_pages=8: 8 pages by the bound, 8 by the mean key, what page-ranking.sh measures on dev
+# text).  One process at a time.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 S=../shared/data/shakespeare
 OUT=${RUNS:-runs}/readback-dev
@@ -17,6 +17,6 @@ B=attnlab-retrieval:retrieval_heads=32:blocks=8:other_blocks=4
   --method $B:tail_keep=1024:pages=16:sliding_floor=128 \
   --calibrate $S/train.txt.gz --haystack $S/dev.txt.gz --seed 1 --out $OUT
 .venv/bin/attnlab eval --hf smollm2-135m --task niah --lengths 2048 --depths 5 --samples 2 --budget 0.1 \
-  --method attnlab,attnlab:mean_pages=8 --calibrate $S/train.txt.gz --haystack $S/dev.txt.gz --seed 1 --out $OUT
+  --method attnlab,$B:tail_keep=512:pages=16:sliding_floor=128:mean_pages=8 --calibrate $S/train.txt.gz --haystack $S/dev.txt.gz --seed 1 --out $OUT
 .venv/bin/attnlab eval-why --out $OUT --method $B:tail_keep=512:pages=8:sliding_floor=128 --row parted --top 6
 .venv/bin/attnlab eval-why --out $OUT --method $B:tail_keep=512:sliding_floor=128:pages=16 --row parted --top 6
