@@ -42,7 +42,7 @@ DEV = ROOT.parent / "shared" / "data" / "shakespeare" / "dev.txt.gz"
 
 def measure(spec: str, data: Path, n: int, rows: int, w: int, K: int, far: float) -> dict:
     model, tok = load_causal_lm(spec)
-    return {"model": spec, **rank_pages(model, token_windows(tok, data, n, 1)[0], rows, w, K, far)}
+    return {"model": spec, "text": data.name, **rank_pages(model, token_windows(tok, data, n, 1)[0], rows, w, K, far)}
 
 
 def main():
