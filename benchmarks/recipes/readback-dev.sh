@@ -17,6 +17,6 @@ B=attnlab-retrieval:retrieval_heads=32:blocks=8:other_blocks=4
   --method $B:tail_keep=1024:pages=16:sliding_floor=128 \
   --calibrate $S/train.txt.gz --haystack $S/dev.txt.gz --seed 1 --out $OUT
 .venv/bin/attnlab eval --hf smollm2-135m --task niah --lengths 2048 --depths 5 --samples 2 --budget 0.1 \
-  --method attnlab,$B:tail_keep=512:pages=16:sliding_floor=128:mean_pages=8 --calibrate $S/train.txt.gz --haystack $S/dev.txt.gz --seed 1 --out $OUT
+  --method attnlab,attnlab-bound:mean_pages=8 --calibrate $S/train.txt.gz --haystack $S/dev.txt.gz --seed 1 --out $OUT
 .venv/bin/attnlab eval-why --out $OUT --method $B:tail_keep=512:pages=8:sliding_floor=128 --row parted --top 6
 .venv/bin/attnlab eval-why --out $OUT --method $B:tail_keep=512:sliding_floor=128:pages=16 --row parted --top 6

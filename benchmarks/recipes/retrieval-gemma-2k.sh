@@ -4,9 +4,9 @@
 # 10 prompts over 5 depths, no chat template, no instruction, the key said twice (passkey-bare).
 # methods: full (the model's own sliding and global layers), attnlab (the recommended default), attnlab-retrieval
 # (its own defaults), minference, snapkv, streaming-llm, quest, the per-row top-k oracle.  SPLIT=dev: seed 1 and the dev plays (the default is
-# checked there, M=attnlab,attnlab-retrieval; the page choices, M=attnlab-retrieval:…:sliding_floor=128 with and
-# without :mean_pages=8, B in retrieval-gemma-8k-16k.sh); SPLIT=test: seed 0 and
-# the test plays, run once.  One calibration window of the train plays.  One process, one thread.
+# checked there, M=attnlab,attnlab-retrieval; the page choices, M=attnlab-bound,attnlab-bound:mean_pages=8);
+# SPLIT=test: seed 0 and the test plays, run once (attnlab-bound's rows: the default's before page_score=calibrated).
+# One calibration window of the train plays.  One process, one thread.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 S=../shared/data/shakespeare
 SPLIT=${SPLIT:-dev}

@@ -208,6 +208,9 @@ register_preset("attnlab", "attnlab-retrieval", "the recommended default: retrie
                 "16 pages read back a step, half by the mean key where the calibration text ranks that better; sliding "
                 "layers keep bands of at least 128 keys)", default=True,
                 retrieval_heads=32, blocks=8, other_blocks=4, tail_keep=512, pages=16, sliding_floor=128, page_score="calibrated")
+register_preset("attnlab-bound", "attnlab-retrieval", "attnlab with its pages read back by Quest's bound alone, on every "
+                "model (the default before page_score=calibrated; what SmolLM2's calibration chooses)",
+                retrieval_heads=32, blocks=8, other_blocks=4, tail_keep=512, pages=16, sliding_floor=128)
 register_preset("attnlab-other-blocks", "attnlab-retrieval", "multi-key retrieval with whole caches for the retrieval heads "
                 "(more KV than attnlab, no read-back)", retrieval_heads=32, blocks=8, other_blocks=4)
 register_preset("attnlab-key-blocks", "attnlab-retrieval", "key blocks in the retrieval heads only (multi-key at 2K; "
