@@ -287,6 +287,8 @@ def test_the_cached_page_summaries_are_those_of_the_keys_resident_and_stored():
                 for a, b in zip(got, want):
                     torch.testing.assert_close(a, b[:, x])
     assert touched   # some head's column pages were summarised without its columns
+    _, _, bound_only = greedy_logits(model, plan_of(model, heads, pages=2), IDS, STEPS)
+    assert all(layer.summaries.s is None and layer.summaries.column_sum is None for layer in bound_only.layers)   # no sums kept
 
 
 @pytest.mark.parametrize("pages,heads,mean", [(2, "bands", 0), (3, "mixed", 0), (6, "narrow", 0), (6, "padded", 0),

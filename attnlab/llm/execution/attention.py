@@ -99,7 +99,8 @@ def attnlab_attention(module, query, key, value, attention_mask=None, dropout: f
             layer.flags = runner.column_flags(layer.positions)                            # the columns' slots, once
             layer.page = runner.page if runner.pages else None                             # read-back: a store, page summaries
             if runner.pages:   # each query head's, its own columns left out (stored sparsely); folded as keys arrive
-                layer.summaries = page_summaries(key, runner.columns, runner.kv_of, runner.page, runner.reads)
+                layer.summaries = page_summaries(key, runner.columns, runner.kv_of, runner.page, runner.reads,
+                                                 sums=runner.mean_pages > 0)   # the mean key's sums: a split choice only
         elif layer is not None:   # each part of the cache with its query heads (the store's slots joined last)
             out, fetched = runner.decode_parts(query, layer.parts(resident=bool(runner.pages) and n == 1), scaling, q_pos,
                                                layer.summaries)

@@ -30,8 +30,8 @@ Read-back (``Plan.pages`` > 0, ``attnlab.llm.execution.pages``): the slots an ev
 layer's *store* (``store_keys``/``store_values``/``store_pos``, compacted the same way) instead of being
 lost (on the cache's device, as Quest keeps them; InfiniGen's host copy is not built); a decoding step joins them after the
 resident slots (``parts``) and its planned heads read the pages their bound chooses.  Accounting keeps
-the two apart: ``kv_bytes`` is the resident cache plus the page summaries (2·d_k values per page and KV
-head and per page a query head's columns touch, ``summaries``: made after the prefill, folded as keys arrive),
+the two apart: ``kv_bytes`` is the resident cache plus the page summaries (2·d_k values per page and KV head —
+3·d_k with the mean key's sums — and per page a query head's columns touch, ``summaries``: made after the prefill, folded as keys arrive),
 ``store_bytes`` the stored keys and values, ``read_tokens`` the stored tokens fetched per step.
 """
 
@@ -302,11 +302,11 @@ class PlanLayer(DynamicLayer):
 
     def held_bytes(self) -> int:
         """Bytes allocated for the resident keys and values (spare room included) with a read-back slab's page
-        summaries: 2·d_k values per page of the ``seen`` positions and (batch row, KV head), and per page a query head's
-        columns touch (``pages.page_summaries``)."""
+        summaries: 2·d_k values per page of the ``seen`` positions and (batch row, KV head), 3·d_k with the mean key's
+        sums, and as many per page a query head's columns touch (``pages.page_summaries``)."""
         total = sum(_held(x) for s in self.slabs for x in (s.keys, s.values))
         if self.summaries is not None:
-            total += sum(x.numel() * x.element_size() for x in self.summaries)
+            total += sum(x.numel() * x.element_size() for x in self.summaries if x is not None)   # no sums: bound alone
         return total
 
     def stored_bytes(self) -> int:

@@ -63,6 +63,7 @@ class PageSummaries(NamedTuple):
     s:             (B, V, P, d) Σ_{j ∈ P} k_j, the key sum of each page (the mean key's numerator)
     count:         (P,) float, |P|: the keys each page holds (every KV head holds every position)
     column_sum, column_count: (B, H, C, d), (B, H, C) the sum and number of the keys of h's column pages without its columns
+                   (s, count, column_sum, column_count None: a plan that chooses by the bound alone keeps no sums)
     """
 
     m: torch.Tensor
@@ -81,8 +82,9 @@ class PageSummaries(NamedTuple):
         of kv (a KV head without a reader: row 0's, never read), the column pages of hq."""
         rows = self.row[kv]
         at = rows.clamp_min(0)
+        sums = (None,) * 4 if self.s is None else (self.s[:, at], self.count, self.column_sum[:, hq], self.column_count[:, hq])
         return PageSummaries(self.m[:, at], self.M[:, at], self.column_pages[:, hq], self.column_min[:, hq], self.column_max[:, hq],
-                             rows, self.s[:, at], self.count, self.column_sum[:, hq], self.column_count[:, hq])
+                             rows, *sums)
 
 
 def page_upper_bound(q, k, k_pos, page: int):
@@ -104,23 +106,25 @@ def _minmax(k, k_pos, page: int, P: int | None = None):
     return m[:, :, :P], M[:, :, :P]
 
 
-def _page_stats(k, page: int):
-    """m_P, M_P and Σ_{j∈P} k_j of keys k (B, X, n, d) at positions 0 … n − 1 → (B, X, ⌈n/page⌉, d) each: ``_minmax``
-    with k_pos = arange(n), the pages being consecutive runs of keys — a reduction over a view (n/page, page) instead of
-    a scatter per key."""
+def _page_stats(k, page: int, sums: bool = True):
+    """m_P, M_P and Σ_{j∈P} k_j (None: not ``sums``) of keys k (B, X, n, d) at positions 0 … n − 1 → (B, X, ⌈n/page⌉, d)
+    each: ``_minmax`` with k_pos = arange(n), the pages being consecutive runs of keys — a reduction over a view
+    (n/page, page) instead of a scatter per key."""
     B, X, n, d = k.shape
     full = n // page
     m = k.new_empty(B, X, -(-n // page), d)
-    M, s = torch.empty_like(m), torch.empty_like(m)
+    M, s = torch.empty_like(m), (torch.empty_like(m) if sums else None)
     if full:
         pages = k[:, :, : full * page].unflatten(2, (full, page))                           # (B, X, full, page, d): a view
         torch.amin(pages, 3, out=m[:, :, :full])
         torch.amax(pages, 3, out=M[:, :, :full])
-        torch.sum(pages, 3, out=s[:, :, :full])
+        if sums:
+            torch.sum(pages, 3, out=s[:, :, :full])
     if n > full * page:                                                                     # the last page, short
         m[:, :, full] = k[:, :, full * page :].amin(2)
         M[:, :, full] = k[:, :, full * page :].amax(2)
-        s[:, :, full] = k[:, :, full * page :].sum(2)
+        if sums:
+            s[:, :, full] = k[:, :, full * page :].sum(2)
     return m, M, s
 
 
@@ -156,7 +160,7 @@ def bound(q, m, M):
     return U.masked_fill(empty[:, :, None, :], float("-inf")).view(B, H, n, P)
 
 
-def page_summaries(k, columns, kv_of, page: int, reads=None):
+def page_summaries(k, columns, kv_of, page: int, reads=None, sums: bool = True):
     """The page summaries after a prefill, each query head's over its KV head's keys without its own columns T_h (a
     sink does not make its page every query's best; a head reads its columns anyway), stored sparsely: the KV head's
     summaries over every key, and for each query head only the pages its columns touch.
@@ -166,8 +170,9 @@ def page_summaries(k, columns, kv_of, page: int, reads=None):
     head, row (H_kv,) each KV head's row there (−1: none); column_pages (B, H, C) the pages holding a column of a
     reading head h (−1: none), column_min, column_max (B, H, C, d) their min / max without h's columns (±inf: no key left);
     s (B, V, P, d), count (P,) each page's key sum and size, column_sum, column_count those of h's column pages without
-    its columns (the mean key, ``summary_mean``).  3·d values a page and KV head (3/32 of its keys and values) and 3·d
-    per page a head's columns touch (``summary_bound`` reads them as one summary per query head)."""
+    its columns (the mean key, ``summary_mean``; None without ``sums``: a plan choosing by the bound alone).  3·d values
+    a page and KV head (2·d without the sums: 1/16 of its keys and values) and as many per page a head's columns touch
+    (``summary_bound`` reads them as one summary per query head)."""
     B, H_kv, n, d = k.shape
     H = kv_of.shape[0]
     P = -(-n // page)
@@ -176,8 +181,8 @@ def page_summaries(k, columns, kv_of, page: int, reads=None):
     row = torch.cumsum(kept.long(), 0) - 1
     row = torch.where(kept, row, -1).to(k.device)
     sub = torch.nonzero(kept).view(-1).to(k.device)
-    m, M, s = _page_stats(k[:, sub], page)                                                  # (B, V, P, d) each
-    count = torch.bincount(torch.arange(n, device=k.device) // page, minlength=P).to(k.dtype)   # (P,) |P|
+    m, M, s = _page_stats(k[:, sub], page, sums)                                            # (B, V, P, d) each
+    count = torch.bincount(torch.arange(n, device=k.device) // page, minlength=P).to(k.dtype) if sums else None   # (P,) |P|
     cols = (columns if columns is not None else torch.zeros(1, H, 0, dtype=torch.long)).to(k.device).expand(B, H, -1)
     cols = torch.where(reads.to(k.device).view(1, H, 1) & (cols < n), cols, -1)             # a reading head's, < n
     is_col = column_mask(cols, n)                                                           # (B, H, n)
@@ -192,6 +197,8 @@ def page_summaries(k, columns, kv_of, page: int, reads=None):
     kj = kj.view(B, H, C, page, d)                                                          # their keys
     mc = kj.masked_fill(~keep[..., None], float("inf")).amin(3)
     Mc = kj.masked_fill(~keep[..., None], float("-inf")).amax(3)
+    if not sums:
+        return PageSummaries(m, M, pc, mc, Mc, row, None, None, None, None)
     sc = kj.masked_fill(~keep[..., None], 0.0).sum(3)                                       # (B, H, C, d)
     return PageSummaries(m, M, pc, mc, Mc, row, s, count, sc, keep.sum(3).to(k.dtype))
 
@@ -238,13 +245,15 @@ def fold_keys(summaries, k_new, start: int, page: int):
     if P2 > P:
         m = torch.cat([m, m.new_full((B, H_kv, P2 - P, d), float("inf"))], 2)
         M = torch.cat([M, M.new_full((B, H_kv, P2 - P, d), float("-inf"))], 2)
-        s = torch.cat([s, s.new_zeros(B, H_kv, P2 - P, d)], 2)
-        count = torch.cat([count, count.new_zeros(P2 - P)])
+        if s is not None:
+            s = torch.cat([s, s.new_zeros(B, H_kv, P2 - P, d)], 2)
+            count = torch.cat([count, count.new_zeros(P2 - P)])
     pages = torch.arange(start, start + t, device=k_new.device) // page                     # (t,)
     idx = pages.view(1, 1, t, 1).expand(B, H_kv, t, d)
     m, M = m.scatter_reduce(2, idx, k_new, "amin"), M.scatter_reduce(2, idx, k_new, "amax")
-    s = s.scatter_add(2, idx, k_new)
-    count = count.index_add(0, pages, torch.ones(t, dtype=count.dtype, device=count.device))
+    if s is not None:
+        s = s.scatter_add(2, idx, k_new)
+        count = count.index_add(0, pages, torch.ones(t, dtype=count.dtype, device=count.device))
     if pc.shape[-1] and bool((pc[..., None] == pages).any()):   # a column page still filling (the prefill's last, partial)
         kq = k_all.repeat_interleave(H // k_all.shape[1], 1)                                # (B, H, t, d)
         hit = (pc[..., None] == pages).to(k_new.dtype)                                      # (B, H, C, t)
@@ -252,7 +261,8 @@ def fold_keys(summaries, k_new, start: int, page: int):
         lo = torch.where(hit[..., None] > 0, kq[:, :, None], inf).amin(3)                   # (B, H, C, d)
         hi = torch.where(hit[..., None] > 0, kq[:, :, None], -inf).amax(3)
         mc, Mc = torch.minimum(mc, lo), torch.maximum(Mc, hi)
-        sc, cc = sc + hit @ kq, cc + hit.sum(-1)                                            # (B, H, C, d), (B, H, C)
+        if sc is not None:
+            sc, cc = sc + hit @ kq, cc + hit.sum(-1)                                        # (B, H, C, d), (B, H, C)
     return PageSummaries(m, M, pc, mc, Mc, row, s, count, sc, cc)
 
 
