@@ -38,7 +38,7 @@ from attnlab.llm.execution.kv_cache import kv_bytes, read_tokens, store_bytes  #
 from attnlab.llm.eval.perplexity import perplexity  # noqa: E402
 from attnlab.llm.plans.plan import model_shape  # noqa: E402
 from attnlab.llm.models.text_windows import token_windows  # noqa: E402
-from attnlab.llm.plans.page_ranking import rank_pages, ranking_array  # noqa: E402
+from attnlab.llm.plans.page_ranking import add_page_ranking  # noqa: E402
 from attnlab.masks import visible  # noqa: E402
 from attnlab.progress import LineProgress  # noqa: E402
 
@@ -80,8 +80,7 @@ def with_retrieval(cal: Calibration, path: Path, model, tok, n: int, pages: int 
     if not cal.retrieval.any():
         cal.retrieval = retrieval_calibration(model, tok, n)
         cal.save(path)
-    if pages and cal.page_ranking[0] != pages:
-        cal.page_ranking = ranking_array(rank_pages(model, token_windows(tok, text, n, 1)[0], K=pages))
+    if add_page_ranking(cal, model, tok, text, n, pages):
         cal.save(path)
 
 

@@ -1,22 +1,11 @@
 """How well a page summary ranks the pages a decoding query reads: Quest's bound against the page's mean key.
 
-Read-back (``attnlab.llm.execution.pages``) reads, at a decoding query q_i, the K pages of 16 keys of largest score
-among those its band misses.  Here full attention runs on a window of dev text; for each of its last R rows i (the
-queries a decoding step asks), each head of each layer without a sliding window (read-back runs there only), the
-candidate pages are those wholly before the band of w keys, past the first page (the sinks: a column, read anyway):
-
-    U_P(q_i) = Σ_d max(q_d·m_{P,d}, q_d·M_{P,d})     Quest's bound, the order read-back chooses by (``page_upper_bound``)
-    μ_P(q_i) = q_i · k̄_P                              the page's mean key
-    A_P(i)   = Σ_{j ∈ P} a_ij                          the mass full attention puts on P
-
-    recall@K(score) = Σ_{P ∈ top_K score} A_P / Σ_{P ∈ top_K A} A_P    (1: the K pages hold what the best K hold)
-    hit@K(score)    = [argmax_P A_P ∈ top_K score]                      (the page the head reads most is among them)
-
-for score = U ("bound"), μ ("mean"), and "half": the K/2 pages of largest U, then the K − K/2 of largest μ among the rest.
-
-averaged over the (layer, head, row) whose candidates hold ≥ ``--far`` of the row's mass (a head that reads far: the
-rows that read nothing there rank noise) — ``attnlab.llm.plans.page_ranking``, which the calibration runs on its own
-text.  One JSON line per model (``--json``), or a table.
+recall@K and hit@K of Quest's bound U_P, the page's mean key μ_P and the split ("half": K/2 by U, the rest by μ), on one
+window of text (dev text by default: a page score is a setting, chosen there), over the last ``--rows`` rows of every
+layer without a sliding window, the candidate pages before a band of ``--band`` keys, averaged over the (layer, head,
+row) whose candidates hold ≥ ``--far`` of the row's mass.  The definitions and the measurement are
+``attnlab.llm.plans.page_ranking`` (which the calibration also runs on its own text).  One JSON line per model
+(``--json``), or a table.
 
     python benchmarks/page_ranking.py --hf smollm2-135m gemma3-270m --n 8192 --json
 """

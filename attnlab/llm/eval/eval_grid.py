@@ -146,11 +146,10 @@ def build_calibration(model, tokenizer, methods: list, n: int, text_path, window
         changed = True
     K = max((m.page_ranking_pages for m in need), default=0)
     if K and cal.page_ranking[0] != K:   # read-back's page scores ranked on the first window of the calibration text
-        from attnlab.llm.plans.page_ranking import rank_pages, ranking_array
+        from attnlab.llm.plans.page_ranking import add_page_ranking
 
         progress.stage(f"calibration n={n}: read-back's page scores ranked at K = {K} on one window")
-        cal.page_ranking = ranking_array(rank_pages(model, token_windows(tokenizer, text_path, n, 1)[0], K=K))
-        changed = True
+        changed |= add_page_ranking(cal, model, tokenizer, text_path, n, K)
     return cal, changed
 
 

@@ -95,11 +95,16 @@ def page_upper_bound(q, k, k_pos, page: int):
     return bound(q, *_minmax(k, k_pos, page))
 
 
+def _page_ids(k_pos, page: int, P: int):
+    """Each key's page, k_pos (B, X, L) (−1: none) → (B, X, L); P (one past the last page) for an empty slot."""
+    return torch.where(k_pos >= 0, k_pos // page, torch.full_like(k_pos, P))
+
+
 def _minmax(k, k_pos, page: int, P: int | None = None):
     """m_P, M_P of the keys k (B, X, L, d) at k_pos (B, X, L) (−1: none) → (B, X, P, d) each; ±inf: a page without a key."""
     B, X, L, d = k.shape
     P = int(k_pos.max()) // page + 1 if P is None else P
-    pid = torch.where(k_pos >= 0, k_pos // page, torch.full_like(k_pos, P))              # (B, X, L), P: no page
+    pid = _page_ids(k_pos, page, P)                                                         # (B, X, L), P: no page
     idx = pid[..., None].expand(*pid.shape, d)
     m = torch.full((B, X, P + 1, d), float("inf"), dtype=k.dtype, device=k.device).scatter_reduce(2, idx, k, "amin")
     M = torch.full((B, X, P + 1, d), float("-inf"), dtype=k.dtype, device=k.device).scatter_reduce(2, idx, k, "amax")
@@ -131,7 +136,7 @@ def _page_stats(k, page: int, sums: bool = True):
 def _sums(k, k_pos, page: int, P: int):
     """Σ_{j∈P} k_j and |P| of the keys k (B, X, L, d) at k_pos (B, X, L) (−1: none) → (B, X, P, d), (B, X, P)."""
     B, X, L, d = k.shape
-    pid = torch.where(k_pos >= 0, k_pos // page, torch.full_like(k_pos, P))              # (B, X, L), P: no page
+    pid = _page_ids(k_pos, page, P)                                                         # (B, X, L), P: no page
     s = k.new_zeros(B, X, P + 1, d).scatter_add_(2, pid[..., None].expand(*pid.shape, d), k)
     c = k.new_zeros(B, X, P + 1).scatter_add_(2, pid, torch.ones_like(k[..., 0]))
     return s[:, :, :P], c[:, :, :P]
@@ -203,35 +208,32 @@ def page_summaries(k, columns, kv_of, page: int, reads=None, sums: bool = True):
     return PageSummaries(m, M, pc, mc, Mc, row, s, count, sc, keep.sum(3).to(k.dtype))
 
 
+def _own_column_pages(x, q, pc, P: int, score, *own):
+    """x (B, H, n, P), a page score of each KV head's summaries, with the pages head h's columns touch (pc (B, H, C),
+    −1: none) scored instead on h's own summaries ``own`` (B, H, C, ·) by ``score`` (``bound`` or ``mean_score``): each
+    query head its own "KV head" over its column pages (−inf where every key of the page is a column)."""
+    if not pc.shape[-1]:
+        return x
+    B, H, n, d = q.shape
+    C = pc.shape[-1]
+    xc = score(q.reshape(B * H, 1, n, d), *(y.reshape(B * H, 1, *y.shape[2:]) for y in own)).view(B, H, n, C)
+    at = torch.where((pc >= 0) & (pc < P), pc, P)[:, :, None, :].expand(B, H, n, -1)
+    return torch.cat([x, x.new_empty(B, H, n, 1)], -1).scatter_(-1, at, xc)[..., :P]
+
+
 def summary_bound(q, summaries, P: int):
     """U_{h,P}(q) from ``page_summaries``' parts (of these query heads and their KV heads: m, M one row per KV head):
     q (B, H, n, d) → (B, H, n, P) for the pages 0 … P − 1 — the KV head's bound, replaced on the pages head h's columns
     touch by the bound without them."""
-    m, M, pc, mc, Mc = summaries.m, summaries.M, summaries.column_pages, summaries.column_min, summaries.column_max
-    U = bound(q, m[:, :, :P], M[:, :, :P])                                                  # (B, H, n, P)
-    if pc.shape[-1]:
-        B, H, n, d = q.shape
-        C = pc.shape[-1]
-        # each query head its own "KV head" over its column pages (−inf where every key of the page is a column)
-        Uc = bound(q.reshape(B * H, 1, n, d), mc.reshape(B * H, 1, C, d), Mc.reshape(B * H, 1, C, d)).view(B, H, n, C)
-        at = torch.where((pc >= 0) & (pc < P), pc, P)[:, :, None, :].expand(B, H, n, -1)
-        U = torch.cat([U, U.new_empty(B, H, n, 1)], -1).scatter_(-1, at, Uc)[..., :P]
-    return U
+    U = bound(q, summaries.m[:, :, :P], summaries.M[:, :, :P])                              # (B, H, n, P)
+    return _own_column_pages(U, q, summaries.column_pages, P, bound, summaries.column_min, summaries.column_max)
 
 
 def summary_mean(q, summaries, P: int):
     """μ_{h,P}(q) from ``page_summaries``' parts, as ``summary_bound`` reads U: q (B, H, n, d) → (B, H, n, P), the KV
     head's mean key replaced on the pages head h's columns touch by the mean without them."""
-    pc = summaries.column_pages
     mu = mean_score(q, summaries.s[:, :, :P], summaries.count[:P])                           # (B, H, n, P)
-    if pc.shape[-1]:
-        B, H, n, d = q.shape
-        C = pc.shape[-1]
-        sc, cc = summaries.column_sum, summaries.column_count                               # (B, H, C, d), (B, H, C)
-        muc = mean_score(q.reshape(B * H, 1, n, d), sc.reshape(B * H, 1, C, d), cc.reshape(B * H, 1, C)).view(B, H, n, C)
-        at = torch.where((pc >= 0) & (pc < P), pc, P)[:, :, None, :].expand(B, H, n, -1)
-        mu = torch.cat([mu, mu.new_empty(B, H, n, 1)], -1).scatter_(-1, at, muc)[..., :P]
-    return mu
+    return _own_column_pages(mu, q, summaries.column_pages, P, mean_score, summaries.column_sum, summaries.column_count)
 
 
 def fold_keys(summaries, k_new, start: int, page: int):

@@ -184,13 +184,13 @@ class AttnlabRetrieval(PlanMethod):
         plan.pages = int(self.option("pages"))
         plan.mean_pages = int(self.option("mean_pages"))
         if self.option("page_score") == "calibrated":   # the split where it ranks better on the calibration text
-            from attnlab.llm.plans.page_ranking import RANKED
+            from attnlab.llm.plans.page_ranking import ranking_row
 
-            ranking = np.asarray(getattr(calibration, "page_ranking", np.zeros(8)), dtype=np.float64)
-            if ranking[0] != plan.pages:
+            got = ranking_row(getattr(calibration, "page_ranking", np.zeros(8)))   # rank_pages' figures (4 decimals)
+            K_cal = got["K"]
+            if K_cal != plan.pages:
                 raise UserError(f"--method {self.name}: page_score=calibrated needs the calibration's page ranking at "
-                                f"K = {plan.pages} (it has {'none' if not ranking[0] else f'K = {int(ranking[0])}'}); recalibrate")
-            got = {k: (None if np.isnan(x) else round(float(x), 4)) for k, x in zip(RANKED, ranking[2:])}
+                                f"K = {plan.pages} (it has {f'K = {K_cal}' if K_cal else 'none'}); recalibrate")
             split = None not in (got["recall_half"], got["recall_bound"]) and got["recall_half"] > got["recall_bound"]   # none: the bound
             plan.mean_pages = plan.pages - plan.pages // 2 if split else 0
             plan.meta.update(page_score={"recall_bound": got["recall_bound"], "recall_split": got["recall_half"],

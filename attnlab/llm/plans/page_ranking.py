@@ -28,7 +28,7 @@ from attnlab.llm.execution.attention import LayerRunner, apply_plan, attention_m
 from attnlab.llm.execution.pages import PAGE, page_upper_bound
 from attnlab.llm.plans.plan import Plan, model_shape
 
-__all__ = ["RANKED", "page_scores", "rank_layer", "rank_pages", "ranking_array"]
+__all__ = ["RANKED", "add_page_ranking", "page_scores", "rank_layer", "rank_pages", "ranking_array", "ranking_row"]
 
 RANKED = ("recall_bound", "recall_mean", "recall_half", "hit_bound", "hit_mean", "hit_half")
 
@@ -38,6 +38,25 @@ def ranking_array(row: dict):
     import numpy as np
 
     return np.asarray([row["K"], row["far_rows"], *(np.nan if row[k] is None else row[k] for k in RANKED)], dtype=np.float64)
+
+
+def ranking_row(a) -> dict:
+    """``ranking_array``'s inverse: {"K", "far_rows", *RANKED} (None: not measured, NaN in the array)."""
+    import math
+
+    K, far, *ranked = (float(x) for x in a)
+    return {"K": int(K), "far_rows": int(far), **{k: None if math.isnan(x) else x for k, x in zip(RANKED, ranked)}}
+
+
+def add_page_ranking(cal, model, tokenizer, text_path, n: int, K: int) -> bool:
+    """The calibration's page ranking (``Calibration.page_ranking``) at K on the first window of n tokens of its text,
+    made unless it holds one at K already; whether it was made."""
+    from attnlab.llm.models.text_windows import token_windows
+
+    if not K or cal.page_ranking[0] == K:
+        return False
+    cal.page_ranking = ranking_array(rank_pages(model, token_windows(tokenizer, text_path, n, 1)[0], K=K))
+    return True
 
 
 class Recording(LayerRunner):
