@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import math
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +43,19 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 BF16_TOL = 3e-2
 BETA = 0.10
-CUDA_TEST_FILES = ["tests/test_kernel.py", "tests/test_kernel_flex.py", "tests/test_flex_backend.py", "tests/test_device_option.py"]
+CUDA_TEST_FILES = ["tests/test_kernel.py", "tests/test_kernel_flex.py", "tests/test_flex_backend.py", "tests/test_gathered_parts.py",
+                   "tests/test_device_option.py"]
+
+
+ERRORS: Path | None = None   # --errors: every caught failure's whole traceback is appended there
+
+
+def failed(err: BaseException, where: str) -> str:
+    """One line for the table (the whole traceback to ``--errors``, when given)."""
+    if ERRORS is not None:
+        with ERRORS.open("a") as f:
+            f.write(f"\n=== {where}\n{''.join(traceback.format_exception(err))}")
+    return " ".join(f"{type(err).__name__}: {err}".split())[:160]
 
 
 def sync(device):
@@ -66,11 +79,12 @@ def timed(fn, device, reps: int = 5, warmup: int = 2) -> float:
 
 # ---- (a) the CUDA tests -----------------------------------------------------------------------------------------------
 def cuda_tests(timeout: int) -> None:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:warnings", "-p", "no:cacheprovider", "-rs", "-k", "cuda", *CUDA_TEST_FILES]
+    cmd = [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-p", "no:warnings", "-p", "no:cacheprovider", "-p", "no:logging",
+           "-rfEs", "--tb=line", "-k", "cuda", *CUDA_TEST_FILES]
     print(f"$ {' '.join(cmd[2:])}", flush=True)
     try:
         r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        print("\n".join((r.stdout + r.stderr).strip().splitlines()[-15:]), flush=True)
+        print("\n".join((r.stdout + r.stderr).strip().splitlines()[-30:]) + f"\n(pytest exit code {r.returncode})", flush=True)
     except subprocess.TimeoutExpired:
         print(f"the CUDA tests did not finish in {timeout} s", flush=True)
 
@@ -128,7 +142,7 @@ def logits_check(smoke: bool, device) -> None:
     from attnlab.llm.models.loading import load_causal_lm
 
     n = 512 if smoke else 1024
-    names = ["full", "streaming-llm", "attnlab", "minference", "snapkv", "quest"] if smoke else methods.names() + list(methods.preset_names())
+    names = ["full", "streaming-llm", "attnlab", "minference", "snapkv", "quest"] if smoke else [*methods.names(), *methods.preset_names()]
     flex_on_cpu = torch.device(device).type == "cpu"   # smoke without CUDA: the device side is the flex backend on the CPU
     print(f"tolerance: ‖Δlogits‖ / ‖logits_cpu‖ ≤ {BF16_TOL} ({'float32 flex backend on the CPU' if flex_on_cpu else 'bfloat16 on ' + str(device)})")
     with tempfile.TemporaryDirectory() as tmp:
@@ -163,7 +177,7 @@ def logits_check(smoke: bool, device) -> None:
                         if flex_on_cpu:
                             register_backend("cpu", CpuBackend)
                 except Exception as err:   # a method that cannot run here says so in one line
-                    print(f"  {name:24s} | cannot run: {' '.join(str(err).split())[:150]}", flush=True)
+                    print(f"  {name:24s} | cannot run: {failed(err, f'logits {label} {name}')}", flush=True)
                     continue
                 rel = float((got - ref).norm() / ref.norm().clamp_min(1e-30))
                 top1 = float((got.argmax(-1) == ref.argmax(-1)).float().mean())
@@ -192,14 +206,15 @@ def attention_alone(lengths, device, smoke: bool) -> None:
     from torch.nn.attention.flex_attention import create_block_mask
 
     from attnlab.llm.execution.attention import LayerRunner
+    from attnlab.llm.execution.flex_backend import FlexBackend
     from attnlab.nn.mechanisms.flex import flex_attention_compiled
 
     H, H_kv, d = (8, 2, 32) if smoke else (32, 8, 128)
     dtype = torch.float32 if torch.device(device).type == "cpu" else torch.bfloat16
     print(f"attention alone, {H} query / {H_kv} KV heads of {d}, {dtype}, β = {BETA:.0%}, median of 5 after 2 warm-up calls")
-    print("| n | SDPA causal | flex band + 64 sinks | its mask built | flex, mask each call | attnlab plan (selection + masks + flex) | "
-          "speed-up band+sinks | speed-up attnlab |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| n | SDPA causal | flex band + 64 sinks | its mask built | flex, mask each call | attnlab plan (selection + masks + flex + "
+          "gathered parts) | attnlab plan, all in the BlockMask | speed-up band+sinks | speed-up attnlab | all in the BlockMask |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n in lengths:
         try:
             g = torch.Generator(device=device).manual_seed(0)
@@ -213,18 +228,27 @@ def attention_alone(lengths, device, smoke: bool) -> None:
                 return (j <= i) & ((i - j <= w) | (j < 64))
 
             tile = 64 if smoke else 128
-            make = lambda: create_block_mask(band_sinks, None, None, n, n, device=device, BLOCK_SIZE=tile)   # noqa: E731
+            make = lambda: create_block_mask(band_sinks, None, None, n, n, device=device, BLOCK_SIZE=tile, _compile=True)   # noqa: E731
             bm = make()
             t_band = timed(lambda: flex_attention_compiled(q, k, v, bm, scale=scale, enable_gqa=True), device)
             t_mask = timed(make, device)
             t_both = timed(lambda: flex_attention_compiled(q, k, v, make(), scale=scale, enable_gqa=True), device)
-            runner = LayerRunner(beta_heads(H, n, BETA), 0, H_kv)
-            t_plan = timed(lambda: runner.prefill(q, k, v, scale), device)
+            cells = []
+            for gather in (True, False):   # per-input keys gathered beside the band, or all in the BlockMask
+                try:
+                    backend = FlexBackend(gather=gather, tile=64 if smoke else 128)
+                    runner = LayerRunner(beta_heads(H, n, BETA), 0, H_kv, backend=backend)
+                    t_plan = timed(lambda: runner.prefill(q, k, v, scale), device)
+                    cells.append((f"{1e3 * t_plan:.3f} ms", f"{t_sdpa / t_plan:.2f}×"))
+                except Exception as err:   # the plan's failure said; the baselines' row stays
+                    cells.append((f"cannot run: {failed(err, f'attention alone, attnlab plan (gather={gather}), n = {n}')}", "–"))
             print(f"| {n:,} | {1e3 * t_sdpa:.3f} ms | {1e3 * t_band:.3f} ms | {1e3 * t_mask:.3f} ms | {1e3 * t_both:.3f} ms | "
-                  f"{1e3 * t_plan:.3f} ms | {t_sdpa / t_band:.2f}× | {t_sdpa / t_plan:.2f}× |", flush=True)
+                  f"{cells[0][0]} | {cells[1][0]} | {t_sdpa / t_band:.2f}× | {cells[0][1]} | {cells[1][1]} |", flush=True)
             del q, k, v, bm
         except torch.OutOfMemoryError:
             print(f"| {n:,} | out of device memory |")
+        except Exception as err:
+            print(f"| {n:,} | cannot run: {failed(err, f'attention alone, n = {n}')} |", flush=True)
         if torch.device(device).type == "cuda":
             torch.cuda.empty_cache()
 
@@ -260,42 +284,104 @@ def plan_method(model, n: int, folder: Path):
     return PlanFile(path)
 
 
-def whole_model(n: int, device, smoke: bool) -> None:
-    from attnlab.llm import methods
+def prefill_and_decode(model, m, n: int, ids, device):
+    """(prefill seconds, KV bytes held after the prefill, decoding tokens/s over 32 greedy steps) of ``model`` under ``m``."""
     from attnlab.llm.eval.greedy import kv_bytes
+
+    m.prepare(model, n, None)
+    with torch.no_grad(), m.applied(model):
+        t = timed(lambda: model(input_ids=ids, use_cache=False, logits_to_keep=1), device, reps=3, warmup=1)
+        cache = m.new_cache(model)
+        out = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+        cache = getattr(out, "cache", None) or out.past_key_values
+        held = kv_bytes(cache)
+        y = out.logits[0, -1].argmax().view(1, 1)
+        model(input_ids=y, cache=cache, use_cache=True)   # the first step (compilations) untimed
+        sync(device)
+        t0 = time.perf_counter()
+        for _ in range(32):
+            y = model(input_ids=y, cache=cache, use_cache=True).logits[0, -1].argmax().view(1, 1)
+        sync(device)
+        return t, held, 32 / (time.perf_counter() - t0)
+
+
+@contextmanager
+def backend_swapped(device, backend):
+    """The seam's backend of ``device``'s type replaced by ``backend`` for the block (None: unchanged)."""
+    from attnlab.llm.execution.backend import backend_for, register_backend
+
+    kind = torch.device(device).type
+    before = backend_for(device)
+    if backend is not None:
+        register_backend(kind, lambda: backend)
+    try:
+        yield
+    finally:
+        register_backend(kind, lambda: before)
+
+
+def profile_prefill(model, m, n: int, ids, label: str) -> None:
+    """The kernels of one prefill of ``model`` under ``m`` on the device, the most device time first (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    m.prepare(model, n, None)
+    with torch.no_grad(), m.applied(model):
+        model(input_ids=ids, use_cache=False, logits_to_keep=1)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            model(input_ids=ids, use_cache=False, logits_to_keep=1)
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    events = prof.key_averages()
+    launches = sum(e.count for e in events if e.key.startswith("cuda") and "Launch" in e.key)
+    print(f"\nprofile of one prefill, {label}: {1e3 * wall:.1f} ms wall under the profiler, {launches} kernel launches", flush=True)
+    for key in ("self_device_time_total", "self_cuda_time_total"):
+        try:
+            print(events.table(sort_by=key, row_limit=14, max_name_column_width=60), flush=True)
+            break
+        except Exception:   # the key's name differs between torch versions
+            continue
+
+
+def whole_model(n: int, device, smoke: bool, profile: bool = False) -> None:
+    from attnlab.llm import methods
     from attnlab.llm.models.device import place_model
 
-    print(f"\nwhole-model prefill (logits of the last position) and decoding (32 steps), n = {n:,}, random weights, median of 3")
+    print(f"\nwhole-model prefill (logits of the last position) and decoding (32 steps after one untimed), n = {n:,}, random weights, median of 3")
     print("| shape | method | prefill | speed-up | KV bytes after prefill | decode tokens/s |")
     print("|---|---|---|---|---|---|")
     for shape in ("smollm2-135m", "gemma3-270m"):
         try:
             model = place_model(model_of(shape, n, smoke), device)
             ids = torch.randint(0, 1000, (1, n), generator=torch.Generator().manual_seed(0)).to(device)
-            with tempfile.TemporaryDirectory() as tmp:
-                runs = [("full (SDPA)", methods.get("full")), ("streaming-llm", methods.get("streaming-llm", BETA)),
-                        ("attnlab plan", plan_method(model, n, Path(tmp)))]
-                base = None
-                for label, m in runs:
-                    m.prepare(model, n, None)
-                    with torch.no_grad(), m.applied(model):
-                        t = timed(lambda: model(input_ids=ids, use_cache=False, logits_to_keep=1), device, reps=3, warmup=1)
-                        cache = m.new_cache(model)
-                        out = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
-                        cache = getattr(out, "cache", None) or out.past_key_values
-                        held = kv_bytes(cache)
-                        y = out.logits[0, -1].argmax().view(1, 1)
-                        sync(device)
-                        t0 = time.perf_counter()
-                        for _ in range(32):
-                            y = model(input_ids=y, cache=cache, use_cache=True).logits[0, -1].argmax().view(1, 1)
-                        sync(device)
-                        tps = 32 / (time.perf_counter() - t0)
-                    base = base or t
-                    print(f"| {shape} | {label} | {1e3 * t:.1f} ms | {base / t:.2f}× | {held / 2**20:.1f} MiB | {tps:.1f} |", flush=True)
-            del model
-        except Exception as err:   # out of memory, a shape FlexAttention refuses: said, the table goes on
-            print(f"| {shape} | cannot run: {' '.join(str(err).split())[:160]} |", flush=True)
+        except Exception as err:   # out of memory: said, the table goes on
+            print(f"| {shape} | cannot run: {failed(err, f'whole model {shape}')} |", flush=True)
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            base = None
+            rows = [("full (SDPA)", lambda: methods.get("full"), None), ("streaming-llm", lambda: methods.get("streaming-llm", BETA), None),
+                    ("attnlab plan", lambda: plan_method(model, n, Path(tmp)), None)]
+            if torch.device(device).type == "cuda":
+                from attnlab.llm.execution.flex_backend import FlexBackend
+
+                rows.append(("attnlab plan, all in the BlockMask", lambda: plan_method(model, n, Path(tmp)), FlexBackend(gather=False)))
+            for label, make, backend in rows:
+                try:
+                    with backend_swapped(device, backend):
+                        t, held, tps = prefill_and_decode(model, make(), n, ids, device)
+                except Exception as err:   # a shape FlexAttention refuses, out of memory: said, the table goes on
+                    print(f"| {shape} | {label} | cannot run: {failed(err, f'whole model {shape} {label}')} | | | |", flush=True)
+                    continue
+                base = base or t
+                print(f"| {shape} | {label} | {1e3 * t:.1f} ms | {base / t:.2f}× | {held / 2**20:.1f} MiB | {tps:.1f} |", flush=True)
+            if profile and shape == "smollm2-135m" and torch.device(device).type == "cuda":
+                for label, make in (("streaming-llm", lambda: methods.get("streaming-llm", BETA)), ("attnlab plan", lambda: plan_method(model, n, Path(tmp)))):
+                    try:
+                        profile_prefill(model, make(), n, ids, f"{shape}, {label}")
+                    except Exception as err:
+                        print(f"profile {label}: {failed(err, f'profile {shape} {label}')}", flush=True)
+        del model
         if torch.device(device).type == "cuda":
             torch.cuda.empty_cache()
 
@@ -307,7 +393,14 @@ def main() -> int:
     ap.add_argument("--skip", default="", help="comma list of sections to skip: tests, logits, speed")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes; runs on the CPU too (no speed claim)")
     ap.add_argument("--test-timeout", type=int, default=240, help="seconds for the CUDA tests")
+    ap.add_argument("--profile", action="store_true", help="also the kernels of one whole-model prefill (SmolLM2's shape), by device time")
+    ap.add_argument("--errors", type=Path, default=None, help="a file the whole traceback of every caught failure is appended to")
     a = ap.parse_args()
+    import warnings
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)   # create_block_mask(_compile=True): the anchor's mask at 128K
+    global ERRORS
+    ERRORS = a.errors
     try:
         lengths = [int(x) for x in a.lengths.split(",") if x.strip()]
     except ValueError:
@@ -334,7 +427,7 @@ def main() -> int:
     if "speed" not in skip:
         print(f"\n## (c) speed on {name}")
         attention_alone(lengths, device, a.smoke)
-        whole_model(prefill_n, device, a.smoke)
+        whole_model(prefill_n, device, a.smoke, a.profile)
     print(f"\ntotal {time.time() - t0:.0f} s", flush=True)
     return 0
 

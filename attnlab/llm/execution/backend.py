@@ -61,6 +61,8 @@ class PrefillParts(NamedTuple):
     tails:    (H,) ints R_h: the last R_h rows read every causal key (0: none).
     kv_of:    (H,) long, the KV head of each query head.
     block:    b, the rows of a query block and the keys of a key block.
+    fixed:    None, or the columns themselves as (H,) tuples of positions when the layer chose nothing per input (its
+              columns are the plan's own, the same on every input): a backend may then build its masks once per plan.
     """
 
     w: tuple[int, ...]
@@ -71,6 +73,7 @@ class PrefillParts(NamedTuple):
     tails: tuple[int, ...]
     kv_of: torch.Tensor
     block: int
+    fixed: tuple[tuple[int, ...], ...] | None = None
 
 
 class PageKeys(NamedTuple):

@@ -222,6 +222,14 @@ def layer_block_mask(parts: PrefillParts, n: int, device, t: int = TILE):
             any_, full = static_tiles(*key)
             _STATIC[key] = tiles_to_block_mask(any_[None], full[None], support_mask_mod(none, n, t, device), n, t)
         return _STATIC[key]
+    if parts.fixed is not None and not (lines_of(parts) != NO_DIAGONAL).any():   # the plan's own columns: once per plan
+        key = (tuple(parts.w), tuple(parts.tails), n, t, str(device), parts.fixed, parts.columns.shape[0])
+        if key not in _STATIC:
+            if len(_STATIC) > 64:
+                _STATIC.clear()
+            any_, full = layer_tiles(parts, n, t, device)
+            _STATIC[key] = tiles_to_block_mask(any_, full, support_mask_mod(parts, n, t, device), n, t)
+        return _STATIC[key]
     any_, full = layer_tiles(parts, n, t, device)
     return tiles_to_block_mask(any_, full, support_mask_mod(parts, n, t, device), n, t)
 

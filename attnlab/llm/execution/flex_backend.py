@@ -2,10 +2,12 @@
 
     out = flex_attention(q, k, v, block_mask = BlockMask(S), scale = scaling, enable_gqa = True)
 
-S is every head's support of the layer (band, columns, diagonals, key blocks per query block, tail rows, causal), the
-heads with different supports in one ``BlockMask`` of shape (B, H, ⌈n/t⌉, ⌈n/t⌉) (``block_masks``): the plan's band
-and tails as tiles built once per (plan, n), the per-input parts written straight as tile indices
-(``BlockMask.from_kv_blocks``), the partial tiles through one predicate that reads per-input tables.  GQA is read in
+S is the band, diagonals and tail rows of every head of the layer (causal), the heads with different supports in one
+``BlockMask`` of shape (B, H, ⌈n/t⌉, ⌈n/t⌉) (``block_masks``): the plan's band and tails as tiles built once per
+(plan, n), the diagonals written straight as tile indices (``BlockMask.from_kv_blocks``), the partial tiles through
+one predicate.  The per-input columns and key blocks are gathered beside it as dense parts and merged by their
+log-sum-exp (``gathered_parts``: a scattered column or a 16-key block would cost the kernel a whole tile each);
+``FlexBackend(gather=False)`` puts them in the BlockMask too (one call; the comparison ``benchmarks/gpu_check.py`` prints).  GQA is read in
 place (query head h reads KV head h // (H / H_kv), the seam's ``kv_of``); bf16 / fp16 inputs keep FlexAttention's
 fp32 softmax.  The kernel is compiled once per shape (``nn.mechanisms.flex.flex_attention_compiled``).
 
@@ -24,22 +26,14 @@ from __future__ import annotations
 import torch
 
 from attnlab.llm.execution.backend import PageKeys, PrefillParts, register_backend
-from attnlab.llm.execution.block_masks import TILE, layer_block_mask
+from attnlab.llm.execution.block_masks import TILE
 from attnlab.llm.execution.cpu_backend import CpuBackend
+from attnlab.llm.execution.gathered_parts import flex_prefill, gathered_prefill
 from attnlab.nn.softmax import masked_softmax
 
-__all__ = ["FlexBackend", "flex_prefill"]
+__all__ = ["FlexBackend"]
 
 HALF = (torch.float16, torch.bfloat16)
-
-
-def flex_prefill(parts: PrefillParts, q, k, v, scaling: float, tile: int = TILE):
-    """q (B, H, n, d_k), k, v (B, H_kv, n, ·) → (B, H, n, d_v): each head over its S_h(i), one compiled FlexAttention call."""
-    from attnlab.nn.mechanisms.flex import flex_attention_compiled
-
-    n = q.shape[2]
-    block_mask = layer_block_mask(parts, n, q.device, tile)
-    return flex_attention_compiled(q, k, v, block_mask, scale=scaling, enable_gqa=k.shape[1] != q.shape[1])
 
 
 class FlexBackend(CpuBackend):
@@ -47,10 +41,13 @@ class FlexBackend(CpuBackend):
 
     name = "flex"
 
-    def __init__(self, tile: int = TILE):
+    def __init__(self, tile: int = TILE, gather: bool = True):
         self.tile = tile
+        self.gather = gather   # columns and key blocks gathered beside the band (``gathered_parts``), else all in the BlockMask
 
     def prefill(self, parts: PrefillParts, q, k, v, scaling):
+        if self.gather:
+            return gathered_prefill(parts, q, k, v, scaling, self.tile)
         return flex_prefill(parts, q, k, v, scaling, self.tile)
 
     def decode(self, q, k, v, scaling, allowed=None, pages: PageKeys | None = None):

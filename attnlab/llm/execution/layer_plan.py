@@ -184,5 +184,8 @@ class LayerPlan:
     def parts(self, columns, blocks, n: int) -> PrefillParts:
         """The seam's ``PrefillParts`` of this layer at length n: columns (B, H, g), blocks (B, H, T, K), the diagonals
         of the last ``choose_columns``."""
+        static = not any(self.dynamic) and not any(self.slashes) and not blocks.shape[-1]   # the plan's own columns only
+        fixed = tuple(tuple(int(t) for t in self.fixed[h] if t < n) for h in range(self.H)) if static and columns.shape[-1] else None
         return PrefillParts(w=tuple(self.effective_w(h, n) for h in range(self.H)), columns=columns, diagonals=self.diagonals,
-                            blocks=blocks, block_counts=tuple(self.blocks), tails=tuple(self.tail), kv_of=self.kv_of, block=BLOCK)
+                            blocks=blocks, block_counts=tuple(self.blocks), tails=tuple(self.tail), kv_of=self.kv_of, block=BLOCK,
+                            fixed=fixed)

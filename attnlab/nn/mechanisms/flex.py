@@ -56,6 +56,23 @@ def flex_attention_compiled(q: Tensor, k: Tensor, v: Tensor, block_mask, scale: 
     return _compiled()(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa)
 
 
+def flex_attention_lse(q: Tensor, k: Tensor, v: Tensor, block_mask, scale: float | None = None, enable_gqa: bool = False):
+    """(out, ℓ): FlexAttention's output and each row's log-sum-exp ℓ_i = log Σ_{j read} exp(q_i·k_j · scale) (natural
+    log, fp32), compiled on CUDA; eager on the CPU, where the compiled kernel returns no ℓ (small inputs: tests)."""
+    # q: (B, H, n, d_k), k: (B, H or H_kv, m, d_k), v: (B, H or H_kv, m, d_v) → (B, H, n, d_v), (B, H, n)
+    import warnings
+
+    from torch.nn.attention import flex_attention as fa
+
+    run = fa.flex_attention if q.device.type == "cpu" else _compiled()
+    with warnings.catch_warnings():   # on the CPU eager on purpose: "called without torch.compile()"
+        warnings.simplefilter("ignore", UserWarning)
+        if hasattr(fa, "AuxRequest"):   # torch ≥ 2.9: return_lse is deprecated
+            out, aux = run(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa, return_aux=fa.AuxRequest(lse=True))
+            return out, aux.lse
+        return run(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa, return_lse=True)
+
+
 def flex_block_mask(pattern: MaskMod, mask: Mask, B: int, H: int, n: int, m: int, device):
     """FlexAttention's BlockMask of pattern ∧ causal ∧ padding."""
     from torch.nn.attention.flex_attention import create_block_mask
