@@ -34,7 +34,11 @@ from attnlab.support import NO_DIAGONAL, column_mask
 
 __all__ = ["FEW_COLUMNS", "band_part", "block_part", "column_part", "flex_prefill", "gathered_prefill", "merge_parts"]
 
-FEW_COLUMNS = 8   # column slots a head at most that stay in the BlockMask (attention sinks: one key tile)
+# column slots a head at most that stay in the BlockMask.  Measured on an H200 (bf16, SmolLM2-135M's 9 / 3 heads of 64,
+# n = 32,768, band w = 1,676, ``.devcheck``-style attention-level timing in docs/results.md): the band alone 0.64 ms,
+# the band with 4 sink columns in the BlockMask 4.33 ms, the same sinks gathered (column part + merge) 1.56 ms — so
+# every column is gathered, sinks too.
+FEW_COLUMNS = 0
 
 
 def _limits(parts: PrefillParts, n: int, device):
@@ -174,8 +178,8 @@ def merge_parts(o_a, lse_a, more):
 def gathered_prefill(parts: PrefillParts, q, k, v, scaling: float, t: int = TILE):
     """q (B, H, n, d_k), k, v (B, H_kv, n, ·) → (B, H, n, d_v): S_h(i) = A ⊔ C ⊔ K, merged (module docstring).
 
-    A layer with at most ``FEW_COLUMNS`` column slots a head (sinks) keeps them in the BlockMask (a tile or two a row
-    tile, cheaper than a merge); more are gathered."""
+    A layer with at most ``FEW_COLUMNS`` column slots a head keeps them in the BlockMask; more are gathered (0: every
+    column is gathered, as measured: the predicate's table lookup slows every partial tile of the kernel)."""
     few = parts.columns.shape[-1] <= FEW_COLUMNS
     if few and not (parts.blocks.shape[-1] and max(parts.block_counts, default=0)):
         return flex_prefill(parts, q, k, v, scaling, t)

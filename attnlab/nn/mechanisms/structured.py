@@ -151,7 +151,7 @@ class Structured(Mechanism):
         # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
         B, H, n, _ = q.shape
         if q.is_cuda and self.u is None and self.sparse == 0 and flex_available():
-            return self.flex_forward(q, k, v, mask), None
+            return self.flex_forward(q, k, v, mask)
         c = kernel_chunk(self.w)
         T = -(-n // c)
         cols, gate = self.key_columns(k, mask)
