@@ -161,14 +161,14 @@ def cmd_speed(args):
     with m.applied(model):
         cache = m.new_cache(model)   # the method's decoding policy (DynamicCache: every key kept)
         t = time.time()
-        o = model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1)  # the prefill of generation
+        o = model(ids, cache=cache, use_cache=True, logits_to_keep=1)  # the prefill of generation
         prefill = time.time() - t
         peak = peak_rss_mib()
         nxt = o.logits[:, -1:].argmax(-1)
         kv = kv_bytes(cache)
         t = time.time()
         for _ in range(args.new_tokens):
-            o = model(nxt, past_key_values=cache, use_cache=True)
+            o = model(nxt, cache=cache, use_cache=True)
             nxt = o.logits[:, -1:].argmax(-1)
         decode = time.time() - t
     row = {"n": n, "method": args.method, "budget": m.budget, "threads": args.threads,
