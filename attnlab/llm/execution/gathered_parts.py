@@ -35,7 +35,7 @@ from attnlab.support import NO_DIAGONAL, column_mask
 __all__ = ["FEW_COLUMNS", "band_part", "block_part", "column_part", "flex_prefill", "gathered_prefill", "merge_parts"]
 
 # column slots a head at most that stay in the BlockMask.  Measured on an H200 (bf16, SmolLM2-135M's 9 / 3 heads of 64,
-# n = 32,768, band w = 1,676, ``.devcheck``-style attention-level timing in docs/results.md): the band alone 0.64 ms,
+# n = 32,768, band w = 1,676; benchmarks/gpu_columns.py, docs/results.md's gpu-check): the band alone 0.64 ms,
 # the band with 4 sink columns in the BlockMask 4.33 ms, the same sinks gathered (column part + merge) 1.56 ms — so
 # every column is gathered, sinks too.
 FEW_COLUMNS = 0
@@ -179,7 +179,7 @@ def gathered_prefill(parts: PrefillParts, q, k, v, scaling: float, t: int = TILE
     """q (B, H, n, d_k), k, v (B, H_kv, n, ·) → (B, H, n, d_v): S_h(i) = A ⊔ C ⊔ K, merged (module docstring).
 
     A layer with at most ``FEW_COLUMNS`` column slots a head keeps them in the BlockMask; more are gathered (0: every
-    column is gathered, as measured: the predicate's table lookup slows every partial tile of the kernel)."""
+    column is gathered: four sinks in the BlockMask made the band's call 7× slower, gathered 2.4×; ``FEW_COLUMNS``)."""
     few = parts.columns.shape[-1] <= FEW_COLUMNS
     if few and not (parts.blocks.shape[-1] and max(parts.block_counts, default=0)):
         return flex_prefill(parts, q, k, v, scaling, t)
