@@ -1,6 +1,6 @@
 """A layer's columns in FlexAttention's BlockMask, or gathered beside it: attention alone at SmolLM2-135M's shape (9 query /
 3 KV heads of 64, bf16 on CUDA), band w = 1,676 (streaming-llm's at β = 10 % of n = 32,768) with and without 4 sink
-columns, each way (``gathered_parts``: FEW_COLUMNS), q, k, v contiguous and as transformers hands them (transposed views).
+columns, each way (``gathered_parts``), q, k, v contiguous and as transformers hands them (transposed views).
 
     python benchmarks/gpu_columns.py [n]          # n = 32768 (≥ 2048); on a machine without CUDA: the CPU, float32 (no speed claim)
 
@@ -17,7 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import attnlab.llm.execution.gathered_parts as gp  # noqa: E402
 from attnlab.llm.execution.backend import PrefillParts  # noqa: E402
 from attnlab.llm.execution.gathered_parts import band_part, flex_prefill, gathered_prefill  # noqa: E402
 from gpu_check import timed  # noqa: E402
@@ -52,10 +51,8 @@ def main() -> int:
             p = layer_parts(H, n, w, sinks, dev)
             print(layout, "sinks" if sinks else "band only", "flex", round(1e3 * timed(lambda: flex_prefill(p, q, k, v, s), dev, reps=7), 3),
                   "flex+lse", round(1e3 * timed(lambda: band_part(p, q, k, v, s), dev, reps=7), 3), flush=True)
-        before, gp.FEW_COLUMNS = gp.FEW_COLUMNS, 0
         p = layer_parts(H, n, w, True, dev)
         print(layout, "sinks gathered (column part + merge)", round(1e3 * timed(lambda: gathered_prefill(p, q, k, v, s), dev, reps=7), 3), flush=True)
-        gp.FEW_COLUMNS = before
     return 0
 
 

@@ -3,7 +3,7 @@
 # every method's logits on the GPU against the CPU's (tiny random Llama and Gemma-3), the CUDA tests, attention alone
 # at Llama-3.1-8B's head shape and whole-model prefill / decoding at SmolLM2-135M's and Gemma-3-270M's shapes (random
 # weights) against SDPA, and a layer's sink columns in FlexAttention's BlockMask or gathered beside it.  The first
-# four commands ran at the commit where the sinks were still kept in the BlockMask (FEW_COLUMNS = 8) and before the
+# four commands ran at the commit where the sinks were still kept in the BlockMask (up to 8 a head) and before the
 # fix of the structured mechanism's CUDA path; gpu_columns.py measured that choice (every column now gathered), the
 # last pytest the fix.  No internet there: transformers 5.24's wheel carried.
 cd "$(dirname "$0")/../.."   # the repository root

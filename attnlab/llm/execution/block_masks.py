@@ -32,7 +32,7 @@ from attnlab.llm.execution.backend import PrefillParts
 from attnlab.llm.plans.plan import FULL
 from attnlab.support import NO_DIAGONAL, column_mask
 
-__all__ = ["TILE", "block_mask_bytes", "dense_of", "layer_block_mask", "static_tiles", "tiles_to_block_mask"]
+__all__ = ["TILE", "block_mask_bytes", "dense_of", "head_limits", "layer_block_mask", "static_tiles", "tiles_to_block_mask"]
 
 TILE = 128   # t: FlexAttention's query and key tile on CUDA (its kernels' default BLOCK_SIZE)
 
@@ -48,6 +48,14 @@ def _inside(T: int, t: int, n: int, device):
     return (torch.arange(T, device=device) + 1) * t <= n
 
 
+def head_limits(w, tails, n: int, none: int, device):
+    """(w_run (H,), start (H,)) on ``device``: each head's band half-width as read (``none`` for FULL or a band that
+    covers every row) and its first tail row (``none`` without a tail)."""
+    w_run = torch.tensor([none if x == FULL or x >= n - 1 else x for x in w], device=device)
+    start = torch.tensor([n - min(r, n) if r > 0 else none for r in tails], device=device)
+    return w_run, start
+
+
 @lru_cache(maxsize=64)
 def static_tiles(w: tuple[int, ...], tails: tuple[int, ...], n: int, t: int, device: str):
     """The plan's band ∪ tail rows ∩ causal as tiles: (any, full), each (H, T, T) bool, T = ⌈n/t⌉ — built once."""
@@ -57,8 +65,7 @@ def static_tiles(w: tuple[int, ...], tails: tuple[int, ...], n: int, t: int, dev
     a0, a1, c0, c1 = a0[:, None], a1[:, None], c0[None, :], c1[None, :]                 # (T, 1), (1, T)
     inside = _inside(T, t, n, device)
     whole = inside[:, None] & inside[None, :]                                          # (T, T) tiles inside [0, n)²
-    w_ = torch.tensor([n if x == FULL or x >= n - 1 else x for x in w], device=device).view(-1, 1, 1)   # (H, 1, 1)
-    start = torch.tensor([n - min(r, n) if r > 0 else n for r in tails], device=device).view(-1, 1, 1)  # first tail row
+    w_, start = (x.view(-1, 1, 1) for x in head_limits(w, tails, n, n, device))        # (H, 1, 1): band, first tail row
     any_ = ((c0 <= a1) & (c1 >= a0 - w_)) | ((a1 >= start) & (c0 <= a1))               # (H, T, T)
     full = (((c1 <= a0) & (c0 >= a1 - w_)) | ((a0 >= start) & (c1 <= a0))) & whole
     return any_, full
@@ -140,8 +147,7 @@ def support_mask_mod(parts: PrefillParts, n: int, t: int, device):
     B, H = parts.columns.shape[:2]
     T = -(-n // t)
     N = T * t                                                                            # FlexAttention may ask padded rows
-    w_run = torch.tensor([N if x == FULL or x >= n - 1 else x for x in parts.w], device=device)         # (H,)
-    start = torch.tensor([n - min(r, n) if r > 0 else N for r in parts.tails], device=device)            # (H,)
+    w_run, start = head_limits(parts.w, parts.tails, n, N, device)                      # (H,) each
     cols = parts.columns.to(device)
     colmap = column_mask(cols, N) if cols.shape[-1] else None                            # (B, H, N)
     diagmap = None
@@ -213,25 +219,27 @@ def layer_block_mask(parts: PrefillParts, n: int, device, t: int = TILE):
     """The BlockMask of a layer's prefill at length n, tiles of t (``t`` a multiple of ``parts.block``)."""
     if t % parts.block:
         raise ValueError(f"flex tile {t} is not a multiple of the plan's key block {parts.block}")
+    key = (tuple(parts.w), tuple(parts.tails), n, t, str(device))
     if not has_input_parts(parts):   # band and tails only: the plan's own, one BlockMask per (plan, n)
-        key = (tuple(parts.w), tuple(parts.tails), n, t, str(device))
-        if key not in _STATIC:
-            if len(_STATIC) > 64:
-                _STATIC.clear()
+        def static():
             none = parts._replace(columns=parts.columns[:1, :, :0], diagonals=parts.diagonals[:1, :, :0], blocks=parts.blocks[:1, :, :, :0])
             any_, full = static_tiles(*key)
-            _STATIC[key] = tiles_to_block_mask(any_[None], full[None], support_mask_mod(none, n, t, device), n, t)
-        return _STATIC[key]
+            return tiles_to_block_mask(any_[None], full[None], support_mask_mod(none, n, t, device), n, t)
+
+        return _cached(key, static)
+    made = lambda: tiles_to_block_mask(*layer_tiles(parts, n, t, device), support_mask_mod(parts, n, t, device), n, t)   # noqa: E731
     if parts.fixed is not None and not (lines_of(parts) != NO_DIAGONAL).any():   # the plan's own columns: once per plan
-        key = (tuple(parts.w), tuple(parts.tails), n, t, str(device), parts.fixed, parts.columns.shape[0])
-        if key not in _STATIC:
-            if len(_STATIC) > 64:
-                _STATIC.clear()
-            any_, full = layer_tiles(parts, n, t, device)
-            _STATIC[key] = tiles_to_block_mask(any_, full, support_mask_mod(parts, n, t, device), n, t)
-        return _STATIC[key]
-    any_, full = layer_tiles(parts, n, t, device)
-    return tiles_to_block_mask(any_, full, support_mask_mod(parts, n, t, device), n, t)
+        return _cached((*key, parts.fixed, parts.columns.shape[0]), made)
+    return made()
+
+
+def _cached(key, make):
+    """The BlockMask of ``key`` (the plan's part of a layer), made once by ``make()``; at most 64 kept."""
+    if key not in _STATIC:
+        if len(_STATIC) > 64:
+            _STATIC.clear()
+        _STATIC[key] = make()
+    return _STATIC[key]
 
 
 def dense_of(block_mask, B: int, H: int, n: int):

@@ -28,25 +28,11 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.llm.execution.backend import PrefillParts
-from attnlab.llm.execution.block_masks import TILE, layer_block_mask, lines_of
+from attnlab.llm.execution.block_masks import TILE, head_limits, layer_block_mask, lines_of
 from attnlab.llm.plans.plan import FULL
 from attnlab.support import NO_DIAGONAL, column_mask
 
-__all__ = ["FEW_COLUMNS", "band_part", "block_part", "column_part", "flex_prefill", "gathered_prefill", "merge_parts"]
-
-# column slots a head at most that stay in the BlockMask.  Measured on an H200 (bf16, SmolLM2-135M's 9 / 3 heads of 64,
-# n = 32,768, band w = 1,676; benchmarks/gpu_columns.py, docs/results.md's gpu-check): the band alone 0.64 ms,
-# the band with 4 sink columns in the BlockMask 4.33 ms, the same sinks gathered (column part + merge) 1.56 ms — so
-# every column is gathered, sinks too.
-FEW_COLUMNS = 0
-
-
-def _limits(parts: PrefillParts, n: int, device):
-    """(w_run (H,), start (H,)): each head's band half-width as read (FULL → n: every causal key) and its first tail row
-    (n: none), on ``device``."""
-    w_run = torch.tensor([n if x == FULL or x >= n - 1 else x for x in parts.w], device=device)
-    start = torch.tensor([n - min(r, n) if r > 0 else n for r in parts.tails], device=device)
-    return w_run, start
+__all__ = ["band_part", "block_part", "column_part", "flex_prefill", "gathered_prefill", "merge_parts"]
 
 
 def _distinct(x):
@@ -92,13 +78,12 @@ def flex_prefill(parts: PrefillParts, q, k, v, scaling: float, tile: int = TILE)
 
 
 def band_part(parts: PrefillParts, q, k, v, scaling: float, t: int = TILE):
-    """(o_A, ℓ_A): band, diagonals, tail rows (and the columns ``parts`` still holds) through one FlexAttention call,
-    its BlockMask cached per (plan, n) when nothing in it is chosen per input; o_A (B, H, n, d_v) in q's dtype,
-    ℓ_A (B, H, n) fp32."""
+    """(o_A, ℓ_A): band, diagonals and tail rows through one FlexAttention call, its BlockMask cached per (plan, n)
+    when the layer reads no diagonals; o_A (B, H, n, d_v) in q's dtype, ℓ_A (B, H, n) fp32."""
     from attnlab.nn.mechanisms.flex import flex_attention_lse
 
     n = q.shape[2]
-    a = parts._replace(blocks=parts.blocks[..., :0])                                      # A: the caller's columns, no blocks
+    a = parts._replace(columns=parts.columns[..., :0], blocks=parts.blocks[..., :0])        # A: no columns, no blocks
     return flex_attention_lse(q, k, v, layer_block_mask(a, n, q.device, t), scale=scaling, enable_gqa=k.shape[1] != q.shape[1])
 
 
@@ -110,7 +95,7 @@ def column_part(parts: PrefillParts, q, k, v, scaling: float):
     at = (torch.arange(B, device=dev)[:, None, None], parts.kv_of.to(dev)[None, :, None], cols.clamp_min(0))
     k_c, v_c = k[at], v[at]                                                               # (B, H, g, ·) k_{T_h}
     s = _fp32_product(q, k_c.transpose(-1, -2)).mul_(scaling)                             # (B, H, n, g)
-    w_run, start = _limits(parts, n, dev)
+    w_run, start = head_limits(parts.w, parts.tails, n, n, dev)   # (H,): FULL → n, no tail → n
     i = torch.arange(n, device=dev).view(1, 1, n, 1)
     j = cols[:, :, None, :]                                                               # (B, H, 1, g)
     ok = (j >= 0) & (j <= i) & (i - j > w_run.view(1, H, 1, 1)) & (i < start.view(1, H, 1, 1))
@@ -148,7 +133,7 @@ def block_part(parts: PrefillParts, q, k, v, scaling: float):
     s = _fp32_product(q_b, k_u.transpose(-1, -2)).mul_(scaling)                           # (B, H_b, P, b, K·b)
     j = (u[..., None] * b + torch.arange(b, device=dev)).flatten(-2)                       # (B, H_b, P, K·b) key positions
     i = (torch.arange(P, device=dev)[:, None] * b + torch.arange(b, device=dev)).view(1, 1, P, b, 1)   # row positions
-    w_run, start = _limits(parts, n, dev)
+    w_run, start = head_limits(parts.w, parts.tails, n, n, dev)   # (H,): FULL → n, no tail → n
     held = column_mask(parts.columns[:, hb].to(dev), P * b)                               # (B, H_b, P·b) 1[j ∈ T_h]
     jj = j.clamp_min(0)
     key_ok = (u[..., None] >= 0).expand(*u.shape, b).flatten(-2) & (j < n) & ~torch.gather(held, 2, jj.flatten(2)).view_as(j)
@@ -178,14 +163,15 @@ def merge_parts(o_a, lse_a, more):
 def gathered_prefill(parts: PrefillParts, q, k, v, scaling: float, t: int = TILE):
     """q (B, H, n, d_k), k, v (B, H_kv, n, ·) → (B, H, n, d_v): S_h(i) = A ⊔ C ⊔ K, merged (module docstring).
 
-    A layer with at most ``FEW_COLUMNS`` column slots a head keeps them in the BlockMask; more are gathered (0: every
-    column is gathered: four sinks in the BlockMask made the band's call 7× slower, gathered 2.4×; ``FEW_COLUMNS``)."""
-    few = parts.columns.shape[-1] <= FEW_COLUMNS
-    if few and not (parts.blocks.shape[-1] and max(parts.block_counts, default=0)):
+    Every column is gathered, sinks too: measured on an H200 (bf16, SmolLM2-135M's 9 / 3 heads of 64, n = 32,768, band
+    w = 1,676; ``benchmarks/gpu_columns.py``, docs/results.md's gpu-check), the band alone took 0.64 ms, the band with
+    4 sink columns in the BlockMask 4.33 ms, the same sinks gathered 1.56 ms.  A layer with neither columns nor key
+    blocks is one FlexAttention call."""
+    if not parts.columns.shape[-1] and not (parts.blocks.shape[-1] and max(parts.block_counts, default=0)):
         return flex_prefill(parts, q, k, v, scaling, t)
-    o_a, lse_a = band_part(parts if few else parts._replace(columns=parts.columns[..., :0]), q, k, v, scaling, t)
+    o_a, lse_a = band_part(parts, q, k, v, scaling, t)
     more = []
-    if parts.columns.shape[-1] and not few:
+    if parts.columns.shape[-1]:
         o_c, lse_c = column_part(parts, q, k, v, scaling)
         more.append((o_c, lse_c, None))
     o_k, lse_k, heads = block_part(parts, q, k, v, scaling)
