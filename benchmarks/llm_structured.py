@@ -3,6 +3,7 @@
     python benchmarks/llm_structured.py calibrate --lengths 2048,8192        # exact statistics on train text
     python benchmarks/llm_structured.py ppl --lengths 2048 --budgets 0.05,0.1,0.25,0.5 --windows 2
     flock /tmp/attnlab-cpu.lock python benchmarks/llm_structured.py speed --n 8192 --budget 0.1
+    python benchmarks/llm_structured.py decode --model gemma3-270m --n 8192 --method attnlab --rounds 4   # A/B in one process
     python benchmarks/llm_structured.py report                              # table + plot
 
 Calibration windows come from ``train.txt.gz``, perplexity windows from ``test.txt.gz`` (text not
@@ -10,8 +11,10 @@ used for calibration).  Methods are looked up by name in the registry (``attnlab
 prepared at length n (from the calibration when they need one) and applied as a context manager
 that restores the model; a plan method keeps at most β of the causal entries at length n and runs
 through the same attention function (``attnlab.llm.apply_plan``); ``full`` is the model's own SDPA.
-Results go to ``--out`` as JSON lines (``ppl.jsonl``, ``speed.jsonl``); ``report`` prints the table
-and draws perplexity vs budget.
+Results go to ``--out`` as JSON lines (``ppl.jsonl``, ``speed.jsonl``, ``decode.jsonl``); ``report`` prints the table
+and draws perplexity vs budget.  ``speed`` runs one configuration per process (its peak memory is the process's);
+``decode`` times the decoding of a method against the model's own attention in one process, alternated chunk by chunk,
+so that a drift of the machine's speed falls on both alike.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -34,7 +38,8 @@ from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.plans.calibration import ERR_ROWS, Calibration, calibrate  # noqa: E402
 from attnlab.llm.eval.eval_grid import parse_method, retrieval_calibration  # noqa: E402
-from attnlab.llm.execution.kv_cache import kv_bytes, read_tokens, store_bytes  # noqa: E402
+from attnlab.llm.execution.attention import attention_modules  # noqa: E402
+from attnlab.llm.execution.kv_cache import PlanLayer, kv_bytes, read_tokens, store_bytes  # noqa: E402
 from attnlab.llm.eval.perplexity import perplexity  # noqa: E402
 from attnlab.llm.plans.plan import model_shape  # noqa: E402
 from attnlab.llm.models.text_windows import token_windows  # noqa: E402
@@ -181,6 +186,74 @@ def cmd_speed(args):
         f.write(json.dumps(row) + "\n")
 
 
+def resident_tokens(cache) -> list[float]:
+    """Keys held per layer after a prefill, per (batch row, KV head): a ``PlanLayer``'s filled slots (its read-back
+    store apart), any other layer's cached length."""
+    return [layer.tokens() if isinstance(layer, PlanLayer) else float(layer.keys.shape[-2]) for layer in cache.layers]
+
+
+@torch.no_grad()
+def cmd_decode(args):
+    """Decoding tokens/s of ``--method`` against the model's own attention (SDPA, every key cached), in one process:
+    each prefills the same test window (n tokens) into its own cache, then ``--rounds`` rounds each decode
+    ``--new-tokens`` greedy tokens under both, the order alternated round by round (a compaction of the method's cache
+    falls every ``kv_cache.EVICT_EVERY`` tokens: 32 tokens a round hold one).  One JSON line per round and one for the
+    median of the rounds' ratios, with the keys each cache holds after the prefill (summed over layers, per KV head;
+    and over the sliding-window layers alone, where the model has them) → ``decode.jsonl``."""
+    model, tok = load(args.model)
+    torch.set_num_threads(args.threads)
+    n = args.n
+    ids = token_windows(tok, split_file(args.data, "test"), n, 1)[0]
+    name, opts = parse_method(args.method)
+    m = methods.get(ALIASES.get(name, name), args.budget, **opts)
+    cal = None
+    if m.calibrated:
+        path = Path(args.out) / f"calibration-{n}.npz"
+        cal = Calibration.load(path)
+        if m.needs_retrieval:
+            with_retrieval(cal, path, model, tok, n, m.page_ranking_pages, split_file(args.data, "train"))
+    m.prepare(model, n, cal)
+    own = model.config._attn_implementation
+    full_cache = methods.get(methods.REFERENCE).new_cache(model)
+    nxt = {"full": model(ids, cache=full_cache, use_cache=True, logits_to_keep=1).logits[:, -1:].argmax(-1)}
+    rows = []
+    with m.applied(model):
+        planned = model.config._attn_implementation
+        caches = {"full": full_cache, "method": m.new_cache(model)}
+        nxt["method"] = model(ids, cache=caches["method"], use_cache=True, logits_to_keep=1).logits[:, -1:].argmax(-1)
+        impl = {"full": own, "method": planned}
+        kv = {w: resident_tokens(c) for w, c in caches.items()}                    # per layer, after the prefill
+        sliding = [bool(getattr(mod, "sliding_window", None)) for mod in attention_modules(model)]
+
+        def steps(which: str, count: int) -> float:
+            model.set_attn_implementation(impl[which])
+            t = time.perf_counter()
+            for _ in range(count):
+                nxt[which] = model(nxt[which], cache=caches[which], use_cache=True).logits[:, -1:].argmax(-1)
+            return time.perf_counter() - t
+
+        steps("full", 2), steps("method", 2)                                     # first steps (allocations) untimed
+        for k in range(args.rounds):
+            order = ("full", "method") if k % 2 == 0 else ("method", "full")
+            sec = {w: steps(w, args.new_tokens) for w in order}
+            rows.append({"n": n, "method": args.method, "budget": m.budget, "threads": args.threads, "round": k + 1,
+                         "tokens": args.new_tokens, "full_tok_s": args.new_tokens / sec["full"],
+                         "method_tok_s": args.new_tokens / sec["method"], "ratio": sec["full"] / sec["method"]})
+            log(json.dumps(rows[-1]))
+        model.set_attn_implementation(planned)
+    med = {key: statistics.median(r[key] for r in rows) for key in ("full_tok_s", "method_tok_s", "ratio")}
+    resident = {}
+    for w in ("full", "method"):
+        resident[f"{w}_kv_tokens"] = round(sum(kv[w]), 1)
+        if any(sliding):
+            resident[f"{w}_kv_tokens_sliding_layers"] = round(sum(t for t, sl in zip(kv[w], sliding) if sl), 1)
+    rows.append({"n": n, "method": args.method, "budget": m.budget, "threads": args.threads, "round": "median",
+                 "tokens": args.new_tokens * args.rounds, **med, **resident})
+    log(json.dumps(rows[-1]))
+    with open(Path(args.out) / "decode.jsonl", "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+
+
 @torch.no_grad()
 def cmd_attention(args):
     """Attention alone at length n, every layer: SDPA (causal, GQA; a sliding layer with its window as a mask, as the
@@ -293,7 +366,7 @@ def split_file(folder: Path, split: str) -> Path:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stage", choices=["calibrate", "ppl", "speed", "attention", "report"])
+    p.add_argument("stage", choices=["calibrate", "ppl", "speed", "decode", "attention", "report"])
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--data", type=Path, default=DATA, help="folder of train/dev/test text (.txt or .txt.gz): calibration on train, "
                    "perplexity on --split, speed on test [default: ../shared/data/shakespeare]")
@@ -311,23 +384,26 @@ def main():
     p.add_argument("--method", default="attnlab-band", help="speed, attention: a registered method (speed: or sdpa, the model as loaded)")
     p.add_argument("--budget", type=float, default=0.1)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--new-tokens", type=int, default=16)
+    p.add_argument("--new-tokens", type=int, default=16, help="speed: tokens decoded; decode: tokens a round, each way")
+    p.add_argument("--rounds", type=int, default=4, help="decode: alternated rounds (≥ 1)")
     p.add_argument("--system-malloc", action="store_true", help="leave glibc's malloc as it is (default: attnlab.allocator.keep_freed_memory(), as the CLI)")
     args = p.parse_args()
     known = set(methods.names()) | set(methods.preset_names())
     bad = [m for m in args.methods if m not in known]
     if bad:
         p.exit(2, f"llm_structured: error: --methods: unknown {', '.join(bad)} (known: {', '.join(sorted(known))})\n")
-    if args.err_rows < 0:
-        p.exit(2, f"llm_structured: error: --err-rows: must be >= 0, got {args.err_rows}\n")
+    for opt, value, least in (("--err-rows", args.err_rows, 0), ("--rounds", args.rounds, 1), ("--new-tokens", args.new_tokens, 1)):
+        if value < least:
+            raise UserError(f"{opt}: must be >= {least}, got {value}")
     if not args.system_malloc:
         keep_freed_memory()
-    reads = {"calibrate": "train", "ppl": args.split, "speed": "test"}.get(args.stage)
+    reads = {"calibrate": "train", "ppl": args.split, "speed": "test", "decode": "test"}.get(args.stage)
     if reads is not None:
         split_file(args.data, reads)   # the text the stage reads: one line before anything is written
     Path(args.out).mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", args.threads)))
-    {"calibrate": cmd_calibrate, "ppl": cmd_ppl, "speed": cmd_speed, "attention": cmd_attention, "report": cmd_report}[args.stage](args)
+    {"calibrate": cmd_calibrate, "ppl": cmd_ppl, "speed": cmd_speed, "decode": cmd_decode, "attention": cmd_attention,
+     "report": cmd_report}[args.stage](args)
 
 
 if __name__ == "__main__":

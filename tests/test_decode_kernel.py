@@ -2,9 +2,12 @@
 code of ``DecodeStep.decode_read_back`` (ATTNLAB_NATIVE_DECODE=0): the same output (≤ 1e-5) and the same count of stored
 slots read, on random caches — GQA, a part holding some of the KV heads, empty slots (−1) between the compacted slots
 and the appended ones, columns, pages cut by the query's position, more pages asked than there are candidates, keys
-resident, stored or lost."""
+resident, stored or lost — with a query's keys in one part or split into several across the threads (``DECODE_CHUNK``,
+FlashDecoding's split, merged by the parts' maxima)."""
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -79,6 +82,17 @@ def random_step(seed: int, B: int, H_kv: int, r: int, kv: list[int], i: int, pag
     return step, q, part, summaries, (kvt, hq), torch.tensor([i])
 
 
+@contextmanager
+def torch_threads(n: int):
+    """torch's (and so the native step's) thread count set to ``n`` inside the block."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def both(case, monkeypatch):
     """(out, read) of the native step and of the reference; the native step given the layer's summaries with the part's
     heads (as ``decode_parts`` gives them) and given their rows (as ``PageSummaries.of_heads`` makes them) alike."""
@@ -102,18 +116,23 @@ def both(case, monkeypatch):
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10**6), B=st.integers(1, 2), H_kv=st.integers(1, 3), r=st.integers(1, 3), i=st.integers(3, 90),
-       page=st.sampled_from([1, 4, 16]), pages=st.integers(1, 12), which=st.integers(0, 7), mean=st.integers(0, 12))
-def test_the_native_step_equals_the_tensor_step(seed, B, H_kv, r, i, page, pages, which, mean):
-    """… the pages chosen by the bound alone or split with the mean key's score (``mean_pages``)."""
+       page=st.sampled_from([1, 4, 16]), pages=st.integers(1, 12), which=st.integers(0, 7), mean=st.integers(0, 12),
+       chunk=st.sampled_from([1, 5, 128]), threads=st.integers(1, 3))
+def test_the_native_step_equals_the_tensor_step(seed, B, H_kv, r, i, page, pages, which, mean, chunk, threads):
+    """… the pages chosen by the bound alone or split with the mean key's score (``mean_pages``); the resident slots
+    in parts of ≥ ``chunk`` slots where the KV heads are fewer than twice the threads."""
     kv = [x for x in range(H_kv) if which >> x & 1] or [H_kv - 1]                          # a part: some KV heads
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, torch_threads(threads):
+        mp.setattr(native, "DECODE_CHUNK", chunk)
         (o, read), (o_ref, read_ref) = both(random_step(seed, B, H_kv, r, kv, i, page, pages, mean_pages=mean), mp)
     torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
     assert read == read_ref
 
 
+@pytest.mark.parametrize("chunk", [128, 7])
 @pytest.mark.parametrize("pages,mean", [(1, 0), (3, 0), (50, 0), (4, 2), (50, 25)])   # 50: more than the candidate pages
-def test_more_pages_than_candidates_and_reads_from_the_store(pages, mean, monkeypatch):
+def test_more_pages_than_candidates_and_reads_from_the_store(pages, mean, chunk, monkeypatch):
+    monkeypatch.setattr(native, "DECODE_CHUNK", chunk)
     case = random_step(7, 2, 3, 3, [0, 1, 2], 200, 16, pages, d=64, dv=64, mean_pages=mean)
     (o, read), (o_ref, read_ref) = both(case, monkeypatch)
     torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)
@@ -149,8 +168,8 @@ def test_the_switch_falls_back_to_the_tensor_step(monkeypatch):
 
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10**6), H_kv=st.integers(1, 3), r=st.integers(1, 3), i=st.integers(0, 60),
-       sliding=st.sampled_from([None, 5, 20]))
-def test_the_native_band_and_columns_step_equals_the_masked_softmax(seed, H_kv, r, i, sliding):
+       sliding=st.sampled_from([None, 5, 20]), chunk=st.sampled_from([1, 4, 128]))
+def test_the_native_band_and_columns_step_equals_the_masked_softmax(seed, H_kv, r, i, sliding, chunk):
     """Without pages (``DecodeStep.decode``, n = 1): band ∪ columns over the cached slots, a sliding window, every-key heads."""
     g = torch.Generator().manual_seed(seed)
     H, B, L = H_kv * r, 2, i + 6
@@ -164,6 +183,7 @@ def test_the_native_band_and_columns_step_equals_the_masked_softmax(seed, H_kv, 
     calls = []
     real = native.decode_read_back
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(native, "DECODE_CHUNK", chunk)
         mp.setattr(native, "decode_read_back", lambda *a, **kw: calls.append(1) or real(*a, **kw))
         o = step.decode(q, k, v, 0.3, torch.tensor([i]), pos, flags)
         mp.setenv("ATTNLAB_NATIVE_DECODE", "0")

@@ -91,11 +91,14 @@ class DecodeStep(LayerPlan):
         B, H, n, _ = q.shape
         out = q.new_empty(B, H, n, parts[0].values.shape[-1])
         for p in parts:
-            hq = self.query_heads(p.kv).to(q.device)
-            one = len(parts) == 1 and len(hq) == H and bool((p.kv.cpu() == torch.arange(len(p.kv))).all())   # every head, in order
+            one = len(parts) == 1 and p.kv.tolist() == list(range(self.H_kv))                      # every head, in order
+            hq = torch.arange(H, device=q.device) if one else self.query_heads(p.kv).to(q.device)
             q_p = q if one else q[:, hq]
             if p.whole and n == 1 and bool((self.per_kv(self.w_decode, p.kv) == FULL).all()):
-                out[:, hq] = self.backend_of(q).decode(q_p, p.keys, p.values, scaling)   # every key, all before the query
+                o = self.backend_of(q).decode(q_p, p.keys, p.values, scaling)              # every key, all before the query
+                if one:
+                    return o, fetched
+                out[:, hq] = o
                 continue
             if p.store is not None and self.pages and n == 1 and summaries is not None:   # read-back without joining the store
                 o, read = self.decode_read_back(q_p, p, scaling, q_pos, summaries, heads=(p.kv.to(q.device), hq))

@@ -238,7 +238,8 @@ def summary_mean(q, summaries, P: int):
 
 def fold_keys(summaries, k_new, start: int, page: int):
     """``page_summaries``' parts with keys k_new (B, H_kv, t, d) at positions start … start + t − 1 folded in (pages
-    appended; a new key is no column: it joins a head's column pages too)."""
+    appended; a new key is no column: it joins a head's column pages too).  The pages' m, M, sums and counts are folded
+    in place (a decoding step touches one page of each: no copy of the others); what ``summaries`` held is changed."""
     m, M, pc, mc, Mc, row, s, count, sc, cc = summaries
     k_all, k_new = k_new, k_new[:, row >= 0]                                                # the KV heads with summaries
     B, H_kv, P, d = m.shape
@@ -252,10 +253,11 @@ def fold_keys(summaries, k_new, start: int, page: int):
             count = torch.cat([count, count.new_zeros(P2 - P)])
     pages = torch.arange(start, start + t, device=k_new.device) // page                     # (t,)
     idx = pages.view(1, 1, t, 1).expand(B, H_kv, t, d)
-    m, M = m.scatter_reduce(2, idx, k_new, "amin"), M.scatter_reduce(2, idx, k_new, "amax")
+    m.scatter_reduce_(2, idx, k_new, "amin")
+    M.scatter_reduce_(2, idx, k_new, "amax")
     if s is not None:
-        s = s.scatter_add(2, idx, k_new)
-        count = count.index_add(0, pages, torch.ones(t, dtype=count.dtype, device=count.device))
+        s.scatter_add_(2, idx, k_new)
+        count.index_add_(0, pages, torch.ones(t, dtype=count.dtype, device=count.device))
     if pc.shape[-1] and bool((pc[..., None] == pages).any()):   # a column page still filling (the prefill's last, partial)
         kq = k_all.repeat_interleave(H // k_all.shape[1], 1)                                # (B, H, t, d)
         hit = (pc[..., None] == pages).to(k_new.dtype)                                      # (B, H, C, t)

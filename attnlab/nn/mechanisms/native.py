@@ -316,6 +316,7 @@ def block_topk(s: Tensor, w, K: int, b: int) -> Tensor:
 
 # ---- the fused decoding step (``decode_kernel.c``) ----------------------------------------------------------------
 DECODE_SOURCE = Path(__file__).with_name("decode_kernel.c")
+DECODE_CHUNK = 128   # the fewest resident slots in one part of a decoding query's keys split across threads (decode_kernel.c)
 _decode_reason: list[str] = []
 
 
@@ -414,7 +415,8 @@ def decode_read_back(q, k, v, positions, flags, w, reads, summaries, store, i: i
         ptrs += [None] * 3
         args += [0] * 10
     ptrs += [out, read, *extra]
-    args += [B, Hs, Hq // Hs, L, d, dv, int(i), int(sliding or 0), int(page), int(pages), torch.get_num_threads(), int(mean_pages)]
+    args += [B, Hs, Hq // Hs, L, d, dv, int(i), int(sliding or 0), int(page), int(pages), torch.get_num_threads(), int(mean_pages),
+             DECODE_CHUNK]
     p = array("Q", [0 if x is None else x.data_ptr() for x in ptrs])   # packed: one conversion (a ctypes array: 20× slower)
     a = array("q", args)
     if lib.attnlab_decode_read_back_packed(p.buffer_info()[0], a.buffer_info()[0], float(scale)):
