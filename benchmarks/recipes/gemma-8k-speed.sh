@@ -3,7 +3,7 @@
 # attnlab (the default, whose calibration chooses the split page score on Gemma: part of its read-back pages by the
 # mean key) at β = 10 %, alternated ROUNDS times (default 2), 2 threads, 32 decoded tokens; one calibration window of
 # Shakespeare's train text.  Then the decoding A/B in one process (``llm_structured.py decode``): both caches filled
-# by the same prefill, DECODE_ROUNDS (default 4) rounds of 32 tokens each way, the order alternated, and the keys each
+# by the same prefill, DECODE_ROUNDS (default 24) rounds of 8 tokens each way, the order alternated, and the keys each
 # cache holds after the prefill (all layers; the sliding-window ones).
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 export OMP_NUM_THREADS=2
@@ -15,4 +15,4 @@ for i in $(seq ${ROUNDS:-2}); do
     .venv/bin/python benchmarks/llm_structured.py speed --model gemma3-270m --n 8192 --method $m --budget 0.1 --threads 2 --new-tokens 32 --out $OUT
   done
 done
-.venv/bin/python benchmarks/llm_structured.py decode --model gemma3-270m --n 8192 --method attnlab --budget 0.1 --threads 2 --new-tokens 32 --rounds ${DECODE_ROUNDS:-4} --out $OUT
+.venv/bin/python benchmarks/llm_structured.py decode --model gemma3-270m --n 8192 --method attnlab --budget 0.1 --threads 2 --new-tokens 8 --rounds ${DECODE_ROUNDS:-24} --out $OUT

@@ -5,8 +5,8 @@
 # THREADS=1: one thread each (beside another measurement); ATTNLAB_NATIVE_DECODE=0: the decoding step's tensor code
 # (its reference) instead of the fused native step.  The published table: THREADS=2 ROUNDS=2, then THREADS=1
 # ROUNDS=2, both on a quiet machine (ratios within one run compare; absolute seconds move with the load).  Then the
-# decoding A/B of attnlab against SDPA in one process (``llm_structured.py decode``: DECODE_ROUNDS (default 4) rounds of
-# 32 tokens each way, the order alternated).
+# decoding A/B of attnlab against SDPA in one process (``llm_structured.py decode``: DECODE_ROUNDS (default 24) rounds of
+# 8 tokens each way, the order alternated).
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 THREADS=${THREADS:-2}
 export OMP_NUM_THREADS=$THREADS
@@ -19,4 +19,4 @@ for i in $(seq ${ROUNDS:-3}); do
     .venv/bin/python benchmarks/llm_structured.py speed --n 8192 --method $m --budget 0.1 --threads $THREADS --new-tokens 32 --out $OUT
   done
 done
-.venv/bin/python benchmarks/llm_structured.py decode --n 8192 --method attnlab --budget 0.1 --threads $THREADS --new-tokens 32 --rounds ${DECODE_ROUNDS:-4} --out $OUT
+.venv/bin/python benchmarks/llm_structured.py decode --n 8192 --method attnlab --budget 0.1 --threads $THREADS --new-tokens 8 --rounds ${DECODE_ROUNDS:-24} --out $OUT
