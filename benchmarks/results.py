@@ -12,6 +12,7 @@ small files those commands wrote (they are committed, so the document is regener
     results.jsonl (+ config.json, wall.jsonl)       attnlab eval                 → its table (attnlab.llm.eval.eval_report)
     lost-prompts.jsonl                              attnlab eval-why             → "why lost": its line per prompt, under the table
     speed.jsonl                                     llm_structured.py speed      → mean over the alternated runs, × full
+    decode.jsonl                                    llm_structured.py decode     → one row per A/B run (its rounds summed)
     ppl.jsonl, attention.jsonl                      llm_structured.py ppl / attention → one row each
     any other *.jsonl                               a benchmark's --json lines   → one row per line, its fields as columns
 
@@ -37,7 +38,7 @@ from attnlab.llm.eval.eval_report import markdown, summarise  # noqa: E402
 from benchmarks.results_overview import README_BEGIN, README_END, in_readme, overview  # noqa: E402,F401
 
 EVAL_FILES = ("results.jsonl", "config.json", "wall.jsonl", "lost-prompts.jsonl")   # attnlab eval's (and eval-why's) small files
-BENCH_FILES = ("speed.jsonl", "ppl.jsonl", "attention.jsonl")      # benchmarks/llm_structured.py
+BENCH_FILES = ("speed.jsonl", "decode.jsonl", "ppl.jsonl", "attention.jsonl")      # benchmarks/llm_structured.py
 MAX_BYTES = 4 << 20                                                # a result file larger than this is not a "small" one
 
 
@@ -205,6 +206,26 @@ def speed_table(path: Path) -> str:
                               "tokens/s over full's, full's KV bytes over the method's — at the same n and threads.\n"
 
 
+def decode_table(path: Path) -> str:
+    """llm_structured.py decode: one row per A/B run (its line for all rounds; each round's line stays in the file)."""
+    runs = [r for r in read_lines(path) if r.get("round") == "all"]
+    if not runs:
+        raise Refused(f"{path}: no line for all rounds (round \"all\"): an A/B run that did not finish")
+
+    def kv(r, who):
+        sliding = r.get(f"{who}_kv_tokens_sliding_layers")
+        return f"{r[f'{who}_kv_tokens']:,.0f}" + (f" ({sliding:,.0f})" if sliding is not None else "")
+
+    lines = ["| n | method | β | threads | tokens each way | full tok/s | method tok/s | × full | rounds: min / median / max | "
+             "keys held, full (sliding layers) | keys held, method (sliding layers) |", "|" + "---|" * 11]
+    for r in runs:
+        lines.append(f"| {r['n']} | {r['method']} | {r['budget']:g} | {r['threads']} | {r['tokens']} | {r['full_tok_s']:.2f} | "
+                     f"{r['method_tok_s']:.2f} | {r['ratio']:.2f}× | {r['ratio_min']:.2f} / {r['ratio_median']:.2f} / "
+                     f"{r['ratio_max']:.2f} | {kv(r, 'full')} | {kv(r, 'method')} |")
+    return "\n".join(lines) + "\n\n× full: full attention's decoding time over the method's, summed over the alternated rounds of " \
+                              "one process; keys held after the prefill, summed over layers, per KV head (the read-back store apart).\n"
+
+
 def ppl_table(path: Path) -> str:
     """llm_structured.py ppl: the last row per (n, method, β, split), and its change from full attention."""
     last = {}
@@ -232,7 +253,8 @@ def folder_tables(folder: Path) -> list[tuple[str, str]]:
     out = []
     if eval_files(folder):
         out.append((", ".join(p.name for p in eval_files(folder)), eval_table(folder)))
-    for name, make in (("speed.jsonl", speed_table), ("ppl.jsonl", ppl_table), ("attention.jsonl", rows_table)):
+    for name, make in (("speed.jsonl", speed_table), ("decode.jsonl", decode_table), ("ppl.jsonl", ppl_table),
+                       ("attention.jsonl", rows_table)):
         if (folder / name).exists():
             out.append((name, make(folder / name)))
     for p in sorted(folder.glob("*.jsonl")):

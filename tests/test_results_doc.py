@@ -258,3 +258,30 @@ def test_the_readme_shows_the_default_as_attnlab_methods_prints_it():
     printed = CliRunner().invoke(app, ["methods"]).output.splitlines()
     line = next(l for l in printed if "  [default] = " in l)
     assert line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+
+
+def decode_rounds(ratios: list[float], finished: bool = True) -> list[dict]:
+    """decode.jsonl as benchmarks/llm_structured.py decode writes it: one line a round (8 tokens each way), then all."""
+    rows = [{"n": 8192, "method": "attnlab", "budget": 0.1, "threads": 2, "round": k + 1, "tokens": 8, "full_tok_s": 7.0,
+             "method_tok_s": 7.0 * x, "ratio": x} for k, x in enumerate(ratios)]
+    if finished:
+        full_s, method_s = sum(8 / 7.0 for _ in ratios), sum(8 / (7.0 * x) for x in ratios)
+        rows.append({"n": 8192, "method": "attnlab", "budget": 0.1, "threads": 2, "round": "all", "tokens": 8 * len(ratios),
+                     "full_tok_s": 8 * len(ratios) / full_s, "method_tok_s": 8 * len(ratios) / method_s, "ratio": full_s / method_s,
+                     "ratio_min": min(ratios), "ratio_median": sorted(ratios)[len(ratios) // 2], "ratio_max": max(ratios),
+                     "full_kv_tokens": 32241.0, "full_kv_tokens_sliding_layers": 7665.0, "method_kv_tokens": 16469.0,
+                     "method_kv_tokens_sliding_layers": 5405.0})
+    return rows
+
+
+def test_a_decoding_ab_run_is_one_row_and_an_unfinished_one_is_refused(tree, capsys):
+    """decode.jsonl: the run's line for all rounds is its row (the rounds' spread beside it); a run cut before that
+    line is one line naming the file."""
+    write_lines(tree / "runs" / "speed-tiny" / "decode.jsonl", decode_rounds([1.04, 1.15, 1.08]))
+    assert run_main(tree, "--collect", str(tree / "runs")) == 0
+    doc = (tree / "results.md").read_text()
+    assert "| 8192 | attnlab | 0.1 | 2 | 24 | 7.00 | 7.62 | 1.09× | 1.04 / 1.08 / 1.15 | 32,241 (7,665) | 16,469 (5,405) |" in doc
+    assert "| 1 | 8 |" not in doc                                                   # the rounds stay in the file
+    write_lines(tree / "docs" / "records" / "speed-tiny" / "decode.jsonl", decode_rounds([1.0, 1.1], finished=False))
+    (tree / "results.md").unlink()
+    assert "decode.jsonl: no line for all rounds" in refused(tree, capsys)
