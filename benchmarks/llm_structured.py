@@ -146,9 +146,9 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-@torch.no_grad()
-def cmd_speed(args):
-    """One configuration per process (peak RSS is per process): prefill time, peak memory; generation tok/s, KV bytes."""
+def prepared_on_test(args):
+    """(model, the first test window of ``--n`` tokens, ``--method`` prepared at that length from ``--out``'s
+    calibration where it needs one), torch on ``--threads`` threads."""
     model, tok = load(args.model)
     torch.set_num_threads(args.threads)
     n = args.n
@@ -162,6 +162,14 @@ def cmd_speed(args):
         if m.needs_retrieval:
             with_retrieval(cal, path, model, tok, n, m.page_ranking_pages, split_file(args.data, "train"))
     m.prepare(model, n, cal)
+    return model, ids, m
+
+
+@torch.no_grad()
+def cmd_speed(args):
+    """One configuration per process (peak RSS is per process): prefill time, peak memory; generation tok/s, KV bytes."""
+    model, ids, m = prepared_on_test(args)
+    n = args.n
     base = peak_rss_mib()
     with m.applied(model):
         cache = m.new_cache(model)   # the method's decoding policy (DynamicCache: every key kept)
@@ -201,19 +209,8 @@ def cmd_decode(args):
     summed times, full's time over the method's, the rounds' smallest, median and largest ratio), with the keys each cache
     holds after the prefill (summed over layers, per KV head; and over the sliding-window layers alone, where the model
     has them) → ``decode.jsonl``."""
-    model, tok = load(args.model)
-    torch.set_num_threads(args.threads)
+    model, ids, m = prepared_on_test(args)
     n = args.n
-    ids = token_windows(tok, split_file(args.data, "test"), n, 1)[0]
-    name, opts = parse_method(args.method)
-    m = methods.get(ALIASES.get(name, name), args.budget, **opts)
-    cal = None
-    if m.calibrated:
-        path = Path(args.out) / f"calibration-{n}.npz"
-        cal = Calibration.load(path)
-        if m.needs_retrieval:
-            with_retrieval(cal, path, model, tok, n, m.page_ranking_pages, split_file(args.data, "train"))
-    m.prepare(model, n, cal)
     own = model.config._attn_implementation
     full_cache = methods.get(methods.REFERENCE).new_cache(model)
     nxt = {"full": model(ids, cache=full_cache, use_cache=True, logits_to_keep=1).logits[:, -1:].argmax(-1)}
