@@ -202,24 +202,39 @@ def resident_tokens(cache) -> list[float]:
 
 @torch.no_grad()
 def cmd_decode(args):
-    """Decoding tokens/s of ``--method`` against the model's own attention (SDPA, every key cached), in one process:
-    each prefills the same test window (n tokens) into its own cache, then ``--rounds`` rounds each decode
-    ``--new-tokens`` greedy tokens under both, the order alternated round by round (a compaction of the method's cache
-    falls every ``kv_cache.EVICT_EVERY`` tokens).  One JSON line per round and one for all rounds (tokens/s over the
-    summed times, full's time over the method's, the rounds' smallest, median and largest ratio), with the keys each cache
-    holds after the prefill (summed over layers, per KV head; and over the sliding-window layers alone, where the model
-    has them) → ``decode.jsonl``."""
+    """Prefill seconds and decoding tokens/s of ``--method`` against the model's own attention (SDPA, every key cached),
+    in one process: ``--prefills`` rounds each prefill the same test window (n tokens) into a fresh cache under both, the
+    order alternated, the last round's caches kept; then ``--rounds`` rounds each decode ``--new-tokens`` greedy tokens
+    under both, the order alternated (a compaction of the method's cache falls every ``kv_cache.EVICT_EVERY`` tokens).
+    One JSON line per round and one for all rounds (tokens/s over the summed times, full's time over the method's, the
+    rounds' smallest, median and largest ratio; the same for the prefills), with the keys each cache holds after the
+    prefill (summed over layers, per KV head; and over the sliding-window layers alone, where the model has them)
+    → ``decode.jsonl``."""
     model, ids, m = prepared_on_test(args)
     n = args.n
     own = model.config._attn_implementation
-    full_cache = methods.get(methods.REFERENCE).new_cache(model)
-    nxt = {"full": model(ids, cache=full_cache, use_cache=True, logits_to_keep=1).logits[:, -1:].argmax(-1)}
-    rows = []
+    full = methods.get(methods.REFERENCE)
+    rows, caches, nxt = [], {}, {}
     with m.applied(model):
         planned = model.config._attn_implementation
-        caches = {"full": full_cache, "method": m.new_cache(model)}
-        nxt["method"] = model(ids, cache=caches["method"], use_cache=True, logits_to_keep=1).logits[:, -1:].argmax(-1)
-        impl = {"full": own, "method": planned}
+        impl, policy = {"full": own, "method": planned}, {"full": full, "method": m}
+
+        def prefill(which: str) -> float:
+            model.set_attn_implementation(impl[which])
+            caches[which] = None                                                  # the last round's freed first
+            caches[which] = policy[which].new_cache(model)
+            t = time.perf_counter()
+            o = model(ids, cache=caches[which], use_cache=True, logits_to_keep=1)
+            nxt[which] = o.logits[:, -1:].argmax(-1)
+            return time.perf_counter() - t
+
+        for k in range(args.prefills):
+            order = ("full", "method") if k % 2 == 0 else ("method", "full")
+            sec = {w: prefill(w) for w in order}
+            rows.append({"n": n, "method": args.method, "budget": m.budget, "threads": args.threads, "round": f"prefill {k + 1}",
+                         "full_prefill_s": sec["full"], "method_prefill_s": sec["method"], "prefill_ratio": sec["full"] / sec["method"]})
+            log(json.dumps(rows[-1]))
+        prefills, rows = rows, []
         kv = {w: resident_tokens(c) for w, c in caches.items()}                    # per layer, after the prefill
         sliding = [bool(getattr(mod, "sliding_window", None)) for mod in attention_modules(model)]
 
@@ -248,6 +263,11 @@ def cmd_decode(args):
         resident[f"{w}_kv_tokens"] = round(sum(kv[w]), 1)
         if any(sliding):
             resident[f"{w}_kv_tokens_sliding_layers"] = round(sum(t for t, sl in zip(kv[w], sliding) if sl), 1)
+    full_s, method_s = sum(r["full_prefill_s"] for r in prefills), sum(r["method_prefill_s"] for r in prefills)
+    summary |= {"prefills": len(prefills), "full_prefill_s": full_s / len(prefills), "method_prefill_s": method_s / len(prefills),
+                "prefill_ratio": full_s / method_s, "prefill_ratio_min": min(r["prefill_ratio"] for r in prefills),
+                "prefill_ratio_max": max(r["prefill_ratio"] for r in prefills)}
+    rows = prefills + rows
     rows.append({"n": n, "method": args.method, "budget": m.budget, "threads": args.threads, "round": "all",
                  "tokens": args.new_tokens * args.rounds, **summary, **resident})
     log(json.dumps(rows[-1]))
@@ -386,14 +406,16 @@ def main():
     p.add_argument("--budget", type=float, default=0.1)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--new-tokens", type=int, default=16, help="speed: tokens decoded; decode: tokens a round, each way")
-    p.add_argument("--rounds", type=int, default=4, help="decode: alternated rounds (≥ 1)")
+    p.add_argument("--rounds", type=int, default=4, help="decode: alternated rounds of decoding (≥ 1)")
+    p.add_argument("--prefills", type=int, default=2, help="decode: alternated rounds of prefill before them (≥ 1)")
     p.add_argument("--system-malloc", action="store_true", help="leave glibc's malloc as it is (default: attnlab.allocator.keep_freed_memory(), as the CLI)")
     args = p.parse_args()
     known = set(methods.names()) | set(methods.preset_names())
     bad = [m for m in args.methods if m not in known]
     if bad:
         p.exit(2, f"llm_structured: error: --methods: unknown {', '.join(bad)} (known: {', '.join(sorted(known))})\n")
-    for opt, value, least in (("--err-rows", args.err_rows, 0), ("--rounds", args.rounds, 1), ("--new-tokens", args.new_tokens, 1)):
+    for opt, value, least in (("--err-rows", args.err_rows, 0), ("--rounds", args.rounds, 1), ("--prefills", args.prefills, 1),
+                              ("--new-tokens", args.new_tokens, 1)):
         if value < least:
             raise UserError(f"{opt}: must be >= {least}, got {value}")
     if not args.system_malloc:
