@@ -207,7 +207,8 @@ def speed_table(path: Path) -> str:
 
 
 def decode_table(path: Path) -> str:
-    """llm_structured.py decode: one row per A/B run (its line for all rounds; each round's line stays in the file)."""
+    """llm_structured.py decode: one row per A/B run (its line for all rounds; each round's line stays in the file): the
+    alternated prefills, then the alternated decoding rounds."""
     runs = [r for r in read_lines(path) if r.get("round") == "all"]
     if not runs:
         raise Refused(f"{path}: no line for all rounds (round \"all\"): an A/B run that did not finish")
@@ -216,14 +217,22 @@ def decode_table(path: Path) -> str:
         sliding = r.get(f"{who}_kv_tokens_sliding_layers")
         return f"{r[f'{who}_kv_tokens']:,.0f}" + (f" ({sliding:,.0f})" if sliding is not None else "")
 
-    lines = ["| n | method | β | threads | tokens each way | full tok/s | method tok/s | × full | rounds: min / median / max | "
-             "keys held, full (sliding layers) | keys held, method (sliding layers) |", "|" + "---|" * 11]
+    def prefill(r):
+        if "prefill_ratio" not in r:
+            return "–"
+        return (f"{r['full_prefill_s']:.1f} / {r['method_prefill_s']:.1f} s: {r['prefill_ratio']:.2f}× "
+                f"({r['prefill_ratio_min']:.2f}–{r['prefill_ratio_max']:.2f}, {r['prefills']} rounds)")
+
+    lines = ["| n | method | β | threads | prefill, full / method (× full) | tokens each way | full tok/s | method tok/s | "
+             "× full | rounds: min / median / max | keys held, full (sliding layers) | keys held, method (sliding layers) |",
+             "|" + "---|" * 12]
     for r in runs:
-        lines.append(f"| {r['n']} | {r['method']} | {r['budget']:g} | {r['threads']} | {r['tokens']} | {r['full_tok_s']:.2f} | "
-                     f"{r['method_tok_s']:.2f} | {r['ratio']:.2f}× | {r['ratio_min']:.2f} / {r['ratio_median']:.2f} / "
-                     f"{r['ratio_max']:.2f} | {kv(r, 'full')} | {kv(r, 'method')} |")
-    return "\n".join(lines) + "\n\n× full: full attention's decoding time over the method's, summed over the alternated rounds of " \
-                              "one process; keys held after the prefill, summed over layers, per KV head (the read-back store apart).\n"
+        lines.append(f"| {r['n']} | {r['method']} | {r['budget']:g} | {r['threads']} | {prefill(r)} | {r['tokens']} | "
+                     f"{r['full_tok_s']:.2f} | {r['method_tok_s']:.2f} | {r['ratio']:.2f}× | {r['ratio_min']:.2f} / "
+                     f"{r['ratio_median']:.2f} / {r['ratio_max']:.2f} | {kv(r, 'full')} | {kv(r, 'method')} |")
+    return "\n".join(lines) + "\n\n× full: full attention's time over the method's, summed over the alternated rounds of one " \
+                              "process (prefill: mean seconds a round); keys held after the prefill, summed over layers, per " \
+                              "KV head (the read-back store apart).\n"
 
 
 def ppl_table(path: Path) -> str:

@@ -270,7 +270,8 @@ def decode_rounds(ratios: list[float], finished: bool = True) -> list[dict]:
                      "full_tok_s": 8 * len(ratios) / full_s, "method_tok_s": 8 * len(ratios) / method_s, "ratio": full_s / method_s,
                      "ratio_min": min(ratios), "ratio_median": sorted(ratios)[len(ratios) // 2], "ratio_max": max(ratios),
                      "full_kv_tokens": 32241.0, "full_kv_tokens_sliding_layers": 7665.0, "method_kv_tokens": 16469.0,
-                     "method_kv_tokens_sliding_layers": 5405.0})
+                     "method_kv_tokens_sliding_layers": 5405.0, "prefills": 2, "full_prefill_s": 36.0, "method_prefill_s": 12.0,
+                     "prefill_ratio": 3.0, "prefill_ratio_min": 2.9, "prefill_ratio_max": 3.1})
     return rows
 
 
@@ -280,7 +281,8 @@ def test_a_decoding_ab_run_is_one_row_and_an_unfinished_one_is_refused(tree, cap
     write_lines(tree / "runs" / "speed-tiny" / "decode.jsonl", decode_rounds([1.04, 1.15, 1.08]))
     assert run_main(tree, "--collect", str(tree / "runs")) == 0
     doc = (tree / "results.md").read_text()
-    assert "| 8192 | attnlab | 0.1 | 2 | 24 | 7.00 | 7.62 | 1.09× | 1.04 / 1.08 / 1.15 | 32,241 (7,665) | 16,469 (5,405) |" in doc
+    assert ("| 8192 | attnlab | 0.1 | 2 | 36.0 / 12.0 s: 3.00× (2.90–3.10, 2 rounds) | 24 | 7.00 | 7.62 | 1.09× | 1.04 / 1.08 / 1.15 | "
+            "32,241 (7,665) | 16,469 (5,405) |") in doc
     assert "| 1 | 8 |" not in doc                                                   # the rounds stay in the file
     write_lines(tree / "docs" / "records" / "speed-tiny" / "decode.jsonl", decode_rounds([1.0, 1.1], finished=False))
     (tree / "results.md").unlink()

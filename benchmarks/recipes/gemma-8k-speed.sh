@@ -2,8 +2,8 @@
 # Prefill and decoding speed, KV memory of Gemma-3-270M at 8,192 tokens: the model's own attention (SDPA) against
 # attnlab (the default, whose calibration chooses the split page score on Gemma: part of its read-back pages by the
 # mean key) at β = 10 %, alternated ROUNDS times (default 2), 2 threads, 32 decoded tokens; one calibration window of
-# Shakespeare's train text.  Then the decoding A/B in one process (``llm_structured.py decode``): both caches filled
-# by the same prefill, DECODE_ROUNDS (default 24) rounds of 8 tokens each way, the order alternated, and the keys each
+# Shakespeare's train text.  Then the A/B in one process (``llm_structured.py decode``): 2 alternated prefills each
+# way, then DECODE_ROUNDS (default 24) rounds of 8 decoded tokens each way, the order alternated, and the keys each
 # cache holds after the prefill (all layers; the sliding-window ones).
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 export OMP_NUM_THREADS=2

@@ -5,8 +5,8 @@
 # THREADS=1: one thread each (beside another measurement); ATTNLAB_NATIVE_DECODE=0: the decoding step's tensor code
 # (its reference) instead of the fused native step.  The published table: THREADS=2 ROUNDS=2, then THREADS=1
 # ROUNDS=2, both on a quiet machine (ratios within one run compare; absolute seconds move with the load).  Then the
-# decoding A/B of attnlab against SDPA in one process (``llm_structured.py decode``: DECODE_ROUNDS (default 24) rounds of
-# 8 tokens each way, the order alternated).
+# A/B of attnlab against SDPA in one process (``llm_structured.py decode``: 2 alternated prefills each way, then
+# DECODE_ROUNDS (default 24) rounds of 8 decoded tokens each way, the order alternated).
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 THREADS=${THREADS:-2}
 export OMP_NUM_THREADS=$THREADS
