@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -24,23 +22,18 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from attnlab.errors import UserError  # noqa: E402
 from attnlab.nn.mechanisms import native  # noqa: E402
+from gpu_check import timed  # noqa: E402   (median seconds after warm-up calls)
 
 SHAPES = {"gemma3-270m": (1, 4, 256), "smollm2-135m": (3, 3, 64)}   # (KV heads, query heads per KV head, d)
 NO_SPLIT = 1 << 40                                                  # a chunk longer than any cache: one part
 
 
 def median_ms(f, reps: int) -> float:
-    for _ in range(20):
-        f()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - t)
-    return 1e3 * statistics.median(times)
+    return 1e3 * timed(f, "cpu", reps=reps, warmup=20)
 
 
 def measure(shape: str, L: int, reps: int) -> dict:

@@ -3,7 +3,7 @@
     python benchmarks/llm_structured.py calibrate --lengths 2048,8192        # exact statistics on train text
     python benchmarks/llm_structured.py ppl --lengths 2048 --budgets 0.05,0.1,0.25,0.5 --windows 2
     flock /tmp/attnlab-cpu.lock python benchmarks/llm_structured.py speed --n 8192 --budget 0.1
-    python benchmarks/llm_structured.py decode --model gemma3-270m --n 8192 --method attnlab --rounds 4   # A/B in one process
+    python benchmarks/llm_structured.py decode --model gemma3-270m --n 8192 --method attnlab --new-tokens 8 --rounds 24   # A/B, one process
     python benchmarks/llm_structured.py report                              # table + plot
 
 Calibration windows come from ``train.txt.gz``, perplexity windows from ``test.txt.gz`` (text not
@@ -200,6 +200,13 @@ def resident_tokens(cache) -> list[float]:
     return [layer.tokens() if isinstance(layer, PlanLayer) else float(layer.keys.shape[-2]) for layer in cache.layers]
 
 
+def alternated(rounds: int, timed):
+    """``timed(which)`` (seconds) for which = full and method, ``rounds`` times, the order alternated round by round:
+    yields (round 1 …, {"full": s, "method": s}) as each ends — a drift of the machine's speed falls on both alike."""
+    for k in range(rounds):
+        yield k + 1, {w: timed(w) for w in (("full", "method") if k % 2 == 0 else ("method", "full"))}
+
+
 @torch.no_grad()
 def cmd_decode(args):
     """Prefill seconds and decoding tokens/s of ``--method`` against the model's own attention (SDPA, every key cached),
@@ -214,7 +221,7 @@ def cmd_decode(args):
     n = args.n
     own = model.config._attn_implementation
     full = methods.get(methods.REFERENCE)
-    rows, caches, nxt = [], {}, {}
+    caches, nxt = {}, {}
     with m.applied(model):
         planned = model.config._attn_implementation
         impl, policy = {"full": own, "method": planned}, {"full": full, "method": m}
@@ -228,13 +235,11 @@ def cmd_decode(args):
             nxt[which] = o.logits[:, -1:].argmax(-1)
             return time.perf_counter() - t
 
-        for k in range(args.prefills):
-            order = ("full", "method") if k % 2 == 0 else ("method", "full")
-            sec = {w: prefill(w) for w in order}
-            rows.append({"n": n, "method": args.method, "budget": m.budget, "threads": args.threads, "round": f"prefill {k + 1}",
-                         "full_prefill_s": sec["full"], "method_prefill_s": sec["method"], "prefill_ratio": sec["full"] / sec["method"]})
-            log(json.dumps(rows[-1]))
-        prefills, rows = rows, []
+        prefills = []
+        for k, sec in alternated(args.prefills, prefill):
+            prefills.append({"n": n, "method": args.method, "budget": m.budget, "threads": args.threads, "round": f"prefill {k}",
+                             "full_prefill_s": sec["full"], "method_prefill_s": sec["method"], "prefill_ratio": sec["full"] / sec["method"]})
+            log(json.dumps(prefills[-1]))
         kv = {w: resident_tokens(c) for w, c in caches.items()}                    # per layer, after the prefill
         sliding = [bool(getattr(mod, "sliding_window", None)) for mod in attention_modules(model)]
 
@@ -246,10 +251,9 @@ def cmd_decode(args):
             return time.perf_counter() - t
 
         steps("full", 2), steps("method", 2)                                     # first steps (allocations) untimed
-        for k in range(args.rounds):
-            order = ("full", "method") if k % 2 == 0 else ("method", "full")
-            sec = {w: steps(w, args.new_tokens) for w in order}
-            rows.append({"n": n, "method": args.method, "budget": m.budget, "threads": args.threads, "round": k + 1,
+        rows = []
+        for k, sec in alternated(args.rounds, lambda w: steps(w, args.new_tokens)):
+            rows.append({"n": n, "method": args.method, "budget": m.budget, "threads": args.threads, "round": k,
                          "tokens": args.new_tokens, "full_tok_s": args.new_tokens / sec["full"],
                          "method_tok_s": args.new_tokens / sec["method"], "ratio": sec["full"] / sec["method"]})
             log(json.dumps(rows[-1]))

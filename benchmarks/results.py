@@ -218,8 +218,6 @@ def decode_table(path: Path) -> str:
         return f"{r[f'{who}_kv_tokens']:,.0f}" + (f" ({sliding:,.0f})" if sliding is not None else "")
 
     def prefill(r):
-        if "prefill_ratio" not in r:
-            return "–"
         return (f"{r['full_prefill_s']:.1f} / {r['method_prefill_s']:.1f} s: {r['prefill_ratio']:.2f}× "
                 f"({r['prefill_ratio_min']:.2f}–{r['prefill_ratio_max']:.2f}, {r['prefills']} rounds)")
 
