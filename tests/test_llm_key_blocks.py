@@ -58,6 +58,19 @@ def test_top_blocks_are_the_largest_pooled_scores_off_the_band(n, w, K, seed):
 
 
 @settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 90), B=st.integers(1, 2), H=st.integers(1, 4), b=st.sampled_from([1, 4, 16]), tokens=st.booleans())
+def test_block_means_are_the_means_of_each_block_in_either_layout(n, B, H, b, tokens):
+    # x̄_t = mean of x over I_t = [t·b, min(n, (t + 1)·b)), for (B, H, n, d) tensors and transformers' (B, n, H, d) seen
+    # as (B, H, n, d) (reduced in the order they lie in memory)
+    from attnlab.llm.plans.key_blocks import block_means
+
+    x = torch.randn(B, n, H, 8, generator=torch.Generator().manual_seed(n * 10 + H)).transpose(1, 2)
+    x = x if tokens else x.contiguous()
+    want = torch.stack([x[:, :, t * b : (t + 1) * b].mean(2) for t in range(-(-n // b))], 2)
+    assert torch.allclose(block_means(x, b), want, atol=1e-6)
+
+
+@settings(max_examples=25, deadline=None)
 @given(n=st.integers(1, 400), B=st.integers(1, 2), K=st.integers(1, 9), b=st.sampled_from([4, 16]), seed=st.integers(0, 10**6))
 def test_the_native_block_choice_is_the_top_k_over_the_masked_rows(n, B, K, b, seed):
     """native.block_topk (each row's prefix of candidates, an insertion into the K best) chooses what
@@ -86,6 +99,26 @@ def test_the_native_block_choice_breaks_ties_to_the_lower_block():
     got = native.block_topk(s, [0], 3, 4)[0, 0]                          # w = 0: every J < t a candidate
     assert got[5].tolist() == [1, 3, 2] and got[3].tolist() == [1, 2, 0] and got[1].tolist() == [0, -1, -1]
     assert got[0].tolist() == [-1, -1, -1]
+
+
+@settings(max_examples=25, deadline=None)
+@given(T=st.integers(1, 90), K=st.integers(1, 6), w=st.integers(0, 40), levels=st.integers(1, 4), seed=st.integers(0, 10**6))
+def test_the_native_block_choice_on_long_rows_with_ties_is_the_stable_order(T, K, w, levels, seed):
+    # rows longer than a vector of candidates (the pre-scan that skips VEC at a time) with few distinct scores: the K
+    # best in the order (largest ŝ, then lower J) over J < min(t, ⌈(t·b + b − 1 − w) / b⌉)
+    from attnlab.nn.mechanisms import native
+
+    if not native.available():
+        pytest.skip(f"native kernel off: {native.unavailable_reason()}")
+    b = 4
+    s = torch.randint(0, levels, (1, 2, T, T), generator=torch.Generator().manual_seed(seed)).float()
+    got = native.block_topk(s, [w, 0], K, b)
+    for h, wh in enumerate([w, 0]):
+        for t in range(T):
+            bound = t * b + b - 1 - wh
+            end = min(t, -(-bound // b) if bound > 0 else 0)
+            best = sorted(range(end), key=lambda J: (-float(s[0, h, t, J]), J))[:K]
+            assert got[0, h, t].tolist() == best + [-1] * (K - len(best))
 
 
 def dense_reference(q, k, v, scaling, runner, blocks, cols):

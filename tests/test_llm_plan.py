@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import sys
+from unittest import mock
 
 import numpy as np
 import pytest
+
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -278,6 +280,7 @@ def dense_last_query_mass(q, k, scaling, last_q=LAST_Q):
 @settings(max_examples=40, deadline=None)
 def test_last_query_mass_equals_the_summed_causal_softmax_of_the_last_queries(B, r, H_kv, n, extra, last_q, pick, tokens):
     from attnlab.llm.plans.slash_lines import last_query_mass, last_query_rows
+    from attnlab.nn.mechanisms import native
 
     H, m, d = H_kv * r, n + extra, 8
     gen = torch.Generator().manual_seed(B * 1000 + n * 10 + extra)
@@ -285,7 +288,9 @@ def test_last_query_mass_equals_the_summed_causal_softmax_of_the_last_queries(B,
     if tokens:   # transformers' layout: rows H·d floats apart
         q, k = q.transpose(1, 2).contiguous().transpose(1, 2), k.transpose(1, 2).contiguous().transpose(1, 2)
     ref = dense_last_query_mass(q, k.repeat_interleave(r, 1), 0.4, last_q)
-    assert torch.allclose(last_query_mass(q, k, 0.4, last_q), ref, atol=1e-5)
+    assert torch.allclose(last_query_mass(q, k, 0.4, last_q), ref, atol=1e-5)      # the native column_mass where it runs
+    with mock.patch.object(native, "available", lambda: False):                      # PyTorch's softmax and sum
+        assert torch.allclose(last_query_mass(q, k, 0.4, last_q), ref, atol=1e-5)
     assert torch.allclose(last_query_rows(q, k, 0.4, last_q).sum(-2), ref, atol=1e-5)
     heads = [h for h in range(H) if pick >> h & 1] or [0]                               # a subset, by KV head
     kv = torch.tensor(heads) // r

@@ -20,6 +20,7 @@ import torch
 
 from attnlab.llm.plans.plan import LAST_Q
 from attnlab.masks import hidden
+from attnlab.nn.mechanisms import native
 from attnlab.support import NO_DIAGONAL, Support
 
 __all__ = ["SLASH_CHUNK", "kernel_extras", "last_query_mass", "last_query_rows", "slash_mass", "top_slashes"]
@@ -47,7 +48,9 @@ def last_query_mass(q, k, scaling: float, last_q: int = LAST_Q, kv=None):
     """σ_t = Σ_{i among the last ``last_q`` queries} a_it, the columns' estimate (MInference's vertical lines): ``(B, H, m)``.
 
     q, k, kv as ``last_query_rows``, summed over i one KV head at a time in one reused buffer: the (B, H, nq, m) rows
-    are never held at once (at 8K they are 19 MB a layer, a fresh allocation each time).
+    are never held at once (at 8K they are 19 MB a layer, a fresh allocation each time).  On the CPU in float32 the
+    softmax and the sum are the native ``column_mass`` (each row through the cache once: at 8K, 1.8 ms a KV head
+    against PyTorch's softmax and sum, 3.2 ms); elsewhere PyTorch's, which stays its reference.
     """
     B, H, n, d = q.shape
     H_kv, m = k.shape[1], k.shape[2]
@@ -55,9 +58,14 @@ def last_query_mass(q, k, scaling: float, last_q: int = LAST_Q, kv=None):
     groups = _kv_groups(kv, H, H_kv)
     mass = q.new_empty(B, H, m)
     buf = q.new_empty(B * max(r for _, _, r in groups) * nq * m)
+    fused = q.device.type == "cpu" and q.dtype == torch.float32 and native.available()
     for j, h0, r in groups:
         qg = q[:, h0 : h0 + r, n - nq :].reshape(B, 1, r * nq, d)                # (B, 1, r·nq, d): its query heads stacked
-        a = _causal_softmax(qg, k[:, j : j + 1], scaling, nq, out=buf[: B * r * nq * m].view(B, 1, r * nq, m))
+        s = buf[: B * r * nq * m].view(B, 1, r * nq, m)
+        if fused:   # σ from the scores: the row's softmax and the sum over rows in one native pass
+            native.column_mass(torch.matmul(qg * scaling, k[:, j : j + 1].transpose(-1, -2), out=s), mass[:, h0 : h0 + r])
+            continue
+        a = _causal_softmax(qg, k[:, j : j + 1], scaling, nq, out=s)
         torch.sum(a.view(B, r, nq, m), -2, out=mass[:, h0 : h0 + r])
     return mass
 

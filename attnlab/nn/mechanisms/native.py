@@ -8,7 +8,7 @@
 The C source is compiled once per machine (``cc -O3 -march=native -ffast-math -fopenmp -c``, linked apart without
 -ffast-math so that loading it leaves the process's denormals alone) into
 ``$XDG_CACHE_HOME/attnlab/native/`` (default ``~/.cache``), named by a hash of the sources (``band_kernel.c``,
-``band_backward.c`` and ``block_topk.c``, linked into one library: ``BAND_SOURCES``) and the headers beside them
+``band_backward.c``, ``block_topk.c`` and ``column_mass.c``, linked into one library: ``BAND_SOURCES``) and the headers beside them
 (``band_tiles.h``, ``vector_math.h``), the flags, the compiler and the CPU's feature flags; the build writes a temporary file and renames it, so
 concurrent first uses are safe.  With no C compiler, or ``ATTNLAB_NATIVE=0``, ``available()`` is
 False and callers use PyTorch's flash kernel instead (``sliding_window.WindowAttention``); the
@@ -41,7 +41,8 @@ from torch import Tensor
 SOURCE = Path(__file__).with_name("band_kernel.c")
 BACKWARD_SOURCE = Path(__file__).with_name("band_backward.c")   # linked with SOURCE into one library, as is
 BLOCKS_SOURCE = Path(__file__).with_name("block_topk.c")        # the key blocks' choice (``block_topk``)
-BAND_SOURCES = [SOURCE, BACKWARD_SOURCE, BLOCKS_SOURCE]          # ``library()``
+MASS_SOURCE = Path(__file__).with_name("column_mass.c")         # the last queries' column mass (``column_mass``)
+BAND_SOURCES = [SOURCE, BACKWARD_SOURCE, BLOCKS_SOURCE, MASS_SOURCE]   # ``library()``
 FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11"]   # compiling (-c)
 # linking, without -ffast-math: GCC links crtfastmath.o into anything linked with it, and that object's constructor sets
 # flush-to-zero / denormals-are-zero in the whole process that loads the library (PyTorch's and NumPy's arithmetic too)
@@ -160,6 +161,9 @@ def library() -> ctypes.CDLL | None:
     f.restype = ctypes.c_int
     f = lib.attnlab_block_topk
     f.argtypes = [p, i64, i64, p, i64, i64, p, ctypes.c_int]
+    f.restype = ctypes.c_int
+    f = lib.attnlab_column_mass
+    f.argtypes = [p, i64, i64, i64, p, i64, i64, ctypes.c_int]
     f.restype = ctypes.c_int
     return lib
 
@@ -312,6 +316,17 @@ def block_topk(s: Tensor, w, K: int, b: int) -> Tensor:
     out = torch.empty(B, H, T, K, dtype=torch.long)
     lib.attnlab_block_topk(s.data_ptr(), B * H, T, w_.data_ptr(), int(b), int(K), out.data_ptr(), torch.get_num_threads())
     return out
+
+
+def column_mass(s: Tensor, sigma: Tensor) -> None:
+    """σ_xt = Σ_a softmax_{t ≤ p_a}(s_xa)_t into sigma (B, r, m) from the scaled scores s (B, 1, r·nq, m) of r heads'
+    last nq queries at positions p_a = m − nq + a (``column_mass.c``; s is overwritten with exp(s − M)), CPU float32:
+    ``slash_lines.last_query_mass``'s sum of the causal softmax rows, each row through the cache once."""
+    lib = _library_or_raise()
+    B, r, m = sigma.shape
+    assert s.is_contiguous() and s.shape == (B, 1, s.shape[2], m) and s.shape[2] % r == 0 and sigma.stride()[1:] == (m, 1)
+    lib.attnlab_column_mass(s.data_ptr(), B * r, s.shape[2] // r, m, sigma.data_ptr(), r, sigma.stride(0),
+                            torch.get_num_threads())
 
 
 # ---- the fused decoding step (``decode_kernel.c``) ----------------------------------------------------------------
