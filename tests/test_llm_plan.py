@@ -12,7 +12,6 @@ from unittest import mock
 
 import numpy as np
 import pytest
-
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st

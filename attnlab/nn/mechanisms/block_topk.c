@@ -26,6 +26,7 @@ static inline long insert(long *top, float *val, long n, long K, long J, float x
 
 int attnlab_block_topk(const float *s, long N, long T, const long *w, long b, long K, long *out, int threads)
 {
+    if (K <= 0) return 0; /* no block to choose (val[K − 1] below needs K ≥ 1) */
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (long h = 0; h < N; h++) {
         float val[K > 0 ? K : 1];

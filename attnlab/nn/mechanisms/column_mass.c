@@ -7,7 +7,7 @@
  * s: (X, nq, m) the scaled scores s_xat = τ q_{x, p_a} · k_t of X query heads (the caller's one matrix product),
  * overwritten with exp(s − M); sigma: head x's m floats at sigma + (x / r)·ldb + (x % r)·m (a slice of r heads of a
  * (B, H, m) tensor).  A row goes through the cache three times (max; exp and Σ; σ += a), where PyTorch's softmax and
- * sum went through memory.  Threads take heads, then key ranges of σ (each σ_xt written by one thread).
+ * sum went through memory.  Threads take rows, then (head, range of keys) of σ: each σ_xt written by one thread.
  */
 #include <string.h>
 
