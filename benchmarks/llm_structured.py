@@ -235,10 +235,11 @@ def cmd_decode(args):
             nxt[which] = o.logits[:, -1:].argmax(-1)
             return time.perf_counter() - t
 
+        head = {"n": n, "method": args.method, "budget": m.budget, "threads": args.threads}   # every line's first fields
         prefills = []
         for k, sec in alternated(args.prefills, prefill):
-            prefills.append({"n": n, "method": args.method, "budget": m.budget, "threads": args.threads, "round": f"prefill {k}",
-                             "full_prefill_s": sec["full"], "method_prefill_s": sec["method"], "prefill_ratio": sec["full"] / sec["method"]})
+            prefills.append({**head, "round": f"prefill {k}", "full_prefill_s": sec["full"], "method_prefill_s": sec["method"],
+                             "prefill_ratio": sec["full"] / sec["method"]})
             log(json.dumps(prefills[-1]))
         kv = {w: resident_tokens(c) for w, c in caches.items()}                    # per layer, after the prefill
         sliding = [bool(getattr(mod, "sliding_window", None)) for mod in attention_modules(model)]
@@ -253,8 +254,7 @@ def cmd_decode(args):
         steps("full", 2), steps("method", 2)                                     # first steps (allocations) untimed
         rows = []
         for k, sec in alternated(args.rounds, lambda w: steps(w, args.new_tokens)):
-            rows.append({"n": n, "method": args.method, "budget": m.budget, "threads": args.threads, "round": k,
-                         "tokens": args.new_tokens, "full_tok_s": args.new_tokens / sec["full"],
+            rows.append({**head, "round": k, "tokens": args.new_tokens, "full_tok_s": args.new_tokens / sec["full"],
                          "method_tok_s": args.new_tokens / sec["method"], "ratio": sec["full"] / sec["method"]})
             log(json.dumps(rows[-1]))
         model.set_attn_implementation(planned)
@@ -272,8 +272,7 @@ def cmd_decode(args):
                 "prefill_ratio": full_s / method_s, "prefill_ratio_min": min(r["prefill_ratio"] for r in prefills),
                 "prefill_ratio_max": max(r["prefill_ratio"] for r in prefills)}
     rows = prefills + rows
-    rows.append({"n": n, "method": args.method, "budget": m.budget, "threads": args.threads, "round": "all",
-                 "tokens": args.new_tokens * args.rounds, **summary, **resident})
+    rows.append({**head, "round": "all", "tokens": args.new_tokens * args.rounds, **summary, **resident})
     log(json.dumps(rows[-1]))
     with open(Path(args.out) / "decode.jsonl", "a") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)

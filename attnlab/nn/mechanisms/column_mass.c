@@ -11,7 +11,7 @@
  */
 #include <string.h>
 
-#include "vector_math.h" /* VEC, NEG, vf, vi, load, store, blend, vexp, hmax, hsum, lanes */
+#include "vector_math.h" /* VEC, NEG, vf, load, store, blend, hmax, exp_sum */
 
 #define SPAN 1024 /* keys of σ a thread sums over the rows at a time */
 
@@ -25,32 +25,15 @@ int attnlab_column_mass(float *s, long X, long nq, long m, float *sigma, long r,
             float *row = s + xa * m;
             long L = m - nq + xa % nq + 1; /* keys t ≤ p_a */
             vf vmx = (vf){0} + NEG;
-            for (long t0 = 0; t0 < L; t0 += VEC) {
-                vi in = lanes(t0, 0, L - 1);
-                vf x = t0 + VEC <= m ? load(row + t0) : (vf){0};
-                if (t0 + VEC > m)
-                    for (long l = 0; t0 + l < m; l++) x[l] = row[t0 + l];
-                x = blend(in, x, (vf){0} + NEG);
+            long t0 = 0;
+            for (; t0 + VEC <= L; t0 += VEC) {
+                vf x = load(row + t0);
                 vmx = blend(x > vmx, x, vmx);
             }
             float M = hmax(vmx);
-            vf vsum = {0};
-            for (long t0 = 0; t0 < L; t0 += VEC) {
-                vi in = lanes(t0, 0, L - 1);
-                if (t0 + VEC <= m) {
-                    vf p = blend(in, vexp(load(row + t0) - M), (vf){0});
-                    store(row + t0, p);
-                    vsum += p;
-                } else { /* the buffer's last keys: lane by lane */
-                    vf x = {0};
-                    for (long l = 0; t0 + l < m; l++) x[l] = row[t0 + l];
-                    vf p = blend(in, vexp(x - M), (vf){0});
-                    for (long l = 0; t0 + l < m; l++) row[t0 + l] = p[l];
-                    vsum += p;
-                }
-            }
+            for (; t0 < L; t0++) M = row[t0] > M ? row[t0] : M;
+            inv[xa] = 1.0f / exp_sum(row, L, M);
             for (long t = L; t < m; t++) row[t] = 0.0f; /* after the query: no weight */
-            inv[xa] = 1.0f / hsum(vsum);
         }
         long spans = (m + SPAN - 1) / SPAN;
 #pragma omp for schedule(static)

@@ -43,7 +43,7 @@
 #include <string.h>
 #include <math.h>
 
-#include "vector_math.h" /* VEC, vf, load, store, blend, vexp, hsum, lanes */
+#include "vector_math.h" /* NEG, exp_sum */
 
 #define FULL (-1L)
 
@@ -98,8 +98,7 @@ static inline float dot(const float *a, const float *b, long d)
 
 /* One part of a softmax over the n keys read (FlashDecoding's split): m = max_x s_x, l = Σ_x exp(s_x − m),
  * o = Σ_x exp(s_x − m) v_x, unnormalised (value x at vals[x]; n = 0: m = NEG, l = 0, o = 0).  The exps in whole vectors,
- * inline (vexp, as the band kernel's row softmax: no libm call, no scalar path; the last < VEC scores through a padded
- * copy, its lanes past n masked). */
+ * inline (vector_math.h's exp_sum, as the band kernel's row softmax: no libm call, no scalar path). */
 static void softmax_part(float *sc, const float **vals, long n, long dv, float *o, float *m_out, float *l_out)
 {
     memset(o, 0, dv * sizeof(float));
@@ -107,27 +106,13 @@ static void softmax_part(float *sc, const float **vals, long n, long dv, float *
     if (n == 0) return;
     float mx = sc[0];
     for (long x = 1; x < n; x++) mx = sc[x] > mx ? sc[x] : mx;
-    vf vsum = {0};
-    long x0 = 0;
-    for (; x0 + VEC <= n; x0 += VEC) {
-        vf p = vexp(load(sc + x0) - mx);
-        store(sc + x0, p);
-        vsum += p;
-    }
-    if (x0 < n) {
-        float tail[VEC] = {0};
-        memcpy(tail, sc + x0, (n - x0) * sizeof(float));
-        vf p = blend(lanes(x0, x0, n - 1), vexp(load(tail) - mx), (vf){0});   /* lanes past n: 0 */
-        store(tail, p);
-        memcpy(sc + x0, tail, (n - x0) * sizeof(float));
-        vsum += p;
-    }
+    float l = exp_sum(sc, n, mx);
     for (long x = 0; x < n; x++) {
         const float *v = vals[x];
         float p = sc[x];
         for (long y = 0; y < dv; y++) o[y] += p * v[y];
     }
-    *m_out = mx, *l_out = hsum(vsum);
+    *m_out = mx, *l_out = l;
 }
 
 /* The parts merged: o_h = Σ_t e^{m_t − m} o_t / Σ_t e^{m_t − m} l_t, m = max_t m_t over the parts that read a key

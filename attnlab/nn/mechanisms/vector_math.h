@@ -4,11 +4,14 @@
  * lane mask (−1: in, 0: out).  load/store: unaligned, may alias.  vexp: e^x for x ≤ 0, inline (no libm call, no scalar
  * remainder, no errno path for a masked −∞ = NEG).  hmax, hsum: across the lanes.  lanes: which of VEC consecutive
  * indices lie in [lo, hi].  transpose: VEC vectors as the rows of a VEC × VEC matrix, transposed in registers.
- * Included by band_kernel.c, band_backward.c and decode_kernel.c (native.py's build hashes every header beside them,
- * so an edit here recompiles them).
+ * exp_sum: a row's exp(s − m) in place and its sum (a softmax's numerators).
+ * Included by band_kernel.c, band_backward.c, decode_kernel.c, block_topk.c and column_mass.c (native.py's build hashes
+ * every header beside them, so an edit here recompiles them).
  */
 #ifndef ATTNLAB_VECTOR_MATH_H
 #define ATTNLAB_VECTOR_MATH_H
+
+#include <string.h> /* memcpy: exp_sum's padded last vector */
 
 #define VEC 16       /* floats per vector */
 #define NEG (-1e30f) /* finite −∞ */
@@ -68,6 +71,28 @@ static inline vi lanes(long x0, long lo, long hi)
 {
     vi x = (vi){0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15} + (int)x0;
     return (x >= (int)lo) & (x <= (int)hi);
+}
+
+/* s_x ← exp(s_x − mx) for x < n (mx ≥ every s_x), returning Σ_x exp(s_x − mx): whole vectors, the last < VEC scores
+ * through a padded copy with its lanes past n masked (no scalar exp, nothing read or written past s + n). */
+static inline float exp_sum(float *s, long n, float mx)
+{
+    vf vsum = {0};
+    long x0 = 0;
+    for (; x0 + VEC <= n; x0 += VEC) {
+        vf p = vexp(load(s + x0) - mx);
+        store(s + x0, p);
+        vsum += p;
+    }
+    if (x0 < n) {
+        float tail[VEC] = {0};
+        memcpy(tail, s + x0, (n - x0) * sizeof(float));
+        vf p = blend(lanes(x0, x0, n - 1), vexp(load(tail) - mx), (vf){0}); /* lanes past n: 0 */
+        store(tail, p);
+        memcpy(s + x0, tail, (n - x0) * sizeof(float));
+        vsum += p;
+    }
+    return hsum(vsum);
 }
 
 /* Two-vector shuffles with constant lane indices (0 … VEC − 1: a's lanes, VEC … 2·VEC − 1: b's). */
