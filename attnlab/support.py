@@ -132,8 +132,15 @@ def diagonal_mask(diagonals, n: int, m: int):
     """D: ``(..., n, m)`` bool, j − i ∈ Δ, from ``diagonals`` ``(..., s)`` (``NO_DIAGONAL`` slots hold nothing)."""
     xp = _ns(diagonals)
     dev = {"device": diagonals.device} if xp is torch else {}
-    d = xp.arange(m, **dev)[None, :] - xp.arange(n, **dev)[:, None]  # (n, m): j − i
-    return (d[..., None] == diagonals[..., None, None, :]).any(-1)
+    d = xp.arange(m, **dev)[None, :] - xp.arange(n, **dev)[:, None] + (n - 1)   # (n, m): j − i + n − 1 ∈ [0, n + m − 1)
+    slot = diagonals + (n - 1)                                                     # (..., s): an offset's place in the table
+    slot = xp.where((slot >= 0) & (slot < n + m - 1), slot, n + m - 1)             # off every (i, j): the spare place
+    table = xp.zeros((*diagonals.shape[:-1], n + m), dtype=bool if xp is np else torch.bool, **dev)   # (..., n + m)
+    if xp is torch:
+        table.scatter_(-1, slot.long(), True)
+    else:
+        np.put_along_axis(table, slot, True, axis=-1)
+    return table[..., d]                                                            # (..., n, m): O(n·m), not O(n·m·s)
 
 
 @dataclass(frozen=True)

@@ -205,3 +205,21 @@ def test_bad_options_and_missing_search_are_one_line():
     with pytest.raises(UserError, match="keys per row") as err:
         m.prepare(model, 128, fake_calibration(model, 128, 999, ["vs"] * 4))
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("n,K", [(37, 4), (300, 40), (700, 90)])
+def test_recall_over_the_last_half_equals_the_whole_support_cut_to_those_rows(n, K):
+    """head_recall builds each support for rows ≥ n/2 only; the same sums as the (n, n) supports cut to those rows."""
+    g = torch.Generator().manual_seed(n)
+    q, k = torch.randn(n, 16, generator=g), torch.randn(n, 16, generator=g)
+    k[::7] *= 3
+    i = torch.arange(n)
+    a = torch.softmax((q @ k.T * 0.25).masked_fill(i[None, :] > i[:, None], float("-inf")), -1)
+    lam, vs = sp.settings("lambda", K), sp.settings("vs", K)
+    w, cols, diags = sp.vertical_slash(None, None, 0.25, vs["vertical"], vs["slash"], a=a[None, n - min(sp.LAST_Q, n):])
+    whole = (sp.lambda_mask(n, lam["sinks"], lam["w"]),
+             torch.as_tensor(Support(w=w, columns=cols[0], diagonals=diags[0]).dense(n, n)),
+             sp.block_mask(sp.block_choice(q[None], k[None], sp.settings("block", K)["blocks"]), n)[0])
+    r0 = n // 2
+    expect = [float((a[r0:].double() * m[r0:]).sum(-1).mean()) for m in whole]
+    assert np.allclose(head_recall(a, q, k, 0.25, K), expect, atol=1e-12)

@@ -102,3 +102,22 @@ def test_surgery_keeps_no_zero_mass_column_like_the_fit():
     fit = structured_fit(a[0, 0].numpy(), 0, 2, s=0)
     assert int(fit.stored_entries) == 6
     assert int(surg.support(a, Mask()).sum()) == 6
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 20), m=st.integers(1, 20), s=st.integers(0, 5), batch=st.lists(st.integers(1, 3), max_size=2),
+       seed=st.integers(0, 999))
+def test_diagonal_mask_is_its_definition_in_numpy_and_torch(n, m, s, batch, seed):
+    """D[…, i, j] = 1[j − i ∈ Δ]; offsets off every (i, j) and NO_DIAGONAL slots hold nothing."""
+    from attnlab.support import NO_DIAGONAL, diagonal_mask
+
+    rng = np.random.default_rng(seed)
+    delta = rng.integers(-25, 25, size=(*batch, s))
+    delta[rng.random(delta.shape) < 0.2] = NO_DIAGONAL
+    i, j = np.arange(n)[:, None], np.arange(m)[None, :]
+    expect = np.zeros((*batch, n, m), dtype=bool)
+    for idx in np.ndindex(*batch):
+        for d in delta[idx]:
+            expect[idx] |= (j - i) == d
+    assert np.array_equal(diagonal_mask(delta, n, m), expect)
+    assert np.array_equal(diagonal_mask(torch.as_tensor(delta), n, m).numpy(), expect)

@@ -37,11 +37,12 @@ def head_recall(a, q, k, scaling: float, K: int, rows_from: int | None = None) -
     lam = sp.settings("lambda", K)
     vs = sp.settings("vs", K)
     w, cols, diags = sp.vertical_slash(None, None, scaling, vs["vertical"], vs["slash"], a=a[None, n - min(sp.LAST_Q, n):])
-    masks = (sp.lambda_mask(n, lam["sinks"], lam["w"], a.device),
-             torch.as_tensor(Support(w=w, columns=cols[0], diagonals=diags[0]).dense(n, n)).to(a.device),
-             sp.block_mask(sp.block_choice(q[None], k[None], sp.settings("block", K)["blocks"]), n)[0])
+    rows_only = Support(w=w, offset=r0, columns=cols[0], diagonals=diags[0] + r0)  # rows i = r0 + i′: |j − i′ − r0| ≤ w
+    masks = (sp.lambda_mask(n, lam["sinks"], lam["w"], a.device)[r0:],
+             torch.as_tensor(rows_only.dense(n - r0, n)).to(a.device),             # (n − r0, n), no (n, n) mask
+             sp.block_mask(sp.block_choice(q[None], k[None], sp.settings("block", K)["blocks"]), n)[0, r0:])
     rows = a[r0:].double()                                                       # (n − r0, n)
-    return np.array([float((rows * m[r0:]).sum(-1).mean()) for m in masks])
+    return np.array([float((rows * m).sum(-1).mean()) for m in masks])
 
 
 class PatternRecorder:
