@@ -173,7 +173,15 @@ def test_measure_runs_exact_attention_and_the_table_survives_the_file(tmp_path):
     ids = torch.randint(0, 100, (1, n), generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         ref = model(ids).logits
-    rec = measure(model, [ids], [8, 2 * n])                         # (L, H, 2, 3)
+    import io
+
+    from attnlab.progress import LineProgress
+
+    said = io.StringIO()
+    rec = measure(model, [ids], [8, 2 * n], LineProgress(said))     # (L, H, 2, 3)
+    lines = said.getvalue().splitlines()                            # one bar over the windows' layers: its start and its end
+    assert lines[0].endswith("MInference's pattern search at 8, 320 keys per row: 2 layers …"), lines
+    assert "2/2 layers in" in lines[-1], lines
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, ref)           # the model put back as it was
     assert rec.shape == (2, 4, 2, 3) and np.all((rec >= 0) & (rec <= 1 + 1e-6))

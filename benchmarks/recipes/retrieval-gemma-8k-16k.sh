@@ -3,14 +3,14 @@
 # instruction, the key said twice) in Shakespeare's test plays, β = 0.1, perplexity on one test window beside.
 # 8K: 5 depths × 1 sample; 16K: 3 depths × 1 sample (a full prefill at 16K is 5–8 min on one thread).
 # methods: full (the model's own sliding and global layers), attnlab (the recommended default), streaming-llm, snapkv,
-# quest.  Test seed 0, run once (the default was fixed before).  One calibration window of the train plays per length.
+# quest, minference (its per-head pattern search on the calibration window) and the per-row top-k oracle.  Test seed 0, run once (the default was fixed before).  One calibration window of the train plays per length.
 # SPLIT=dev: the dev plays, seed 1, no perplexity, folders …-dev (dev checks at 8K: M=attnlab-bound:vote_next=1, and
 # the page choices M=attnlab-bound,attnlab-bound:mean_pages=8 — attnlab-bound: the default with Quest's bound alone,
 # the default before page_score=calibrated; then M=attnlab).  The test rows of attnlab-bound: the same runs, before.
 # One process, one thread.  LENGTHS=8192 or 16384 runs one of the two; M=… narrows the methods.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 S=../shared/data/shakespeare
-M=${M:-attnlab,streaming-llm,snapkv,quest}
+M=${M:-attnlab,streaming-llm,snapkv,quest,minference,oracle-topk}
 SPLIT=${SPLIT:-test}
 if [ "$SPLIT" = dev ]; then EXTRA="--seed 1"; SUFFIX=-dev; else EXTRA="--ppl $S/test.txt.gz --ppl-windows 1 --seed 0"; SUFFIX=; fi
 export OMP_NUM_THREADS=1

@@ -137,8 +137,7 @@ def build_calibration(model, tokenizer, methods: list, n: int, text_path, window
 
         if text is None:
             text = token_windows(tokenizer, text_path, n, windows)
-        progress.stage(f"calibration n={n}: MInference's pattern search at {', '.join(map(str, keys))} keys per row")
-        add_patterns(cal, model, text, keys)
+        add_patterns(cal, model, text, keys, progress)
         changed = True
     if any(m.needs_retrieval for m in need) and not cal.retrieval.any():
         progress.stage(f"calibration n={n}: retrieval scores of every head on {RETRIEVAL_PROMPTS} needle prompts")

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from attnlab.llm.execution import sparse_patterns as sp
+from attnlab.progress import SILENT, Progress
 
 __all__ = ["PatternRecorder", "add_patterns", "choose", "counts", "head_recall", "measure", "save_choice"]
 
@@ -48,8 +49,9 @@ def head_recall(a, q, k, scaling: float, K: int, rows_from: int | None = None) -
 class PatternRecorder:
     """A calibration recorder (``LayerRunner.recorder``): exact attention of each layer, and every head's recall."""
 
-    def __init__(self, shape: dict, n: int, keys: list[int]):
+    def __init__(self, shape: dict, n: int, keys: list[int], bar=None):
         self.keys = list(keys)
+        self.bar = bar              # ``attnlab.progress`` bar: one step a layer of a window, or None
         self.recall = np.zeros((shape["num_layers"], shape["num_heads"], len(self.keys), 3))   # summed over windows
         self.windows = np.zeros(shape["num_layers"])
 
@@ -69,6 +71,8 @@ class PatternRecorder:
                 for x, K in enumerate(self.keys):
                     self.recall[layer, h, x] += head_recall(a, q[b, h], k[b, h], scaling, K)
             self.windows[layer] += 1
+        if self.bar is not None:
+            self.bar.advance()
         return out
 
     def mean(self) -> np.ndarray:
@@ -77,13 +81,18 @@ class PatternRecorder:
 
 
 @torch.no_grad()
-def measure(model, windows, keys: list[int]) -> np.ndarray:
-    """Run ``model`` on each window (1, n) with exact attention; the recall table (L, H, len(keys), 3)."""
+def measure(model, windows, keys: list[int], progress: Progress = SILENT) -> np.ndarray:
+    """Run ``model`` on each window (1, n) with exact attention; the recall table (L, H, len(keys), 3).
+
+    ``progress``: a bar over the windows' layers (every head of a layer is scored at every K before the next)."""
     from attnlab.llm.execution.attention import apply_plan, attention_modules, remove_plan
     from attnlab.llm.plans.plan import Plan, model_shape
 
     shape = model_shape(model)
-    rec = PatternRecorder(shape, int(windows[0].shape[-1]), keys)
+    n = int(windows[0].shape[-1])
+    bar = progress.start(f"calibration n={n}: MInference's pattern search at {', '.join(map(str, keys))} keys per row",
+                         total=len(windows) * shape["num_layers"], unit="layers")
+    rec = PatternRecorder(shape, n, keys, bar)
     previous, implementation = getattr(model, "attnlab_plan", None), model.config._attn_implementation
     apply_plan(model, Plan.full(shape))
     mods = attention_modules(model)
@@ -100,12 +109,13 @@ def measure(model, windows, keys: list[int]) -> np.ndarray:
         else:
             remove_plan(model)
             model.set_attn_implementation(implementation)
+        bar.close()
     return rec.mean()
 
 
-def add_patterns(cal, model, windows, keys: list[int]) -> None:
+def add_patterns(cal, model, windows, keys: list[int], progress: Progress = SILENT) -> None:
     """Measure the recall table at ``keys`` on ``windows`` and add it to the calibration ``cal`` (its other keys kept)."""
-    new = measure(model, windows, keys)                                            # (L, H, len(keys), 3)
+    new = measure(model, windows, keys, progress)                                            # (L, H, len(keys), 3)
     cal.pattern_recall = np.concatenate([cal.pattern_recall, new], axis=2)
     cal.pattern_keys = list(cal.pattern_keys) + list(keys)
 
