@@ -249,8 +249,11 @@ def test_a_later_run_may_add_methods_and_budgets(tiny, tmp_path):
     first = (tmp_path / "run" / "results.jsonl").read_text().splitlines()
     r = _cli(*common, "--method", "streaming-llm", "--budget", "0.25")
     assert r.returncode == 0, r.stderr
+    r = _cli(*common, "--method", "streaming-llm", "--budget", "0.5")   # the progress counts this grid's rows, not the folder's
+    assert r.returncode == 0, r.stderr
+    assert "eval: 2 rows, 1 done before" in r.stderr and "eval: 2/2 rows in" in r.stderr, r.stderr
     rows = (tmp_path / "run" / "results.jsonl").read_text().splitlines()
-    assert rows[:len(first)] == first and len(rows) == len(first) + 1
-    assert json.loads(rows[-1])["method"] == "streaming-llm"
+    assert rows[:len(first)] == first and len(rows) == len(first) + 2
+    assert [json.loads(x)["budget"] for x in rows[-2:]] == [0.25, 0.5]
     cfg = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert cfg["methods"] == ["streaming-llm"] and cfg["budgets"] == [0.1, 0.25]
+    assert cfg["methods"] == ["streaming-llm"] and cfg["budgets"] == [0.1, 0.25, 0.5]

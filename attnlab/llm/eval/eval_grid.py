@@ -316,11 +316,13 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
     rows = read_all(out)                                          # every rank's rows: resumable with any number of ranks
     done = {r["key"] for r in rows}
     cells = [(t, d) for t in settings.tasks for d in (depths if TASKS[t].uses_depth else [None])]
-    per_run = len(cells) * settings.samples + (1 if settings.ppl else 0)
-    total = len(settings.lengths) * len(settings.runs()) * per_run
+    grid = {f"{name}|{b:g}|{sample_key(t, n, d, s)}" for n in settings.lengths for name, b in settings.runs()
+            for t, d in cells for s in range(settings.samples)}                    # this grid's rows: a folder may hold others
+    if settings.ppl:
+        grid |= {f"ppl|{name}|{b:g}|{n}|{settings.ppl_windows}" for n in settings.lengths for name, b in settings.runs()}
     prefixes = FullPrefill() if reuse else None
     measured, t_start = 0, time.time()
-    bar = progress.start("eval", total=total, unit="rows", done=len(done))
+    bar = progress.start("eval", total=len(grid), unit="rows", done=len(done & grid))
     with open(results, "a", encoding="utf-8") as log:
         def emit(row):
             nonlocal measured
@@ -330,7 +332,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
             rows.append(row)
             done.add(row["key"])
             measured += 1
-            bar.update(len(done), note=f"{row['method']} β={row['budget']:g} n={row['n']}" + (f" {row['task']}" if "task" in row else " ppl"))
+            bar.update(len(done & grid), note=f"{row['method']} β={row['budget']:g} n={row['n']}" + (f" {row['task']}" if "task" in row else " ppl"))
             if stop_after is not None and measured >= stop_after:
                 raise KeyboardInterrupt
 
