@@ -275,3 +275,7 @@ def test_minference_runs_a_model_with_sliding_layers(gemma):
             sparse = gemma(ids).logits
     assert torch.isfinite(sparse).all()
     assert not torch.equal(sparse, full)                  # the global layer's patterns read fewer keys than full
+    # β counts what runs: a sliding layer's heads their window (Σ_i min(i + 1, W)), the global layer's their patterns
+    heads = m.heads[5]
+    want = (5 * 4 * entries_of(W - 1, 0, 0, n) + sum(sp.entries(hd["pattern"], hd, n) for hd in heads)) / (6 * 4 * n * (n + 1) / 2)
+    assert m.prefill_fraction(n) == pytest.approx(want)

@@ -107,15 +107,23 @@ class MInference(PlanMethod):
         return DynamicCache()
 
     def prefill_fraction(self, n: int) -> float:
-        """Upper bound of β: the entries each head's pattern reads (``sparse_patterns.entries``) over the causal entries."""
+        """Upper bound of β: the entries each head reads over the causal entries of all heads.
+
+        A head of a full layer reads its pattern's entries (``sparse_patterns.entries``); a head of a sliding layer
+        (Gemma-3) runs the model's window W (``PatternRunner.prefill``): Σ_i min(i + 1, W) entries, whatever its pattern.
+        """
         if not self.heads:
             return 1.0
-        import numpy as np
+        import torch
 
         from attnlab.llm.execution import sparse_patterns as sp
 
-        flat = [hd for row in self.heads for hd in row]
-        return float(np.mean([sp.entries(hd["pattern"], hd, n) for hd in flat]) / (n * (n + 1) / 2))
+        rows = torch.arange(n) + 1                                                     # i + 1: the causal keys of row i
+        read = 0
+        for l, row in enumerate(self.heads):
+            W = self.plan.window(l) if getattr(self, "plan", None) is not None else None
+            read += sum(int(torch.clamp(rows, max=W).sum()) if W is not None else sp.entries(hd["pattern"], hd, n) for hd in row)
+        return read / (len(self.heads) * len(self.heads[0]) * n * (n + 1) / 2)
 
     def describe(self) -> dict:
         from attnlab.llm.plans.pattern_search import counts
