@@ -279,3 +279,8 @@ def test_minference_runs_a_model_with_sliding_layers(gemma):
     heads = m.heads[5]
     want = (5 * 4 * entries_of(W - 1, 0, 0, n) + sum(sp.entries(hd["pattern"], hd, n) for hd in heads)) / (6 * 4 * n * (n + 1) / 2)
     assert m.prefill_fraction(n) == pytest.approx(want)
+    # decoding keeps what the model's own cache keeps: a sliding layer its window, the global layer every key
+    cache = m.new_cache(gemma)
+    with torch.no_grad(), m.applied(gemma):
+        gemma(ids, past_key_values=cache, use_cache=True)
+    assert [layer.keys.shape[2] for layer in cache.layers] == [W - 1] * 5 + [n]

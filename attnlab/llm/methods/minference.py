@@ -102,9 +102,10 @@ class MInference(PlanMethod):
         return PatternRunner, {"patterns": self.heads}
 
     def new_cache(self, model):
+        """The model's own cache: every key of a full layer, a sliding layer its window (decoding reads what full's does)."""
         from transformers import DynamicCache
 
-        return DynamicCache()
+        return DynamicCache(config=model.config)
 
     def prefill_fraction(self, n: int) -> float:
         """Upper bound of β: the entries each head reads over the causal entries of all heads.
