@@ -129,18 +129,14 @@ def top_columns(c, num_pos):
 
 
 def diagonal_mask(diagonals, n: int, m: int):
-    """D: ``(..., n, m)`` bool, j − i ∈ Δ, from ``diagonals`` ``(..., s)`` (``NO_DIAGONAL`` slots hold nothing)."""
+    """D: ``(..., n, m)`` bool, j − i ∈ Δ, from ``diagonals`` ``(..., s)`` (``NO_DIAGONAL`` slots hold nothing).
+
+    The offsets as columns of a table over j − i + n − 1 ∈ [0, n + m − 1) (``column_mask``: offsets no (i, j) has hold
+    nothing), read at every (i, j): O(n·m), not the O(n·m·s) of comparing each entry with each offset."""
     xp = _ns(diagonals)
     dev = {"device": diagonals.device} if xp is torch else {}
-    d = xp.arange(m, **dev)[None, :] - xp.arange(n, **dev)[:, None] + (n - 1)   # (n, m): j − i + n − 1 ∈ [0, n + m − 1)
-    slot = diagonals + (n - 1)                                                     # (..., s): an offset's place in the table
-    slot = xp.where((slot >= 0) & (slot < n + m - 1), slot, n + m - 1)             # off every (i, j): the spare place
-    table = xp.zeros((*diagonals.shape[:-1], n + m), dtype=bool if xp is np else torch.bool, **dev)   # (..., n + m)
-    if xp is torch:
-        table.scatter_(-1, slot.long(), True)
-    else:
-        np.put_along_axis(table, slot, True, axis=-1)
-    return table[..., d]                                                            # (..., n, m): O(n·m), not O(n·m·s)
+    d = xp.arange(m, **dev)[None, :] - xp.arange(n, **dev)[:, None] + (n - 1)   # (n, m): j − i + n − 1
+    return column_mask(diagonals + (n - 1), n + m - 1)[..., d]                    # (..., n, m)
 
 
 @dataclass(frozen=True)

@@ -316,10 +316,10 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
     rows = read_all(out)                                          # every rank's rows: resumable with any number of ranks
     done = {r["key"] for r in rows}
     cells = [(t, d) for t in settings.tasks for d in (depths if TASKS[t].uses_depth else [None])]
-    grid = {f"{name}|{b:g}|{sample_key(t, n, d, s)}" for n in settings.lengths for name, b in settings.runs()
+    grid = {answer_key(name, b, t, n, d, s) for n in settings.lengths for name, b in settings.runs()
             for t, d in cells for s in range(settings.samples)}                    # this grid's rows: a folder may hold others
     if settings.ppl:
-        grid |= {f"ppl|{name}|{b:g}|{n}|{settings.ppl_windows}" for n in settings.lengths for name, b in settings.runs()}
+        grid |= {ppl_key(name, b, n, settings.ppl_windows) for n in settings.lengths for name, b in settings.runs()}
     prefixes = FullPrefill() if reuse else None
     measured, t_start = 0, time.time()
     bar = progress.start("eval", total=len(grid), unit="rows", done=len(done & grid))
@@ -348,7 +348,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
                     smp = samples[key]
                     ans = greedy_answer(model, tokenizer, method, smp.ids, settings.max_new or smp.max_new, prefixes=prefixes,
                                         done=lambda text, refs=smp.answers: string_match_all(text, refs) == 1.0)
-                    emit({"key": f"{name}|{budget:g}|{smp.key}", "kind": "answer", "method": name, "budget": budget, "task": t,
+                    emit({"key": answer_key(name, budget, t, n, d, s), "kind": "answer", "method": name, "budget": budget, "task": t,
                           "n": n, "depth": d, "sample": s, "score": string_match_all(ans.text, smp.answers), "answer": ans.text,
                           "expected": smp.answers, "prompt_tokens": len(smp.ids), "prefill_s": round(ans.prefill_s, 4),
                           "reused_tokens": ans.reused, "decode_s": round(ans.decode_s, 4), "new_tokens": ans.tokens, "beta": beta,
@@ -378,6 +378,16 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
     return rows
 
 
+def answer_key(name: str, budget: float, task: str, n: int, depth: float | None, sample: int) -> str:
+    """The key of a prompt's row in results.jsonl: method, β and the sample (``sample_key``)."""
+    return f"{name}|{budget:g}|{sample_key(task, n, depth, sample)}"
+
+
+def ppl_key(name: str, budget: float, n: int, windows: int) -> str:
+    """The key of a perplexity row in results.jsonl."""
+    return f"ppl|{name}|{budget:g}|{n}|{windows}"
+
+
 class Run(NamedTuple):
     """One (method, β) at one length, prepared, with what is left to measure."""
     name: str
@@ -396,16 +406,14 @@ def _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, cali
     for name, budget, method in runs:
         if method.calibrated != calibrated:
             continue
-        prefix = f"{name}|{budget:g}|"
-        todo = {(t, d, s): None for (t, d, s) in samples
-                if prefix + sample_key(t, n, d, s) not in done}
-        ppl_key = f"ppl|{name}|{budget:g}|{n}|{settings.ppl_windows}"
-        ppl_key = ppl_key if settings.ppl and ppl_key not in done else None
-        if not todo and ppl_key is None:
+        todo = {(t, d, s): None for (t, d, s) in samples if answer_key(name, budget, t, n, d, s) not in done}
+        ppl = ppl_key(name, budget, n, settings.ppl_windows)
+        ppl = ppl if settings.ppl and ppl not in done else None
+        if not todo and ppl is None:
             continue
         if method.calibrated and cal is None:
             cal = _calibration(model, tokenizer, settings, out, n, [m for _, _, m in runs], progress)
-        skip_key = f"{prefix}skipped|{n}"
+        skip_key = f"{name}|{budget:g}|skipped|{n}"
         if skip_key in done:
             continue
         try:
@@ -413,7 +421,7 @@ def _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, cali
         except UserError as err:  # e.g. a budget below the method's cheapest plan: said in the results, the grid goes on
             emit({"key": skip_key, "kind": "skipped", "method": name, "budget": budget, "n": n, "reason": str(err)})
             continue
-        ready.append(Run(name, budget, method, todo, ppl_key, method.prefill_fraction(n)))
+        ready.append(Run(name, budget, method, todo, ppl, method.prefill_fraction(n)))
     return ready
 
 

@@ -111,19 +111,18 @@ class MInference(PlanMethod):
         """Upper bound of β: the entries each head reads over the causal entries of all heads.
 
         A head of a full layer reads its pattern's entries (``sparse_patterns.entries``); a head of a sliding layer
-        (Gemma-3) runs the model's window W (``PatternRunner.prefill``): Σ_i min(i + 1, W) entries, whatever its pattern.
+        (Gemma-3) runs the model's window W (``PatternRunner.prefill``): Σ_i min(i + 1, W) entries whatever its pattern,
+        counted as the full plan counts it (``plan.head_entries``).
         """
         if not self.heads:
             return 1.0
-        import torch
-
         from attnlab.llm.execution import sparse_patterns as sp
+        from attnlab.llm.plans.plan import FULL, head_entries
 
-        rows = torch.arange(n) + 1                                                     # i + 1: the causal keys of row i
         read = 0
         for l, row in enumerate(self.heads):
-            W = self.plan.window(l) if getattr(self, "plan", None) is not None else None
-            read += sum(int(torch.clamp(rows, max=W).sum()) if W is not None else sp.entries(hd["pattern"], hd, n) for hd in row)
+            W = self.plan.window(l)
+            read += sum(sp.entries(hd["pattern"], hd, n) for hd in row) if W is None else len(row) * head_entries(FULL, 0, 0, n, W)
         return read / (len(self.heads) * len(self.heads[0]) * n * (n + 1) / 2)
 
     def describe(self) -> dict:
