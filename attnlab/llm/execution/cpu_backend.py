@@ -6,8 +6,9 @@ Prefill: the heads of a layer grouped by (w_h, K_h), each group in one call:
 * band + columns: the native kernel in place (``band_heads_attention``: q, k, v and out read and written where they
   lie), else the chunked band kernel (``sliding_window_attention``) with the columns as extra keys of every chunk;
 * key blocks: chunks of b queries, each with its chosen blocks' keys (not columns) as extra keys;
-* diagonals: columns + diagonals as per-chunk extra keys of chunks of ``SLASH_CHUNK`` rows (``kernel_extras``: a
-  diagonal slot owned by one query row, a key a column holds read once);
+* diagonals: band + columns by the native kernel in place, with its log-sum-exp, the diagonals' keys joined to it
+  in spans of rows (``join_diagonals``); without the kernel, columns + diagonals as per-chunk extra keys of chunks of
+  ``SLASH_CHUNK`` rows (``kernel_extras``: a diagonal slot owned by one query row, a key a column holds read once);
 
 then the tail rows of each head with R_h > 0 read every causal key: one masked softmax for the heads of one R.
 Decoding: one masked softmax over the allowed slots (GQA without copies), the read-back pages' keys in the same
@@ -20,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.llm.execution.backend import AttentionBackend, PageKeys, PrefillParts, register_backend, tail_scores
+from attnlab.llm.execution.diagonal_keys import join_diagonals
 from attnlab.llm.plans.key_blocks import block_extras, block_keys
 from attnlab.llm.plans.plan import FULL
 from attnlab.llm.plans.slash_lines import SLASH_CHUNK, kernel_extras
@@ -92,7 +94,13 @@ class CpuBackend(AttentionBackend):
                 out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=e_idx, extra_own=e_own,
                                                        chunk=b, scale=scaling)
                 continue
-            if diags.shape[-1]:   # slash lines: columns + diagonals as per-chunk extras (a key a column holds read once)
+            if diags.shape[-1] and in_place:   # slash lines: band ∪ columns in place, then the diagonals joined by
+                # log-sum-exp in row spans (diagonal_keys: memory O(span), not O(n·s·c))
+                L = q.new_empty(B, H, n)
+                band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=cols, scale=scaling, lse=L)
+                join_diagonals(q, k, v, idx, kv_of[idx], out, L, diags, cols, w, scaling)
+                continue
+            if diags.shape[-1]:   # without the kernel: columns + diagonals as per-chunk extras (a column's key read once)
                 e_idx, e_own, e_logit = kernel_extras(Support(w=w, columns=cols, diagonals=diags), n, SLASH_CHUNK)
                 out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=e_idx, extra_own=e_own,
                                                        extra_logit=e_logit.to(q.dtype), unique=True, chunk=SLASH_CHUNK, scale=scaling)

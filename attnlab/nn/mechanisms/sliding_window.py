@@ -359,7 +359,7 @@ def native_heads_ready(q: Tensor, k: Tensor, v: Tensor) -> bool:
 def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor, kv_heads: Tensor, out: Tensor, *,
                          columns: Tensor | None = None, blocks: Tensor | None = None, chunk: int = 0, offset: int = 0,
                          causal: bool = True,
-                         key_keep: Tensor | None = None, scale: float) -> None:
+                         key_keep: Tensor | None = None, scale: float, lse: Tensor | None = None) -> None:
     """Band |j − i − o| ≤ w ∪ key columns for the query heads ``heads`` of q, in place (inference, native kernel).
 
         o_i = Σ_{j ∈ N(i)} softmax_j(τ q_i·k_j) v_j,   N(i) = {j : |j − i − o| ≤ w} ∪ {j ∈ T : j off that band},
@@ -373,7 +373,8 @@ def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor,
     Writes out[:, heads]; q, k, v are read where they lie (no copies) — the group's calls of
     ``sliding_window_attention`` without its gathers.  A causal band of w ≥ ``WIDE_BAND`` holds every key j ≤ i of its
     rows i ≤ w (i − w ≤ 0; a column there is inside the band): those rows are SDPA's causal attention, the kernel
-    does the rest.
+    does the rest.  lse: (B, H, n) float32, contiguous, or None: L_i = log Σ_{j ∈ N(i)} e^{τ q_i·k_j} of the heads'
+    rows written there (every row then goes through the kernel, SDPA gives no L).
     """
     B, H, n, d = q.shape
     H_kv, m = k.shape[1], k.shape[2]
@@ -383,11 +384,12 @@ def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor,
             band_heads_attention(q[i : i + 1], k[i : i + 1], v[i : i + 1], w, heads, kv_heads, out[i : i + 1],
                                  columns=None if columns is None else columns[i : i + 1],
                                  blocks=None if blocks is None else blocks[i : i + 1], chunk=chunk, offset=offset, causal=causal,
-                                 key_keep=None if key_keep is None else key_keep[i : i + 1], scale=scale)
+                                 key_keep=None if key_keep is None else key_keep[i : i + 1], scale=scale,
+                                 lse=None if lse is None else lse[i : i + 1])
         return
     per_chunk = blocks is not None and blocks.shape[-1] > 0
     r0 = 0
-    if causal and offset == 0 and key_keep is None and w >= WIDE_BAND:   # rows i ≤ w: every causal key, SDPA
+    if causal and offset == 0 and key_keep is None and w >= WIDE_BAND and lse is None:   # rows i ≤ w: every causal key, SDPA
         r0 = min(w + 1, n)
         if per_chunk:   # the kernel starts on a whole chunk (its first rows, i ≤ w, read every causal key all the same)
             r0 -= r0 % chunk if r0 < n else 0
@@ -402,7 +404,7 @@ def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor,
     cols = None
     if columns is not None and columns.shape[-1]:
         cols = _sorted_columns(columns.reshape(B * G, -1), m)
-    L = q.new_empty(B * H, n)
+    L = q.new_empty(B * H, n) if lse is None else lse.view(B * H, n)
     native.band_forward(q.reshape(B * H, n, d), k2, v2, w, offset=offset, causal=causal, keep=key_keep, heads_per_keep=G,
                         scale=scale, columns=cols, blocks=blocks.reshape(B * G, blocks.shape[2], -1) if per_chunk else None,
                         chunk=chunk if per_chunk else 0, heads=(h_q, h_kv),
