@@ -6,7 +6,8 @@ against full attention and every baseline on every format at once.
     of full              = accuracy on the depths where full ≥ 80 % / full's accuracy there  (issue's "≥ 95 % of full")
 
 Folders whose name ends in ``-dev`` are the checks made on dev seeds before a test run: they are left out here (their
-tables stay in their sections).  A second table gathers, from the runs that scored perplexity beside, each method's
+tables stay in their sections); so are the rows of configurations written out in full (``attnlab-retrieval:…``: an
+earlier default's, a probe's) — a column per named method, each such row in its folder's section.  A second table gathers, from the runs that scored perplexity beside, each method's
 perplexity (and its change from full attention) and its resident KV tokens per length.
 """
 
@@ -49,6 +50,7 @@ def overview(folders: list[tuple[Path, dict, list[dict], list[dict]]], rel) -> s
         if folder.name.endswith("-dev"):
             continue
         table = summarise(rows, walls)["table"]
+        table = [t for t in table if ":" not in t["method"]]   # named methods only (module docstring)
         for t in table:
             methods.add(t["method"])
         for task, n in sorted({(t["task"], t["n"]) for t in table}, key=lambda x: (x[1], x[0])):

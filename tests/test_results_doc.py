@@ -211,10 +211,12 @@ def test_at_a_glance_reads_every_test_run(tree):
         (tree / "runs" / "niah-tiny" / name).rename(tree / "runs" / "niah-tiny" / "niah-tiny-test" / name)
     rows = results.read_lines(tree / "runs" / "niah-tiny" / "niah-tiny-test" / "results.jsonl")
     write_lines(tree / "runs" / "niah-tiny" / "niah-tiny-test" / "results.jsonl",
-                rows + [{**answer("attnlab", 0.1, d, 1.0, 0.1, 300), "key": f"a{d}"} for d in (0.0, 1.0)])
+                rows + [{**answer("attnlab", 0.1, d, 1.0, 0.1, 300), "key": f"a{d}"} for d in (0.0, 1.0)]
+                + [{**answer("attnlab-retrieval:pages=8", 0.1, 0.0, 0.0, 0.1, 300), "key": "written-out"}])
     assert run_main(tree, "--collect", str(tree / "runs")) == 0
     doc = (tree / "results.md").read_text()
     glance = doc.split("## At a glance")[1].split("## niah-tiny")[0]
+    assert "pages=8" not in glance and "attnlab-retrieval:pages=8" in doc   # a written-out configuration: its section only
     assert "| `full` | `attnlab` | `streaming-llm` |" in glance
     assert "| tiny | niah | noise | auto | 2048 | 2/2 | 2/2 | 1/2 | 2/2 | 100 % |" in glance
     assert "niah-tiny-dev" not in glance and "niah-tiny-dev" in doc     # its own table stays in the section
