@@ -7,8 +7,9 @@ against full attention and every baseline on every format at once.
 
 Folders whose name ends in ``-dev`` are the checks made on dev seeds before a test run: they are left out here (their
 tables stay in their sections); so are the rows of configurations written out in full (``attnlab-retrieval:…``: an
-earlier default's, a probe's) — a column per named method, each such row in its folder's section.  A second table gathers, from the runs that scored perplexity beside, each method's
-perplexity (and its change from full attention) and its resident KV tokens per length.
+earlier default's, a probe's) — a column per named method, each such row in its folder's section.  A second table
+gathers, from the runs that scored perplexity beside, each method's perplexity (and its change from full attention)
+and its resident KV tokens per length.
 """
 
 from __future__ import annotations

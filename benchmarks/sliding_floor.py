@@ -3,7 +3,7 @@
 A model with sliding-window layers (Gemma-3: 15 of 18 layers keep 512 keys) spends much of β = 10 % on them at 8K:
 their whole windows are 10.1 % of the causal entries.  The default's plan (``choose_plan``) gives a sliding head a
 band of at least min(F, window − 1) keys and the knapsack the rest of β to the global layers.  This measures, for each
-F, the perplexity of ``attnlab-retrieval`` with the default's other options on ``--windows`` windows of dev text
+F, the perplexity of the default (its preset's options, the floor replaced by F) on ``--windows`` windows of dev text
 (a floor is a setting, chosen there), β measured and the floor the plan could afford (``meta["sliding_floor"]``: a
 floor β cannot pay is lowered to the grid's next band), beside full attention's.  One JSON line per (length, floor)
 (``--json``), or a table.  The calibration (one window of the train text, as ``attnlab eval --calibrate-windows 1``)
@@ -26,7 +26,6 @@ sys.path.insert(0, str(ROOT))
 from attnlab.errors import UserError, main_guard  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "shakespeare"
-OPTIONS = "retrieval_heads=32:blocks=8:other_blocks=4:tail_keep=512:pages=16:page_score=calibrated"   # the default's, but F
 
 
 def main():
@@ -64,14 +63,15 @@ def main():
     windows = token_windows(tok, a.ppl, a.n, a.windows)
     a.out.mkdir(parents=True, exist_ok=True)
     path = a.out / f"calibration-{a.n}.npz"
-    cal, changed = build_calibration(model, tok, [methods.get("attnlab", a.budget)], a.n, a.calibrate, 1, None,
+    default = methods.get(methods.DEFAULT, a.budget)   # what it calibrates, its options with the floor replaced by each F
+    cal, changed = build_calibration(model, tok, [default], a.n, a.calibrate, 1, None,
                                      Calibration.load(path) if path.exists() else None)
     if changed:
         cal.save(path)
     with torch.no_grad():
         full = perplexity(model, windows)
     for F in floors:
-        m = methods.get("attnlab-retrieval", a.budget, **dict(kv.split("=") for kv in f"{OPTIONS}:sliding_floor={F}".split(":")))
+        m = methods.get(default.preset.base, a.budget, **{**default.preset.values, "sliding_floor": F})
         m.prepare(model, a.n, cal)
         t0 = time.perf_counter()
         with m.applied(model):

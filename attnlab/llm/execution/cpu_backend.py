@@ -74,8 +74,12 @@ class CpuBackend(AttentionBackend):
             full = w == FULL or w >= n - 1
             cols = _trim(parts.columns[:, idx], -1)
             diags = _trim(parts.diagonals[:, idx], NO_DIAGONAL)
-            if in_place and not full and not K and not diags.shape[-1]:   # band + columns: no copies of q, k, v
-                band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=cols, scale=scaling)
+            if in_place and not full and not K:   # band + columns: no copies of q, k, v; slash lines joined after it by
+                # log-sum-exp in row spans (diagonal_keys: memory O(span), not the chunked extras' O(n·s·c))
+                L = q.new_empty(B, H, n) if diags.shape[-1] else None
+                band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=cols, scale=scaling, lse=L)
+                if L is not None:
+                    join_diagonals(q, k, v, idx, kv_of[idx], out, L, diags, cols, w, scaling)
                 continue
             chosen = parts.blocks[:, idx, :, :K] if K and not full else None                   # (B, |hs|, T, K)
             if in_place and chosen is not None and not diags.shape[-1]:   # the kernel reads each chunk's keys in place
@@ -93,12 +97,6 @@ class CpuBackend(AttentionBackend):
                 e_idx, e_own = block_extras(chosen, cols, n, b)
                 out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=e_idx, extra_own=e_own,
                                                        chunk=b, scale=scaling)
-                continue
-            if diags.shape[-1] and in_place:   # slash lines: band ∪ columns in place, then the diagonals joined by
-                # log-sum-exp in row spans (diagonal_keys: memory O(span), not O(n·s·c))
-                L = q.new_empty(B, H, n)
-                band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=cols, scale=scaling, lse=L)
-                join_diagonals(q, k, v, idx, kv_of[idx], out, L, diags, cols, w, scaling)
                 continue
             if diags.shape[-1]:   # without the kernel: columns + diagonals as per-chunk extras (a column's key read once)
                 e_idx, e_own, e_logit = kernel_extras(Support(w=w, columns=cols, diagonals=diags), n, SLASH_CHUNK)

@@ -41,6 +41,7 @@ def join_diagonals(q: Tensor, k: Tensor, v: Tensor, heads: Tensor, kv_heads: Ten
     dev = q.device
     heads, kv_heads = heads.to(dev), kv_heads.to(dev)
     delta = diagonals.to(dev)                                                         # (B, G, s)
+    delta = torch.where(delta == NO_DIAGONAL, -(n + 1), delta)[:, :, None, :]       # (B, G, 1, s): empty → before key 0
     held = column_mask(columns.to(dev), n)                                            # (B, G, n): 1[j ∈ C]
     b_ix = torch.arange(B, device=dev)[:, None, None, None]                           # (B, 1, 1, 1)
     h_kv = kv_heads[None, :, None, None]                                              # (1, G, 1, 1)
@@ -48,7 +49,7 @@ def join_diagonals(q: Tensor, k: Tensor, v: Tensor, heads: Tensor, kv_heads: Ten
     for r0 in range(0, n, r):
         r1 = min(n, r0 + r)
         i = torch.arange(r0, r1, device=dev)[:, None]                                 # (r, 1)
-        j = i + torch.where(delta == NO_DIAGONAL, -(n + 1), delta)[:, :, None, :]     # (B, G, r, s): key i + δ
+        j = i + delta                                                                 # (B, G, r, s): key i + δ
         ok = (j >= 0) & (j < i - w)                                                   # off the band, causal
         jc = j.clamp(0, n - 1)
         ok &= ~torch.gather(held, -1, jc.flatten(-2)).view(jc.shape)                  # a column's key: read there
