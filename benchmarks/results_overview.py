@@ -1,5 +1,5 @@
 """The first table of docs/results.md: every committed test run of ``attnlab eval`` in one grid, a row per prompt
-format (model, task, haystack, template, length) and a column per method, so that the recommended default is read
+format (model, task, haystack, template and where the question stands, length) and a column per method, so that the recommended default is read
 against full attention and every baseline on every format at once.
 
     cell(format, method) = Σ_prompts score / prompts          (RULER's string_match_all; "found / asked" when 0/1)
@@ -32,6 +32,12 @@ def _haystack(cfg: dict) -> str:
     return "noise" if h == "noise" else f"{Path(h).parent.name} {Path(h).name.split('.')[0]}"   # shakespeare test
 
 
+def _template(cfg: dict) -> str:
+    """The template column: the chat template (chat | none | auto), and ", question first" for ``--question before``."""
+    t = str(cfg.get("template") or "auto")
+    return t + (", question first" if cfg.get("question") == "before" else "")
+
+
 def _order(methods) -> list[str]:
     rest = sorted(m for m in methods if m not in FIRST + LAST)
     return [m for m in FIRST if m in methods] + rest + [m for m in LAST if m in methods]
@@ -56,7 +62,7 @@ def overview(folders: list[tuple[Path, dict, list[dict], list[dict]]], rel) -> s
             methods.add(t["method"])
         for task, n in sorted({(t["task"], t["n"]) for t in table}, key=lambda x: (x[1], x[0])):
             mine = {t["method"]: t for t in table if t["task"] == task and t["n"] == n}
-            label = (cfg.get("model", "?"), task, _haystack(cfg), cfg.get("template", "auto"), n)
+            label = (cfg.get("model", "?"), task, _haystack(cfg), _template(cfg), n)
             grid.append((label, mine, rel(folder)))
             for m, t in mine.items():   # one row per (model, n), methods merged over its runs (the same plans score the
                 if t.get("ppl"):        # same text); a method scored in two runs: the first

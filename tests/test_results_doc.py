@@ -223,6 +223,21 @@ def test_at_a_glance_reads_every_test_run(tree):
     assert "| tiny | 2048 | 28.153, KV 2048 |" in glance                        # full's perplexity, from the run that scored it
 
 
+def test_the_question_first_is_its_own_row(tree):
+    """A run with ``--question before`` is another format: its own row, its template cell says the question comes first."""
+    other = tree / "runs" / "niah-tiny" / "question-first"
+    write_lines(other / "results.jsonl", [answer("full", 1.0, 0.0, 1.0, 1.0, 2048), answer("full", 1.0, 1.0, 0.0, 1.0, 2048)])
+    (other / "config.json").write_text(json.dumps({"format": "attnlab-eval/1", "model": "tiny", "haystack": "noise",
+                                                   "depths": 2, "samples": 1, "seed": 0, "template": "none",
+                                                   "question": "before"}))
+    assert run_main(tree, "--collect", str(tree / "runs")) == 0
+    glance = (tree / "results.md").read_text().split("## At a glance")[1].split("## niah-tiny")[0]
+    rows = [line for line in glance.splitlines() if line.startswith("| tiny | niah |")]
+    assert len(rows) == 2
+    assert any(r.startswith("| tiny | niah | noise | none, question first | 2048 | 1/2 |") for r in rows)
+    assert any(r.startswith("| tiny | niah | noise | auto | 2048 | 2/2 |") for r in rows)
+
+
 def test_the_perplexity_row_of_a_length_merges_its_runs(tree):
     """Two test runs at one (model, n) scoring different methods on the same text: one perplexity row with all of them."""
     other = tree / "runs" / "niah-tiny" / "second"
