@@ -12,7 +12,7 @@
 # methods: full, attnlab (the recommended default), minference, snapkv, streaming-llm, quest, the per-row top-k oracle.
 # One calibration window of Shakespeare's train plays per model, made by the first run and copied to the next ones
 # (it does not depend on the prompts).  One thread a process.  M=… narrows the methods, ONLY=smollm2|gemma the models
-# (the two can run side by side, one core each).
+# (they can run side by side, one core each); the same formats at 8K: retrieval-variants-8k.sh.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 S=../shared/data/shakespeare
 R=${RUNS:-runs}
@@ -33,6 +33,10 @@ if [ -z "$ONLY" ] || [ "$ONLY" = smollm2 ]; then
   run smollm2-135m $R/passkey-chat-2k --task passkey-bare --haystack noise --template chat
   run smollm2-135m $R/passkey-question-first-2k --task passkey-bare --haystack noise --template none --question before
   run smollm2-135m $R/niah-question-first-2k --task niah --haystack noise --template auto --question before
+  # why the default lost what it lost: the step where its answer left the value, or the prompt's last row (the
+  # answer's first token) where it never started
+  .venv/bin/attnlab eval-why --out $R/passkey-varied-2k --method attnlab --row parted --top 6
+  .venv/bin/attnlab eval-why --out $R/passkey-chat-2k --method attnlab --row first --top 6
 fi
 if [ -z "$ONLY" ] || [ "$ONLY" = gemma ]; then
   run gemma3-270m $R/passkey-varied-gemma-2k --task passkey-varied --haystack noise --template none
