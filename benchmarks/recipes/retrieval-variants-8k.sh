@@ -1,5 +1,5 @@
 #!/bin/bash
-# retrieval-variants-2k.sh's formats at 8,192 tokens, β = 0.1, test seed 0, run once (nothing is chosen here):
+# retrieval-variants-2k.sh's formats at 8,192 tokens, β = 0.1, test seed 0, run once.  Nothing is chosen here:
 #   passkey-varied-8k            SmolLM2-135M, the pass key with per-sample instruction, repetition and phrasing
 #                                (the evaluation's phrasings; the calibration never sees them), the filler, no template;
 #                                10 prompts over 5 depths
