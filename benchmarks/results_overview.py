@@ -1,6 +1,6 @@
 """The first table of docs/results.md: every committed test run of ``attnlab eval`` in one grid, a row per prompt
-format (model, task, haystack, template and where the question stands, length) and a column per method, so that the recommended default is read
-against full attention and every baseline on every format at once.
+format (model, task, haystack, template and where the question stands, length) and a column per method, so that
+the recommended default is read against full attention and every baseline on every format at once.
 
     cell(format, method) = Σ_prompts score / prompts          (RULER's string_match_all; "found / asked" when 0/1)
     of full              = accuracy on the depths where full ≥ 80 % / full's accuracy there  (issue's "≥ 95 % of full")
