@@ -50,26 +50,18 @@ def main():
         if not path.is_file():
             raise UserError(f"{opt} {path}: no such file")
 
-    import torch
-
     from attnlab.llm import methods
-    from attnlab.llm.eval.eval_grid import build_calibration
+    from attnlab.llm.eval.eval_grid import calibration_file
     from attnlab.llm.eval.perplexity import perplexity
     from attnlab.llm.models.loading import load_causal_lm
     from attnlab.llm.models.text_windows import token_windows
-    from attnlab.llm.plans.calibration import Calibration
 
     model, tok = load_causal_lm(a.hf)
     windows = token_windows(tok, a.ppl, a.n, a.windows)
     a.out.mkdir(parents=True, exist_ok=True)
-    path = a.out / f"calibration-{a.n}.npz"
     default = methods.get(methods.DEFAULT, a.budget)   # what it calibrates, its options with the floor replaced by each F
-    cal, changed = build_calibration(model, tok, [default], a.n, a.calibrate, 1, None,
-                                     Calibration.load(path) if path.exists() else None)
-    if changed:
-        cal.save(path)
-    with torch.no_grad():
-        full = perplexity(model, windows)
+    cal = calibration_file(model, tok, [default], a.n, a.out / f"calibration-{a.n}.npz", a.calibrate, 1)
+    full = perplexity(model, windows)
     for F in floors:
         m = methods.get(default.preset.base, a.budget, **{**default.preset.values, "sliding_floor": F})
         m.prepare(model, a.n, cal)

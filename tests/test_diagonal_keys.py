@@ -106,4 +106,3 @@ def test_slash_memory_is_a_span_not_the_layer():
     assert got.returncode == 0, got.stderr[-2000:]
     grown_mb = float(got.stdout.split()[-1])
     assert grown_mb < 600, f"the slash path grew the process by {grown_mb:.0f} MB"
-

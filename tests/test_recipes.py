@@ -34,9 +34,10 @@ def test_a_recipe_parses_and_says_what_it_measures(recipe, commands):
         pytest.skip("no bash on this machine")
     parsed = subprocess.run(["bash", "-n", str(recipe)], capture_output=True, text=True)
     assert parsed.returncode == 0, parsed.stderr
-    lines = recipe.read_text(encoding="utf-8").splitlines()
+    text = recipe.read_text(encoding="utf-8")
+    lines = text.splitlines()
     assert lines[0] == "#!/bin/bash" and lines[1].startswith("# ") and len(lines[1]) > 20   # results.py's description
-    for script in set(re.findall(r"benchmarks/[a-z_0-9]+\.py", recipe.read_text(encoding="utf-8"))):
+    for script in set(re.findall(r"benchmarks/[a-z_0-9]+\.py", text)):
         assert (ROOT / script).is_file(), f"{recipe.name} calls {script}, which is not there"
-    for command in set(re.findall(r"\.venv/bin/attnlab ([a-z][a-z-]*)", recipe.read_text(encoding="utf-8"))):
+    for command in set(re.findall(r"\.venv/bin/attnlab ([a-z][a-z-]*)", text)):
         assert command in commands, f"{recipe.name} runs `attnlab {command}`, which is not a command"

@@ -39,7 +39,7 @@ from attnlab.llm.eval.eval_inputs import check_eval_folder, check_texts
 from attnlab.llm.eval.results_file import FORMAT, GROWS, read_results
 from attnlab.llm.eval.tasks import QUESTIONS, TASKS, TEMPLATES, Haystack, PromptFormat, sample_key, string_match_all
 
-__all__ = ["EvalSettings", "depth_grid", "read_results", "run_eval"]
+__all__ = ["EvalSettings", "build_calibration", "calibration_file", "depth_grid", "read_results", "run_eval"]
 
 
 
@@ -99,14 +99,20 @@ def _claim(out: Path, settings: EvalSettings) -> None:
 
 def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, methods: list, progress: Progress = SILENT):
     """The calibration at length n (``out/calibration-n.npz``, made once), for the calibrated methods."""
-    from attnlab.llm.plans.calibration import Calibration
-
     if not any(m.calibrated for m in methods):
         return None
-    path = out / f"calibration-{n}.npz"
+    return calibration_file(model, tokenizer, methods, n, out / f"calibration-{n}.npz", settings.calibrate,
+                            settings.calibrate_windows, settings.calibrate_mix, progress)
+
+
+def calibration_file(model, tokenizer, methods: list, n: int, path: Path, text_path, windows: int, mix: str | None = None,
+                     progress: Progress = SILENT):
+    """``build_calibration`` kept in the file ``path``: what it holds is read, what the methods still need is measured
+    and the file written again only then (a later run at the same n reuses it)."""
+    from attnlab.llm.plans.calibration import Calibration
+
     old = Calibration.load(path) if path.exists() else None
-    cal, changed = build_calibration(model, tokenizer, methods, n, settings.calibrate, settings.calibrate_windows,
-                                     settings.calibrate_mix, old, progress)
+    cal, changed = build_calibration(model, tokenizer, methods, n, text_path, windows, mix, old, progress)
     if changed:
         cal.save(path)
     return cal
