@@ -72,6 +72,13 @@ def test_the_needle_positions_hold_the_value_every_time_it_is_said(run):
     assert forced == answer_row(tok, smp.ids, value, "value")[0] + [forced[-2], nxt]
     _, q_short, _ = answer_row(tok, smp.ids, value, "parted", " " + value[:4] + ".")  # a copy that stops after 4 digits
     assert q_short == len(smp.ids) + 4
+    # a model that answers ": K" (Gemma-3 on the multi-key needles): the row follows full's own answer, not " " + K
+    said = ": " + value + ". The special magic number"
+    forced, q, nxt = answer_row(tok, smp.ids, value, "value", "", said)
+    assert tok.decode(forced[len(smp.ids) :]).replace(" ", "") == ":" + value[0] and tok.decode([nxt]).strip() == value[0]
+    forced_p, q_p, nxt_p = answer_row(tok, smp.ids, value, "parted", ": " + wrong + ".", said)
+    assert q_p == q + 2 and tok.decode([nxt_p]) == value[2] and forced_p[: q + 2] == forced[: q + 2]
+    assert answer_row(tok, smp.ids, value, "first", "", said)[1] == len(smp.ids) - 1
 
 
 def test_the_verdict_follows_whether_the_band_covers_the_needle(run):
@@ -236,6 +243,12 @@ def test_full_row_of_a_model_with_sliding_layers():
     assert A.shape == (6, 4, q + 1)
     torch.testing.assert_close(A.sum(-1), torch.ones(6, 4))
     assert float(A[:5, :, : q + 1 - W].abs().sum()) == 0.0 and float(A[5, :, : q + 1 - W].sum()) > 0   # sliding vs global
+    ids = [int(t) for t in torch.randint(3, 100, (q + 1,))]
+    with torch.no_grad():
+        argmax = model(input_ids=torch.tensor([ids])).logits[0].argmax(-1).tolist()   # every row's next token
+    for n in (q + 1, q, q - 3):          # the answer's first token predicted at row n − 1: at q, or before it
+        _, at_q, first = full_row(model, ids, q, n)
+        assert at_q == argmax[q] and first == argmax[n - 1]
 
 
 @pytest.mark.parametrize("K", [1, 2])

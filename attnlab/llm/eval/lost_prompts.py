@@ -4,7 +4,9 @@ them read at that step.
 For each prompt p of an eval folder with score_full(p) = 1 and score_M(p) = 0 (the folder's own task builder and
 settings rebuild p exactly):
 
-    v = encode(" " + expected)            the answer as the model writes it; t = its first token holding a value character
+    v = encode(full's answer up to the value's end)   the answer as the model writes it (" " + expected where full's answer
+                                          does not hold it: ": 8574954" for Gemma-3, " 8574954" for SmolLM2); t = its
+                                          first token holding a value character
     q = n − 1 + t                         the row that predicts v_t (teacher-forced: prompt ‖ v_<t; t = 1 for a tokenizer
                                           that writes the space apart, the first decoding step; ``row="first"``: t = 0,
                                           the prompt's last row, that predicts the answer's first token; ``row="parted"``:
@@ -122,18 +124,24 @@ ROWS = ("value", "first", "parted")   # the row that predicts the value's first 
                                       # or the token where the method's answer leaves the value
 
 
-def answer_row(tokenizer, ids: list[int], value: str, row: str = "value", answer: str = "") -> tuple[list[int], int, int]:
-    """(prompt ‖ v_<t ‖ v_t, the row q = n − 1 + t that predicts v_t, v_t): v = encode(" " + value), t its first
-    token holding a value character (``row`` "first": t = 0, the prompt's last row; "parted": the first t where the
-    method's ``answer``, encoded, differs from v — the step its copy went wrong)."""
+def answer_row(tokenizer, ids: list[int], value: str, row: str = "value", answer: str = "",
+               full_answer: str = "") -> tuple[list[int], int, int]:
+    """(prompt ‖ v_<t ‖ v_t, the row q = n − 1 + t that predicts v_t, v_t): v = full attention's ``full_answer`` up to
+    the value's end, encoded (what full decoded before and through the value: ``": 8574954"`` where the model answers
+    so; ``" " + value`` where full's answer does not hold it), t its first token that begins the value (``row``
+    "first": t = 0, the prompt's last row; "parted": the first t where the method's ``answer``, encoded, differs from
+    v — the step its copy went wrong)."""
     if row not in ROWS:
         raise UserError(f"--row: expected one of {', '.join(ROWS)}, got {row!r}")
-    v = _encode(tokenizer, " " + value)
+    start = full_answer.find(value)
+    v = _encode(tokenizer, full_answer[: start + len(value)] if start >= 0 else " " + value)
     if row == "parted":
         a = _encode(tokenizer, answer)
         t = next((x for x in range(len(v)) if x >= len(a) or a[x] != v[x]), len(v) - 1)
     else:
-        t = 0 if row == "first" else next((x for x in range(len(v)) if tokenizer.decode(v[x : x + 1]).strip()), 0)
+        pieces = [tokenizer.decode(v[x : x + 1]).strip() for x in range(len(v))]
+        t = 0 if row == "first" else next((x for x, p in enumerate(pieces) if p and value.startswith(p)),
+                                          next((x for x, p in enumerate(pieces) if p), 0))
     return list(ids) + v[: t + 1], len(ids) - 1 + t, v[t]
 
 
@@ -173,8 +181,8 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
             raise UserError(f"--out {out}: the prompt of {lost['key']} rebuilt differs from the run's (expected "
                             f"{lost['expected']}, rebuilt {smp.answers}): made by another version of the task")
         needle = value_positions(tokenizer, smp, smp.answers)
-        forced, q, nxt = answer_row(tokenizer, smp.ids, smp.answers[0], row, lost["answer"])
-        A, full_next, full_first = full_row(model, forced, q)                              # (L, H, q + 1)
+        forced, q, nxt = answer_row(tokenizer, smp.ids, smp.answers[0], row, lost["answer"], full["answer"])
+        A, full_next, full_first = full_row(model, forced, q, n)                           # (L, H, q + 1)
         mass = A[:, :, needle].sum(-1)                                                    # (L, H)
         verdicts, method_next, method_first = method_row(model, m, forced, q, n, needle)
         order = torch.argsort(mass.flatten(), descending=True)[:top].tolist()
@@ -190,7 +198,7 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
                "needle": needle, "needle_text": tokenizer.decode([smp.ids[j] for j in needle]), "row": row, "query_row": q,
                "predicts": tokenizer.decode([nxt]), "full_next": tokenizer.decode([full_next]),
                "method_next": tokenizer.decode([method_next]), "first": tokenizer.decode(forced[n : n + 1]),
-               "full_first": tokenizer.decode([full_first if q > n - 1 else full_next]),
+               "full_first": tokenizer.decode([full_first]),
                "method_first": tokenizer.decode([method_first]), "heads": heads, "plan_differs": differs}
         why["summary"] = summary_line(why)
         done.append(why)

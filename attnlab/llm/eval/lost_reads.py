@@ -33,17 +33,21 @@ __all__ = ["full_row", "method_row", "prefill_row_reads", "role_of"]
 
 
 @torch.no_grad()
-def full_row(model, ids: list[int], q: int):
-    """Full attention's weights of row q, (L, H, q + 1), its argmax token at row q and at row q − 1 (None at q = 0): the
-    model's own attention on ids[:q] into a cache, then row q alone with the eager implementation (which returns the
-    weights; a sliding layer's over its window, the keys before it at 0)."""
+def full_row(model, ids: list[int], q: int, n: int | None = None):
+    """Full attention's weights of row q, (L, H, q + 1), its argmax token at row q and at row n − 1 (the prompt's last
+    row, that predicts the answer's first token; None when n is not given or n − 1 > q): the model's own attention on
+    ids[:q] into a cache, then row q alone with the eager implementation (which returns the weights; a sliding
+    layer's over its window, the keys before it at 0)."""
     from transformers import DynamicCache
 
     x = torch.tensor([ids[: q + 1]])
     cache = DynamicCache(config=model.config)
-    before_q = None
-    if q:
-        before_q = int(model(input_ids=x[:, :q], cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1].argmax())
+    at_last = None                                                     # the argmax at row n − 1
+    if n is not None and n <= q:                                       # rows n − 1 … q − 1 are in the prefix
+        logits = model(input_ids=x[:, :q], cache=cache, use_cache=True, logits_to_keep=q - n + 1).logits
+        at_last = int(logits[0, 0].argmax())
+    elif q:
+        model(input_ids=x[:, :q], cache=cache, use_cache=True, logits_to_keep=1)
     before = model.config._attn_implementation
     model.set_attn_implementation("eager")
     try:
@@ -52,7 +56,8 @@ def full_row(model, ids: list[int], q: int):
         model.set_attn_implementation(before)
     # a sliding layer's cache holds its window only: its weights are over the last keys, the earlier ones read 0
     rows = [torch.nn.functional.pad(a[0, :, -1].float(), (q + 1 - a.shape[-1], 0)) for a in out.attentions]
-    return torch.stack(rows), int(out.logits[0, -1].argmax()), before_q
+    at_q = int(out.logits[0, -1].argmax())
+    return torch.stack(rows), at_q, (at_q if n is not None and n - 1 == q else at_last)
 
 
 # ---- what the method lets a head read ----------------------------------------------------------------------------
