@@ -6,7 +6,7 @@ settings rebuild p exactly):
 
     v = encode(full's answer up to the value's end)   the answer as the model writes it (" " + expected where full's answer
                                           does not hold it: ": 8574954" for Gemma-3, " 8574954" for SmolLM2); t = its
-                                          first token holding a value character
+                                          first token that begins the value
     q = n − 1 + t                         the row that predicts v_t (teacher-forced: prompt ‖ v_<t; t = 1 for a tokenizer
                                           that writes the space apart, the first decoding step; ``row="first"``: t = 0,
                                           the prompt's last row, that predicts the answer's first token; ``row="parted"``:
@@ -138,10 +138,12 @@ def answer_row(tokenizer, ids: list[int], value: str, row: str = "value", answer
     if row == "parted":
         a = _encode(tokenizer, answer)
         t = next((x for x in range(len(v)) if x >= len(a) or a[x] != v[x]), len(v) - 1)
-    else:
+    elif row == "first":
+        t = 0
+    else:                                  # the first token that begins the value, else the first one not blank
         pieces = [tokenizer.decode(v[x : x + 1]).strip() for x in range(len(v))]
-        t = 0 if row == "first" else next((x for x, p in enumerate(pieces) if p and value.startswith(p)),
-                                          next((x for x, p in enumerate(pieces) if p), 0))
+        t = next((x for x, p in enumerate(pieces) if p and value.startswith(p)),
+                 next((x for x, p in enumerate(pieces) if p), 0))
     return list(ids) + v[: t + 1], len(ids) - 1 + t, v[t]
 
 
