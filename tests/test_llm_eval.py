@@ -61,6 +61,17 @@ def test_prompts_have_the_exact_length_and_hold_their_needles(tiny, text_file, n
         assert other.answers != s.answers
 
 
+def test_a_multikey_prompt_names_its_distractors_values(tiny):
+    """``Sample.others``: the values of the needles not asked — each in the prompt, none asked; a one-needle task has none."""
+    _, _, tok = tiny
+    hay = Haystack.noise(tok)
+    s = TASKS["niah-multikey"].make(tok, hay, 1500, 0.5, 3, seed=1)
+    text = "".join(tok.convert_ids_to_tokens(s.ids))
+    assert len(s.others) == 3 and not set(s.others) & set(s.answers)
+    assert all(v in text for v in s.others)
+    assert TASKS["niah"].make(tok, hay, 1500, 0.5, 3, seed=1).others == []
+
+
 def test_depth_places_the_needle(tiny):
     _, _, tok = tiny
     hay = Haystack.noise(tok)

@@ -287,3 +287,17 @@ def test_ordinals():
 
     assert [_ordinal(x) for x in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 101, 111, 112)] == [
         "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd", "101st", "111th", "112th"]
+
+
+def test_an_answer_holding_another_keys_value_is_named():
+    from attnlab.llm.eval.lost_prompts import other_value, summary_line
+
+    others = ["4887885", "9917472", "9375422"]
+    assert other_value(" 9917472.", others) == "9917472"
+    assert other_value(" 1293643.", others) is None and other_value(" 12936", []) is None
+    row = {"method": "m", "budget": 0.1, "task": "niah-multikey", "n": 64, "depth": 0.0, "sample": 1,
+           "expected": ["1293642"], "answer": " 9917472.", "other_value": "9917472", "query_row": 64, "first": " ",
+           "full_first": " ", "method_first": " ", "predicts": "1", "full_next": "1", "method_next": "9", "needle": [1, 2],
+           "heads": [], "plan_differs": []}
+    assert "answered ' 9917472.' (another key's value, 9917472);" in summary_line(row)
+    assert "another key" not in summary_line({**row, "other_value": None})

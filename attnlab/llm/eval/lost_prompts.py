@@ -22,7 +22,8 @@ settings rebuild p exactly):
                                           (for another head of its KV group) and not read
 
 and m^M_lh, the mass the head puts on V under the method at that step.  The top heads by m_lh are "the heads that read
-the needle"; their verdicts say which keys the method kept.  ``explain`` writes ``lost-prompts.jsonl`` (one row per
+the needle"; their verdicts say which keys the method kept.  Where the method's answer holds the value of a needle not
+asked (a multi-key distractor, ``Sample.others``), the row names it: the needle confused, not dropped.  ``explain`` writes ``lost-prompts.jsonl`` (one row per
 lost prompt) into the folder; ``attnlab eval-why`` is its command.  What a head reads, under full attention and under
 the method, is measured by ``lost_reads``; this module reads the folder, rebuilds the prompts and writes the rows (torch
 loads only there: a bad folder or method is refused before it).
@@ -197,6 +198,7 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
         differs = [f"{k} {desc[k]} (run: {lost[k]})" for k in PLAN_FIELDS if k in lost and k in desc and desc[k] != lost[k]]
         why = {"method": method_name, "budget": budget, "task": lost["task"], "n": n, "depth": d, "sample": lost["sample"],
                "key": lost["key"], "expected": lost["expected"], "answer": lost["answer"], "full_answer": full["answer"],
+               "other_value": other_value(lost["answer"], smp.others),
                "needle": needle, "needle_text": tokenizer.decode([smp.ids[j] for j in needle]), "row": row, "query_row": q,
                "predicts": tokenizer.decode([nxt]), "full_next": tokenizer.decode([full_next]),
                "method_next": tokenizer.decode([method_next]), "first": tokenizer.decode(forced[n : n + 1]),
@@ -210,6 +212,11 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
     keep = [r for r in _lines(path) if r.get("method") != method_name] if path.is_file() else []
     write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in keep + done))
     return done
+
+
+def other_value(answer: str, others) -> str | None:
+    """The value of a needle not asked that ``answer`` holds (the method copied another key's value), else None."""
+    return next((v for v in others if v in answer), None)
 
 
 def method_of(settings, name: str, budget: float):
@@ -248,10 +255,11 @@ def summary_line(row: dict) -> str:
                 f"mass {hd['mass_method']:.2f} under the method)")
 
     d = "–" if row["depth"] is None else f"{row['depth']:g}"
+    other = f" (another key's value, {row['other_value']})" if row.get("other_value") else ""
     first = "" if row["query_row"] < row["n"] else (f"first token {row['first']!r} (full {row['full_first']!r}, method "
                                                      f"{row['method_first']!r}); ")
     text = (f"{row['method']} β={row['budget']:g} {row['task']} n={row['n']} depth {d} sample {row['sample']}: expected "
-            f"{', '.join(row['expected'])}, answered {row['answer'][:32]!r}; {first}at row {row['query_row']} "
+            f"{', '.join(row['expected'])}, answered {row['answer'][:32]!r}{other}; {first}at row {row['query_row']} "
             f"(→ {row['predicts']!r}: full {row['full_next']!r}, method {row['method_next']!r}) the value is read under full by "
             + ", ".join(head(hd) for hd in row["heads"]))
     if row["plan_differs"]:

@@ -70,4 +70,5 @@ class NIAH:
                               answer.format(v=vname, query=query), pieces, start=start, task=self.name, fmt=fmt)
         expected = [val for x in asked for val in values[x]]
         asked_spans = [s for s, x in zip(spans, owner) if x in asked]                  # the needles the answer copies
-        return Sample(self.name, length, depth, index, ids, expected, asked_spans, self.max_new)
+        others = [val for x in range(len(keys)) if x not in asked for val in values[x]]  # a distractor's value
+        return Sample(self.name, length, depth, index, ids, expected, asked_spans, self.max_new, others)

@@ -51,6 +51,7 @@ class Sample:
     answers: list[str]
     spans: list[tuple[int, int]] = field(default_factory=list)  # token [start, end) of each inserted piece
     max_new: int = 32
+    others: list[str] = field(default_factory=list)             # values of the needles not asked (multi-key distractors)
 
     @property
     def key(self) -> str:
