@@ -6,7 +6,8 @@
 # SmolLM2 its calibration ranks 16 pages by the bound): 8 by the bound + 8 by the mean key (attnlab-bound:mean_pages=8);
 # 24 pages by the bound; 16 by the bound + 8 by the mean key (24 pages: does more reading, or the mean key, find them?).
 # Then the vote of the retrieval heads' decoding cache (vote_next=s: a block's vote also counts the s blocks before it,
-# the value after the key's words), where the dev losses' copy head missed the value's keys.  A dev check (no test figure).  One calibration window of the train plays (those of the test recipes, where present).
+# the value after the key's words), where the dev losses' copy head missed the value's keys.  A dev check (no test
+# figure).  One calibration window of the train plays (those of the test recipes, where present).  Two threads.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 S=../shared/data/shakespeare
 R=${RUNS:-runs}
