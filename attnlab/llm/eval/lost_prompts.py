@@ -23,10 +23,10 @@ settings rebuild p exactly):
 
 and m^M_lh, the mass the head puts on V under the method at that step.  The top heads by m_lh are "the heads that read
 the needle"; their verdicts say which keys the method kept.  Where the method's answer holds the value of a needle not
-asked (a multi-key distractor, ``Sample.others``), the row names it: the needle confused, not dropped.  ``explain`` writes ``lost-prompts.jsonl`` (one row per
-lost prompt) into the folder; ``attnlab eval-why`` is its command.  What a head reads, under full attention and under
-the method, is measured by ``lost_reads``; this module reads the folder, rebuilds the prompts and writes the rows (torch
-loads only there: a bad folder or method is refused before it).
+asked (a multi-key distractor, ``Sample.others``), the row names it: the needle confused, not dropped.  ``explain``
+writes ``lost-prompts.jsonl`` (one row per lost prompt) into the folder; ``attnlab eval-why`` is its command.  What a
+head reads, under full attention and under the method, is measured by ``lost_reads``; this module reads the folder,
+rebuilds the prompts and writes the rows (torch loads only there: a bad folder or method is refused before it).
 """
 
 from __future__ import annotations
