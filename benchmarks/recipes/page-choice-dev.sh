@@ -29,3 +29,6 @@ OMP_NUM_THREADS=${THREADS:-2} .venv/bin/attnlab eval --hf smollm2-135m --task ni
 for m in attnlab attnlab-bound:mean_pages=8 $B:pages=24 $B:pages=24:mean_pages=8 attnlab:vote_next=1 attnlab:vote_next=2; do
   OMP_NUM_THREADS=${THREADS:-2} .venv/bin/attnlab eval-why --out $OUT --method $m --row parted --top 6
 done
+# the per-row top-k oracle on the 2K dev prompts, the level the target compares with (at 8K: 2.4 min a prompt)
+OMP_NUM_THREADS=${THREADS:-2} .venv/bin/attnlab eval --hf smollm2-135m --task niah-multikey --haystack noise \
+  --lengths 2048 --depths 5 --samples 4 --budget 0.1 --seed 1 --method oracle-topk --out $OUT/oracle-2k-dev
