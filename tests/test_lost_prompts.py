@@ -239,7 +239,7 @@ def test_full_row_of_a_model_with_sliding_layers():
                            num_key_value_heads=1, head_dim=16, sliding_window=W, max_position_embeddings=256, query_pre_attn_scalar=16)
     model = Gemma3ForCausalLM(cfg).eval()
     q = 40
-    A, _, _ = full_row(model, list(range(3, 3 + q + 1)), q)
+    A, _, _ = full_row(model, list(range(3, 3 + q + 1)), q, q + 1)
     assert A.shape == (6, 4, q + 1)
     torch.testing.assert_close(A.sum(-1), torch.ones(6, 4))
     assert float(A[:5, :, : q + 1 - W].abs().sum()) == 0.0 and float(A[5, :, : q + 1 - W].sum()) > 0   # sliding vs global

@@ -17,16 +17,13 @@ for f in $R/multikey-default-2k/calibration-2048.npz $R/passkey-4k-8k-filler/cal
   [ -f $f ] && [ ! -f $OUT/$(basename $f) ] && cp $f $OUT/
 done
 B=attnlab-retrieval:retrieval_heads=32:blocks=8:other_blocks=4:tail_keep=512
+M=attnlab,attnlab-bound:mean_pages=8,$B:pages=24,$B:pages=24:mean_pages=8,attnlab:vote_next=1,attnlab:vote_next=2
+# (the records were made in two calls, the two vote_next methods in the second: wall.jsonl lists both)
 OMP_NUM_THREADS=${THREADS:-2} .venv/bin/attnlab eval --hf smollm2-135m --task niah-multikey --haystack noise \
-  --lengths ${LENGTHS:-2048,8192} --depths 5 --samples 4 --budget 0.1 --seed 1 \
-  --method attnlab,attnlab-bound:mean_pages=8,$B:pages=24,$B:pages=24:mean_pages=8 \
+  --lengths ${LENGTHS:-2048,8192} --depths 5 --samples 4 --budget 0.1 --seed 1 --method $M \
   --calibrate $S/train.txt.gz --calibrate-windows 1 --out $OUT || exit 1
-OMP_NUM_THREADS=${THREADS:-2} .venv/bin/attnlab eval --hf smollm2-135m --task niah-multikey --haystack noise \
-  --lengths ${LENGTHS:-2048,8192} --depths 5 --samples 4 --budget 0.1 --seed 1 \
-  --method attnlab:vote_next=1,attnlab:vote_next=2 \
-  --calibrate $S/train.txt.gz --calibrate-windows 1 --out $OUT || exit 1
-# why each page choice lost the prompts full attention found
-for m in attnlab attnlab-bound:mean_pages=8 $B:pages=24 $B:pages=24:mean_pages=8 attnlab:vote_next=1 attnlab:vote_next=2; do
+# why each of them lost the prompts full attention found
+for m in ${M//,/ }; do
   OMP_NUM_THREADS=${THREADS:-2} .venv/bin/attnlab eval-why --out $OUT --method $m --row parted --top 6
 done
 # the per-row top-k oracle on the 2K dev prompts, the level the target compares with (at 8K: 2.4 min a prompt)

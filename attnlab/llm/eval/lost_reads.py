@@ -33,21 +33,19 @@ __all__ = ["full_row", "method_row", "prefill_row_reads", "role_of"]
 
 
 @torch.no_grad()
-def full_row(model, ids: list[int], q: int, n: int | None = None):
-    """Full attention's weights of row q, (L, H, q + 1), its argmax token at row q and at row n − 1 (the prompt's last
-    row, that predicts the answer's first token; None when n is not given or n − 1 > q): the model's own attention on
-    ids[:q] into a cache, then row q alone with the eager implementation (which returns the weights; a sliding
+def full_row(model, ids: list[int], q: int, n: int):
+    """Full attention's weights of row q, (L, H, q + 1), its argmax token at row q and at row n − 1 ≤ q (the prompt's
+    last row, that predicts the answer's first token): the model's own attention on ids[:q] into a cache (keeping the
+    logits of rows n − 1 … q − 1), then row q alone with the eager implementation (which returns the weights; a sliding
     layer's over its window, the keys before it at 0)."""
     from transformers import DynamicCache
 
+    if not 0 < n <= q + 1:
+        raise ValueError(f"full_row: the prompt's last row n − 1 = {n - 1} must lie in 0 … q = {q}")
     x = torch.tensor([ids[: q + 1]])
     cache = DynamicCache(config=model.config)
-    at_last = None                                                     # the argmax at row n − 1
-    if n is not None and n <= q:                                       # rows n − 1 … q − 1 are in the prefix
-        logits = model(input_ids=x[:, :q], cache=cache, use_cache=True, logits_to_keep=q - n + 1).logits
-        at_last = int(logits[0, 0].argmax())
-    elif q:
-        model(input_ids=x[:, :q], cache=cache, use_cache=True, logits_to_keep=1)
+    if q:                                                              # rows n − 1 … q − 1 (at least one) kept
+        prefix = model(input_ids=x[:, :q], cache=cache, use_cache=True, logits_to_keep=max(q - n + 1, 1)).logits
     before = model.config._attn_implementation
     model.set_attn_implementation("eager")
     try:
@@ -57,7 +55,7 @@ def full_row(model, ids: list[int], q: int, n: int | None = None):
     # a sliding layer's cache holds its window only: its weights are over the last keys, the earlier ones read 0
     rows = [torch.nn.functional.pad(a[0, :, -1].float(), (q + 1 - a.shape[-1], 0)) for a in out.attentions]
     at_q = int(out.logits[0, -1].argmax())
-    return torch.stack(rows), at_q, (at_q if n is not None and n - 1 == q else at_last)
+    return torch.stack(rows), at_q, (at_q if n - 1 == q else int(prefix[0, 0].argmax()))
 
 
 # ---- what the method lets a head read ----------------------------------------------------------------------------
