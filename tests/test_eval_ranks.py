@@ -54,3 +54,43 @@ def test_bad_rank_variables_are_one_line(monkeypatch, env, needle):
         monkeypatch.setenv(k, v)
     with pytest.raises(UserError, match=needle):
         Ranks.from_env()
+
+
+def test_a_ranks_bar_counts_its_own_share(tiny, tmp_path, monkeypatch):
+    """Each rank's progress bar runs over its own rows (the prompts of index ≡ rank mod N), and ends full."""
+    from attnlab.llm.eval.eval_grid import EvalSettings, run_eval
+    from attnlab.progress import Progress
+
+    class Recorded(Progress):
+        def __init__(self):
+            self.bars = []
+
+        def _closed(self, bar):
+            self.bars.append((bar.description, bar.done, bar.total))
+
+    folder, model, tok = tiny
+    settings = EvalSettings(model=str(folder), tasks=["niah"], lengths=[500], depths=3, samples=1, methods=["streaming-llm"],
+                            budgets=[0.5], haystack="noise", max_new=4)
+    out, seen = tmp_path / "ranked", []
+    for rank in (0, 1):   # 3 prompts × (full, streaming-llm): rank 0 answers prompts 0 and 2, rank 1 prompt 1
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        run_eval(model, tok, settings, out, progress=(progress := Recorded()))
+        seen += [b for b in progress.bars if b[0].startswith("eval")]
+    assert seen == [("eval (rank 0 of 2)", 4, 4), ("eval (rank 1 of 2)", 2, 2)]
+
+
+def test_the_wall_time_counts_runs_side_by_side_once():
+    """wall.jsonl's lines: runs one after the other add up; two ranks' lines over the same stretch count once."""
+    from attnlab.llm.eval.eval_report import markdown, wall_time
+
+    after = [{"started": "2026-01-01T10:00:00Z", "seconds": 100.4}, {"started": "2026-01-01T10:01:40Z", "seconds": 50.0}]
+    assert wall_time(after) == {"wall_s": 150.4, "wall_runs": 2, "wall_side_by_side": 0}   # 1 s of rounding is no overlap
+    ranks = [{"started": "2026-01-01T12:00:00Z", "seconds": 600.0}, {"started": "2026-01-01T12:00:01Z", "seconds": 610.0}]
+    w = wall_time(after + ranks)
+    assert w["wall_runs"] == 4 and w["wall_side_by_side"] == 2 and abs(w["wall_s"] - (150.4 + 611.0)) < 1e-6
+    assert wall_time([]) == {"wall_s": None, "wall_runs": 0, "wall_side_by_side": 0}
+    assert wall_time(after + [{"started": "x", "seconds": 9.0}])["wall_s"] == 159.4   # no readable start: a run by itself
+    text = markdown({"table": [], **w})
+    assert "grid wall time: 761.4 s (4 runs of attnlab eval on this folder, 2 of them side by side, counted once;" in text
+    assert "side by side" not in markdown({"table": [], **wall_time(after)})

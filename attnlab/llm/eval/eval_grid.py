@@ -322,13 +322,15 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
     rows = read_all(out)                                          # every rank's rows: resumable with any number of ranks
     done = {r["key"] for r in rows}
     cells = [(t, d) for t in settings.tasks for d in (depths if TASKS[t].uses_depth else [None])]
-    grid = {answer_key(name, b, t, n, d, s) for n in settings.lengths for name, b in settings.runs()
-            for t, d in cells for s in range(settings.samples)}                    # this grid's rows: a folder may hold others
-    if settings.ppl:
-        grid |= {ppl_key(name, b, n, settings.ppl_windows) for n in settings.lengths for name, b in settings.runs()}
+    prompts = [(t, d, s) for t, d in cells for s in range(settings.samples)]          # grid order, at each length
+    share = {answer_key(name, b, t, n, d, s) for n in settings.lengths for name, b in settings.runs()
+             for i, (t, d, s) in enumerate(prompts) if ranks.mine(i)}   # this rank's rows of this grid: a folder may hold others
+    if settings.ppl and ranks.rank == 0:                                 # the perplexity rows are rank 0's
+        share |= {ppl_key(name, b, n, settings.ppl_windows) for n in settings.lengths for name, b in settings.runs()}
     prefixes = FullPrefill() if reuse else None
     measured, t_start = 0, time.time()
-    bar = progress.start("eval", total=len(grid), unit="rows", done=len(done & grid))
+    bar = progress.start("eval" if ranks.world == 1 else f"eval (rank {ranks.rank} of {ranks.world})", total=len(share), unit="rows",
+                         done=len(done & share))
     with open(results, "a", encoding="utf-8") as log:
         def emit(row):
             nonlocal measured
@@ -338,13 +340,13 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
             rows.append(row)
             done.add(row["key"])
             measured += 1
-            bar.update(len(done & grid), note=f"{row['method']} β={row['budget']:g} n={row['n']}" + (f" {row['task']}" if "task" in row else " ppl"))
+            bar.update(len(done & share), note=f"{row['method']} β={row['budget']:g} n={row['n']}" + (f" {row['task']}" if "task" in row else " ppl"))
             if stop_after is not None and measured >= stop_after:
                 raise KeyboardInterrupt
 
         try:
             for n in settings.lengths:
-                samples = {key: None for i, key in enumerate((t, d, s) for t, d in cells for s in range(settings.samples)) if ranks.mine(i)}
+                samples = {key: None for i, key in enumerate(prompts) if ranks.mine(i)}
 
                 def answer(run, key):  # one prompt under one method → its row
                     name, budget, method, beta = run.name, run.budget, run.method, run.beta

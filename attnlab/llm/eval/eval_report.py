@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
 from attnlab.atomic import write_text_atomic
 
-__all__ = ["CEILING", "read_walls", "summarise", "write_report"]
+__all__ = ["CEILING", "read_walls", "summarise", "wall_time", "write_report"]
 
 CEILING = 0.8  # full attention's accuracy at or above which a cell counts for comparing methods
 
@@ -60,7 +61,34 @@ def summarise(rows: list[dict], walls: list[dict] | None = None) -> dict:
     skipped = [{k: r[k] for k in ("method", "budget", "n", "reason")} for r in rows if r.get("kind") == "skipped"]
     return {"table": table, "cells": {"|".join(map(str, k)): float(np.mean(v)) for k, v in cell.items()},
             "ppl": [ppl[k] for k in sorted(ppl, key=str)], "skipped": skipped,
-            "wall_s": sum(w["seconds"] for w in walls) if walls else None, "wall_runs": len(walls or [])}
+            **wall_time(walls or [])}
+
+
+def wall_time(walls: list[dict]) -> dict:
+    """The grid's wall time from the lines of ``wall.jsonl``: the length of the union of the runs' intervals
+    [started, started + seconds], so that runs side by side (torchrun's ranks, each writing its line, or runs made in two
+    folders and merged into one) count once.
+
+    ``started`` is to the second, so two runs overlap when one starts more than a second before the other ends; runs
+    one after the other add up as before.  Returns wall_s (None without lines), wall_runs, wall_side_by_side (the runs
+    that overlapped another).
+    """
+    def started(w: dict) -> float | None:   # a line without a readable start is a run by itself
+        try:
+            return datetime.strptime(w["started"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    undated = [w["seconds"] for w in walls if started(w) is None]
+    groups: list[list[float]] = []                       # [start, end, runs] of each stretch of overlapping dated runs
+    for start, seconds in sorted((started(w), w["seconds"]) for w in walls if started(w) is not None):
+        if groups and start < groups[-1][1] - 1.0:       # overlaps the stretch before it by more than the second's rounding
+            groups[-1][1], groups[-1][2] = max(groups[-1][1], start + seconds), groups[-1][2] + 1
+        else:
+            groups.append([start, start + seconds, 1])
+    wall = sum(end - start for start, end, _ in groups) + sum(undated)
+    return {"wall_s": round(wall, 3) if walls else None, "wall_runs": len(walls),   # seconds are logged to the ms
+            "wall_side_by_side": int(sum(runs for _, _, runs in groups if runs > 1))}
 
 
 def _mean(rows: list[dict], key: str, every: bool = False) -> float | None:
@@ -90,8 +118,9 @@ def markdown(summary: dict) -> str:
                      f"(`benchmarks/kvpress_eval.py`); β target = the fraction of the KV kept; – = not measured by that run")
     lines += [f"\n{r['method']} β={r['budget']:g} at n = {r['n']}: not run — {r['reason']}" for r in summary.get("skipped", [])]
     if summary.get("wall_s") is not None:
+        side = summary.get("wall_side_by_side", 0)
         lines.append(f"\ngrid wall time: {summary['wall_s']:.1f} s ({summary['wall_runs']} run{'s' if summary['wall_runs'] != 1 else ''}"
-                     " of attnlab eval on this folder; prefill s and decode s are per prompt, a prefix reused across prompts — reused"
+                     f" of attnlab eval on this folder{f', {side} of them side by side, counted once' if side else ''}; prefill s and decode s are per prompt, a prefix reused across prompts — reused"
                      " tokens — counted once: not a speed benchmark, which is benchmarks/llm_structured.py speed and decode)")
     return "\n".join(lines) + "\n"
 
