@@ -301,3 +301,35 @@ def test_an_answer_holding_another_keys_value_is_named():
            "heads": [], "plan_differs": []}
     assert "answered ' 9917472.' (another key's value, 9917472);" in summary_line(row)
     assert "another key" not in summary_line({**row, "other_value": None})
+
+
+def test_a_copied_distractor_names_the_heads_that_moved_to_it(tmp_path):
+    """A multi-key prompt the method answers with another key's value: the row holds that value's positions and the
+    heads whose mass there grows most from full attention to the method, sorted by that growth."""
+    from attnlab.llm.eval.eval_grid import EvalSettings, run_eval
+    from attnlab.llm.eval.lost_prompts import explain
+    from attnlab.llm.models.loading import load_causal_lm
+
+    folder = tiny_llama_folder(tmp_path / "tiny-llama")
+    model, tok = load_causal_lm(str(folder))
+    out = tmp_path / "run"
+    settings = EvalSettings(model=str(folder), tasks=["niah-multikey"], lengths=[1024], depths=1, samples=1, methods=[WIDE],
+                            template="none", max_new=2)
+    run_eval(model, tok, settings, out)
+    from attnlab.llm.eval.tasks import TASKS, Haystack
+
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    smp = TASKS["niah-multikey"].make(tok, Haystack.noise(tok), 1024, rows[0]["depth"], 0, 0, settings.format())
+    copied = smp.others[1]
+    for r in rows:   # full answers the asked value, the method another needle's
+        r["score"], r["answer"] = (1.0, " " + smp.answers[0] + ".") if r["method"] == "full" else (0.0, " " + copied + ".")
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (row,) = explain(model, tok, out, WIDE, top=4, row="parted")
+    assert row["other_value"] == copied
+    assert tok.decode([smp.ids[j] for j in row["other_needle"]]).replace(" ", "") == copied
+    assert not set(row["other_needle"]) & set(row["needle"])
+    gains = [c["mass_other_method"] - c["mass_other"] for c in row["confused_heads"]]
+    assert len(gains) == 4 and all(a >= b - 2e-4 for a, b in zip(gains, gains[1:]))   # sorted (the masses: to 4 decimals)
+    assert all(0 <= c[k] <= 1 + 1e-6 for c in row["confused_heads"] for k in ("mass_other", "mass_other_method", "mass"))
+    assert "the other key's value, under full → the method: L" in row["summary"]
+    assert all("mass_other_method" in h for h in row["heads"])

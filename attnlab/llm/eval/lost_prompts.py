@@ -23,7 +23,9 @@ settings rebuild p exactly):
 
 and m^M_lh, the mass the head puts on V under the method at that step.  The top heads by m_lh are "the heads that read
 the needle"; their verdicts say which keys the method kept.  Where the method's answer holds the value of a needle not
-asked (a multi-key distractor, ``Sample.others``), the row names it: the needle confused, not dropped.  ``explain``
+asked (a multi-key distractor, ``Sample.others``), the row names it — the needle confused, not dropped — and the heads
+whose mass on that value grows most from full attention to the method (``confused_heads``: g_lh = m'^M_lh − m'_lh,
+m' = Σ_{j ∈ O} A[q, j], O the copied value's positions), each with its mass on the asked value under both.  ``explain``
 writes ``lost-prompts.jsonl`` (one row per lost prompt) into the folder; ``attnlab eval-why`` is its command.  What a
 head reads, under full attention and under the method, is measured by ``lost_reads``; this module reads the folder,
 rebuilds the prompts and writes the rows (torch loads only there: a bad folder or method is refused before it).
@@ -32,7 +34,7 @@ rebuilds the prompts and writes the rows (torch loads only there: a bad folder o
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 from attnlab.atomic import write_text_atomic
@@ -106,10 +108,10 @@ def _encode(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False).input_ids
 
 
-def value_positions(tokenizer, sample, values: list[str]) -> list[int]:
+def value_positions(tokenizer, sample, values: list[str], fallback: bool = True) -> list[int]:
     """The token positions of every statement of a value inside the prompt's inserted pieces (sorted): where its tokens
     (``encode(value)``, or those of ``encode(" " + value)`` from the first holding a value character) occur there;
-    none found (tokenized otherwise there): the pieces' whole spans."""
+    none found (tokenized otherwise there): the pieces' whole spans (``fallback``), else none."""
     found = set()
     for value in values:
         spaced = _encode(tokenizer, " " + value)
@@ -118,7 +120,7 @@ def value_positions(tokenizer, sample, values: list[str]) -> list[int]:
             for a, b in sample.spans:
                 found |= {a + k + x for k in range(b - a - len(v) + 1) if tuple(sample.ids[a + k : a + k + len(v)]) == v
                           for x in range(len(v))}
-    return sorted(found) or sorted(j for a, b in sample.spans for j in range(a, b))
+    return sorted(found) or (sorted(j for a, b in sample.spans for j in range(a, b)) if fallback else [])
 
 
 ROWS = ("value", "first", "parted")   # the row that predicts the value's first token, the answer's first token (n − 1),
@@ -187,18 +189,24 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
         forced, q, nxt = answer_row(tokenizer, smp.ids, smp.answers[0], row, lost["answer"], full["answer"])
         A, full_next, full_first = full_row(model, forced, q, n)                           # (L, H, q + 1)
         mass = A[:, :, needle].sum(-1)                                                    # (L, H)
-        verdicts, method_next, method_first = method_row(model, m, forced, q, n, needle)
+        other = other_value(lost["answer"], smp.others)
+        O = (value_positions(tokenizer, replace(smp, spans=[(0, len(smp.ids))]), [other], fallback=False)   # the value
+             if other else [])                                              # the method copied, where its needle says it
+        verdicts, method_next, method_first = method_row(model, m, forced, q, n, needle, O)
         order = torch.argsort(mass.flatten(), descending=True)[:top].tolist()
         H = mass.shape[1]
         heads = [{"layer": x // H, "head": x % H, "mass": round(float(mass.flatten()[x]), 4), **verdicts[(x // H, x % H)]}
                  for x in order]
         for hd in heads:
-            hd["mass_method"] = round(hd["mass_method"], 4)
+            for k in ("mass_method", "mass_other_method"):
+                if k in hd:
+                    hd[k] = round(hd[k], 4)
+        confused = _confused_heads(A, mass, verdicts, O, top)
         desc = m.describe()
         differs = [f"{k} {desc[k]} (run: {lost[k]})" for k in PLAN_FIELDS if k in lost and k in desc and desc[k] != lost[k]]
         why = {"method": method_name, "budget": budget, "task": lost["task"], "n": n, "depth": d, "sample": lost["sample"],
                "key": lost["key"], "expected": lost["expected"], "answer": lost["answer"], "full_answer": full["answer"],
-               "other_value": other_value(lost["answer"], smp.others),
+               "other_value": other, "other_needle": O, "confused_heads": confused,
                "needle": needle, "needle_text": tokenizer.decode([smp.ids[j] for j in needle]), "row": row, "query_row": q,
                "predicts": tokenizer.decode([nxt]), "full_next": tokenizer.decode([full_next]),
                "method_next": tokenizer.decode([method_next]), "first": tokenizer.decode(forced[n : n + 1]),
@@ -212,6 +220,22 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
     keep = [r for r in _lines(path) if r.get("method") != method_name] if path.is_file() else []
     write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in keep + done))
     return done
+
+
+def _confused_heads(A, mass, verdicts: dict, O: list[int], top: int) -> list[dict]:
+    """The heads whose mass on the copied value (another needle's, positions O) grows most from full attention to the
+    method at the row: g_lh = m'^M_lh − m'_lh, m' = Σ_{j ∈ O} A[q, j]; each with its mass on the asked value under both."""
+    import torch
+
+    if not O:
+        return []
+    other = A[:, :, O].sum(-1)                                                           # (L, H) under full
+    H = other.shape[1]
+    under = torch.tensor([[verdicts[(l, h)]["mass_other_method"] for h in range(H)] for l in range(other.shape[0])])
+    order = torch.argsort((under - other).flatten(), descending=True)[:top].tolist()
+    return [{"layer": x // H, "head": x % H, "mass_other": round(float(other.flatten()[x]), 4),
+             "mass_other_method": round(float(under.flatten()[x]), 4), "mass": round(float(mass.flatten()[x]), 4),
+             "mass_method": round(verdicts[(x // H, x % H)]["mass_method"], 4)} for x in order]
 
 
 def other_value(answer: str, others) -> str | None:
@@ -262,6 +286,10 @@ def summary_line(row: dict) -> str:
             f"{', '.join(row['expected'])}, answered {row['answer'][:32]!r}{other}; {first}at row {row['query_row']} "
             f"(→ {row['predicts']!r}: full {row['full_next']!r}, method {row['method_next']!r}) the value is read under full by "
             + ", ".join(head(hd) for hd in row["heads"]))
+    if row.get("confused_heads"):
+        text += ("; the other key's value, under full → the method: " + ", ".join(
+            f"L{c['layer']}.H{c['head']} {c['mass_other']:.2f} → {c['mass_other_method']:.2f} (the asked value "
+            f"{c['mass']:.2f} → {c['mass_method']:.2f})" for c in row["confused_heads"][:3]))
     if row["plan_differs"]:
         text += f" — note: the plan rebuilt differs from the run's: {', '.join(row['plan_differs'])}"
     return text

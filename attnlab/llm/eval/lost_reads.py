@@ -247,13 +247,15 @@ def role_of(runner, h: int, pages: int) -> str:
 
 
 @torch.no_grad()
-def method_row(model, method, forced: list[int], q: int, n: int, needle: list[int]) -> tuple[dict, int, int]:
+def method_row(model, method, forced: list[int], q: int, n: int, needle: list[int],
+               other: list[int] | None = None) -> tuple[dict, int, int]:
     """Under ``method`` (prepared at n): per (l, h) its role, the value keys it reads at row q and by which part, the
-    mass it puts on them, and what became of those it does not read; the method's argmax token at row q and at the
+    mass it puts on them, and what became of those it does not read (and, given ``other``, the positions of another
+    needle's value, the mass it puts there: ``mass_other_method``); the method's argmax token at row q and at the
     prompt's last row n − 1 (the answer's first token)."""
     from attnlab.llm.execution.attention import attention_modules
 
-    V = torch.tensor(needle)
+    V, O = torch.tensor(needle), torch.tensor(other) if other else None
     heads = {}
     with method.applied(model):
         runners = [getattr(mod, "attnlab_layer", None) for mod in attention_modules(model)]
@@ -281,11 +283,11 @@ def method_row(model, method, forced: list[int], q: int, n: int, needle: list[in
             r.watch = False
         pages = int(getattr(model.attnlab_plan, "pages", 0))
         for l, r in enumerate(runners):
-            heads.update(_layer_verdicts(l, r, q, n, V, pages))
+            heads.update(_layer_verdicts(l, r, q, n, V, pages, O))
     return heads, int(logits[0, -1].argmax()), first
 
 
-def _layer_verdicts(l: int, r, q: int, n: int, V, pages: int) -> dict:
+def _layer_verdicts(l: int, r, q: int, n: int, V, pages: int, O=None) -> dict:
     """{(l, h): verdict} of one layer's runner after the step at row q (``method_row``)."""
     out = {}
     if q < n:                                              # a prompt row: the prefill's support
@@ -323,7 +325,8 @@ def _layer_verdicts(l: int, r, q: int, n: int, V, pages: int) -> dict:
             else:
                 not_read[why] = not_read.get(why, 0) + 1
         out[(l, h)] = {"role": role_of(r, h, pages), "read": int(got.sum()), "read_by": read_by, "not_read": not_read,
-                       "mass_method": float(probs[h, V].sum())}
+                       "mass_method": float(probs[h, V].sum()),
+                       **({} if O is None else {"mass_other_method": float(probs[h, O].sum())})}
     return out
 
 
