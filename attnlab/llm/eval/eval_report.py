@@ -119,8 +119,9 @@ def markdown(summary: dict) -> str:
     lines += [f"\n{r['method']} β={r['budget']:g} at n = {r['n']}: not run — {r['reason']}" for r in summary.get("skipped", [])]
     if summary.get("wall_s") is not None:
         side = summary.get("wall_side_by_side", 0)
+        side = f", {side} of them side by side, counted once" if side else ""
         lines.append(f"\ngrid wall time: {summary['wall_s']:.1f} s ({summary['wall_runs']} run{'s' if summary['wall_runs'] != 1 else ''}"
-                     f" of attnlab eval on this folder{f', {side} of them side by side, counted once' if side else ''}; prefill s and decode s are per prompt, a prefix reused across prompts — reused"
+                     f" of attnlab eval on this folder{side}; prefill s and decode s are per prompt, a prefix reused across prompts — reused"
                      " tokens — counted once: not a speed benchmark, which is benchmarks/llm_structured.py speed and decode)")
     return "\n".join(lines) + "\n"
 
