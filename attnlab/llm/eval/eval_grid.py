@@ -322,15 +322,13 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
     rows = read_all(out)                                          # every rank's rows: resumable with any number of ranks
     done = {r["key"] for r in rows}
     cells = [(t, d) for t in settings.tasks for d in (depths if TASKS[t].uses_depth else [None])]
-    prompts = [(t, d, s) for t, d in cells for s in range(settings.samples)]          # grid order, at each length
-    share = {answer_key(name, b, t, n, d, s) for n in settings.lengths for name, b in settings.runs()
-             for i, (t, d, s) in enumerate(prompts) if ranks.mine(i)}   # this rank's rows of this grid: a folder may hold others
-    if settings.ppl and ranks.rank == 0:                                 # the perplexity rows are rank 0's
+    mine = [p for i, p in enumerate((t, d, s) for t, d in cells for s in range(settings.samples)) if ranks.mine(i)]  # grid order
+    share = {answer_key(name, b, t, n, d, s) for n in settings.lengths for name, b in settings.runs() for t, d, s in mine}
+    if settings.ppl and ranks.rank == 0:      # this rank's rows of this grid (a folder may hold others); perplexity: rank 0's
         share |= {ppl_key(name, b, n, settings.ppl_windows) for n in settings.lengths for name, b in settings.runs()}
     prefixes = FullPrefill() if reuse else None
     measured, t_start = 0, time.time()
-    bar = progress.start("eval" if ranks.world == 1 else f"eval (rank {ranks.rank} of {ranks.world})", total=len(share), unit="rows",
-                         done=len(done & share))
+    bar = progress.start(ranks.label("eval"), total=len(share), unit="rows", done=len(done & share))
     with open(results, "a", encoding="utf-8") as log:
         def emit(row):
             nonlocal measured
@@ -346,7 +344,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
 
         try:
             for n in settings.lengths:
-                samples = {key: None for i, key in enumerate(prompts) if ranks.mine(i)}
+                samples = dict.fromkeys(mine)    # this rank's prompts at n, each built when first answered
 
                 def answer(run, key):  # one prompt under one method → its row
                     name, budget, method, beta = run.name, run.budget, run.method, run.beta

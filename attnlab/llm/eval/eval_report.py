@@ -79,9 +79,10 @@ def wall_time(walls: list[dict]) -> dict:
         except (KeyError, TypeError, ValueError):
             return None
 
-    undated = [w["seconds"] for w in walls if started(w) is None]
+    spans = [(started(w), w["seconds"]) for w in walls]
+    undated = [seconds for start, seconds in spans if start is None]
     groups: list[list[float]] = []                       # [start, end, runs] of each stretch of overlapping dated runs
-    for start, seconds in sorted((started(w), w["seconds"]) for w in walls if started(w) is not None):
+    for start, seconds in sorted(x for x in spans if x[0] is not None):
         if groups and start < groups[-1][1] - 1.0:       # overlaps the stretch before it by more than the second's rounding
             groups[-1][1], groups[-1][2] = max(groups[-1][1], start + seconds), groups[-1][2] + 1
         else:

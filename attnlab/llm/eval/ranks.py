@@ -51,6 +51,10 @@ class Ranks:
         """Is the prompt at ``index`` (grid order) this rank's?"""
         return index % self.world == self.rank
 
+    def label(self, what: str) -> str:
+        """``what`` for one process, ``what (rank r of N)`` for several (a progress bar's name)."""
+        return what if self.world == 1 else f"{what} (rank {self.rank} of {self.world})"
+
     def grouped(self) -> bool:
         """Is a torch.distributed process group running (a barrier possible)?"""
         import torch.distributed as dist
