@@ -19,7 +19,10 @@ Three ways of saying it, chosen once per command (``for_command``):
 * ``--quiet``: nothing (errors still say their one line).
 
 The remaining time of a bar is the mean pace of this run: t_left = (total − done) · elapsed / (done − first), where
-``first`` counts the steps a resumed job found done.
+``first`` counts the steps a resumed job found done.  A bar whose steps differ in cost by kind (an eval row of the per-row
+oracle at 16K takes 17 min, a StreamingLLM row one) is told the kind of each step left (r_k of kind k) and the kind of
+each step done: t_left = Σ_k (r_k − d_k) · s̄_k, d_k the steps of kind k done in this run and s̄_k their mean seconds
+(each the time since the bar's previous step), the run's mean pace for a kind not begun yet.
 Library functions take ``progress: Progress = SILENT``: tests and library users see no output unless they ask.
 This module imports no torch and rich only for a terminal, so the first line comes before any model loads.
 """
@@ -28,8 +31,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from contextlib import contextmanager
-from typing import Iterator, TextIO
+from typing import Iterable, Iterator, TextIO
 
 __all__ = ["SILENT", "Bar", "LineProgress", "Progress", "TerminalProgress"]
 
@@ -47,15 +51,26 @@ def duration(seconds: float) -> str:
 class Bar:
     """Counted steps of one part of a job: ``advance`` / ``update``; what is shown is the owner's business."""
 
-    def __init__(self, owner: "Progress", description: str, total: int | None, unit: str, done: int = 0):
+    def __init__(self, owner: "Progress", description: str, total: int | None, unit: str, done: int = 0,
+                 kinds: Iterable | None = None):
         self.owner, self.description, self.total, self.unit = owner, description, total, unit
         self.done, self.note, self.started, self.closed = done, "", time.monotonic(), False
         self.first = done     # steps done before this run (a resumed job): not part of its pace
+        self.kinds = Counter(kinds) if kinds is not None else None  # k → r_k, the steps of kind k left when it opened
+        self.spent: dict = {}                                       # k → [d_k, seconds of those steps]
+        self.last = self.started                                    # when the previous step ended
 
     def advance(self, n: int = 1, note: str | None = None) -> None:
         self.update(self.done + n, note=note)
 
-    def update(self, done: int | None = None, total: int | None = None, note: str | None = None) -> None:
+    def update(self, done: int | None = None, total: int | None = None, note: str | None = None, kind=None) -> None:
+        """``kind``: the kind of the step just done (a bar opened with ``kinds``), its seconds since the previous one."""
+        now = time.monotonic()
+        if kind is not None:
+            d_k = self.spent.setdefault(kind, [0, 0.0])
+            d_k[0], d_k[1] = d_k[0] + 1, d_k[1] + now - self.last
+        if done is not None and done != self.done:
+            self.last = now
         if done is not None:
             self.done = done
         if total is not None:
@@ -71,10 +86,15 @@ class Bar:
             self.owner._closed(self)
 
     def remaining(self) -> float | None:
-        """t_left = (total − done) · elapsed / (done − first), None before this run's first step or without a total."""
+        """t_left = (total − done) · elapsed / (done − first), or by kind Σ_k (r_k − d_k) · s̄_k (module docstring); None
+        before this run's first step or without a total."""
         if not self.total or self.done <= self.first:
             return None
-        return (self.total - self.done) * (time.monotonic() - self.started) / (self.done - self.first)
+        pace = (time.monotonic() - self.started) / (self.done - self.first)
+        if self.kinds is None:
+            return (self.total - self.done) * pace
+        return sum(max(r - self.spent.get(k, (0, 0.0))[0], 0) * (self.spent[k][1] / self.spent[k][0] if k in self.spent else pace)
+                   for k, r in self.kinds.items())
 
 
 class Progress:
@@ -92,9 +112,10 @@ class Progress:
         finally:
             bar.close()
 
-    def start(self, description: str, total: int | None = None, unit: str = "", done: int = 0) -> Bar:
-        """A bar opened now with ``done`` steps already done, closed by ``Bar.close()`` (``bar``: as a context manager)."""
-        bar = Bar(self, description, total, unit, done)
+    def start(self, description: str, total: int | None = None, unit: str = "", done: int = 0, kinds: Iterable | None = None) -> Bar:
+        """A bar opened now with ``done`` steps already done, closed by ``Bar.close()`` (``bar``: as a context manager);
+        ``kinds``: the kind of each step left, where their costs differ (module docstring)."""
+        bar = Bar(self, description, total, unit, done, kinds)
         self._opened(bar)
         return bar
 
@@ -158,7 +179,8 @@ class LineProgress(Progress):
 
 
 class TerminalProgress(Progress):
-    """rich bars on stderr (done/total, elapsed, time left), kept on screen when done; stages as lines above."""
+    """rich bars on stderr (done/total, elapsed, time left as ``Bar.remaining`` says), kept on screen when done; stages as
+    lines above."""
 
     def __init__(self, stream: TextIO | None = None):
         from rich.console import Console
@@ -173,23 +195,26 @@ class TerminalProgress(Progress):
     def _opened(self, bar: Bar) -> None:
         if self._rich is None:  # one live display for every bar open at once (a calibration inside the eval grid)
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn,
-                                       TimeElapsedColumn, TimeRemainingColumn)
+                                       TimeElapsedColumn)
 
             self._rich = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                      TextColumn("{task.fields[unit]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                                      TextColumn("{task.fields[unit]}"), TimeElapsedColumn(), TextColumn("{task.fields[left]}"),
                                       TextColumn("{task.fields[note]}"), console=self.console)
             self._rich.start()
-        self._tasks[id(bar)] = self._rich.add_task(bar.description, total=bar.total, completed=bar.done, unit=bar.unit, note="")
+        self._tasks[id(bar)] = self._rich.add_task(bar.description, total=bar.total, completed=bar.done, unit=bar.unit, note="",
+                                               left="")
 
     def _updated(self, bar: Bar) -> None:
         if self._rich is not None and id(bar) in self._tasks:
-            self._rich.update(self._tasks[id(bar)], completed=bar.done, total=bar.total, note=bar.note)
+            left = bar.remaining()         # this module's estimate (by kind where the bar has kinds), not rich's
+            self._rich.update(self._tasks[id(bar)], completed=bar.done, total=bar.total, note=bar.note,
+                              left=f"{duration(left)} left" if left is not None else "")
 
     def _closed(self, bar: Bar) -> None:
         task = self._tasks.pop(id(bar), None)
         if self._rich is None or task is None:
             return
-        self._rich.update(task, completed=bar.done, total=bar.total if bar.total is not None else bar.done)
+        self._rich.update(task, completed=bar.done, total=bar.total if bar.total is not None else bar.done, left="")
         self._rich.stop_task(task)
         if not self._tasks:
             self._rich.stop()

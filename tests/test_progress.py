@@ -83,6 +83,40 @@ def test_a_resumed_bar_paces_on_this_run_only(clock):
     assert p.stream.getvalue().count("95/100 rows in") == 1
 
 
+def test_steps_of_different_cost_pace_by_kind(clock):
+    """4 cheap rows (1 s) and 4 dear ones (100 s), the cheap first: after the cheap ones the mean pace says 4 s left; by
+    kind, a kind not begun takes the run's mean pace, then its own: after one dear row, 3 × 100 s."""
+    p = LineProgress(io.StringIO())
+    bar = p.start("eval", total=8, unit="rows", kinds=["cheap"] * 4 + ["dear"] * 4)
+    plain = p.start("eval", total=8, unit="rows")
+    for x in range(4):
+        clock.now += 1
+        bar.update(x + 1, kind="cheap")
+        plain.update(x + 1)
+    assert bar.remaining() == plain.remaining() == pytest.approx(4.0)   # nothing known of the dear ones yet
+    clock.now += 100
+    bar.update(5, kind="dear")
+    plain.update(5)
+    assert bar.remaining() == pytest.approx(300.0)                     # 3 dear rows at 100 s
+    assert plain.remaining() == pytest.approx(3 * 104 / 5)             # the mean pace: 62 s, a fifth of it
+    clock.now += 50                                                    # a note alone is not a step: these 150 s
+    bar.update(5, note="waiting")                                      # are the second dear row's
+    clock.now += 100
+    bar.update(6, kind="dear")
+    assert bar.remaining() == pytest.approx(2 * (100 + 150) / 2)
+
+
+def test_a_resumed_bar_by_kind_counts_only_the_steps_left(clock):
+    p = LineProgress(io.StringIO())
+    bar = p.start("eval", total=10, unit="rows", done=7, kinds=["a", "b", "b"])
+    clock.now += 10
+    bar.update(8, kind="b")
+    assert bar.remaining() == pytest.approx(10.0 + 10.0)               # one b at 10 s, one a at the mean pace (10 s)
+    clock.now += 2
+    bar.update(9, kind="a")
+    assert bar.remaining() == pytest.approx(10.0)
+
+
 def test_terminal_bars_nest_in_one_display():
     out = Tty()
     p = TerminalProgress(out)
@@ -150,6 +184,38 @@ def test_the_eval_grid_counts_its_rows_and_the_library_is_silent_by_default(tiny
     assert len(rows) == 2
     assert out.getvalue().splitlines()[0] == "attnlab: eval: 2 rows …"
     assert out.getvalue().splitlines()[-1].startswith("attnlab: eval: 2/2 rows in ")
+
+
+def test_the_eval_bar_paces_each_method_and_length_apart(tiny, tmp_path):
+    """The eval's bar knows the kind of every row left, (method, β, n) — perplexity rows apart — and each row's kind."""
+    from collections import Counter
+
+    from attnlab.llm.eval.eval_grid import EvalSettings, run_eval
+    from attnlab.llm.models.loading import load_causal_lm
+
+    class Keep(Progress):
+        bars: list = []
+
+        def _opened(self, bar):
+            self.bars.append(bar)
+
+    model, tok = load_causal_lm(str(tiny))
+    text = tmp_path / "ppl.txt"
+    text.write_text("a plain line of text for the perplexity window. " * 40)
+    settings = EvalSettings(model=str(tiny), tasks=["niah"], lengths=[200], depths=2, samples=1, haystack="noise",
+                            max_new=2, methods=["streaming-llm"], ppl=str(text))
+    keep = Keep()
+    with pytest.raises(KeyboardInterrupt):                                      # a run stopped after 3 rows
+        run_eval(model, tok, settings, tmp_path / "kinds", progress=keep, stop_after=3)
+    (bar,) = [b for b in keep.bars if b.description == "eval"]
+    want = {("full", 1.0, 200): 2, ("streaming-llm", 0.1, 200): 2, ("full", 1.0, 200, "ppl"): 1,
+            ("streaming-llm", 0.1, 200, "ppl"): 1}
+    assert bar.kinds == Counter(want)
+    assert sum(d for d, _ in bar.spent.values()) == 3 and set(bar.spent) <= set(want)
+    keep.bars.clear()
+    run_eval(model, tok, settings, tmp_path / "kinds", progress=keep)             # resumed: only the rows left
+    (bar,) = [b for b in keep.bars if b.description == "eval"]
+    assert sum(bar.kinds.values()) == 3 and bar.first == 3
 
 
 def test_heads_count_the_detectors_blocks(tiny, tmp_path, capsys):

@@ -42,7 +42,6 @@ from attnlab.llm.eval.tasks import QUESTIONS, TASKS, TEMPLATES, Haystack, Prompt
 __all__ = ["EvalSettings", "build_calibration", "calibration_file", "depth_grid", "read_results", "run_eval"]
 
 
-
 @dataclass
 class EvalSettings:
     model: str
@@ -79,8 +78,6 @@ class EvalSettings:
 def depth_grid(count: int) -> list[float]:
     """``count`` depths from 0 (the needle first) to 1 (last), evenly spaced (one: the middle)."""
     return [0.5] if count == 1 else [float(x) for x in np.linspace(0.0, 1.0, count)]
-
-
 
 
 def _claim(out: Path, settings: EvalSettings) -> None:
@@ -323,12 +320,14 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
     done = {r["key"] for r in rows}
     cells = [(t, d) for t in settings.tasks for d in (depths if TASKS[t].uses_depth else [None])]
     mine = [p for i, p in enumerate((t, d, s) for t, d in cells for s in range(settings.samples)) if ranks.mine(i)]  # grid order
-    share = {answer_key(name, b, t, n, d, s) for n in settings.lengths for name, b in settings.runs() for t, d, s in mine}
-    if settings.ppl and ranks.rank == 0:      # this rank's rows of this grid (a folder may hold others); perplexity: rank 0's
-        share |= {ppl_key(name, b, n, settings.ppl_windows) for n in settings.lengths for name, b in settings.runs()}
+    share = {answer_key(name, b, t, n, d, s): (name, b, n) for n in settings.lengths for name, b in settings.runs()
+             for t, d, s in mine}          # this rank's rows of this grid (a folder may hold others), each with its kind
+    if settings.ppl and ranks.rank == 0:   # perplexity: rank 0's
+        share |= {ppl_key(name, b, n, settings.ppl_windows): (name, b, n, "ppl") for n in settings.lengths for name, b in settings.runs()}
     prefixes = FullPrefill() if reuse else None
     measured, t_start = 0, time.time()
-    bar = progress.start(ranks.label("eval"), total=len(share), unit="rows", done=len(done & share))
+    bar = progress.start(ranks.label("eval"), total=len(share), unit="rows", done=len(done & share.keys()),
+                         kinds=[k for key, k in share.items() if key not in done])   # a row's cost: its method and n
     with open(results, "a", encoding="utf-8") as log:
         def emit(row):
             nonlocal measured
@@ -338,7 +337,8 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
             rows.append(row)
             done.add(row["key"])
             measured += 1
-            bar.update(len(done & share), note=f"{row['method']} β={row['budget']:g} n={row['n']}" + (f" {row['task']}" if "task" in row else " ppl"))
+            what = f"{row['method']} β={row['budget']:g} n={row['n']}" + (f" {row['task']}" if "task" in row else " ppl")
+            bar.update(len(done & share.keys()), kind=share.get(row["key"]), note=what)
             if stop_after is not None and measured >= stop_after:
                 raise KeyboardInterrupt
 
