@@ -1,12 +1,13 @@
 """``attnlab eval-why``: why a method lost the prompts full attention answered, measured on an eval run folder.
 
     attnlab eval-why --out runs/passkey-2k-filler-test --method attnlab-retrieval [--top 5] [--row value|first|parted] \\
-        [--calibration FILE]
+        [--calibration FILE] [--layers]
 
 For each such prompt: the heads that read the needle's value under full attention (their attention mass from the row
 that predicts the answer's first value token), each head's role in the method's plan and whether the method let it read
 the value's keys at that step (``attnlab.llm.eval.lost_prompts``).  Writes ``OUT/lost-prompts.jsonl`` (this method's
-rows replaced) and prints one line per prompt.
+rows replaced) and prints one line per prompt.  ``--layers``: each layer of the method's plan restored to full attention,
+one at a time, and the share of the answer token's log-probability gap it closes (``attnlab.llm.eval.lost_layers``).
 """
 
 from __future__ import annotations
@@ -30,24 +31,32 @@ def eval_why_command(
     row: str = typer.Option("value", "--row", help="the row measured: value (the one that predicts the value's first "
                             "token), first (the prompt's last row, that predicts the answer's first token) or parted (the "
                             "step where the method's answer leaves the value, the value's tokens before it forced)"),
+    layers: bool = typer.Option(False, "--layers", help="also restore each layer of the method's plan to full attention, "
+                                "one at a time, and say which close the gap in the answer token's log-probability (one run "
+                                "of the method per layer and prompt)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage "
                                 "otherwise); errors still said"),
 ) -> None:
     """For each prompt full attention answered and METHOD lost: which heads read the needle, which keys METHOD kept."""
-    from attnlab.llm.eval.lost_prompts import FILE, calibration_path, explain, lost_pairs, read_folder
+    from attnlab.llm.eval.lost_prompts import FILE, calibration_path, explain, lost_pairs, method_of, read_folder
     from attnlab.progress import Progress
 
     settings, rows = read_folder(out, method)                              # no folder, no such method, no full rows: one line
     pairs = lost_pairs(rows, method)
     for n in sorted({int(lost["n"]) for _, lost in pairs}):
         calibration_path(out, method, n, calibration)                      # a calibrated method without its calibration
+    if layers and pairs:
+        from attnlab.llm.eval.lost_layers import check_restorable
+
+        check_restorable(method_of(settings, method, float(pairs[0][1]["budget"])))   # MInference, SnapKV, …: one line
     progress = Progress.for_command(quiet)
     model = tokenizer = None
     if pairs:
         from attnlab.cli.plan import _load
 
         model, tokenizer = _load(settings.model, progress)
-    done = explain(model, tokenizer, out, method, top=top, calibration=calibration, row=row, progress=progress)
+    done = explain(model, tokenizer, out, method, top=top, calibration=calibration, row=row, layers=layers,
+                   progress=progress)
     for row in done:
         typer.echo(row["summary"])
     typer.echo(f"{out / FILE}: {len(done)} prompts full attention answered and {method} lost")

@@ -10,4 +10,4 @@ OMP_NUM_THREADS=${THREADS:-1} .venv/bin/attnlab eval --hf smollm2-135m --task ni
   --samples 4 --haystack noise --method $M --budget 0.1 --seed 0 --calibrate $S/train.txt.gz --calibrate-windows 1 \
   --out ${RUNS:-runs}/multikey-default-2k
 # why the default lost the prompts full attention found (the step where its answer left the value)
-OMP_NUM_THREADS=${THREADS:-1} .venv/bin/attnlab eval-why --out ${RUNS:-runs}/multikey-default-2k --method attnlab --row parted --top 6
+OMP_NUM_THREADS=${THREADS:-1} .venv/bin/attnlab eval-why --out ${RUNS:-runs}/multikey-default-2k --method attnlab --row parted --top 6 --layers

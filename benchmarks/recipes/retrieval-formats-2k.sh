@@ -33,4 +33,4 @@ if [ -z "$ONLY" ] || [ "$ONLY" = shakespeare-instructed ]; then run runs/passkey
 if [ -z "$ONLY" ] || [ "$ONLY" = niah ]; then run runs/niah-2k-$SPLIT --task niah --haystack noise --template auto; fi
 # why attnlab-retrieval's own defaults lose the plain pass key (the row that predicts the value's first digit)
 if [ -z "$ONLY" ] || [ "$ONLY" = filler ]; then .venv/bin/attnlab eval-why --out runs/passkey-2k-filler-$SPLIT --method attnlab-retrieval; fi
-if [ -z "$ONLY" ] || [ "$ONLY" = niah ]; then .venv/bin/attnlab eval-why --out runs/niah-2k-$SPLIT --method attnlab --row parted --top 6; fi
+if [ -z "$ONLY" ] || [ "$ONLY" = niah ]; then .venv/bin/attnlab eval-why --out runs/niah-2k-$SPLIT --method attnlab --row parted --top 6 --layers; fi

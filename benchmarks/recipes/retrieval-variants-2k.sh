@@ -34,9 +34,9 @@ if [ -z "$ONLY" ] || [ "$ONLY" = smollm2 ]; then
   run smollm2-135m $R/passkey-question-first-2k --task passkey-bare --haystack noise --template none --question before
   run smollm2-135m $R/niah-question-first-2k --task niah --haystack noise --template auto --question before
   # why the default lost what it lost: the step where its answer left the value, or the prompt's last row (the
-  # answer's first token) where it never started
-  .venv/bin/attnlab eval-why --out $R/passkey-varied-2k --method attnlab --row parted --top 6
-  .venv/bin/attnlab eval-why --out $R/passkey-chat-2k --method attnlab --row first --top 6
+  # answer's first token) where it never started; and which layers' supports lose it (--layers)
+  .venv/bin/attnlab eval-why --out $R/passkey-varied-2k --method attnlab --row parted --top 6 --layers
+  .venv/bin/attnlab eval-why --out $R/passkey-chat-2k --method attnlab --row first --top 6 --layers
 fi
 if [ -z "$ONLY" ] || [ "$ONLY" = gemma ]; then
   run gemma3-270m $R/passkey-varied-gemma-2k --task passkey-varied --haystack noise --template none

@@ -152,9 +152,10 @@ def answer_row(tokenizer, ids: list[int], value: str, row: str = "value", answer
 
 # ---- the command ----------------------------------------------------------------------------------------------------
 def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=None, row: str = "value",
-            progress: Progress = SILENT) -> list[dict]:
+            layers: bool = False, progress: Progress = SILENT) -> list[dict]:
     """Every prompt of ``out`` that full attention answered and ``method_name`` lost, explained (module docstring) at the
-    ``row`` of ``answer_row``; writes ``out/lost-prompts.jsonl`` (this method's rows replaced, other methods' kept) and
+    ``row`` of ``answer_row``; with ``layers``, also each layer restored to full attention (``lost_layers.restored``:
+    ``restored_layers``); writes ``out/lost-prompts.jsonl`` (this method's rows replaced, other methods' kept) and
     returns its rows."""
     import torch
 
@@ -212,6 +213,11 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
                "method_next": tokenizer.decode([method_next]), "first": tokenizer.decode(forced[n : n + 1]),
                "full_first": tokenizer.decode([full_first]),
                "method_first": tokenizer.decode([method_first]), "heads": heads, "plan_differs": differs}
+        if layers:
+            from attnlab.llm.eval.lost_layers import restored
+
+            why["restored_layers"] = restored(model, m, forced, q, n, nxt, top=top, progress=lambda i, L: bar.update(
+                len(done), note=f"depth {d} sample {lost['sample']}: layer {i} of {L} restored"))
         why["summary"] = summary_line(why)
         done.append(why)
         bar.update(len(done), note=f"depth {d} sample {lost['sample']}")
@@ -269,6 +275,21 @@ def calibration_path(out, method_name: str, n: int, calibration=None) -> Path | 
     return path
 
 
+def restored_text(got: dict, token: str) -> str:
+    """``restored_layers`` in words: the gap in log-probability, the layers that close most of it, the set R."""
+    def share(x):
+        return "–" if x["share"] is None else f"{x['share']:.2f}"
+
+    text = (f"log p({token!r}) full {got['logp_full']:.2f}, method {got['logp_method']:.2f}; one layer restored to full "
+            "attention closes " + ", ".join(f"L{x['layer']} {share(x)}" for x in got["layers"]) + " of the gap"
+            + (f" ({got['half']} of {got['of']} layers close half or more)" if "half" in got else ""))
+    R = got["together"]
+    if R:
+        both = "together bring" if len(R["layers"]) > 1 else "alone brings"
+        return text + f"; L{', L'.join(map(str, R['layers']))} restored {both} {token!r} back"
+    return text + (f"; the {got['tried']} first of them restored together do not bring {token!r} back" if got["tried"] else "")
+
+
 def summary_line(row: dict) -> str:
     """One line: the prompt, the first tokens each attention predicts, what each top head read under full attention
     and what the method let it read (its role's first two parts, the value keys read and why not, its mass there)."""
@@ -290,6 +311,8 @@ def summary_line(row: dict) -> str:
         text += ("; the other key's value, under full → the method: " + ", ".join(
             f"L{c['layer']}.H{c['head']} {c['mass_other']:.2f} → {c['mass_other_method']:.2f} (the asked value "
             f"{c['mass']:.2f} → {c['mass_method']:.2f})" for c in row["confused_heads"][:3]))
+    if row.get("restored_layers"):
+        text += "; " + restored_text(row["restored_layers"], row["predicts"])
     if row["plan_differs"]:
         text += f" — note: the plan rebuilt differs from the run's: {', '.join(row['plan_differs'])}"
     return text
