@@ -251,6 +251,24 @@ def test_a_sliding_floor_keeps_every_sliding_band_at_least_that_wide(gemma):
         choose_plan(cal, 1e-6, sliding_floor=24)
 
 
+def test_a_band_floor_keeps_every_planned_head_at_least_that_wide(gemma):
+    """band_floor f: no planned head of any layer gets a band below f (a sliding layer: below min(f, window − 1)); the
+    plan still within β, the floor in its meta; without it the knapsack gives some head a narrower band."""
+    n, budget = 512, 0.08
+    ids = [torch.randint(0, 100, (1, n), generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    cal = calibrate(gemma, ids)
+    free = choose_plan(cal, budget)
+    assert min(h.w for row in free.heads for h in row if not h.is_full) < 8
+    for f in (8, 16):
+        plan = choose_plan(cal, budget, band_floor=f)
+        assert all(h.w >= f for row in plan.heads for h in row if not h.is_full)
+        assert plan.fraction(n) <= budget + 1e-9 and plan.meta["band_floor"] == f
+    both = choose_plan(cal, 0.2, band_floor=8, sliding_floor=24)                      # the larger floor in sliding layers
+    assert both.meta["sliding_floor"] == 24 and both.fraction(n) <= 0.2 + 1e-9
+    assert all(h.w >= 24 for l in range(5) for h in both.heads[l]) and all(h.w >= 8 for h in both.heads[5] if not h.is_full)
+    assert all(h.w == W - 1 for l in range(5) for h in choose_plan(cal, 0.3, band_floor=10**4).heads[l])  # capped at the window
+
+
 def test_minference_runs_a_model_with_sliding_layers(gemma):
     """MInference's runner on Gemma-3: the sliding layers read their window through the plan's own prefill (a runner
     attribute once shadowed that method and every sliding layer failed), the global layer its searched pattern."""

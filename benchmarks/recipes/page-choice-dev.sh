@@ -22,10 +22,9 @@ M=attnlab,attnlab-bound:mean_pages=8,$B:pages=24,$B:pages=24:mean_pages=8,attnla
 OMP_NUM_THREADS=${THREADS:-2} .venv/bin/attnlab eval --hf smollm2-135m --task niah-multikey --haystack noise \
   --lengths ${LENGTHS:-2048,8192} --depths 5 --samples 4 --budget 0.1 --seed 1 --method $M \
   --calibrate $S/train.txt.gz --calibrate-windows 1 --out $OUT || exit 1
-# why each of them lost the prompts full attention found (the default's also layer by layer restored: --layers)
+# why each of them lost the prompts full attention found
 for m in ${M//,/ }; do
-  OMP_NUM_THREADS=${THREADS:-2} .venv/bin/attnlab eval-why --out $OUT --method $m --row parted --top 6 \
-    $([ "$m" = attnlab ] && echo --layers)
+  OMP_NUM_THREADS=${THREADS:-2} .venv/bin/attnlab eval-why --out $OUT --method $m --row parted --top 6
 done
 # the per-row top-k oracle on the 2K dev prompts, the level the target compares with (at 8K: 2.4 min a prompt)
 OMP_NUM_THREADS=${THREADS:-2} .venv/bin/attnlab eval --hf smollm2-135m --task niah-multikey --haystack noise \

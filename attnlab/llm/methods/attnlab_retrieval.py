@@ -20,7 +20,8 @@ head (not full, not in a sliding layer) also reads the s diagonals δ < −w of 
 chosen per input (``HeadPlan.slashes``, ``attnlab.llm.plans.slash_lines``; prefill only).  Their bound s·(n − 1) per
 head (``plan.slash_fraction``) is taken from β before the knapsack, as the tails' is.  ``sliding_floor`` = F:
 a head of a sliding layer (Gemma-3) gets a band of at least min(F, window − 1) keys (``choose_plan``; where β
-cannot afford F — Gemma-3 at 2K, β = 0.1 — the grid's next band below it that fits).
+cannot afford F — Gemma-3 at 2K, β = 0.1 — the grid's next band below it that fits).  ``band_floor`` = f: every planned
+head gets a band of at least f keys (``choose_plan``): the knapsack gives some heads w = 0, no neighbour read.
 ``widths`` = all | own: as ``attnlab``'s (the bands offered to the knapsack).
 ``blocks`` = K (with a tail): each retrieval head also reads, on every prefill row, the K blocks of 16 keys of
 largest pooled score for its block of 16 queries, chosen per input (``HeadPlan.blocks``, ``attnlab.llm.plans.key_blocks``);
@@ -82,6 +83,7 @@ class AttnlabRetrieval(PlanMethod):
         "by_kv": Option(0, 0, 1, "1: retrieval heads taken as whole KV groups"),
         "slashes": Option(0, 0, 10**4, "per-input diagonals δ < −w each planned head also reads in the prefill"),
         "sliding_floor": Option(0, 0, 10**7, "least band of a head in a sliding layer (Gemma-3)"),
+        "band_floor": Option(0, 0, 10**7, "least band of every planned head (0: the knapsack may give a head no neighbour)"),
         "widths": Option("all", help="bands offered to the knapsack: every width calibrated, or attnlab's grid alone",
                          choices=WIDTHS),
     }
@@ -139,7 +141,7 @@ class AttnlabRetrieval(PlanMethod):
             keep.reshape(-1)[np.argsort(-r.reshape(-1), kind="stable")[:k]] = True
         heads = [[int(l), int(h)] for l, h in zip(*np.nonzero(keep))]
         s = int(self.option("slashes"))
-        floor = int(self.option("sliding_floor"))
+        floor, band_floor = int(self.option("sliding_floor")), int(self.option("band_floor"))
         widths = self.option("widths")
         windows = calibration.shape.get("windows") or [None] * r.shape[0]
         L, H = r.shape
@@ -154,7 +156,7 @@ class AttnlabRetrieval(PlanMethod):
             raise UserError(f"budget {self.budget}: below the other heads' {K2} key blocks ({other:.4f} of the entries at n = {n})")
         if not T:
             plan = choose_plan(calibration, self.budget - lines - other, n, keep_full=keep, method=self.name, sliding_floor=floor,
-                               widths=widths)
+                               widths=widths, band_floor=band_floor)
         else:
             # a tail costs at most its rows' off-band keys (w = 0); sliding layers run no tail
             spend = sum(tail_entries(0, T, n) for l, _ in heads if windows[l] is None) / total
@@ -165,7 +167,8 @@ class AttnlabRetrieval(PlanMethod):
                                 + (f" and {K} key blocks" if K else "") + f" ({spend:.4f} of the entries at n = {n})"
                                 + (f" and {s} slash lines per head ({lines:.4f})" if s else "")
                                 + (f" and the other heads' {K2} key blocks ({other:.4f})" if K2 else ""))
-            plan = choose_plan(calibration, self.budget - spend - lines - other, n, method=self.name, sliding_floor=floor, widths=widths)
+            plan = choose_plan(calibration, self.budget - spend - lines - other, n, method=self.name, sliding_floor=floor, widths=widths,
+                               band_floor=band_floor)
             for l, h in heads:
                 old = plan.heads[l][h]
                 if not old.is_full and windows[l] is None:

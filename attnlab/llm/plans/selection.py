@@ -87,7 +87,7 @@ def knapsack(gain: np.ndarray, cost: np.ndarray, limit: float) -> np.ndarray:
 
 
 def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: str | None = None, method: str = "attnlab",
-                keep_full: np.ndarray | None = None, sliding_floor: int = 0, widths: str = "all") -> Plan:
+                keep_full: np.ndarray | None = None, sliding_floor: int = 0, widths: str = "all", band_floor: int = 0) -> Plan:
     """The plan of best total objective with Σ entries ≤ β · L·H·n(n+1)/2 (module docstring), by ``table``
     (default: ``err-rel`` when the calibration holds option errors, else ``fit``):
 
@@ -106,6 +106,9 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     ``sliding_floor`` F: a head of a sliding layer is offered only bands w ≥ min(F, window − 1) (the sum of
     per-head errors does not see what short bands in several sliding layers cost together); a floor β cannot afford
     (no plan fits) is lowered to the grid's next band below it, down to none (``meta["sliding_floor"]``: the one used).
+    ``band_floor`` f: every head is offered only bands w ≥ f (in a sliding layer, ≥ min(f, window − 1)): a head planned
+    with w = 0 reads itself and its columns, no neighbour, and a per-head error small on calibration text may still tip a
+    copy downstream (``attnlab eval-why --layers``); ``meta["band_floor"]``.
     ``widths``: ``"all"`` offers every band the calibration measured — attnlab's grid ``W_GRID`` and the candidate
     widths of the other methods it was made for (MInference's), so the plan depends on which methods were
     calibrated together; ``"own"`` offers ``W_GRID`` alone: the same plan whatever else the calibration holds.
@@ -153,11 +156,12 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     gain = np.concatenate([gain, np.full((L, H, 1), full_gain)], -1)   # (L, H, options + full)
     columned = np.array([z > 0 or y > 0 for z, _, y in options] + [False])
     for l, win in enumerate(windows):
+        floor = max(sliding_floor, band_floor) if win is not None else band_floor
         if win is not None:  # a sliding layer runs its band alone: options with columns are not offered
             gain[l][:, columned] = -np.inf
-            if sliding_floor:
-                short = np.array([cal.w_grid[x] < min(sliding_floor, win - 1) for _, x, _ in options] + [False])
-                gain[l][:, short] = -np.inf
+        if floor:
+            short = np.array([cal.w_grid[x] < min(floor, win - 1 if win is not None else n) for _, x, _ in options] + [False])
+            gain[l][:, short] = -np.inf
     if widths not in WIDTHS:
         raise ValueError(f"widths: expected one of {', '.join(WIDTHS)}, got {widths!r}")
     if widths == "own":   # the bands of attnlab's own grid only (not the other methods' candidates)
@@ -170,7 +174,8 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     choice = knapsack(np.take_along_axis(gain, order, -1), cost, budget * L * H * n * (n + 1) / 2)
     if choice is None and sliding_floor:   # a floor β cannot afford: the next band of the grid below it, down to none
         lower = max((int(w) for w in cal.w_grid if 0 < w < sliding_floor), default=0)
-        return choose_plan(cal, budget, n, table=table, keep_full=keep_full, method=method, sliding_floor=lower, widths=widths)
+        return choose_plan(cal, budget, n, table=table, keep_full=keep_full, method=method, sliding_floor=lower, widths=widths,
+                           band_floor=band_floor)
     if choice is None:
         cheapest = np.where(np.isfinite(np.take_along_axis(gain, order, -1)), cost, np.inf).min(-1).sum() / (L * H * n * (n + 1) / 2)
         kept = f" with {int(np.sum(keep_full))} heads kept full" if keep_full is not None and np.any(keep_full) else ""
@@ -196,5 +201,6 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     key = "captured_mass" if full_gain == 1.0 else "mean_error"
     return Plan(heads, cal.shape["num_kv_heads"], method, budget, n,
                 {key: value if full_gain else -value, "table": table, **({"widths": widths} if widths != "all" else {}),
-                 **({"sliding_floor": int(sliding_floor)} if sliding_floor else {})},
+                 **({"sliding_floor": int(sliding_floor)} if sliding_floor else {}),
+                 **({"band_floor": int(band_floor)} if band_floor else {})},
                 cal.shape.get("windows"))

@@ -1,0 +1,29 @@
+#!/bin/bash
+# The band floor on dev prompts (seed 1, other samples than the test's seed 0), SmolLM2-135M, 2,048 tokens, β = 0.1: the
+# default (`attnlab`) against the same with every planned head's band at least 8 or 16 keys (`band_floor`), on the
+# formats whose test rows the default lost a prompt of — eval's NIAH on noise, the varied pass key, the plain pass key in
+# the chat template — and RULER's multi-key needles (4 keys), 5 depths × 2 samples (multi-key: × 4), with perplexity on
+# one window of Shakespeare's dev plays.  Why: `attnlab eval-why --layers` found the test losses of NIAH and the varied
+# pass key closed by one head each (L4.H4, planned with w = 0: itself and its columns, no neighbour).  A dev check: it
+# chooses whether `attnlab` takes a floor, and which.  One calibration window of Shakespeare's train plays, copied in.
+cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
+S=../shared/data/shakespeare
+R=${RUNS:-runs}/band-floor-dev
+M=${M:-attnlab,attnlab:band_floor=8,attnlab:band_floor=16}
+export OMP_NUM_THREADS=${THREADS:-1}
+run() {   # run NAME [eval options…]
+  out=$R/$1; shift
+  mkdir -p $out
+  [ -f ${RUNS:-runs}/calibration-smollm2-135m-2048.npz ] && [ ! -f $out/calibration-2048.npz ] && \
+    cp ${RUNS:-runs}/calibration-smollm2-135m-2048.npz $out/calibration-2048.npz
+  .venv/bin/attnlab eval --hf smollm2-135m --lengths 2048 --depths 5 --method $M --budget 0.1 --seed 1 \
+    --calibrate $S/train.txt.gz --calibrate-windows 1 "$@" --out $out || exit 1
+}
+[ -z "$ONLY" ] || [ "$ONLY" = a ] && {
+  run niah --task niah --haystack noise --samples 2 --ppl $S/dev.txt.gz
+  run passkey-varied --task passkey-varied --haystack noise --template none --samples 2
+}
+[ -z "$ONLY" ] || [ "$ONLY" = b ] && {
+  run passkey-chat --task passkey-bare --haystack noise --template chat --samples 2
+  run multikey --task niah-multikey --haystack noise --samples 4
+}
