@@ -47,7 +47,7 @@ def test_attnlab_is_the_recommended_preset_of_attnlab_retrieval():
     p = methods.PRESETS["attnlab"]
     assert type(m) is methods.REGISTRY["attnlab-retrieval"] and m.name == "attnlab" and m.describe()["method"] == "attnlab"
     assert p.values == {"retrieval_heads": 32, "blocks": 8, "other_blocks": 4, "tail_keep": 512, "pages": 16, "sliding_floor": 384,
-                        "page_score": "calibrated"}
+                        "page_score": "calibrated", "band_floor": 8}
     assert {k: m.option(k) for k in p.values} == p.values and m.option("tail") == 64   # the rest: the base's defaults
     assert methods.get("attnlab-retrieval", 0.1).option("retrieval_heads") == 16          # the base keeps its own
     assert methods.method_class("attnlab") is methods.REGISTRY["attnlab-retrieval"]
@@ -82,7 +82,7 @@ def test_methods_command_prints_options_defaults_ranges_and_presets(capsys):
     block = out[out.index("attnlab-retrieval (calibrated)"):]
     assert "  retrieval_heads = 16  [0, 1000000]  k: heads of largest retrieval score" in block
     assert "  widths = all  all | own" in block
-    assert "attnlab  [default] = attnlab-retrieval:retrieval_heads=32:blocks=8:other_blocks=4:tail_keep=512:pages=16:sliding_floor=384:page_score=calibrated" in out
+    assert "attnlab  [default] = attnlab-retrieval:retrieval_heads=32:blocks=8:other_blocks=4:tail_keep=512:pages=16:sliding_floor=384:page_score=calibrated:band_floor=8" in out
     assert out.count("[default]") == 1 and "attnlab-band (calibrated)" in out
 
 

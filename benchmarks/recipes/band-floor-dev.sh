@@ -1,15 +1,16 @@
 #!/bin/bash
 # The band floor on dev prompts (seed 1, other samples than the test's seed 0), SmolLM2-135M, 2,048 tokens, β = 0.1: the
-# default (`attnlab`) against the same with every planned head's band at least 8 or 16 keys (`band_floor`), on the
-# formats whose test rows the default lost a prompt of — eval's NIAH on noise, the varied pass key, the plain pass key in
-# the chat template — and RULER's multi-key needles (4 keys), 5 depths × 2 samples (multi-key: × 4), with perplexity on
-# one window of Shakespeare's dev plays.  Why: `attnlab eval-why --layers` found the test losses of NIAH and the varied
+# default as it was ($B below, no floor) against the same with every planned head's band at least 8 keys (`attnlab`,
+# the default since) or 16, on the formats whose test rows the default lost a prompt of — eval's NIAH on noise, the
+# varied pass key, the plain pass key in the chat template — and RULER's multi-key needles (4 keys), 5 depths × 2
+# samples (multi-key: × 4), with perplexity on one window of Shakespeare's dev plays.  Why: `attnlab eval-why --layers` found the test losses of NIAH and the varied
 # pass key closed by one head each (L4.H4, planned with w = 0: itself and its columns, no neighbour).  A dev check: it
-# chooses whether `attnlab` takes a floor, and which.  One calibration window of Shakespeare's train plays, copied in.
+# chose `attnlab`'s band_floor=8.  One calibration window of Shakespeare's train plays, copied in.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 S=../shared/data/shakespeare
 R=${RUNS:-runs}/band-floor-dev
-M=${M:-attnlab,attnlab:band_floor=8,attnlab:band_floor=16}
+B=attnlab-retrieval:retrieval_heads=32:blocks=8:other_blocks=4:tail_keep=512:pages=16:sliding_floor=384:page_score=calibrated
+M=${M:-$B,attnlab,$B:band_floor=16}
 export OMP_NUM_THREADS=${THREADS:-1}
 run() {   # run NAME [eval options…]
   out=$R/$1; shift

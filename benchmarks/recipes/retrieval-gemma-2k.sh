@@ -17,4 +17,4 @@ export OMP_NUM_THREADS=1
   --lengths 2048 --depths 5 --samples 2 --method $M --budget 0.1 --calibrate $S/train.txt.gz --calibrate-windows 1 \
   --seed $SEED --out ${RUNS:-runs}/passkey-gemma-2k-shakespeare-$SPLIT
 # why the default lost the prompts full attention found (the prompt's last row: where the answers part)
-.venv/bin/attnlab eval-why --out ${RUNS:-runs}/passkey-gemma-2k-shakespeare-$SPLIT --method attnlab --row first
+.venv/bin/attnlab eval-why --out ${RUNS:-runs}/passkey-gemma-2k-shakespeare-$SPLIT --method attnlab --row first --layers

@@ -208,9 +208,10 @@ class AttnlabRetrieval(PlanMethod):
 
 register_preset("attnlab", "attnlab-retrieval", "the recommended default: retrieval, perplexity and KV together (the read-back "
                 "configuration: 32 retrieval heads with key blocks, every other head 4 key blocks, a voted decoding cache, "
-                "16 pages read back a step, half by the mean key where the calibration text ranks that better; sliding "
-                "layers keep bands of at least 384 keys)", default=True,
-                retrieval_heads=32, blocks=8, other_blocks=4, tail_keep=512, pages=16, sliding_floor=384, page_score="calibrated")
+                "16 pages read back a step, half by the mean key where the calibration text ranks that better; every band "
+                "at least 8 keys, in sliding layers 384)", default=True,
+                retrieval_heads=32, blocks=8, other_blocks=4, tail_keep=512, pages=16, sliding_floor=384, page_score="calibrated",
+                band_floor=8)
 register_preset("attnlab-bound", "attnlab-retrieval", "attnlab with its pages read back by Quest's bound alone, on every "
                 "model, and sliding bands of at least 128 keys (the default before page_score=calibrated and "
                 "sliding_floor=384; what SmolLM2's calibration chooses)",
