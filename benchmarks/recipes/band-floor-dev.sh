@@ -3,9 +3,10 @@
 # default as it was ($B below, no floor) against the same with every planned head's band at least 8 keys (`attnlab`,
 # the default since) or 16, on the formats whose test rows the default lost a prompt of — eval's NIAH on noise, the
 # varied pass key, the plain pass key in the chat template — and RULER's multi-key needles (4 keys), 5 depths × 2
-# samples (multi-key: × 4), with perplexity on one window of Shakespeare's dev plays.  Why: `attnlab eval-why --layers` found the test losses of NIAH and the varied
-# pass key closed by one head each (L4.H4, planned with w = 0: itself and its columns, no neighbour).  A dev check: it
-# chose `attnlab`'s band_floor=8.  One calibration window of Shakespeare's train plays, copied in.
+# samples (multi-key: × 4), with perplexity on one window of Shakespeare's dev plays.  Why: `attnlab eval-why
+# --layers` found the test losses of NIAH and the varied pass key closed by one layer (L4) and in it by one head (L4.H4,
+# planned with w = 0: itself and its columns, no neighbour).  A dev check: it chose `attnlab`'s band_floor=8 (the test
+# rows rerun once after it).  One calibration window of Shakespeare's train plays, copied in.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 S=../shared/data/shakespeare
 R=${RUNS:-runs}/band-floor-dev
@@ -21,10 +22,14 @@ run() {   # run NAME [eval options…]
     --calibrate $S/train.txt.gz --calibrate-windows 1 "$@" --out $out || exit 1
 }
 [ -z "$ONLY" ] || [ "$ONLY" = a ] && {
-  run niah --task niah --haystack noise --samples 2 --ppl $S/dev.txt.gz
-  run passkey-varied --task passkey-varied --haystack noise --template none --samples 2
+  run niah-dev --task niah --haystack noise --samples 2 --ppl $S/dev.txt.gz
+  run passkey-varied-dev --task passkey-varied --haystack noise --template none --samples 2
 }
 [ -z "$ONLY" ] || [ "$ONLY" = b ] && {
-  run passkey-chat --task passkey-bare --haystack noise --template chat --samples 2
-  run multikey --task niah-multikey --haystack noise --samples 4
+  run passkey-chat-dev --task passkey-bare --haystack noise --template chat --samples 2
+  run multikey-dev --task niah-multikey --haystack noise --samples 4
 }
+# which layers' supports lose the old default's dev prompts (each layer restored to full attention, one at a time)
+[ -z "$ONLY" ] || [ "$ONLY" = why ] && for d in passkey-chat-dev multikey-dev; do
+  .venv/bin/attnlab eval-why --out $R/$d --method $B --row parted --top 6 --layers
+done

@@ -213,8 +213,8 @@ register_preset("attnlab", "attnlab-retrieval", "the recommended default: retrie
                 retrieval_heads=32, blocks=8, other_blocks=4, tail_keep=512, pages=16, sliding_floor=384, page_score="calibrated",
                 band_floor=8)
 register_preset("attnlab-bound", "attnlab-retrieval", "attnlab with its pages read back by Quest's bound alone, on every "
-                "model, and sliding bands of at least 128 keys (the default before page_score=calibrated and "
-                "sliding_floor=384; what SmolLM2's calibration chooses)",
+                "model, sliding bands of at least 128 keys and no band floor (the default before page_score=calibrated, "
+                "sliding_floor=384 and band_floor=8)",
                 retrieval_heads=32, blocks=8, other_blocks=4, tail_keep=512, pages=16, sliding_floor=128)
 register_preset("attnlab-other-blocks", "attnlab-retrieval", "multi-key retrieval with whole caches for the retrieval heads "
                 "(more KV than attnlab, no read-back)", retrieval_heads=32, blocks=8, other_blocks=4)
