@@ -1,6 +1,7 @@
 #!/bin/bash
 # The prompt formats of `attnlab eval` no other recipe measures, at 2,048 tokens, β = 0.1, 10 prompts over 5 depths,
-# test seed 0, run once.  The default's options were fixed before: nothing is chosen here.
+# test seed 0, run once.  The default's options were fixed before: nothing is chosen here (its rows were rerun once
+# after band-floor-dev.sh chose its band floor on dev prompts).
 #   passkey-varied-2k        the pass key with, per sample, an instruction or none, the key once or twice and one of
 #                            several phrasings of the needle, the question and the answer (the evaluation's phrasings;
 #                            the calibration never sees them), the repeated filler, no chat template
