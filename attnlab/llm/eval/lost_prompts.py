@@ -282,7 +282,7 @@ def restored_text(got: dict, token: str) -> str:
 
     text = (f"log p({token!r}) full {got['logp_full']:.2f}, method {got['logp_method']:.2f}; one layer restored to full "
             "attention closes " + ", ".join(f"L{x['layer']} {share(x)}" for x in got["layers"]) + " of the gap"
-            + (f" ({got['half']} of {got['of']} layers close half or more)" if "half" in got else ""))
+            + f" ({got['half']} of {got['of']} layers close half or more)")
     R = got["together"]
     if R:
         both = "together bring" if len(R["layers"]) > 1 else "alone brings"
