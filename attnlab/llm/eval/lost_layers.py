@@ -48,7 +48,8 @@ def with_full_layers(method, layers):
 
     check_restorable(method)
     plan = method.plan
-    heads = [[HeadPlan.full() for _ in row] if l in set(layers) else list(row) for l, row in enumerate(plan.heads)]
+    full = set(layers)
+    heads = [[HeadPlan.full() for _ in row] if l in full else list(row) for l, row in enumerate(plan.heads)]
     out = copy.copy(method)
     out.plan = replace(plan, heads=heads, meta=dict(plan.meta))          # a sliding layer: capped to its window again
     return out
