@@ -7,7 +7,9 @@ the recommended default is read against full attention and every baseline on eve
 
 Folders whose name ends in ``-dev`` are the checks made on dev seeds before a test run: they are left out here (their
 tables stay in their sections); so are the rows of configurations written out in full (``attnlab-retrieval:…``: an
-earlier default's, a probe's) — a column per named method, each such row in its folder's section.  A second table
+earlier default's, a probe's) — a column per named method, each such row in its folder's section; and round 2's
+per-head band plan (``attnlab-band``), scored for the perplexity target alone (its answers in its folder's section).
+A second table
 gathers, from the runs that scored perplexity beside, each method's perplexity (and its change from full attention)
 and its resident KV tokens per length.
 """
@@ -25,6 +27,7 @@ README_END = "<!-- end of the generated table -->"
 
 FIRST = ("full", "attnlab")      # then the other methods by name, the oracle last
 LAST = ("oracle-topk",)
+PPL_ONLY = ("attnlab-band",)     # round 2's plan: the perplexity target's reference, a column of the second table only
 
 
 def _haystack(cfg: dict) -> str:
@@ -58,12 +61,11 @@ def overview(folders: list[tuple[Path, dict, list[dict], list[dict]]], rel) -> s
             continue
         table = summarise(rows, walls)["table"]
         table = [t for t in table if ":" not in t["method"]]   # named methods only (module docstring)
-        for t in table:
-            methods.add(t["method"])
+        methods |= {t["method"] for t in table if t["method"] not in PPL_ONLY}
         for task, n in sorted({(t["task"], t["n"]) for t in table}, key=lambda x: (x[1], x[0])):
             mine = {t["method"]: t for t in table if t["task"] == task and t["n"] == n}
             label = (cfg.get("model", "?"), task, _haystack(cfg), _template(cfg), n)
-            grid.append((label, mine, rel(folder)))
+            grid.append((label, {m: t for m, t in mine.items() if m not in PPL_ONLY}, rel(folder)))
             for m, t in mine.items():   # one row per (model, n), methods merged over its runs (the same plans score the
                 if t.get("ppl"):        # same text); a method scored in two runs: the first
                     ppl.setdefault((label[0], n), {}).setdefault(m, t)
@@ -84,7 +86,9 @@ def overview(folders: list[tuple[Path, dict, list[dict], list[dict]]], rel) -> s
     if ppl:
         pcols = _order({m for mine in ppl.values() for m in mine})
         lines += ["", "Perplexity (one test window of the run's `--ppl` text, the same plans) and resident KV tokens per "
-                  "(layer, KV head) after the prefill, from the runs that scored it:", "",
+                  "(layer, KV head) after the prefill, from the runs that scored it"
+                  + ("; `attnlab-band`: round 2's per-head band plan, the perplexity target's reference" if
+                     any(m in pcols for m in PPL_ONLY) else "") + ":", "",
                   "| model | n | " + " | ".join(f"`{m}`" for m in pcols) + " |", "|" + "---|" * (len(pcols) + 2)]
         for (model, n), mine in sorted(ppl.items()):
             full = mine.get("full", {}).get("ppl")

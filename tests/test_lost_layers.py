@@ -137,3 +137,67 @@ def test_the_command_writes_the_layers_and_says_them(tiny, cli, tmp_path):
     r = cli("eval-why", "--out", plain, "--method", NARROW, "--top", "2", "--quiet")   # without --layers: no such field
     (row,) = [json.loads(line) for line in (plain / "lost-prompts.jsonl").read_text().splitlines()]
     assert r.returncode == 0 and "restored_layers" not in row and "restored" not in r.stdout
+
+
+def test_a_head_restored_alone_and_every_head_of_a_layer(tiny):
+    """M ⊕ (l, h): only that head runs full, the plan of the method untouched; every head of a layer restored one by
+    one together is the layer restored."""
+    from attnlab.llm.eval.lost_layers import head_words, row_logprob, with_full_heads, with_full_layers
+
+    model, _, _, m, forced = tiny
+    H = len(m.plan.heads[1])
+    r = with_full_heads(m, [(1, 0)])
+    assert r.plan.heads[1][0].is_full and not any(h.is_full for h in r.plan.heads[1][1:])
+    assert not any(h.is_full for h in m.plan.heads[1]) and head_words(r.plan.heads[1][0]) == "full"
+    assert head_words(m.plan.heads[1][0]).startswith(f"w {m.plan.heads[1][0].w}")
+    token = forced[256]
+    heads, _ = row_logprob(model, with_full_heads(m, [(1, h) for h in range(H)]), forced, 255, 256, token)
+    layer, _ = row_logprob(model, with_full_layers(m, [1]), forced, 255, 256, token)
+    assert heads == pytest.approx(layer, abs=1e-6)
+
+
+def test_the_heads_of_the_layers_that_close_most_of_the_gap(tiny):
+    """restored(heads=1): each planned head of the layer of largest r_l alone, r_{l.h} as r_l, sorted."""
+    from attnlab.llm.eval.lost_layers import restored, row_logprob, with_full_heads
+
+    model, _, _, m, forced = tiny
+    q, token = 255, forced[256]
+    seen = []
+    got = restored(model, m, forced, q, 256, token, top=10, heads=1,
+                   progress=lambda i, n, what="layer": seen.append(what))
+    H = got["heads"]
+    top = got["layers"][0]["layer"]
+    assert H["in_layers"] == [top] and H["of"] == sum(1 for h in m.plan.heads[top] if not h.is_full) > 0
+    assert seen.count("head") == H["of"] and len(H["top"]) == H["of"]
+    assert [x["logp"] for x in H["top"]] == sorted((x["logp"] for x in H["top"]), reverse=True)
+    gap = got["logp_full"] - got["logp_method"]
+    for x in H["top"]:
+        assert x["layer"] == top
+        alone, arg = row_logprob(model, with_full_heads(m, [(top, x["head"])]), forced, q, 256, token)
+        assert x["logp"] == pytest.approx(alone, abs=1e-4) and x["argmax_is_value"] == (arg == token)
+        assert x["share"] == pytest.approx((alone - got["logp_method"]) / gap, abs=1e-3 + 2e-4 / gap)
+    assert H["half"] == sum(1 for x in H["top"] if x["share"] >= 0.5)
+    assert "heads" not in restored(model, m, forced, q, 256, token, top=2)
+
+
+def test_the_command_says_the_heads_and_refuses_a_negative_count(tiny, cli, tmp_path):
+    from attnlab.llm.eval.eval_grid import EvalSettings, run_eval
+
+    model, tok, folder, _, _ = tiny
+    out = tmp_path / "run"
+    run_eval(model, tok, EvalSettings(model=str(folder), tasks=["passkey-bare"], lengths=[256], depths=1, samples=1,
+                                      methods=[NARROW], template="none", max_new=2), out)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    for r in rows:
+        r["score"] = 1.0 if r["method"] == "full" else 0.0
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    before = sorted(p.name for p in out.iterdir())
+    r = cli("eval-why", "--out", out, "--method", NARROW, "--heads", "-1")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "--heads" in lines[0] and "Traceback" not in r.stderr, r.stderr
+    assert sorted(p.name for p in out.iterdir()) == before
+    r = cli("eval-why", "--out", out, "--method", NARROW, "--top", "2", "--heads", "1", "--quiet")   # implies --layers
+    assert r.returncode == 0, r.stderr
+    (row,) = [json.loads(line) for line in (out / "lost-prompts.jsonl").read_text().splitlines()]
+    assert row["restored_layers"]["heads"]["in_layers"] == [row["restored_layers"]["layers"][0]["layer"]]
+    assert "one head of L" in r.stdout and "planned heads close half or more" in r.stdout

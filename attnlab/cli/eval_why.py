@@ -1,13 +1,14 @@
 """``attnlab eval-why``: why a method lost the prompts full attention answered, measured on an eval run folder.
 
     attnlab eval-why --out runs/passkey-2k-filler-test --method attnlab-retrieval [--top 5] [--row value|first|parted] \\
-        [--calibration FILE] [--layers]
+        [--calibration FILE] [--layers] [--heads K]
 
 For each such prompt: the heads that read the needle's value under full attention (their attention mass from the row
 that predicts the answer's first value token), each head's role in the method's plan and whether the method let it read
 the value's keys at that step (``attnlab.llm.eval.lost_prompts``).  Writes ``OUT/lost-prompts.jsonl`` (this method's
 rows replaced) and prints one line per prompt.  ``--layers``: each layer of the method's plan restored to full attention,
-one at a time, and the share of the answer token's log-probability gap it closes (``attnlab.llm.eval.lost_layers``).
+one at a time, and the share of the answer token's log-probability gap it closes (``attnlab.llm.eval.lost_layers``);
+``--heads K``: then each planned head of the K layers that close most of it, one at a time.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def eval_why_command(
     layers: bool = typer.Option(False, "--layers", help="also restore each layer of the method's plan to full attention, "
                                 "one at a time, and say which close the gap in the answer token's log-probability (one run "
                                 "of the method per layer and prompt)"),
+    heads: int = typer.Option(0, "--heads", help="with the layers (implies --layers): also restore each planned "
+                              "head of the K layers that close most of the gap, one at a time (one run per head)"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage "
                                 "otherwise); errors still said"),
 ) -> None:
@@ -45,6 +48,7 @@ def eval_why_command(
     pairs = lost_pairs(rows, method)
     for n in sorted({int(lost["n"]) for _, lost in pairs}):
         calibration_path(out, method, n, calibration)                      # a calibrated method without its calibration
+    layers = layers or heads > 0
     if layers and pairs:
         from attnlab.llm.eval.lost_layers import check_restorable
 
@@ -55,7 +59,7 @@ def eval_why_command(
         from attnlab.cli.plan import _load
 
         model, tokenizer = _load(settings.model, progress)
-    done = explain(model, tokenizer, out, method, top=top, calibration=calibration, row=row, layers=layers,
+    done = explain(model, tokenizer, out, method, top=top, calibration=calibration, row=row, layers=layers, heads=heads,
                    progress=progress)
     for row in done:
         typer.echo(row["summary"])

@@ -142,6 +142,7 @@ RULES: dict[str, Rule] = {
     "eval.template": Rule(str, registry="attnlab.llm.eval.tasks:TEMPLATES"),   # the prompt formats (attnlab.llm.eval.tasks.prompt)
     "eval.question": Rule(str, registry="attnlab.llm.eval.tasks:QUESTIONS"),
     "eval-why.top": Rule(int, 1, 10**4),                                     # heads shown per lost prompt
+    "eval-why.heads": Rule(int, 0, 10**4),                                   # layers whose heads are restored one by one
     "eval-why.row": Rule(str, registry="attnlab.llm.eval.lost_prompts:ROWS"),   # the row measured (lost_prompts.answer_row)
     # head detectors (heads)
     "heads.length": Rule(int, 8, 2**20),

@@ -152,10 +152,11 @@ def answer_row(tokenizer, ids: list[int], value: str, row: str = "value", answer
 
 # ---- the command ----------------------------------------------------------------------------------------------------
 def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=None, row: str = "value",
-            layers: bool = False, progress: Progress = SILENT) -> list[dict]:
+            layers: bool = False, heads: int = 0, progress: Progress = SILENT) -> list[dict]:
     """Every prompt of ``out`` that full attention answered and ``method_name`` lost, explained (module docstring) at the
     ``row`` of ``answer_row``; with ``layers``, also each layer restored to full attention (``lost_layers.restored``:
-    ``restored_layers``); writes ``out/lost-prompts.jsonl`` (this method's rows replaced, other methods' kept) and
+    ``restored_layers``; with ``heads`` = k, each planned head of the k layers that close most of the gap, alone:
+    ``restored_layers["heads"]``); writes ``out/lost-prompts.jsonl`` (this method's rows replaced, other methods' kept) and
     returns its rows."""
     import torch
 
@@ -196,9 +197,9 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
         verdicts, method_next, method_first = method_row(model, m, forced, q, n, needle, O)
         order = torch.argsort(mass.flatten(), descending=True)[:top].tolist()
         H = mass.shape[1]
-        heads = [{"layer": x // H, "head": x % H, "mass": round(float(mass.flatten()[x]), 4), **verdicts[(x // H, x % H)]}
+        readers = [{"layer": x // H, "head": x % H, "mass": round(float(mass.flatten()[x]), 4), **verdicts[(x // H, x % H)]}
                  for x in order]
-        for hd in heads:
+        for hd in readers:
             for k in ("mass_method", "mass_other_method"):
                 if k in hd:
                     hd[k] = round(hd[k], 4)
@@ -212,12 +213,13 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
                "predicts": tokenizer.decode([nxt]), "full_next": tokenizer.decode([full_next]),
                "method_next": tokenizer.decode([method_next]), "first": tokenizer.decode(forced[n : n + 1]),
                "full_first": tokenizer.decode([full_first]),
-               "method_first": tokenizer.decode([method_first]), "heads": heads, "plan_differs": differs}
-        if layers:
+               "method_first": tokenizer.decode([method_first]), "heads": readers, "plan_differs": differs}
+        if layers or heads:
             from attnlab.llm.eval.lost_layers import restored
 
-            why["restored_layers"] = restored(model, m, forced, q, n, nxt, top=top, progress=lambda i, L: bar.update(
-                len(done), note=f"depth {d} sample {lost['sample']}: layer {i} of {L} restored"))
+            why["restored_layers"] = restored(model, m, forced, q, n, nxt, top=top, heads=heads, progress=lambda i, L,
+                                              what="layer": bar.update(len(done), note=f"depth {d} sample "
+                                                                       f"{lost['sample']}: {what} {i} of {L} restored"))
         why["summary"] = summary_line(why)
         done.append(why)
         bar.update(len(done), note=f"depth {d} sample {lost['sample']}")
@@ -286,8 +288,15 @@ def restored_text(got: dict, token: str) -> str:
     R = got["together"]
     if R:
         both = "together bring" if len(R["layers"]) > 1 else "alone brings"
-        return text + f"; L{', L'.join(map(str, R['layers']))} restored {both} {token!r} back"
-    return text + (f"; the {got['tried']} first of them restored together do not bring {token!r} back" if got["tried"] else "")
+        text += f"; L{', L'.join(map(str, R['layers']))} restored {both} {token!r} back"
+    elif got["tried"]:
+        text += f"; the {got['tried']} first of them restored together do not bring {token!r} back"
+    H = got.get("heads")
+    if H:
+        text += (f"; one head of L{', L'.join(map(str, H['in_layers']))} restored closes " + ", ".join(
+            f"L{x['layer']}.H{x['head']} ({x['plan']}) {share(x)}" for x in H["top"])
+            + f" ({H['half']} of their {H['of']} planned heads close half or more)")
+    return text
 
 
 def summary_line(row: dict) -> str:
