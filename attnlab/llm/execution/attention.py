@@ -145,7 +145,8 @@ def apply_plan(model, plan: Plan, runner: Callable[..., LayerRunner] = LayerRunn
     """Run ``model`` with ``plan``: every attention head with its support; returns the model.
 
     ``runner``: the class (or factory) of each layer's runner, a method's subclass of ``LayerRunner``, constructed as
-    ``runner(heads, layer_idx, num_kv_heads, sliding_window, pages, page, mean_pages=…, **options)``.
+    ``runner(heads, layer_idx, num_kv_heads, sliding_window, pages, page, mean_pages=…, decode_band=…, group_vote=…,
+    **options)``.
     Raises ``UserError`` if the plan was made for another model (layer / head counts).
     """
     plan.check(model)
@@ -156,7 +157,9 @@ def apply_plan(model, plan: Plan, runner: Callable[..., LayerRunner] = LayerRunn
         sw = getattr(mod, "sliding_window", None)
         mod.attnlab_layer = runner(plan.heads[l], l, plan.num_kv_heads, int(sw) if sw else None,
                                    getattr(plan, "pages", 0), getattr(plan, "page", 16),
-                                   mean_pages=getattr(plan, "mean_pages", 0), **options)
+                                   mean_pages=getattr(plan, "mean_pages", 0),
+                                   decode_band=getattr(plan, "decode_band", 0),
+                                   group_vote=getattr(plan, "group_vote", 0), **options)
     model.set_attn_implementation(NAME)
     model.attnlab_plan = plan
     return model

@@ -193,11 +193,12 @@ class DecodeStep(LayerPlan):
         """Which cached keys (B, H_s, L) of the KV heads ``kv`` (None: all) some query at position ≥ ``seen`` of this
         layer can still read.
 
-            keep(j) = ∃ h of the KV head: w_h = FULL ∨ j ≥ seen − w_h ∨ j ∈ T_h     (w_h capped by a sliding window)
+            keep(j) = ∃ h of the KV head: w_h = FULL ∨ j ≥ seen − w_h ∨ j ∈ T_h     (w_h capped by a sliding window and
+                                                                                 by ``decode_band``: ``decode_w``)
         """
         B, H_s, L = k_pos.shape
         r = self.H // self.H_kv
-        w = torch.tensor([FULL if self.whole[h] else self.effective_w(h, seen) for h in range(self.H)])
+        w = torch.tensor([FULL if self.whole[h] else self.decode_w(h, seen) for h in range(self.H)])
         w = self.per_kv(w, kv).to(k_pos.device).view(1, H_s, r, 1)
         flags = self.column_flags(k_pos, kv) if flags is None else flags                  # (B, H_s, r, L)
         mine = (w == FULL) | near(seen, k_pos[:, :, None, :], w) | flags

@@ -33,7 +33,8 @@ class LayerPlan:
     """The plan of one layer: per query head what it reads, and (per input) the columns, slashes and blocks it chose."""
 
     def __init__(self, heads, layer_idx: int, num_kv_heads: int, sliding_window: int | None = None, pages: int = 0, page: int = 16,
-                 backend: AttentionBackend | None = None, mean_pages: int = 0):
+                 backend: AttentionBackend | None = None, mean_pages: int = 0, decode_band: int = 0,
+                 group_vote: int = 0):
         self.heads = heads
         self.layer_idx = layer_idx
         self.H, self.H_kv = len(heads), num_kv_heads
@@ -47,11 +48,15 @@ class LayerPlan:
         # tail rows' vote: a head with a tail and ``kept`` = P keeps at decoding the P keys its tail rows attended most
         self.kept = [getattr(h, "kept", 0) if t else 0 for h, t in zip(heads, self.tail)]
         self.vote_next = [getattr(h, "vote_next", 0) if p else 0 for h, p in zip(heads, self.kept)]   # s: blocks before, in a vote
+        self.group_vote = bool(group_vote)   # the voting heads of a KV group cast one vote (``PrefillStep.vote``)
         # (H,) reads its whole cache at decoding: a head with a tail (a retrieval head) that keeps no vote; key blocks
         # alone are a prefill choice
         self.whole = torch.tensor([t > 0 and not p for t, p in zip(self.tail, self.kept)], dtype=torch.bool)
-        self.w_decode = torch.where(self.whole, FULL, self.w)                            # (H,) a tail: every cached key
         self.sliding = sliding_window
+        # c > 0: at decoding a planned head's band reads at most c keys, min(w_h, c) (``decode_w``); the prefill keeps w_h
+        self.decode_band = int(decode_band)
+        self.w_decode = torch.tensor([FULL if self.whole[h] else self.decode_w(h) for h in range(self.H)],
+                                     dtype=torch.long)                                  # (H,) a tail: every cached key
         # read-back: the planned heads (no FULL decoding, no sliding layer) read ``pages`` pages of ``page`` keys
         self.reads = (self.w_decode != FULL) & (pages > 0 and sliding_window is None)   # (H,) bool
         self.pages, self.page = (int(pages), int(page)) if bool(self.reads.any()) else (0, int(page))
@@ -136,6 +141,15 @@ class LayerPlan:
         if self.sliding is not None:
             return self.sliding - 1 if w == FULL else min(w, self.sliding - 1)
         return w
+
+    def decode_w(self, h: int, n: int | None = None) -> int:
+        """Half-width a decoding query of head h reads: the plan's w (``effective_w`` at length n, None: w as planned,
+        the sliding window applied by the mask), capped at ``decode_band`` c > 0 — a planned FULL head of a full layer
+        stays FULL (the plan chose it whole), a sliding layer's head reads min(W − 1, c)."""
+        w = int(self.w[h]) if n is None and not self.decode_band else self.effective_w(h, n or 0)
+        if not self.decode_band or (w == FULL and self.sliding is None):
+            return w
+        return min(self.sliding - 1 if w == FULL else w, self.decode_band)
 
     def is_full(self, h: int, n: int) -> bool:
         """Head h reads every causal key at length n (its band covers the row, or it is planned full)."""

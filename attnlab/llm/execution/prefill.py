@@ -9,6 +9,8 @@
                   m_J = Σ_{j ∈ J} m_j,   V_J = Σ_{u=0…s} m_{J−u}   (s = ``vote_next``, 0: V_J = m_J)
                   voted = top_{⌈P/b⌉} blocks by V_J    (a needle's value lies beside the key the question finds:
                   whole blocks keep both, and with s > 0 the block after them, where the value starts a new block)
+                  ``group_vote``: one vote a KV group, m_j summed over its voting query heads (SnapKV's vote for
+                  grouped queries, as kvpress sums a group's scores): the group keeps P voted keys, not up to r·P
 
 T_h ∪ held ∪ voted are the columns the decoding reads (``self.columns``, −1: empty); a sliding layer keeps none
 (the model's own mask would hide them).
@@ -67,14 +69,18 @@ class PrefillStep(LayerPlan):
                 voters.setdefault(min(self.tail[h], n), []).append(h)
         for R, hs in voters.items():
             a = torch.softmax(tail_scores(q, k, kv_of, torch.tensor(hs, device=q.device), R, scaling), -1)   # (B, |hs|, R, n)
+            taken, mass = {}, {}
             for x, h in enumerate(hs):
-                taken = column_mask(torch.cat([self.columns[:, h], held[:, h]], -1), n)             # (B, n): columns, held
-                taken[:, max(0, n - 1 - self.effective_w(h, n)) :] = True                           # the band holds these
-                mass = a[:, x].sum(-2).masked_fill(taken, 0.0)                                       # (B, n)
-                per_block = F.pad(mass, (0, -n % BLOCK)).unflatten(-1, (-1, BLOCK)).sum(-1)          # (B, ⌈n/b⌉) m_J
+                taken[h] = column_mask(torch.cat([self.columns[:, h], held[:, h]], -1), n)          # (B, n): columns, held
+                taken[h][:, max(0, n - 1 - self.decode_w(h, n)) :] = True                           # the band holds these
+                mass[h] = a[:, x].sum(-2).masked_fill(taken[h], 0.0)                                 # (B, n) m_j
+            if self.group_vote:   # one vote a KV group: m_j summed over its voting heads, the same blocks for each
+                mass = {h: sum(mass[g] for g in hs if self.kv_of[g] == self.kv_of[h]) for h in hs}
+            for h in hs:
+                per_block = F.pad(mass[h], (0, -n % BLOCK)).unflatten(-1, (-1, BLOCK)).sum(-1)       # (B, ⌈n/b⌉) m_J
                 per_block = sum(F.pad(per_block, (u, 0))[..., : per_block.shape[-1]] for u in range(self.vote_next[h] + 1))  # V_J
                 top = torch.topk(per_block, min(-(-self.kept[h] // BLOCK), per_block.shape[-1]), -1)
                 keys = block_keys(torch.where(top.values > 0, top.indices, -1), n)                  # (B, P'), −1: none
-                keys = keys.masked_fill(taken.gather(-1, keys.clamp_min(0)), -1)                     # distinct from the rest
+                keys = keys.masked_fill(taken[h].gather(-1, keys.clamp_min(0)), -1)                  # distinct from the rest
                 voted[:, h, : keys.shape[-1]] = keys
         return voted

@@ -50,6 +50,12 @@ K − k by Quest's bound (``Plan.mean_pages``, ``pages.choose_pages``).  ``page_
 (recall@K over the last 32 rows of its first window, ``attnlab.llm.plans.page_ranking``, kept as
 ``Calibration.page_ranking``), else k = 0.  Quest's bound sums a per-channel slack over d_k channels: SmolLM2
 (d_k = 64) keeps the bound, Gemma-3 (d_k = 256) the split.
+``decode_band`` = c: at decoding every planned head's band reads, and its KV head keeps, at most the c keys before the
+query, min(w_h, c) — in a sliding layer min(W − 1, c) — its columns, voted keys and read-back pages as before
+(``Plan.decode_band``, ``LayerPlan.decode_w``): the decoding cache's budget apart from the prefill's β, as SnapKV's and
+DuoAttention's caches are.  The prefill, and so the perplexity of a prefill, is unchanged.
+``group_vote`` = 1 (with ``tail_keep``): the retrieval heads of a KV group sum their tail rows' masses and vote once,
+so the group reads and keeps the same P keys (``Plan.group_vote``; SnapKV's vote for grouped queries).
 """
 
 from attnlab.errors import UserError
@@ -84,6 +90,10 @@ class AttnlabRetrieval(PlanMethod):
         "slashes": Option(0, 0, 10**4, "per-input diagonals δ < −w each planned head also reads in the prefill"),
         "sliding_floor": Option(0, 0, 10**7, "least band of a head in a sliding layer (Gemma-3)"),
         "band_floor": Option(0, 0, 10**7, "least band of every planned head (0: the knapsack may give a head no neighbour)"),
+        "group_vote": Option(0, 0, 1, "1 (needs tail_keep): the retrieval heads of a KV group cast one vote, P keys a "
+                             "KV head (0: P keys a query head, up to r·P a KV head)"),
+        "decode_band": Option(0, 0, 10**7, "c: at decoding a planned head's band reads and keeps at most c keys (0: its "
+                              "prefill band w; the prefill unchanged)"),
         "widths": Option("all", help="bands offered to the knapsack: every width calibrated, or attnlab's grid alone",
                          choices=WIDTHS),
     }
@@ -94,7 +104,7 @@ class AttnlabRetrieval(PlanMethod):
     decoding = ("retrieval heads read (and their KV heads keep) the whole cache (tail_keep=P: their band, columns and the P keys "
                 "their tail rows attended most); the others keep what their support can still read "
                 "(other_blocks: and the keys of the blocks their last query block chose; pages=K: and read back the K pages of evicted "
-                "keys of largest bound; slash lines are not read at decoding)")
+                "keys of largest bound; slash lines are not read at decoding; decode_band=c: every band at most c keys)")
 
     def __init__(self, budget: float = 1.0, **options):
         super().__init__(budget, **options)
@@ -104,6 +114,8 @@ class AttnlabRetrieval(PlanMethod):
         P = int(self.option("tail_keep"))
         if P and not T:
             raise UserError(f"--method {self.name}: tail_keep={P} needs tail > 0 (the tail's rows cast the vote)")
+        if int(self.option("group_vote")) and not P:
+            raise UserError(f"--method {self.name}: group_vote=1 needs tail_keep > 0 (it groups the vote)")
         if int(self.option("vote_next")) and not P:
             raise UserError(f"--method {self.name}: vote_next={self.option('vote_next')} needs tail_keep > 0 (it shapes the vote)")
         if self.option("page_score") == "calibrated" and (int(self.option("mean_pages")) or not int(self.option("pages"))):
@@ -186,6 +198,10 @@ class AttnlabRetrieval(PlanMethod):
                          **({"tail_keep": P} if P else {}), **({"vote_next": V} if V else {}))
         plan.pages = int(self.option("pages"))
         plan.mean_pages = int(self.option("mean_pages"))
+        plan.decode_band = int(self.option("decode_band"))
+        plan.group_vote = int(self.option("group_vote"))
+        plan.meta.update(**({"decode_band": plan.decode_band} if plan.decode_band else {}),
+                         **({"group_vote": 1} if plan.group_vote else {}))
         if self.option("page_score") == "calibrated":   # the split where it ranks better on the calibration text
             from attnlab.llm.plans.page_ranking import ranking_row
 

@@ -242,9 +242,15 @@ class Plan:
     pages: int = 0                   # K: pages a planned head reads back per decoding query (0: none)
     page: int = 16                   # tokens per page (``attnlab.llm.execution.pages.PAGE``)
     mean_pages: int = 0              # k ≤ K of them chosen by the mean key's score, not the bound (``pages.choose_pages``)
+    decode_band: int = 0             # c: at decoding a planned head's band reads (and its cache keeps) at most c keys (0: w)
+    group_vote: int = 0              # 1: the voting heads of a KV group cast one vote, P keys a group (0: P a query head)
 
     def __post_init__(self):
         check_pages(self.pages, self.page)
+        if isinstance(self.decode_band, bool) or not isinstance(self.decode_band, int) or not 0 <= self.decode_band <= 10**7:
+            raise ValueError(f"decode_band must be an integer in [0, 10000000], got {self.decode_band!r}")
+        if self.group_vote not in (0, 1) or isinstance(self.group_vote, bool):
+            raise ValueError(f"group_vote must be 0 or 1, got {self.group_vote!r}")
         if isinstance(self.mean_pages, bool) or not isinstance(self.mean_pages, int) or not 0 <= self.mean_pages <= self.pages:
             raise ValueError(f"mean_pages must be an integer in [0, pages = {self.pages}], got {self.mean_pages!r}")
         # a sliding layer never gets more than its window: its heads are capped here, for every way of making a plan
@@ -343,6 +349,8 @@ class Plan:
             "fraction": self.fraction() if self.n else None, "full_heads": self.full_heads(), "meta": self.meta,
             "windows": self.windows, **({"pages": self.pages, "page": self.page} if self.pages else {}),
             **({"mean_pages": self.mean_pages} if self.mean_pages else {}),
+            **({"decode_band": self.decode_band} if self.decode_band else {}),
+            **({"group_vote": self.group_vote} if self.group_vote else {}),
             "heads": [[h.to_dict() for h in row] for row in self.heads],
         }
 
@@ -373,7 +381,8 @@ class Plan:
                 raise ValueError(f"num_heads {d['num_heads']} is not a multiple of num_kv_heads {d['num_kv_heads']}")
             heads = [[HeadPlan.from_dict(h) for h in row] for row in d["heads"]]
             plan = cls(heads, int(d["num_kv_heads"]), d.get("method", "attnlab"), float(d.get("budget", 1.0)), int(d.get("n", 0)), d.get("meta", {}),
-                       d.get("windows"), d.get("pages", 0), d.get("page", 16), d.get("mean_pages", 0))
+                       d.get("windows"), d.get("pages", 0), d.get("page", 16), d.get("mean_pages", 0),
+                       d.get("decode_band", 0), d.get("group_vote", 0))
             check_budget(d.get("budget", 1.0))
         except (KeyError, TypeError, ValueError, OverflowError) as err:
             raise UserError(f"{path}: malformed plan ({err})") from None
