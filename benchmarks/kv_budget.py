@@ -5,6 +5,7 @@ prefills the first n − s tokens of a window of ``--text`` (dev text: a setting
 last s tokens one at a time, teacher-forced, through the method's own cache, and reports
 
     KV_l        keys held per KV head of layer l after the s steps (mean over KV heads), and their mean over layers
+                (and over the sliding-window layers and the global ones apart, for a model that has both: Gemma-3)
     bytes       the cache's bytes as allocated (read-back page summaries included, the store of evicted keys apart)
     ppl_decode  exp(−(1/s) Σ_{t=n−s}^{n−1} log p(x_{t+1} | cache)) — the cost of what the cache dropped, which the
                 perplexity of a prefill cannot see (a prefill reads the prefill's support, not the decoding cache)
@@ -85,14 +86,20 @@ def main():
         if not path.is_file():
             raise UserError(f"{opt} {path}: no such file")
     from attnlab.llm import methods
+    from attnlab.llm.eval.eval_grid import parse_method, parse_methods
 
-    made = [methods.get(name, a.budget) for name in a.methods.split(",") if name]   # an unknown method: one line, here
+    specs = parse_methods(a.methods)
+    made = []
+    for spec in specs:                                     # an unknown method or option: one line, before the model loads
+        name, opts = parse_method(spec)
+        made.append(methods.get(name, a.budget, **opts))
 
     from attnlab.llm.eval.eval_grid import calibration_file
     from attnlab.llm.models.loading import load_causal_lm
     from attnlab.llm.models.text_windows import token_windows
 
     model, tok = load_causal_lm(a.hf)
+    kinds = list(getattr(model.config, "layer_types", None) or [])      # per layer: sliding_attention | full_attention
     (window,) = token_windows(tok, a.text, a.n, 1)
     ids = [int(x) for x in window.reshape(-1)]
     cal = None
@@ -101,17 +108,22 @@ def main():
         cal = calibration_file(model, tok, made, a.n, a.out / f"calibration-{a.n}.npz", a.calibrate, 1)
     full_per, full_bytes, full_ppl = decode_run(model, None, ids, a.steps)
     full_kv = sum(full_per) / len(full_per)
-    for name, m in [("full", None)] + list(zip(a.methods.split(","), made)):
+    for name, m in [("full", None)] + list(zip(specs, made)):
         t0 = time.perf_counter()
         if m is not None:
             m.prepare(model, a.n, cal)
         per, nbytes, ppl = (full_per, full_bytes, full_ppl) if m is None else decode_run(model, m, ids, a.steps)
         kv = sum(per) / len(per)
+        split = {}
+        if "sliding_attention" in kinds and "full_attention" in kinds:
+            for kind, key in (("sliding_attention", "kv_sliding"), ("full_attention", "kv_global")):
+                mine = [x for x, t in zip(per, kinds) if t == kind]
+                split[key] = round(sum(mine) / len(mine), 1)
         row = {"model": a.hf, "n": a.n, "steps": a.steps, "text": a.text.name, "method": name,
-               "kv_tokens": round(kv, 1), "kv_x_smaller": round(full_kv / kv, 2), "kv_bytes": nbytes,
+               "kv_tokens": round(kv, 1), **split, "kv_x_smaller": round(full_kv / kv, 2), "kv_bytes": nbytes,
                "bytes_x_smaller": round(full_bytes / nbytes, 2), "ppl_decode": round(ppl, 3),
                "ppl_decode_full": round(full_ppl, 3), "vs_full_pct": round(100 * (ppl / full_ppl - 1), 2),
-               "kv_per_layer": [round(x, 1) for x in per], "seconds": round(time.perf_counter() - t0, 1)}
+               "seconds": round(time.perf_counter() - t0, 1)}
         print(json.dumps(row) if a.json else
               f"{name}: KV {row['kv_tokens']} keys a (layer, KV head) ({row['kv_x_smaller']}× fewer than full's "
               f"{full_kv:.1f}), {nbytes / 2**20:.1f} MiB ({row['bytes_x_smaller']}× smaller); decoding perplexity "

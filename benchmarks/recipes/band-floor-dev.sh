@@ -7,6 +7,7 @@
 # --layers` found the test losses of NIAH and the varied pass key closed by one layer (L4) and in it by one head (L4.H4,
 # planned with w = 0: itself and its columns, no neighbour).  A dev check: it chose `attnlab`'s band_floor=8 (the test
 # rows rerun once after it).  One calibration window of Shakespeare's train plays, copied in.
+# The rows of attnlab:group_vote=1:decode_band=192 in its dev folders: benchmarks/recipes/kv-budget-dev.sh.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 S=../shared/data/shakespeare
 R=${RUNS:-runs}/band-floor-dev

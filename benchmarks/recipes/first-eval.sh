@@ -12,4 +12,4 @@ OUT=${RUNS:-runs}/first-eval
 B=${B:-minference,snapkv,streaming-llm,quest,oracle-topk}
 [ "$B" != none ] && .venv/bin/attnlab eval --hf smollm2-135m --task niah --lengths 2048 --depths 5 --samples 2 --method $B \
     --budget 0.1 --calibrate ../shared/data/shakespeare/train.txt.gz --out $OUT
-.venv/bin/attnlab eval-why --out $OUT --method attnlab --row parted --top 8 --layers
+.venv/bin/attnlab eval-why --out $OUT --method attnlab --row parted --top 8 --heads 2

@@ -8,6 +8,7 @@
 # Then the vote of the retrieval heads' decoding cache (vote_next=s: a block's vote also counts the s blocks before it,
 # the value after the key's words), where the dev losses' copy head missed the value's keys.  A dev check (no test
 # figure).  One calibration window of the train plays (those of the test recipes, where present).  Two threads.
+# The rows of attnlab:group_vote=1:decode_band=192 in its dev folders: benchmarks/recipes/kv-budget-dev.sh.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 S=../shared/data/shakespeare
 R=${RUNS:-runs}

@@ -6,6 +6,7 @@
 # `pages=16`.  Then the default (for SmolLM2 its calibration keeps Quest's bound alone: page_score=calibrated) against
 # the split page choice (mean_pages=8: 8 pages by the bound, 8 by the mean key, what page-ranking.sh measures on dev
 # text).  One process at a time.
+# The rows of attnlab:group_vote=1:decode_band=192 in its dev folders: benchmarks/recipes/kv-budget-dev.sh.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 S=../shared/data/shakespeare
 OUT=${RUNS:-runs}/readback-dev

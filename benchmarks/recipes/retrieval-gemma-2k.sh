@@ -7,6 +7,7 @@
 # checked there, M=attnlab,attnlab-retrieval; the page choices, M=attnlab-bound,attnlab-bound:mean_pages=8);
 # SPLIT=test: seed 0 and the test plays, run once (attnlab-bound's rows: the default's before page_score=calibrated).
 # One calibration window of the train plays.  One process, one thread.
+# The rows of attnlab:group_vote=1:decode_band=192 in its dev folders: benchmarks/recipes/kv-budget-dev.sh.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 S=../shared/data/shakespeare
 SPLIT=${SPLIT:-dev}
@@ -17,4 +18,4 @@ export OMP_NUM_THREADS=1
   --lengths 2048 --depths 5 --samples 2 --method $M --budget 0.1 --calibrate $S/train.txt.gz --calibrate-windows 1 \
   --seed $SEED --out ${RUNS:-runs}/passkey-gemma-2k-shakespeare-$SPLIT
 # why the default lost the prompts full attention found (the prompt's last row: where the answers part)
-.venv/bin/attnlab eval-why --out ${RUNS:-runs}/passkey-gemma-2k-shakespeare-$SPLIT --method attnlab --row first --layers
+.venv/bin/attnlab eval-why --out ${RUNS:-runs}/passkey-gemma-2k-shakespeare-$SPLIT --method attnlab --row first --heads 2
