@@ -28,6 +28,18 @@ def tiny(tmp_path_factory):
     return model, tok, folder, m, forced
 
 
+def lost_run(model, tok, folder, out, method: str) -> None:
+    """An eval run of ``method`` on one pass-key prompt, its rows rescored so that full found it and the method lost it."""
+    from attnlab.llm.eval.eval_grid import EvalSettings, run_eval
+
+    run_eval(model, tok, EvalSettings(model=str(folder), tasks=["passkey-bare"], lengths=[256], depths=1, samples=1,
+                                      methods=[method], template="none", max_new=2), out)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    for r in rows:
+        r["score"] = 1.0 if r["method"] == "full" else 0.0
+    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
 def test_every_layer_restored_is_full_attention_and_none_is_the_method(tiny):
     from attnlab.llm.eval.lost_layers import row_logprob, with_full_layers
 
@@ -93,7 +105,6 @@ def test_a_method_without_a_plan_of_heads_is_refused_in_one_line(tiny, cli, tmp_
     nothing written; the function refuses them too."""
     from attnlab.errors import UserError
     from attnlab.llm import methods as registry
-    from attnlab.llm.eval.eval_grid import EvalSettings, run_eval
     from attnlab.llm.eval.lost_layers import check_restorable
 
     model, tok, folder, _, _ = tiny
@@ -102,12 +113,7 @@ def test_a_method_without_a_plan_of_heads_is_refused_in_one_line(tiny, cli, tmp_
             check_restorable(registry.get(name, 0.1))
     check_restorable(registry.get("attnlab", 0.1))
     out = tmp_path / "run"
-    run_eval(model, tok, EvalSettings(model=str(folder), tasks=["passkey-bare"], lengths=[256], depths=1, samples=1,
-                                      methods=["snapkv"], template="none", max_new=2), out)
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    for r in rows:
-        r["score"] = 1.0 if r["method"] == "full" else 0.0
-    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lost_run(model, tok, folder, out, "snapkv")
     before = sorted(p.name for p in out.iterdir())
     r = cli("eval-why", "--out", out, "--method", "snapkv", "--layers")
     lines = r.stderr.strip().splitlines()
@@ -116,16 +122,9 @@ def test_a_method_without_a_plan_of_heads_is_refused_in_one_line(tiny, cli, tmp_
 
 
 def test_the_command_writes_the_layers_and_says_them(tiny, cli, tmp_path):
-    from attnlab.llm.eval.eval_grid import EvalSettings, run_eval
-
     model, tok, folder, _, _ = tiny
     out = tmp_path / "run"
-    run_eval(model, tok, EvalSettings(model=str(folder), tasks=["passkey-bare"], lengths=[256], depths=1, samples=1,
-                                      methods=[NARROW], template="none", max_new=2), out)
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    for r in rows:
-        r["score"] = 1.0 if r["method"] == "full" else 0.0
-    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lost_run(model, tok, folder, out, NARROW)
     r = cli("eval-why", "--out", out, "--method", NARROW, "--top", "2", "--layers", "--quiet")
     assert r.returncode == 0, r.stderr
     (row,) = [json.loads(line) for line in (out / "lost-prompts.jsonl").read_text().splitlines()]
@@ -181,16 +180,9 @@ def test_the_heads_of_the_layers_that_close_most_of_the_gap(tiny):
 
 
 def test_the_command_says_the_heads_and_refuses_a_negative_count(tiny, cli, tmp_path):
-    from attnlab.llm.eval.eval_grid import EvalSettings, run_eval
-
     model, tok, folder, _, _ = tiny
     out = tmp_path / "run"
-    run_eval(model, tok, EvalSettings(model=str(folder), tasks=["passkey-bare"], lengths=[256], depths=1, samples=1,
-                                      methods=[NARROW], template="none", max_new=2), out)
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    for r in rows:
-        r["score"] = 1.0 if r["method"] == "full" else 0.0
-    (out / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lost_run(model, tok, folder, out, NARROW)
     before = sorted(p.name for p in out.iterdir())
     r = cli("eval-why", "--out", out, "--method", NARROW, "--heads", "-1")
     lines = r.stderr.strip().splitlines()

@@ -26,7 +26,6 @@ runners, where a FULL head in the plan would not restore the layer.
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import replace
 
 import torch
