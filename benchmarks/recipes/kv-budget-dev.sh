@@ -14,7 +14,7 @@
 #             dev plays at 2K and 8K; each folder's full rows and calibration reused
 # The candidate was not taken: at 8K it loses SmolLM2's multi-key dev prompts (6/20 against the default's 10/20, the
 # copy of the value garbled: ' 877976.' for 8737976) and decoding perplexity rises by 17.6 % on Gemma-3.
-# ONLY=frontier|smol|multikey|gemma runs one part.  One thread a part (two parts side by side on two cores).
+# ONLY=frontier|keep|smol|multikey|gemma runs one part.  One thread a part (two parts side by side on two cores).
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 S=../shared/data/shakespeare
 R=${RUNS:-runs}
@@ -34,6 +34,13 @@ ev() { .venv/bin/attnlab eval --budget 0.1 --seed 1 --calibrate $S/train.txt.gz 
       > $R/kv-budget-dev/$1.jsonl || exit 1
   done
 }
+# the retrieval heads' voted cache doubled (tail_keep 1024): the default's test losses at 2K trace to one voting head
+# (eval-why --heads), so what a larger vote would cost in KV
+[ -z "$ONLY" ] || [ "$ONLY" = keep ] && for model in gemma3-270m smollm2-135m; do
+  .venv/bin/python benchmarks/kv_budget.py --hf $model --n 8192 --steps 128 --out $R/kv-budget-dev/$model --json \
+    --methods attnlab-retrieval:retrieval_heads=32:blocks=8:other_blocks=4:tail_keep=1024:pages=16:sliding_floor=384:page_score=calibrated:band_floor=8 \
+    > $R/kv-budget-dev/tail-keep-$model.jsonl || exit 1
+done
 [ -z "$ONLY" ] || [ "$ONLY" = smol ] && {
   B="--hf smollm2-135m --lengths 2048 --depths 5"
   ev $B --task niah --haystack noise --samples 2 --ppl $S/dev.txt.gz --out $R/band-floor-dev/niah-dev
