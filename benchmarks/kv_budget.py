@@ -36,20 +36,18 @@ DATA = ROOT.parent / "shared" / "data" / "shakespeare"
 
 
 def decode_run(model, method, ids: list[int], steps: int):
-    """(per-layer keys held per KV head, bytes, decoding perplexity) of ``method`` (None: full attention) on ``ids``:
-    prefill ids[:n − steps], then ``steps`` teacher-forced decoding steps."""
+    """(per-layer keys held per KV head, bytes, decoding perplexity) of ``method`` (None: full attention, the model's own
+    cache) on ``ids``: prefill ids[:n − steps], then ``steps`` teacher-forced decoding steps."""
     import torch
 
+    from attnlab.llm import methods
     from attnlab.llm.execution.kv_cache import PlanLayer, kv_bytes
 
+    method = method or methods.get("full")
     n = len(ids)
     nll = 0.0
-    with torch.no_grad(), (method.applied(model) if method else _nothing()):
-        cache = method.new_cache(model) if method else None
-        if cache is None:
-            from transformers import DynamicCache
-
-            cache = DynamicCache(config=model.config)
+    with torch.no_grad(), method.applied(model):
+        cache = method.new_cache(model)
         logits = model(input_ids=torch.tensor([ids[: n - steps]]), cache=cache, use_cache=True,
                        logits_to_keep=1).logits
         for t in range(n - steps, n):
@@ -58,14 +56,6 @@ def decode_run(model, method, ids: list[int], steps: int):
                 logits = model(input_ids=torch.tensor([[ids[t]]]), cache=cache, use_cache=True).logits
     per = [layer.tokens() if isinstance(layer, PlanLayer) else float(layer.keys.shape[2]) for layer in cache.layers]
     return per, kv_bytes(cache), math.exp(nll / steps)
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def main():

@@ -55,8 +55,9 @@ class LayerPlan:
         self.sliding = sliding_window
         # c > 0: at decoding a planned head's band reads at most c keys, min(w_h, c) (``decode_w``); the prefill keeps w_h
         self.decode_band = int(decode_band)
-        self.w_decode = torch.tensor([FULL if self.whole[h] else self.decode_w(h) for h in range(self.H)],
-                                     dtype=torch.long)                                  # (H,) a tail: every cached key
+        # (H,) a tail: every cached key; without a cap the planned w (a sliding layer's FULL: the mask's window)
+        read = torch.tensor([self.decode_w(h, 0) for h in range(self.H)]) if self.decode_band else self.w
+        self.w_decode = torch.where(self.whole, FULL, read)
         # read-back: the planned heads (no FULL decoding, no sliding layer) read ``pages`` pages of ``page`` keys
         self.reads = (self.w_decode != FULL) & (pages > 0 and sliding_window is None)   # (H,) bool
         self.pages, self.page = (int(pages), int(page)) if bool(self.reads.any()) else (0, int(page))
@@ -142,14 +143,11 @@ class LayerPlan:
             return self.sliding - 1 if w == FULL else min(w, self.sliding - 1)
         return w
 
-    def decode_w(self, h: int, n: int | None = None) -> int:
-        """Half-width a decoding query of head h reads: the plan's w (``effective_w`` at length n, None: w as planned,
-        the sliding window applied by the mask), capped at ``decode_band`` c > 0 — a planned FULL head of a full layer
-        stays FULL (the plan chose it whole), a sliding layer's head reads min(W − 1, c)."""
-        w = int(self.w[h]) if n is None and not self.decode_band else self.effective_w(h, n or 0)
-        if not self.decode_band or (w == FULL and self.sliding is None):
-            return w
-        return min(self.sliding - 1 if w == FULL else w, self.decode_band)
+    def decode_w(self, h: int, n: int) -> int:
+        """Half-width a decoding query of head h reads: ``effective_w`` capped at ``decode_band`` c > 0, min(w, c) — a
+        planned FULL head of a full layer stays FULL (the plan chose it whole), a sliding layer's head min(W − 1, c)."""
+        w = self.effective_w(h, n)
+        return w if w == FULL or not self.decode_band else min(w, self.decode_band)
 
     def is_full(self, h: int, n: int) -> bool:
         """Head h reads every causal key at length n (its band covers the row, or it is planned full)."""
