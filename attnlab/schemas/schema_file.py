@@ -1,0 +1,88 @@
+"""A file read through its schema: one function, one line of error naming the file, the field and the rule.
+
+    load_json(path, Model, option="--plan")  →  Model instance  |  UserError("--plan FILE: field heads.3.1.w: ...")
+
+``Strict`` is the base of every schema: unknown keys refused (``extra="forbid"``), no silent coercion (``strict``:
+``1.0`` is not an int, ``"8"`` is not a number), infinities and NaN refused where a float is declared.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from attnlab.errors import UserError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Strict(BaseModel):
+    """The base of every file schema: unknown keys and silent type changes refused, the model frozen once read."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+
+def where(path: str | os.PathLike, option: str | None) -> str:
+    """How a message names a file: ``--plan runs/p.json`` when an option gave it, else the path alone."""
+    return f"{option} {path}" if option else str(path)
+
+
+def first_error(err: ValidationError) -> str:
+    """The first rule a validation broke, as ``field a.b.3: rule`` (pydantic's location joined by dots)."""
+    e = err.errors(include_url=False)[0]
+    loc = ".".join(str(p) for p in e["loc"])
+    rule = e["msg"]
+    if e["type"] == "missing":
+        rule = "required field missing"
+    elif e["type"] == "extra_forbidden":
+        rule = "unknown key (not in the schema)"
+    more = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
+    return f"field {loc}: {rule}{more}" if loc else f"{rule}{more}"
+
+
+def read_text(path: str | os.PathLike, option: str | None = None, what: str = "file") -> str:
+    """The UTF-8 text of a regular file, or one UserError line: missing, a folder, a FIFO/device, binary, empty."""
+    path = Path(path)
+    name = where(path, option)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise UserError(f"{name}: no such {what}") from None
+    except OSError as err:
+        raise UserError(f"{name}: cannot read ({err.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{name}: a folder, not a {what}")
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"{name}: not a regular file (a FIFO, socket or device), not a {what}")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{name}: not a {what} (not UTF-8 text)") from None
+    except OSError as err:
+        raise UserError(f"{name}: cannot read ({err.strerror})") from None
+    if not text.strip():
+        raise UserError(f"{name}: empty, not a {what}")
+    return text
+
+
+def parse(data, model: type[M], name: str) -> M:
+    """``model`` validated from a decoded document, or UserError ``NAME: field …: rule``."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise UserError(f"{name}: {first_error(err)}") from None
+
+
+def load_json(path: str | os.PathLike, model: type[M], option: str | None = None, what: str = "file") -> M:
+    """The JSON file ``path`` read through ``model``; one UserError line naming the file, the field and the rule."""
+    name = where(path, option)
+    text = read_text(path, option, what)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UserError(f"{name}: not a {what} (JSON error at line {err.lineno}: {err.msg})") from None
+    return parse(data, model, name)
