@@ -96,12 +96,15 @@ def attnlab_attention(module, query, key, value, attention_mask=None, dropout: f
         q_pos = torch.arange(seen - n, seen, device=query.device)
         if layer is not None and m == n == seen:   # first prefill into a PlanCache: the kernel, then compress
             out = runner.prefill(query, key, value, scaling)
+            layer.state = runner.state                                                    # this input's choice, for its steps
             layer.flags = runner.column_flags(layer.positions)                            # the columns' slots, once
             layer.page = runner.page if runner.pages else None                             # read-back: a store, page summaries
             if runner.pages:   # each query head's, its own columns left out (stored sparsely); folded as keys arrive
                 layer.summaries = page_summaries(key, runner.columns, runner.kv_of, runner.page, runner.reads,
                                                  sums=runner.mean_pages > 0)   # the mean key's sums: a split choice only
         elif layer is not None:   # each part of the cache with its query heads (the store's slots joined last)
+            if layer.state is not None:   # the columns this input's own prefill chose (another input may have run since)
+                runner.state = layer.state
             out, fetched = runner.decode_parts(query, layer.parts(resident=bool(runner.pages) and n == 1), scaling, q_pos,
                                                layer.summaries)
             if runner.pages:

@@ -208,6 +208,7 @@ class PlanLayer(DynamicLayer):
         self.evicted_at = None  # ``seen`` at the last compaction
         self.page = None        # read-back: tokens per page (None: evicted keys are dropped)
         self._store = None      # read-back: the stores of the slabs stacked (``merged``), until the next eviction
+        self.state = None       # the input's ``InputState`` (the columns its prefill chose), set by that prefill
         self.summaries = None   # read-back: the page summaries (pages.page_summaries: per KV head, and per query head its column pages)
         self.fetched = self.steps = 0   # stored tokens read per (batch row, KV head), summed over decoding steps; steps
 
@@ -326,6 +327,7 @@ class PlanLayer(DynamicLayer):
         self.is_initialized = False
         self.seen, self.evicted_at, self.page, self.fetched, self.steps = 0, None, None, 0, 0
         self.summaries = self._store = None
+        self.state = None
 
     def crop(self, tokens_to_remove: int) -> None:
         raise NotImplementedError("PlanCache cannot be cropped (evicted keys are gone)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from attnlab.llm.execution.backend import AttentionBackend, PrefillParts, backend_for
+from attnlab.llm.execution.input_state import InputState
 from attnlab.llm.plans.key_blocks import BLOCK, block_means, top_pooled_blocks
 from attnlab.llm.plans.plan import FULL, LAST_Q
 from attnlab.llm.plans.slash_lines import last_query_mass, last_query_rows, slash_mass, top_slashes
@@ -62,12 +63,15 @@ class LayerPlan:
         self.reads = (self.w_decode != FULL) & (pages > 0 and sliding_window is None)   # (H,) bool
         self.pages, self.page = (int(pages), int(page)) if bool(self.reads.any()) else (0, int(page))
         self.mean_pages = min(int(mean_pages), self.pages)   # of them chosen by the mean key's score (``pages.choose_pages``)
-        self.fetched = None        # (B, H_kv, L) bool: the slots the last decoding step read through its pages
-        self.columns = None        # (B, H, g) the columns of the last prefill (−1: empty), kept for decoding
-        self.diagonals = None      # (B, H, s) the slash offsets δ of the last prefill (NO_DIAGONAL: empty), prefill only
-        self.cache = None          # weakref to the PlanCache using this layer
-        self.recorder = None       # a calibration.Calibration while calibrating
+        self.state = InputState()  # the current input's choice (``input_state``): columns, diagonals, blocks, cache
         self.backend = backend     # the seam's backend (None: the one of the inputs' device, ``backend_for``)
+
+    # ---- the current input's state (``input_state.InputState``), read and written through the runner ---------------
+    columns = property(lambda self: self.state.columns, lambda self, x: setattr(self.state, "columns", x))
+    diagonals = property(lambda self: self.state.diagonals, lambda self, x: setattr(self.state, "diagonals", x))
+    fetched = property(lambda self: self.state.fetched, lambda self, x: setattr(self.state, "fetched", x))
+    cache = property(lambda self: self.state.cache, lambda self, x: setattr(self.state, "cache", x))
+    recorder = property(lambda self: self.state.recorder, lambda self, x: setattr(self.state, "recorder", x))
 
 
     # ---- which keys a head reads ------------------------------------------------------------

@@ -12,7 +12,7 @@
                   ``group_vote``: one vote a KV group, m_j summed over its voting query heads (SnapKV's vote for
                   grouped queries, as kvpress sums a group's scores): the group keeps P voted keys, not up to r·P
 
-T_h ∪ held ∪ voted are the columns the decoding reads (``self.columns``, −1: empty); a sliding layer keeps none
+T_h ∪ held ∪ voted are the columns the decoding reads (the input's ``InputState.columns``, −1: empty); a sliding layer keeps none
 (the model's own mask would hide them).
 """
 
@@ -35,15 +35,16 @@ class PrefillStep(LayerPlan):
     def prefill(self, q, k, v, scaling):
         """q: (B, H, n, d_k), k, v: (B, H_kv, n, ·) → (B, H, n, d_v), each head with its support."""
         n = q.shape[2]
-        self.columns = self.choose_columns(q, k, scaling)                                  # (B, H, g) T_h; Δ_h in self.diagonals
+        self.state = state = self.state.for_input()                                       # this input's choice
+        state.columns = self.choose_columns(q, k, scaling)                                 # (B, H, g) T_h; Δ_h in state.diagonals
         if self.sliding is not None:  # a sliding layer's columns would be masked by the model: band only
-            self.columns = self.columns[..., :0]
-        blocks = self.choose_blocks(q, k, n)                                               # (B, H, T, K) U_h(t)
-        out = self.backend_of(q).prefill(self.parts(self.columns, blocks, n), q, k, v, scaling)
-        held = self.held(blocks, n)                                                        # (B, H, K·b)
+            state.columns = state.columns[..., :0]
+        state.blocks = self.choose_blocks(q, k, n)                                         # (B, H, T, K) U_h(t)
+        out = self.backend_of(q).prefill(self.parts(state.columns, state.blocks, n), q, k, v, scaling)
+        held = self.held(state.blocks, n)                                                  # (B, H, K·b)
         voted = self.vote(q, k, scaling, held, n)                                          # (B, H, ⌈P/b⌉·b)
         if held.shape[-1] or voted.shape[-1]:
-            self.columns = torch.cat([self.columns, held, voted], -1)                      # (B, H, g + K·b + P), −1: empty
+            state.columns = torch.cat([state.columns, held, voted], -1)                    # (B, H, g + K·b + P), −1: empty
         return out
 
     def held(self, blocks, n: int):
