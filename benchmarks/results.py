@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from attnlab.llm.eval.eval_report import markdown, summarise  # noqa: E402
 from benchmarks.results_overview import README_BEGIN, README_END, in_readme, overview  # noqa: E402,F401
+from benchmarks import results_headline  # noqa: E402
 
 EVAL_FILES = ("results.jsonl", "config.json", "wall.jsonl", "lost-prompts.jsonl")   # attnlab eval's (and eval-why's) small files
 BENCH_FILES = ("speed.jsonl", "decode.jsonl", "ppl.jsonl", "attention.jsonl")      # benchmarks/llm_structured.py
@@ -302,7 +303,20 @@ def glance(runs: Path, shown: Path = ROOT) -> str:
                      for n in recipe_names(runs) for f in result_folders(runs / n) if eval_files(f)], lambda f: _rel(f, shown))
 
 
-def document(runs: Path, recipes: Path, shown: Path = ROOT, here: Path = ROOT / "docs") -> str:
+def eval_folders(runs: Path) -> list[tuple[Path, dict, list[dict], list[dict]]]:
+    """(folder, config, result rows, wall rows) of every committed run of attnlab eval."""
+    return [(f, _config(f), [r for p in eval_files(f) for r in read_lines(p)],
+             read_lines(f / "wall.jsonl") if (f / "wall.jsonl").exists() else [])
+            for n in recipe_names(runs) for f in result_folders(runs / n) if eval_files(f)]
+
+
+def headline(runs: Path, recipes: Path, here: Path, draw_figure: bool = False) -> str:
+    """The headline (benchmarks/results_headline.py): its figure is ``here``/img/headline.png, drawn when asked."""
+    return results_headline.headline(eval_folders(runs), results_headline.decode_runs(runs, recipes, read_lines),
+                                      here / "img" / "headline.png", here, draw_figure)
+
+
+def document(runs: Path, recipes: Path, shown: Path = ROOT, here: Path = ROOT / "docs", draw_figure: bool = False) -> str:
     """The whole of results.md: the index of recipes, then one section each (``here``: the folder links are relative to)."""
     names = recipe_names(runs)
     head = ["# Results", "",
@@ -318,6 +332,8 @@ def document(runs: Path, recipes: Path, shown: Path = ROOT, here: Path = ROOT / 
         about = read_recipe(recipes / f"{n}.sh")[0] if (recipes / f"{n}.sh").is_file() else []
         head.append(f"| [{n}](#{n}) | {first_sentence(about)} |")
     table = glance(runs, shown)
+    top = headline(runs, recipes, here, draw_figure)
+    head[2:2] = ["## Headline", "", top] if top else []
     return "\n".join(head) + "\n\n" + ("## At a glance\n\n" + table + "\n" if table else "") + "\n".join(section(n, runs, recipes, shown, here) for n in names)
 
 
@@ -379,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         copy_files(pairs)
         if pairs:
             print(f"{len(pairs)} result files copied into {args.runs}")
-        text = document(args.runs, args.recipes, here=args.out.resolve().parent)
+        text = document(args.runs, args.recipes, here=args.out.resolve().parent, draw_figure=True)
     except Refused as err:
         print(f"results.py: error: {err}", file=sys.stderr)
         return 2
@@ -390,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.readme.is_file():
         readme = args.readme.read_text(encoding="utf-8")
         shown = in_readme(readme, glance(args.runs))
+        shown = results_headline.in_readme(shown, headline(args.runs, args.recipes, args.readme.resolve().parent))
         if shown != readme:
             writes.append((args.readme, shown))
     for path, body in writes:

@@ -2,7 +2,7 @@
 format (model, task, haystack, template and where the question stands, length) and a column per method, so that
 the recommended default is read against full attention and every baseline on every format at once.
 
-    cell(format, method) = Σ_prompts score / prompts          (RULER's string_match_all; "found / asked" when 0/1)
+    cell(format, method) = Σ_prompts score / prompts          (RULER's string_match_all), with its 95 % Wilson interval
     of full              = accuracy on the depths where full ≥ 80 % / full's accuracy there  (issue's "≥ 95 % of full")
 
 Folders whose name ends in ``-dev`` are the checks made on dev seeds before a test run: they are left out here (their
@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnlab.llm.eval.eval_report import summarise
+from benchmarks.wilson import interval_text
 
 __all__ = ["README_BEGIN", "README_END", "in_readme", "overview"]
 
@@ -47,10 +48,10 @@ def _order(methods) -> list[str]:
 
 
 def _cell(row: dict | None) -> str:
+    """``found/prompts [lo–hi %]``: the prompts found and their 95 % Wilson interval (benchmarks/wilson.py)."""
     if row is None:
         return "–"
-    found = row["accuracy"] * row["prompts"]
-    return f"{found:.0f}/{row['prompts']}" if abs(found - round(found)) < 1e-9 else f"{100 * row['accuracy']:.0f} %"
+    return interval_text(row["accuracy"] * row["prompts"], row["prompts"])
 
 
 def overview(folders: list[tuple[Path, dict, list[dict], list[dict]]], rel) -> str:
@@ -73,7 +74,7 @@ def overview(folders: list[tuple[Path, dict, list[dict], list[dict]]], rel) -> s
         return ""
     cols = _order(methods)
     lines = ["Prompts found by each method on every committed test run of `attnlab eval` (β = the run's budget; its "
-             "section gives the commands). *of full*: the default's accuracy on the depths where full attention finds "
+             "section gives the commands), each with its 95 % Wilson interval [lo–hi %]. *of full*: the default's accuracy on the depths where full attention finds "
              "≥ 80 %, over full's there (the target: ≥ 95 %); *full ≥ 80 %*: those depths over all.", "",
              "| model | task | haystack | template | n | " + " | ".join(f"`{m}`" for m in cols) + " | full ≥ 80 % | `attnlab` of full | run |",
              "|" + "---|" * (len(cols) + 8)]

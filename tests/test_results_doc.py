@@ -218,7 +218,7 @@ def test_at_a_glance_reads_every_test_run(tree):
     glance = doc.split("## At a glance")[1].split("## niah-tiny")[0]
     assert "pages=8" not in glance and "attnlab-retrieval:pages=8" in doc   # a written-out configuration: its section only
     assert "| `full` | `attnlab` | `streaming-llm` |" in glance
-    assert "| tiny | niah | noise | auto | 2048 | 2/2 | 2/2 | 1/2 | 2/2 | 100 % |" in glance
+    assert "| tiny | niah | noise | auto | 2048 | 2/2 [34–100 %] | 2/2 [34–100 %] | 1/2 [9–91 %] | 2/2 | 100 % |" in glance
     assert "niah-tiny-dev" not in glance and "niah-tiny-dev" in doc     # its own table stays in the section
     assert "| tiny | 2048 | 28.153, KV 2048 |" in glance                        # full's perplexity, from the run that scored it
 
@@ -234,8 +234,8 @@ def test_the_question_first_is_its_own_row(tree):
     glance = (tree / "results.md").read_text().split("## At a glance")[1].split("## niah-tiny")[0]
     rows = [line for line in glance.splitlines() if line.startswith("| tiny | niah |")]
     assert len(rows) == 2
-    assert any(r.startswith("| tiny | niah | noise | none, question first | 2048 | 1/2 |") for r in rows)
-    assert any(r.startswith("| tiny | niah | noise | auto | 2048 | 2/2 |") for r in rows)
+    assert any(r.startswith("| tiny | niah | noise | none, question first | 2048 | 1/2 [9–91 %] |") for r in rows)
+    assert any(r.startswith("| tiny | niah | noise | auto | 2048 | 2/2 [34–100 %] |") for r in rows)
 
 
 def test_the_perplexity_row_of_a_length_merges_its_runs(tree):
@@ -279,7 +279,7 @@ def test_the_readme_shows_the_generated_table(tree):
     assert run_main(tree, "--collect", str(tree / "runs")) == 0
     text = readme.read_text()
     assert "old, typed by hand" not in text and text.startswith("# x\n\nbefore\n") and text.endswith(f"{results.README_END}\nafter\n")
-    assert "| tiny | niah | noise | auto | 2048 | 2/2 | 1/2 |" in text
+    assert "| tiny | niah | noise | auto | 2048 | 2/2 [34–100 %] | 1/2 [9–91 %] |" in text
     readme.write_text("# y\n")
     assert run_main(tree) == 0 and readme.read_text() == "# y\n"
 
