@@ -3,7 +3,7 @@
 The shape of kvpress's leaderboard (score against compression ratio): for each model, every method is a point
 
     x = Σ kv_bytes_m / Σ kv_bytes_full     (the resident cache after the prefill, over full attention's, same prompts)
-    y = found_m / prompts_m                 with its 95 % Wilson interval as a bar (benchmarks/wilson.py)
+    y = found_m / prompts_m                 with its 95 % Wilson interval as a bar (attnlab/llm/eval/wilson.py)
 
 on the test rows that every plotted method ran (a method run on fewer than 80 % of the model's rows is left out, and
 said in the caption).  A method that keeps evicted keys aside to read back (attnlab's read-back store) gets a second,

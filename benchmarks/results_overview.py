@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnlab.llm.eval.eval_report import summarise
-from benchmarks.wilson import interval_text
+from attnlab.llm.eval.wilson import interval_text
 
 __all__ = ["README_BEGIN", "README_END", "in_readme", "overview"]
 
@@ -48,7 +48,7 @@ def _order(methods) -> list[str]:
 
 
 def _cell(row: dict | None) -> str:
-    """``found/prompts [lo–hi %]``: the prompts found and their 95 % Wilson interval (benchmarks/wilson.py)."""
+    """``found/prompts [lo–hi %]``: the prompts found and their 95 % Wilson interval (attnlab/llm/eval/wilson.py)."""
     if row is None:
         return "–"
     return interval_text(row["accuracy"] * row["prompts"], row["prompts"])

@@ -5,7 +5,7 @@ A *test row* is one (model, task, n) of a test run (a folder not ending in ``-de
 
     found_m   = Σ_{prompts of R_m} score          (RULER's string_match_all: 1 a prompt found, a fraction for part)
     prompts_m = |prompts of R_m|
-    interval  = Wilson 95 % of found_m / prompts_m   (benchmarks/wilson.py)
+    interval  = Wilson 95 % of found_m / prompts_m   (attnlab/llm/eval/wilson.py)
 
 and full attention's found on the *same* prompts (full runs on every row: the ceiling).  ``vs full`` says whether
 the two intervals are apart (a finding) or overlap (the prompts cannot tell them apart: noise at this size).
@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.wilson import interval_text, separated, wilson
+from attnlab.llm.eval.wilson import interval_text, separated, wilson
 
 __all__ = ["Tally", "tally_rows", "method_tallies", "summary_table", "SHORT", "CHECKED"]
 

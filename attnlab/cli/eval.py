@@ -126,6 +126,11 @@ def _run(hf, settings, out, dev, ranks, quiet: bool, no_reuse: bool):
     typer.echo(markdown(summary), nl=False)
     typer.echo(f"{out}: {len(rows)} rows ({len(read_results(out / 'results.jsonl'))} in results.jsonl), "
                f"{time.time() - t0:.0f} s this run; table.md, summary.json, {len(summary['figures'])} heatmaps")
+    from attnlab.llm import methods as registry
+    from attnlab.llm.eval.eval_verdict import verdict_lines
+
+    for line in verdict_lines(rows, out, registry.DEFAULT):               # the default against full; what explains a loss
+        typer.echo(line)
 
 
 @checked("methods")
