@@ -18,11 +18,14 @@ Three ways of saying it, chosen once per command (``for_command``):
   ``every`` seconds with the count and the time left;
 * ``--quiet``: nothing (errors still say their one line).
 
-The remaining time of a bar is the mean pace of this run: t_left = (total − done) · elapsed / (done − first), where
-``first`` counts the steps a resumed job found done.  A bar whose steps differ in cost by kind (an eval row of the per-row
-oracle at 16K takes 17 min, a StreamingLLM row one) is told the kind of each step left (r_k of kind k) and the kind of
-each step done: t_left = Σ_k (r_k − d_k) · s̄_k, d_k the steps of kind k done in this run and s̄_k their mean seconds
-(each the time since the bar's previous step), the run's mean pace for a kind not begun yet.
+The remaining time of a bar comes only from rates measured in this run: t_left = (total − done) · elapsed / (done −
+first), where ``first`` counts the steps a resumed job found done.  A bar whose steps differ in cost by kind (an eval row
+of the per-row oracle at 16K takes 17 min, a StreamingLLM row one) is told the kind of each step left (r_k of kind k) and
+the kind of each step done: t_left = Σ_{k timed} (r_k − d_k) · s̄_k, d_k the steps of kind k done in this run and s̄_k
+their mean seconds (each the time since the bar's previous step); the steps of a kind not timed yet are counted, never
+guessed (``untimed``: "≥ 3 min 10 s left, 20 rows not timed yet").  The time a bar spends waiting on a bar opened and
+closed inside it (the calibration inside the eval grid) is no step's: it is left out of its elapsed time and of the
+step under way, so a row that waited 19 minutes for a calibration does not read as a 19-minute row.
 Library functions take ``progress: Progress = SILENT``: tests and library users see no output unless they ask.
 This module imports no torch and rich only for a terminal, so the first line comes before any model loads.
 """
@@ -59,6 +62,8 @@ class Bar:
         self.kinds = Counter(kinds) if kinds is not None else None  # k → r_k, the steps of kind k left when it opened
         self.spent: dict = {}                                       # k → [d_k, seconds of those steps]
         self.last = self.started                                    # when the previous step ended
+        self.waited = 0.0                                           # seconds spent inside bars nested in this one
+        self.waited_in_step = 0.0                                   # … of them since the previous step
 
     def advance(self, n: int = 1, note: str | None = None) -> None:
         self.update(self.done + n, note=note)
@@ -68,9 +73,10 @@ class Bar:
         now = time.monotonic()
         if kind is not None:
             d_k = self.spent.setdefault(kind, [0, 0.0])
-            d_k[0], d_k[1] = d_k[0] + 1, d_k[1] + now - self.last
+            d_k[0], d_k[1] = d_k[0] + 1, d_k[1] + max(now - self.last - self.waited_in_step, 0.0)
         if done is not None and done != self.done:
             self.last = now
+            self.waited_in_step = 0.0
         if done is not None:
             self.done = done
         if total is not None:
@@ -80,21 +86,49 @@ class Bar:
         self.owner._updated(self)
 
     def close(self) -> None:
-        """The bar's last word (its count and time); once."""
+        """The bar's last word (its count and time); once.  The bars open around it waited for it."""
         if not self.closed:
             self.closed = True
             self.owner._closed(self)
+            opened = self.owner.__dict__.setdefault("_open_bars", [])
+            if self in opened:
+                outer = opened[:opened.index(self)]
+                opened.remove(self)
+                self.owner._nested_closed(self, [b for b in outer if not b.closed])
+
+    def waited_for(self, inner: "Bar", now: float) -> None:
+        """``inner``, opened inside this bar, has closed: its time within this bar's current step is no step's."""
+        seconds = max(now - max(inner.started, self.last), 0.0)
+        self.waited += seconds
+        self.waited_in_step += seconds
 
     def remaining(self) -> float | None:
-        """t_left = (total − done) · elapsed / (done − first), or by kind Σ_k (r_k − d_k) · s̄_k (module docstring); None
-        before this run's first step or without a total."""
+        """t_left = (total − done) · elapsed / (done − first), or by kind Σ_{k timed} (r_k − d_k) · s̄_k (module
+        docstring: the steps of kinds not timed yet are ``untimed()``, not in it); None before this run's first step or
+        without a total."""
         if not self.total or self.done <= self.first:
             return None
-        pace = (time.monotonic() - self.started) / (self.done - self.first)
         if self.kinds is None:
-            return (self.total - self.done) * pace
-        return sum(max(r - self.spent.get(k, (0, 0.0))[0], 0) * (self.spent[k][1] / self.spent[k][0] if k in self.spent else pace)
-                   for k, r in self.kinds.items())
+            elapsed = time.monotonic() - self.started - self.waited
+            return (self.total - self.done) * elapsed / (self.done - self.first)
+        return sum(max(r - self.spent[k][0], 0) * self.spent[k][1] / self.spent[k][0]
+                   for k, r in self.kinds.items() if k in self.spent)
+
+    def untimed(self) -> int:
+        """The steps left whose kind no step of this run has timed yet (0 for a bar without kinds)."""
+        if self.kinds is None:
+            return 0
+        return sum(r for k, r in self.kinds.items() if k not in self.spent)
+
+    def left_text(self) -> str:
+        """``about 3 min 05 s left``, ``≥ 3 min 05 s left, 20 rows not timed yet``, or "" (nothing measured yet)."""
+        left, untimed = self.remaining(), self.untimed()
+        if left is None:
+            return ""
+        if not untimed:
+            return f"about {duration(left)} left"
+        unit = f" {self.unit}" if self.unit else ""
+        return f"≥ {duration(left)} left, {untimed}{unit} not timed yet"
 
 
 class Progress:
@@ -116,6 +150,9 @@ class Progress:
         """A bar opened now with ``done`` steps already done, closed by ``Bar.close()`` (``bar``: as a context manager);
         ``kinds``: the kind of each step left, where their costs differ (module docstring)."""
         bar = Bar(self, description, total, unit, done, kinds)
+        if self is not SILENT:                                   # the silent default keeps no list of its bars
+            opened = self.__dict__.setdefault("_open_bars", [])
+            opened[:] = [b for b in opened if not b.closed] + [bar]
         self._opened(bar)
         return bar
 
@@ -127,6 +164,13 @@ class Progress:
 
     def _closed(self, bar: Bar) -> None:
         pass
+
+    def _nested_closed(self, bar: Bar, open_bars: list[Bar]) -> None:
+        """``bar`` closed while ``open_bars`` (opened before it) were open: each waited for it (``Bar.waited_for``)."""
+        now = time.monotonic()
+        for outer in open_bars:
+            outer.waited_for(bar, now)
+            self._updated(outer)                                 # its estimate again, from its own steps
 
     @staticmethod
     def for_command(quiet: bool = False, stream: TextIO | None = None) -> "Progress":
@@ -169,9 +213,9 @@ class LineProgress(Progress):
         if now - self._said.get(id(bar), now) < self.every or (bar.total is not None and bar.done >= bar.total):
             return                                             # the last step: the closing line says it
         self._said[id(bar)] = now
-        left = bar.remaining()
+        left = bar.left_text()
         self._line(f"{bar.description}: {self._count(bar)}, {duration(now - bar.started)}"
-                   + (f", about {duration(left)} left" if left is not None else "") + (f" ({bar.note})" if bar.note else ""))
+                   + (f", {left}" if left else "") + (f" ({bar.note})" if bar.note else ""))
 
     def _closed(self, bar: Bar) -> None:
         self._said.pop(id(bar), None)
@@ -201,14 +245,15 @@ class TerminalProgress(Progress):
                                       TextColumn("{task.fields[unit]}"), TimeElapsedColumn(), TextColumn("{task.fields[left]}"),
                                       TextColumn("{task.fields[note]}"), console=self.console)
             self._rich.start()
+        for task in self._tasks.values():  # a bar opened inside others: their estimates wait (no stale time left)
+            self._rich.update(task, left="waiting")
         self._tasks[id(bar)] = self._rich.add_task(bar.description, total=bar.total, completed=bar.done, unit=bar.unit, note="",
                                                left="")
 
     def _updated(self, bar: Bar) -> None:
         if self._rich is not None and id(bar) in self._tasks:
-            left = bar.remaining()         # this module's estimate (by kind where the bar has kinds), not rich's
-            self._rich.update(self._tasks[id(bar)], completed=bar.done, total=bar.total, note=bar.note,
-                              left=f"{duration(left)} left" if left is not None else "")
+            left = bar.left_text()         # this module's estimate (by kind where the bar has kinds), not rich's
+            self._rich.update(self._tasks[id(bar)], completed=bar.done, total=bar.total, note=bar.note, left=left)
 
     def _closed(self, bar: Bar) -> None:
         task = self._tasks.pop(id(bar), None)

@@ -85,7 +85,7 @@ def test_a_resumed_bar_paces_on_this_run_only(clock):
 
 def test_steps_of_different_cost_pace_by_kind(clock):
     """4 cheap rows (1 s) and 4 dear ones (100 s), the cheap first: after the cheap ones the mean pace says 4 s left; by
-    kind, a kind not begun takes the run's mean pace, then its own: after one dear row, 3 × 100 s."""
+    kind, a kind not begun is counted, not guessed (untimed), then paced by its own: after one dear row, 3 × 100 s."""
     p = LineProgress(io.StringIO())
     bar = p.start("eval", total=8, unit="rows", kinds=["cheap"] * 4 + ["dear"] * 4)
     plain = p.start("eval", total=8, unit="rows")
@@ -93,7 +93,8 @@ def test_steps_of_different_cost_pace_by_kind(clock):
         clock.now += 1
         bar.update(x + 1, kind="cheap")
         plain.update(x + 1)
-    assert bar.remaining() == plain.remaining() == pytest.approx(4.0)   # nothing known of the dear ones yet
+    assert plain.remaining() == pytest.approx(4.0)                     # the mean pace: a guess for the dear ones
+    assert bar.remaining() == 0.0 and bar.untimed() == 4                # by kind: nothing known of them, said so
     clock.now += 100
     bar.update(5, kind="dear")
     plain.update(5)
@@ -111,7 +112,7 @@ def test_a_resumed_bar_by_kind_counts_only_the_steps_left(clock):
     bar = p.start("eval", total=10, unit="rows", done=7, kinds=["a", "b", "b"])
     clock.now += 10
     bar.update(8, kind="b")
-    assert bar.remaining() == pytest.approx(10.0 + 10.0)               # one b at 10 s, one a at the mean pace (10 s)
+    assert bar.remaining() == pytest.approx(10.0) and bar.untimed() == 1   # one b at 10 s; the a not timed yet
     clock.now += 2
     bar.update(9, kind="a")
     assert bar.remaining() == pytest.approx(10.0)
