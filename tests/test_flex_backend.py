@@ -147,12 +147,15 @@ def test_flex_backend_output_equals_the_dense_reference_and_the_cpu_backend():
     chosen = parts._replace(columns=cols, diagonals=diags)
     torch.testing.assert_close(CpuBackend().prefill(chosen, q, k, v, scaling), FlexBackend(tile=64).prefill(chosen, q, k, v, scaling),
                                atol=2e-5, rtol=2e-5)
-    # decoding: the CPU backend's masked softmax, half-precision inputs accumulated in fp32
+    # decoding: by index, half-precision inputs accumulated in fp32, against the CPU backend's masked softmax
+    from attnlab.llm.execution.page_table import table_of
+
     allowed = torch.rand(B, H_KV, H // H_KV, 1, n, generator=gen) > 0.5
     qd = q[:, :, -1:]
-    got = FlexBackend().decode(qd.bfloat16(), k.bfloat16(), v.bfloat16(), scaling, allowed)
+    table = table_of(allowed)
+    got = FlexBackend().decode(qd.bfloat16(), k.bfloat16(), v.bfloat16(), scaling, table)
     assert got.dtype == torch.bfloat16
-    torch.testing.assert_close(got.float(), CpuBackend().decode(qd, k, v, scaling, allowed), atol=3e-2, rtol=3e-2)
+    torch.testing.assert_close(got.float(), CpuBackend().decode(qd, k, v, scaling, table), atol=3e-2, rtol=3e-2)
 
 
 def minference_layer(n: int, gen):

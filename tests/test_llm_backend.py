@@ -101,18 +101,20 @@ def test_the_dense_support_draws_each_part():
 
 
 def test_cpu_decode_reads_the_allowed_slots_and_the_pages_in_one_softmax():
+    from attnlab.llm.execution.page_table import table_of
+
     torch.manual_seed(0)
     B, H_s, r, L, X, d = 2, 2, 3, 20, 8, 16
     q, k, v = torch.randn(B, H_s * r, 1, d), torch.randn(B, H_s, L, d), torch.randn(B, H_s, L, d)
     allowed = torch.rand(B, H_s, r, 1, L) < 0.5
     pk, pv, ok = torch.randn(B, H_s * r, X, d), torch.randn(B, H_s * r, X, d), torch.rand(B, H_s * r, X) < 0.5
-    out = CpuBackend().decode(q, k, v, 0.25, allowed, PageKeys(pk, pv, ok))
+    out = CpuBackend().decode(q, k, v, 0.25, table_of(allowed), PageKeys(pk, pv, ok))
     keys = torch.cat([k.repeat_interleave(r, 1), pk], 2)                                      # (B, H, L + X, d)
     vals = torch.cat([v.repeat_interleave(r, 1), pv], 2)
     mask = torch.cat([allowed.reshape(B, H_s * r, 1, L), ok[:, :, None]], -1)
     ref = masked_softmax((q @ keys.transpose(-1, -2)) * 0.25, mask) @ vals
     assert (out - ref).abs().max() < 1e-5
-    plain = CpuBackend().decode(q, k, v, 0.25, allowed)
+    plain = CpuBackend().decode(q, k, v, 0.25, table_of(allowed))
     assert (plain - dense(q, k, v, 0.25, allowed.reshape(B, H_s * r, 1, L), torch.arange(H_s).repeat_interleave(r))).abs().max() < 1e-5
 
 

@@ -25,6 +25,7 @@ import torch
 
 from attnlab.errors import UserError
 from attnlab.llm.execution.backend import AttentionBackend
+from attnlab.llm.execution.page_table import allowed_of
 from attnlab.llm.execution.pages import page_upper_bound
 from attnlab.llm.plans.plan import FULL
 from attnlab.support import column_mask
@@ -101,9 +102,12 @@ class _Capture(AttentionBackend):
     def prefill(self, parts, q, k, v, scaling):
         return self.inner.prefill(parts, q, k, v, scaling)
 
-    def decode(self, q, k, v, scaling, allowed=None, pages=None):
-        self.allowed, self.called = allowed, True
-        return self.inner.decode(q, k, v, scaling, allowed, pages)
+    def decode(self, q, k, v, scaling, table=None, pages=None):
+        self.allowed, self.called = None if table is None else allowed_of(table, k.shape[2]), True
+        return self.inner.decode(q, k, v, scaling, table, pages)
+
+    def decode_fused(self, *args, **kwargs):
+        return self.inner.decode_fused(*args, **kwargs)
 
 
 _READING: dict[type, type] = {}

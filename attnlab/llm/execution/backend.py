@@ -21,14 +21,22 @@ Contract of ``prefill(parts, q, k, v, scaling) -> out``:
     Every key set above is causal (j ≤ i) whatever the parts hold; an empty slot (−1 / NO_DIAGONAL) reads nothing;
     a key reached by two parts is read once.  A head with w_h = FULL, or w_h ≥ n − 1, reads every causal key.
 
-Contract of ``decode(q, k, v, scaling, allowed, pages=None) -> out``:
+Contract of ``decode(q, k, v, scaling, table, pages=None) -> out``:
     q (B, H_s·r, t, d_k) the query heads of the KV heads in k, in order (query head ρ of KV head g at row g·r + ρ);
-    k, v (B, H_s, L, ·) the cached slots; allowed (B, H_s, r, t, L) bool (None: every slot; a row with no allowed
-    slot gives 0); pages (t = 1 only): a ``PageKeys`` of keys gathered per query head from read-back pages, read
-    besides the allowed slots in the same softmax.  out (B, H_s·r, t, d_v) in q's dtype.
+    k, v (B, H_s, L, ·) the cached slots; table a ``page_table.PageTable``: the slot indices each query reads
+    (B, H_s, r, t, S), −1: none (None: every slot; a row with no slot gives 0); pages (t = 1 only): a ``PageKeys`` of
+    keys gathered per query head from read-back pages, read besides the table's slots in the same softmax.
+    out (B, H_s·r, t, d_v) in q's dtype.
+
+``decode_fused(...)``: a backend with a fused decoding step (the CPU's native C step: band ∪ columns and the
+read-back's page choice, one call) runs the whole step from the layer's description; None: it has none, and the
+step is chosen above the seam and read through ``decode``.
 
 ``backend_for(device)`` picks the backend registered for the device's type (``register_backend``); the CPU backend
 (``cpu_backend``: the native C kernel, else PyTorch's chunked band and SDPA) serves any device without one of its own.
+Backends also have names (``BACKENDS``: cpu, flex), and ``--backend NAME`` on the LLM commands runs a device's
+layers with the one named (``use_backend``; ``check_backend`` refuses, in one line, a name the device cannot run),
+so two can be timed side by side on one device.
 A backend never chooses keys: the same ``parts`` / ``allowed`` give the same S_h(i) on every device, and the dense
 masked softmax (``attention.plan_reference``) is the reference every backend is tested against.
 """
@@ -41,9 +49,11 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from attnlab.llm.execution.backend_names import BACKENDS, check_backend
 from attnlab.llm.plans.plan import FULL
 
-__all__ = ["AttentionBackend", "PageKeys", "PrefillParts", "backend_for", "dense_support", "register_backend", "tail_scores"]
+__all__ = ["BACKENDS", "AttentionBackend", "PageKeys", "PrefillParts", "backend_for", "check_backend", "dense_support",
+           "register_backend", "tail_scores", "use_backend"]
 
 
 class PrefillParts(NamedTuple):
@@ -95,8 +105,16 @@ class AttentionBackend(ABC):
         """q (B, H, n, d_k), k, v (B, H_kv, n, ·) → out (B, H, n, d_v): each head over S_h(i) of ``parts``."""
 
     @abstractmethod
-    def decode(self, q, k, v, scaling: float, allowed=None, pages: PageKeys | None = None):
-        """q (B, H_s·r, t, d_k), k, v (B, H_s, L, ·), allowed (B, H_s, r, t, L) | None → out (B, H_s·r, t, d_v)."""
+    def decode(self, q, k, v, scaling: float, table=None, pages: PageKeys | None = None):
+        """q (B, H_s·r, t, d_k), k, v (B, H_s, L, ·), table a ``PageTable`` (slots (B, H_s, r, t, S)) | None
+        → out (B, H_s·r, t, d_v)."""
+
+    def decode_fused(self, q, k, v, positions, flags, w, reads, summaries, store, i: int, *, sliding, page: int,
+                     pages: int, scale: float, rows=None, mean_pages: int = 0):
+        """The whole decoding step of one query per head in one call (``native.decode_read_back``'s arguments:
+        positions (B, H_s, L), flags (B, H_s, r, L), w, reads (H_s, r), the read-back's summaries and store), or None
+        where this backend has no fused step for these inputs (the step then reads through ``decode``)."""
+        return None
 
 
 def dense_support(parts: PrefillParts, n: int):
@@ -141,6 +159,23 @@ _FACTORIES: dict[str, Callable[[], AttentionBackend]] = {}
 _MADE: dict[str, AttentionBackend] = {}
 _MODULES = {"cpu": "attnlab.llm.execution.cpu_backend", "cuda": "attnlab.llm.execution.flex_backend"}
 
+_NAMED = {"cpu": ("attnlab.llm.execution.cpu_backend", "CpuBackend"),
+          "flex": ("attnlab.llm.execution.flex_backend", "FlexBackend")}   # ``backend_names.BACKENDS`` by class
+_CHOSEN: dict[str, AttentionBackend] = {}   # device type → the backend ``use_backend`` chose for it
+
+
+def use_backend(name: str, device) -> AttentionBackend:
+    """Run ``device``'s layers with the backend named ``name`` (``BACKENDS``; "auto": the device's own) from now on in
+    this process; returns it.  ``check_backend`` first (a name this device cannot run)."""
+    kind = torch.device(device).type
+    key = check_backend(name, device)
+    if key == "auto":
+        _CHOSEN.pop(kind, None)
+        return backend_for(device)
+    module, cls = _NAMED[key]
+    _CHOSEN[kind] = getattr(import_module(module), cls)()
+    return _CHOSEN[kind]
+
 
 def register_backend(device_type: str, factory: Callable[[], AttentionBackend]) -> None:
     """Make ``factory()`` the backend of devices of ``device_type`` ("cpu", "cuda", …); a module registers itself on import."""
@@ -149,9 +184,11 @@ def register_backend(device_type: str, factory: Callable[[], AttentionBackend]) 
 
 
 def backend_for(device) -> AttentionBackend:
-    """The backend of ``device`` (a torch.device, a tensor's device or its name): the one registered for its type (its
-    module, ``_MODULES``, imported on first use), else the CPU backend."""
+    """The backend of ``device`` (a torch.device, a tensor's device or its name): the one ``use_backend`` chose by name,
+    else the one registered for its type (its module, ``_MODULES``, imported on first use), else the CPU backend."""
     kind = torch.device(device).type
+    if kind in _CHOSEN:   # ``--backend``: the one chosen by name
+        return _CHOSEN[kind]
     if kind not in _MADE:
         if kind not in _FACTORIES and kind in _MODULES:
             try:

@@ -11,8 +11,9 @@ Prefill: the heads of a layer grouped by (w_h, K_h), each group in one call:
   ``SLASH_CHUNK`` rows (``kernel_extras``: a diagonal slot owned by one query row, a key a column holds read once);
 
 then the tail rows of each head with R_h > 0 read every causal key: one masked softmax for the heads of one R.
-Decoding: one masked softmax over the allowed slots (GQA without copies), the read-back pages' keys in the same
-softmax.  Every path runs on any device (the native kernel only takes CPU float32 tensors).
+Decoding: the page table read as a mask over the cached slots, one masked softmax (GQA without copies), the
+read-back pages' keys in the same softmax; the fused native step (``decode_fused``: band ∪ columns and the
+read-back's pages chosen and read in one C call) where the inputs are CPU float32.  Every path runs on any device (the native kernel only takes CPU float32 tensors).
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ import torch.nn.functional as F
 
 from attnlab.llm.execution.backend import AttentionBackend, PageKeys, PrefillParts, register_backend, tail_scores
 from attnlab.llm.execution.diagonal_keys import join_diagonals
+from attnlab.llm.execution.page_table import allowed_of
 from attnlab.llm.plans.key_blocks import block_extras, block_keys
 from attnlab.llm.plans.plan import FULL
 from attnlab.llm.plans.slash_lines import SLASH_CHUNK, kernel_extras
+from attnlab.nn.mechanisms import native
 from attnlab.nn.mechanisms.sliding_window import band_heads_attention, native_heads_ready, sliding_window_attention
 from attnlab.nn.softmax import masked_softmax
 from attnlab.support import NO_DIAGONAL, Support
@@ -123,8 +126,20 @@ class CpuBackend(AttentionBackend):
             out[:, idx, n - R :] = torch.softmax(tail_scores(q, k, kv_of, idx, R, scaling), -1) @ v[:, kv_of[idx]]
         return out
 
-    def decode(self, q, k, v, scaling, allowed=None, pages: PageKeys | None = None):
-        # q: (B, H_s·r, t, d_k), k, v: (B, H_s, L, ·), allowed: (B, H_s, r, t, L) → (B, H_s·r, t, d_v)
+    def decode_fused(self, q, k, v, positions, flags, w, reads, summaries, store, i, *, sliding, page, pages, scale,
+                     rows=None, mean_pages=0):
+        # the native C step (CPU float32, built): band ∪ columns ∪ the read-back's pages, chosen and read in one call
+        if not native.decode_ready(q, k, v, positions, *(store or ())):
+            return None
+        if pages and summaries.m.shape[2] < i // page + 1:   # summaries short of the query's page: the tensor step
+            return None
+        return native.decode_read_back(q, k, v, positions, flags, w, reads, summaries, store, i, sliding=sliding, page=page,
+                                       pages=pages, scale=scale, rows=rows, mean_pages=mean_pages)
+
+    def decode(self, q, k, v, scaling, table=None, pages: PageKeys | None = None):
+        # q: (B, H_s·r, t, d_k), k, v: (B, H_s, L, ·), table.slots: (B, H_s, r, t, S) → (B, H_s·r, t, d_v)
+        # the CPU reads the table as its mask over the L slots (one masked product: bit-equal to the dense step)
+        allowed = None if table is None else allowed_of(table, k.shape[2])                  # (B, H_s, r, t, L)
         if pages is None:
             return attend(q, k, v, scaling, allowed)
         B, Hq, _, d = q.shape

@@ -8,7 +8,9 @@ A step's query i of head h (KV head g = h // r) reads, in order:
     3. pages      read-back (``Plan.pages`` = K): the K pages of largest Quest bound U_{h,P}(q_i) among those holding
                   a key h reads otherwise not (``pages``; ``Plan.mean_pages`` = k of them by the mean key's score
                   μ_{h,P}(q_i) instead), gathered from the store by position (``decode_read_back``)
-    4. softmax    over the allowed slots ∪ the gathered keys: the seam's ``AttentionBackend.decode``
+    4. softmax    over the chosen slots, handed to the seam as a page table of slot indices (``page_table``),
+                  ∪ the gathered keys: the seam's ``AttentionBackend.decode``; a backend with a fused step
+                  (the CPU's native C step) runs 1–4 in one call instead (``AttentionBackend.decode_fused``)
 
 ``keep`` says which slots some later query of the layer can still read (what the cache compacts to).  A cache of
 several parts (KV heads with different lengths, ``kv_cache.Part``) is read part by part (``decode_parts``).
@@ -20,10 +22,10 @@ import torch
 
 from attnlab.llm.execution.backend import PageKeys
 from attnlab.llm.execution.layer_plan import LayerPlan
+from attnlab.llm.execution.page_table import table_of
 from attnlab.llm.execution.pages import choose_pages, read_back, summary_bound, summary_mean
 from attnlab.llm.plans.plan import FULL
 from attnlab.masks import near, visible
-from attnlab.nn.mechanisms import native
 from attnlab.support import column_mask
 
 __all__ = ["DecodeStep"]
@@ -72,16 +74,19 @@ class DecodeStep(LayerPlan):
         read-back's page summaries of these heads (``pages.page_summaries``; None: made from k).
         """
         flags = self.column_flags(k_pos, kv) if flags is None else flags                  # (B, H_s, r, L)
-        if not self.pages and q.shape[2] == 1 and native.decode_ready(q, k, v, k_pos):    # band ∪ columns: one C call
+        backend = self.backend_of(q)
+        if not self.pages and q.shape[2] == 1:   # band ∪ columns: the backend's fused step where it has one
             w = self.per_kv(self.w_decode, kv)                                              # (H_s, r)
-            return native.decode_read_back(q, k, v, k_pos, flags, w, torch.zeros(w.shape, dtype=torch.bool), None, None,
-                                           int(q_pos[-1]), sliding=self.sliding, page=self.page, pages=0, scale=scaling)[0]
+            fused = backend.decode_fused(q, k, v, k_pos, flags, w, torch.zeros(w.shape, dtype=torch.bool), None, None,
+                                         int(q_pos[-1]), sliding=self.sliding, page=self.page, pages=0, scale=scaling)
+            if fused is not None:
+                return fused[0]
         allowed = self.allowed(q_pos, k_pos, flags, kv)                                    # (B, H_s, r, n, L)
         if self.pages:
             reads = self.reads if kv is None else self.per_kv(self.reads, kv).reshape(-1)
             allowed, self.fetched = read_back(q, k, k_pos, q_pos, allowed, reads, self.page, self.pages, flags, summaries,
                                               self.mean_pages)
-        return self.backend_of(q).decode(q, k, v, scaling, allowed)
+        return backend.decode(q, k, v, scaling, table_of(allowed))                         # by index: the page table
 
     def decode_parts(self, q, parts, scaling, q_pos, summaries=None):
         """q: (B, H, n, d_k) over a cache's ``parts`` (``kv_cache.Part``: KV heads with their keys) → (out (B, H, n, d_v),
@@ -124,8 +129,8 @@ class DecodeStep(LayerPlan):
         q (B, H_s·r, 1, d_k) at q_pos (1,); p a ``Part`` (resident keys, values, positions, flags) with its ``store``;
         summaries: ``pages.page_summaries``' parts of its KV heads and query heads, or the layer's with ``heads`` = (the
         part's KV heads, their query heads) (``PageSummaries.of_heads`` made only where needed).  Returns (out (B, H_s·r, 1, d_v), stored slots read,
-        summed over (batch row, KV head)).  On the CPU in float32 the fused C step (``native.decode_read_back``) computes
-        the same; the tensor code below is its reference and the fallback (``ATTNLAB_NATIVE_DECODE=0``, no compiler).
+        summed over (batch row, KV head)).  On the CPU in float32 the backend's fused C step (``CpuBackend.decode_fused``)
+        computes the same; the tensor code below is its reference and the fallback (``ATTNLAB_NATIVE_DECODE=0``, no compiler).
         """
         B, Hq, _, d = q.shape
         k_r, v_r, pos_r = p.keys, p.values, p.positions                                     # (B, H_s, L, ·), (B, H_s, L)
@@ -134,11 +139,13 @@ class DecodeStep(LayerPlan):
         i, page, dev = int(q_pos[-1]), self.page, q.device
         flags = self.column_flags(pos_r, p.kv) if p.flags is None else p.flags              # (B, H_s, r, L)
         store = (p.store.store_keys, p.store.store_values, p.store.store_slots())             # (B, H_s, S, ·), (B, H_s, J)
-        if native.decode_ready(q, k_r, v_r, *store) and summaries.m.shape[2] >= i // page + 1:   # the fused step, one C call
-            rows = None if heads is None else (summaries.row[heads[0]].clamp_min(0), heads[1])   # the layer's summaries
-            o, read = native.decode_read_back(q, k_r, v_r, pos_r, flags, self.per_kv(self.w_decode, p.kv), self.per_kv(self.reads, p.kv),
-                                              summaries, store, i, sliding=self.sliding, page=page, pages=self.pages, scale=scaling, rows=rows,
-                                              mean_pages=self.mean_pages)
+        rows = None if heads is None else (summaries.row[heads[0]].clamp_min(0), heads[1])   # the layer's summaries
+        fused = self.backend_of(q).decode_fused(q, k_r, v_r, pos_r, flags, self.per_kv(self.w_decode, p.kv),
+                                                self.per_kv(self.reads, p.kv), summaries, store, i, sliding=self.sliding,
+                                                page=page, pages=self.pages, scale=scaling, rows=rows,
+                                                mean_pages=self.mean_pages)
+        if fused is not None:   # the backend's fused step (the CPU's native C step), one call
+            o, read = fused
             return o, float(read.sum())
         summaries = summaries if heads is None else summaries.of_heads(*heads)
         allowed = self.allowed(q_pos, pos_r, flags, p.kv)[:, :, :, 0]                       # (B, H_s, r, L): band ∪ columns
@@ -182,7 +189,7 @@ class DecodeStep(LayerPlan):
                           k_r.reshape(B, H_s * L, d)[b, row_r])                              # (B, Hq, K·page, d)
         v_p = torch.where(from_store[..., None], p.store.store_values.reshape(B, H_s * S, -1)[b, row_s],
                           v_r.reshape(B, H_s * L, -1)[b, row_r])
-        o = self.backend_of(q).decode(q, k_r, v_r, scaling, allowed[:, :, :, None], PageKeys(k_p, v_p, ok))
+        o = self.backend_of(q).decode(q, k_r, v_r, scaling, table_of(allowed[:, :, :, None]), PageKeys(k_p, v_p, ok))
         read = torch.zeros(B, H_s, S + 1, dtype=torch.bool, device=dev)                     # [S]: none
         read.view(B, H_s * (S + 1)).scatter_(-1, torch.where(from_store, kv_local.view(1, Hq, 1) * (S + 1) + slot_s, S).flatten(1), True)
         read[..., S] = False

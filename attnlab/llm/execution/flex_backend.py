@@ -11,8 +11,9 @@ log-sum-exp (``gathered_parts``: a scattered column or a 16-key block would cost
 place (query head h reads KV head h // (H / H_kv), the seam's ``kv_of``); bf16 / fp16 inputs keep FlexAttention's
 fp32 softmax.  The kernel is compiled once per shape (``nn.mechanisms.flex.flex_attention_compiled``).
 
-Decoding: a masked softmax over the allowed cached slots, GQA without copies, a half-precision cache read in place
-(products accumulated in fp32, the softmax in fp32); the read-back pages' keys through the CPU backend's softmax.
+Decoding by index (its own, ``page_table.read_by_index``): a step's query gathers only the slots its page table
+names (and the read-back pages' keys), products and softmax in fp32; several queries at once (a prompt's tail after
+a reused prefix) go through one masked product over the cache read in place, the softmax in fp32.
 The methods whose runner goes through the seam run here unchanged (attnlab's plans, streaming-llm, DuoAttention's
 streaming heads as band + sinks, SnapKV's and Quest's decoding over allowed slots, MInference's three patterns as
 band + sink columns, columns + diagonals, key blocks: ``methods.minference_runner.pattern_parts``).
@@ -29,6 +30,7 @@ from attnlab.llm.execution.backend import PageKeys, PrefillParts, register_backe
 from attnlab.llm.execution.block_masks import TILE
 from attnlab.llm.execution.cpu_backend import CpuBackend
 from attnlab.llm.execution.gathered_parts import flex_prefill, gathered_prefill
+from attnlab.llm.execution.page_table import PageTable, allowed_of, read_by_index
 from attnlab.nn.softmax import masked_softmax
 
 __all__ = ["FlexBackend"]
@@ -37,7 +39,7 @@ HALF = (torch.float16, torch.bfloat16)
 
 
 class FlexBackend(CpuBackend):
-    """Prefill through FlexAttention with the layer's BlockMask; decoding as a masked softmax in fp32 (module docstring)."""
+    """Prefill through FlexAttention with the layer's BlockMask; decoding by index (module docstring)."""
 
     name = "flex"
 
@@ -50,18 +52,21 @@ class FlexBackend(CpuBackend):
             return gathered_prefill(parts, q, k, v, scaling, self.tile)
         return flex_prefill(parts, q, k, v, scaling, self.tile)
 
-    def decode(self, q, k, v, scaling, allowed=None, pages: PageKeys | None = None):
-        # q: (B, H_s·r, t, d_k), k, v: (B, H_s, L, ·), allowed: (B, H_s, r, t, L) → (B, H_s·r, t, d_v)
-        if q.dtype not in HALF:
-            return super().decode(q, k, v, scaling, allowed, pages)
-        if pages is not None:   # the read-back's gathered keys: the CPU backend's softmax on fp32 copies
-            up = pages._replace(keys=pages.keys.float(), values=pages.values.float())
-            return super().decode(q.float(), k.float(), v.float(), scaling, allowed, up).to(q.dtype)
-        # the cache read in place in its half precision (products accumulated in fp32), the softmax in fp32:
-        #   a = softmax_{allowed}(fp32(q·kᵀ) · scaling),  out = (a in v's dtype) · v   — GQA without copies
+    def decode(self, q, k, v, scaling, table=None, pages: PageKeys | None = None):
+        # q: (B, H_s·r, t, d_k), k, v: (B, H_s, L, ·), table.slots: (B, H_s, r, t, S) → (B, H_s·r, t, d_v)
+        if table is not None and q.shape[2] == 1:   # a step: only the table's slots gathered (``page_table``)
+            return read_by_index(q, k, v, scaling, table, pages)
+        if pages is not None:   # the read-back's gathered keys beside every slot: all of them by index
+            L = k.shape[2]
+            every = torch.arange(L, device=k.device).expand(*k.shape[:2], q.shape[1] // k.shape[1], 1, L)
+            return read_by_index(q, k, v, scaling, PageTable(every), pages)
+        # several queries (a prompt's tail after a reused prefix) or every slot: one masked product, the cache read in
+        # place in its precision (products accumulated in fp32), the softmax in fp32 — GQA without copies
+        #   a = softmax_{allowed}(fp32(q·kᵀ) · scaling),  out = (a in v's dtype) · v
         B, H, t, d = q.shape
         H_s, L = k.shape[1], k.shape[2]
         r = H // H_s
+        allowed = None if table is None else allowed_of(table, L)                            # (B, H_s, r, t, L)
         s = (q.reshape(B, H_s, r * t, d) @ k.transpose(-1, -2)).float().mul_(scaling).view(B, H_s, r, t, L)
         a = masked_softmax(s, allowed).to(v.dtype)
         return (a.view(B, H_s, r * t, L) @ v).view(B, H, t, v.shape[-1])

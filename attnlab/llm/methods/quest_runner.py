@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from attnlab.llm.execution.attention import LayerRunner
+from attnlab.llm.execution.page_table import table_of
 from attnlab.llm.execution.pages import page_upper_bound, quest_pages  # the page summary and choice, shared with read-back
 
 __all__ = ["DENSE_LAYERS", "QuestRunner"]
@@ -36,4 +37,4 @@ class QuestRunner(LayerRunner):
         pid = (k_pos // page).clamp(0, chosen.shape[-1] - 1)                                       # (B, H_kv, L)
         read = torch.gather(chosen.view(B, H_kv, r, n, -1), -1,
                             pid[:, :, None, None, :].expand(B, H_kv, r, n, L))                     # (B, H_kv, r, n, L)
-        return self.backend_of(q).decode(q, k, v, scaling, self.allowed(q_pos, k_pos, flags, kv) & read)
+        return self.backend_of(q).decode(q, k, v, scaling, table_of(self.allowed(q_pos, k_pos, flags, kv) & read))
