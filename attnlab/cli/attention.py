@@ -125,9 +125,9 @@ def _plan_file(path: Path | None, tokens: int | None):
         return None
     from attnlab.llm.plans.plan import Plan
 
-    if not Path(path).is_file():
-        raise UserError(f"--plan {path}: no such file")
-    plan = Plan.load(path)
+    from attnlab.cli.option_paths import input_file
+
+    plan = Plan.load(input_file("--plan", path))   # missing, a folder, a FIFO or device: one line, never opened
     if tokens is not None and plan.n and plan.n != tokens:
         raise UserError(f"--plan {path}: made for {plan.n} tokens; this input has --tokens {tokens}")
     return plan
@@ -186,6 +186,10 @@ def attention_command(
     from attnlab.llm.models.device import check_device
 
     dev = check_device(device)                        # cuda without CUDA: one line, before anything is read or written
+    if maps_file is not None:
+        from attnlab.cli.option_paths import input_file
+
+        input_file("--maps", maps_file)               # missing, a folder, a FIFO or device: one line, never opened
     if maps_file is None or not _is_long(maps_file):  # a saved capture refuses these options with its own line (below)
         check_file_only(file, tokens=tokens, block_rows=block_rows, layers=layers, rows=rows, pool=pool, memory_gib=memory_gib)
     if dev != "cpu" and (file is None or hf is None):

@@ -55,10 +55,11 @@ def eval_command(
     quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Retrieval accuracy on a depth × length grid, and perplexity, of a model under methods (resumable)."""
+    from attnlab.cli.option_values import items
     from attnlab.llm.eval.eval_grid import EvalSettings, check_settings, parse_budgets, parse_lengths, parse_methods
 
     settings = EvalSettings(
-        model=hf, tasks=[t.strip() for t in task.split(",") if t.strip()], lengths=parse_lengths(lengths), depths=depths,
+        model=hf, tasks=items(task, "--task"), lengths=parse_lengths(lengths), depths=depths,
         samples=samples, methods=parse_methods(method), budgets=parse_budgets(budget),
         plan=str(plan) if plan else None, haystack=haystack, seed=seed, calibrate=str(calibrate) if calibrate else None,
         calibrate_windows=calibrate_windows, calibrate_mix=calibrate_mix, ppl=str(ppl) if ppl else None, ppl_windows=ppl_windows, max_new=max_new,
@@ -73,12 +74,20 @@ def eval_command(
     for option, path in (("--haystack", None if haystack == "noise" else haystack), ("--calibrate", calibrate), ("--ppl", ppl)):
         if path is not None:
             check_input_file(option, path)                                # missing, a folder, empty, binary: one line
+    from attnlab.cli.option_paths import input_file, output_folder
+
     if plan is not None:
         from attnlab.llm.plans.plan import Plan
 
+        input_file("--plan", plan)                                        # a folder, a FIFO or device: one line, never opened
         for n in settings.lengths:                                        # a malformed file, another length: one line, before the model
             Plan.load(plan).check_length(n, f"--plan {plan}")
     check_settings(settings, None)                                        # everything but the model's context
+    from attnlab.llm.eval.before_model import check_method_inputs, check_text_sizes
+
+    check_method_inputs(settings.methods)                                 # a method's own files (a gate file) present
+    check_text_sizes(settings)                                            # a one-sentence text: too short for any tokenizer
+    output_folder("--out", out)                                           # a file, a FIFO, an unwritable folder: named
     check_eval_folder(out, settings)                                      # a user's folder, another model's eval: refused
     check_length(hf, max(settings.lengths), "--lengths")                  # the model's context, from its configuration
     from attnlab.llm.models.device import check_device

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
+from attnlab.cli import option_values
 from attnlab.errors import UserError
 
 Bound = Union[int, float, str, None]  # a number, or the name of another option of the command
@@ -270,14 +271,12 @@ def check_value(command: str, name: str, value: Any, values: dict[str, Any] | No
     if rule.registry:
         rule = Rule(str, choices=registry_choices(rule.registry), flag=rule.flag, many=rule.many)
     if rule.choices:
-        items = [v.strip() for v in str(value).split(",")] if rule.many else [value]
+        items = option_values.items(value, flag) if rule.many else [value]   # an empty item or a repeat: refused
         bad = [v for v in items if v not in rule.choices]
         if bad or (rule.many and len(items) > 1 and "all" in items):
             kind = "a comma list of" if rule.many else "one of"
             raise UserError(f"{flag} must be {kind} {', '.join(rule.choices)}, got {value!r}"
                             + (f" (unknown: {', '.join(map(repr, bad))})" if rule.many and bad else ""))
-        if len(set(items)) < len(items):   # a choice twice in a list (--task niah,niah): its rows would count twice
-            raise UserError(f"{flag}: {next(v for i, v in enumerate(items) if v in items[:i])} given twice, got {value!r}")
         return
     if rule.kind is str:
         return
@@ -309,13 +308,47 @@ def check_options(command: str, values: dict[str, Any], kinds: dict[str, type] |
         check_value(command, name, value, values, kind=kinds.get(name))
 
 
+def raw_numbers(kinds: dict[str, type], argv: list[str] | None = None) -> None:
+    """The numbers of the command line as typed, before typer converts them: ``--depths 1_000``, ``--seed " 8"``
+    and full-width digits are refused (``option_values.number``) for every int or float option of the running
+    command (``kinds``: parameter name → type).  Outside a command line (a library call) nothing is checked."""
+    import sys
+
+    ctx = _click_context()
+    if ctx is None:
+        return
+    argv = sys.argv[1:] if argv is None else argv
+    for param in ctx.command.params:
+        kind = kinds.get(param.name)
+        if kind not in (int, float) or getattr(param, "is_flag", False):
+            continue
+        for i, token in enumerate(argv):
+            for opt in param.opts:
+                if token == opt and i + 1 < len(argv):
+                    option_values.number(argv[i + 1], kind, opt)
+                elif token.startswith(opt + "="):
+                    option_values.number(token[len(opt) + 1:], kind, opt)
+
+
+def _click_context():
+    """The click context of the command being run (typer's own click), or None."""
+    import sys
+
+    import typer
+
+    click_globals = sys.modules.get(typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals")
+    return click_globals.get_current_context(silent=True) if click_globals is not None else None
+
+
 def checked(command: str) -> Callable:
-    """Decorator of a typer command: ``check_options`` on its arguments before its body runs."""
+    """Decorator of a typer command: the numbers as typed (``raw_numbers``), then ``check_options`` on its
+    arguments, before its body runs."""
     def wrap(func: Callable) -> Callable:
         kinds = param_kinds(func)
 
         @functools.wraps(func)
         def run(*args, **kwargs):
+            raw_numbers(kinds)
             check_options(command, kwargs, kinds)
             return func(*args, **kwargs)
         run.checked_as = command  # tests/test_bad_input.py asserts every command carries it

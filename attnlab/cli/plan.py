@@ -135,6 +135,9 @@ def plan_command(
     if out is None:
         folder = Path(hf) if Path(hf).is_dir() else Path(".")
         out = folder / f"attnlab-plan-{method.replace(':', '-').replace('=', '')}-{budget:g}-{n}.json"
+    from attnlab.cli.option_paths import output_file
+
+    output_file("--out", out)                 # a folder, a FIFO or device, an unwritable folder: named, one line
     claim_file(out, kind="plan", inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
     check_length(hf, n, "--n")  # from the model's configuration: no weights loaded, no text read
     from attnlab.progress import Progress
@@ -176,7 +179,9 @@ def plan_run_command(
 
     dev = check_device(device)                # cuda without CUDA: one line, before the plan is read (torch: cuda, auto)
 
-    method = PlanFile(plan)
+    from attnlab.cli.option_paths import input_file
+
+    method = PlanFile(input_file("--plan", plan))   # missing, a folder, a FIFO or device: one line, never opened
     p = method.file_plan.check(name=f"--plan {plan}", n=n)  # its length and columns against --n
     check_length(hf, n, "--n")  # the model's context, from its configuration (an unknown model: one line)
     from attnlab.llm.eval.eval_inputs import check_input_file

@@ -165,15 +165,6 @@ def retrieval_calibration(model, tokenizer, n: int):
     return retrieval_scores(model, tokenizer, n=min(n, RETRIEVAL_N), count=RETRIEVAL_PROMPTS, seed=RETRIEVAL_SEED)
 
 
-def _items(text: str, option: str) -> list[str]:
-    items = [x.strip() for x in str(text).split(",") if x.strip()]
-    if not items:
-        raise UserError(f"{option}: expected at least one value, got {text!r}")
-    if len(set(items)) < len(items):   # a length or budget twice: its rows counted twice
-        raise UserError(f"{option}: {next(x for i, x in enumerate(items) if x in items[:i])} given twice, got {text!r}")
-    return items
-
-
 def check_lengths(lengths: list[int]) -> list[int]:
     """Prompt lengths of at least 64 tokens (the model's context is checked once it is known)."""
     if min(lengths) < 64:
@@ -199,23 +190,23 @@ def check_methods(specs: list[str]) -> list[str]:
 
 def parse_lengths(text: str) -> list[int]:
     """``--lengths 2048,4096``: positive token counts."""
-    try:
-        return check_lengths([int(x) for x in _items(text, "--lengths")])
-    except ValueError:
-        raise UserError(f"--lengths: expected a comma list of integers, got {text!r}") from None
+    from attnlab.cli.option_values import numbers
+
+    return check_lengths(numbers(text, int, "--lengths"))     # ASCII digits only, an empty item or a repeat refused
 
 
 def parse_budgets(text: str) -> list[float]:
     """``--budget 0.1,0.25``: fractions in (0, 1]."""
-    try:
-        return check_budgets([float(x) for x in _items(text, "--budget")])
-    except ValueError:
-        raise UserError(f"--budget: expected a comma list of fractions, got {text!r}") from None
+    from attnlab.cli.option_values import numbers
+
+    return check_budgets(numbers(text, float, "--budget"))    # finite, ASCII, an empty item or a repeat refused
 
 
 def parse_methods(text: str) -> list[str]:
     """``--method streaming-llm,snapkv:window=32``: registered names with their options (empty: full alone)."""
-    return check_methods([x.strip() for x in str(text).split(",") if x.strip()])
+    from attnlab.cli.option_values import method_list
+
+    return check_methods(method_list(text, "--method"))      # canonical specs (the rows' labels), each once
 
 
 def parse_plan_method(spec: str) -> str:
@@ -229,16 +220,10 @@ def parse_plan_method(spec: str) -> str:
 
 def parse_method(spec: str) -> tuple[str, dict]:
     """``name`` or ``name:key=value:key=value`` → (name, options)."""
-    name, *rest = spec.split(":")
-    opts = {}
-    for item in rest:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise UserError(f"--method {spec}: options are written name:key=value, got {item!r}")
-        if key.replace("-", "_") in opts:   # the last value would win without a word, the row labelled with both
-            raise UserError(f"--method {spec}: option {key} given twice")
-        opts[key.replace("-", "_")] = value
-    return name, opts
+    from attnlab.cli.option_values import split_method
+
+    name, pairs = split_method(spec)            # not key=value, or a key given twice: one line
+    return name, dict(pairs)
 
 
 def _method(settings: EvalSettings, name: str, budget: float):

@@ -26,13 +26,10 @@ LATER = {"template": "auto", "question": "after"}   # settings added later: a fo
 
 def check_input_file(option: str, path) -> Path:
     """``path`` when it is a readable UTF-8 text file (plain or .gz); a one-line refusal naming ``option`` otherwise."""
+    from attnlab.cli.option_paths import input_file
     from attnlab.textfile import read_text_file
 
-    p = Path(path)
-    if p.is_dir():
-        raise UserError(f"{option}: {p} is a folder, expected a file")
-    if not p.is_file():
-        raise UserError(f"{option} {p}: no such file")
+    p = input_file(option, path)           # missing, a folder, a FIFO or device: named as such, never opened
     try:
         read_text_file(p)
     except (UserError, OSError) as err:   # empty, binary, not UTF-8, a corrupt gzip, unreadable

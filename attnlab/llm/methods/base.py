@@ -57,15 +57,15 @@ class Option:
     def parse(self, key: str, value: Any) -> Any:
         """``value`` (text or a number) read and checked; a one-line UserError naming ``key`` otherwise."""
         kind = self.type
-        try:
-            if kind is int and isinstance(value, str):
-                out = int(value.strip())
-            elif kind is int and isinstance(value, float) and not value.is_integer():
-                raise ValueError
-            else:
+        if kind in (int, float):   # canonical numbers only: ASCII digits, no '_' or spaces, finite
+            from attnlab.cli.option_values import number
+
+            out = number(value, kind, f"--option {key}")
+        else:
+            try:
                 out = kind(value)
-        except (TypeError, ValueError):
-            raise UserError(f"--option {key}: expected {kind.__name__}, got {value!r}") from None
+            except (TypeError, ValueError):
+                raise UserError(f"--option {key}: expected {kind.__name__}, got {value!r}") from None
         if self.choices and out not in self.choices:
             raise UserError(f"--option {key}: expected one of {', '.join(self.choices)}, got {out!r}")
         if self.lo is not None and not self.lo <= out <= self.hi:
@@ -117,6 +117,10 @@ class Method:
         if self.calibrated and calibration is None:
             raise UserError(f"--method {self.name}: needs calibration text (--calibrate FILE)")
         self.n = n
+
+    def check_inputs(self) -> None:
+        """The method's own input files (a gate file, …) present and readable, checked before any model loads:
+        a one-line ``UserError`` naming the option.  Default: nothing to check."""
 
     def check_model(self, model) -> None:
         """The method's own input files (a gate file, …) checked against ``model`` before anything runs or is

@@ -40,21 +40,19 @@ class MixWindow:
 
 def parse_mix(text: str | None, option: str = "--calibrate-mix") -> list[tuple[str, int]]:
     """``"niah:2,vt:1"`` → [("niah", 2), ("vt", 1)]; an unknown task or a count ≤ 0 is refused in one line."""
+    from attnlab.cli.option_values import items, number
     from attnlab.llm.eval.tasks import TASKS
 
-    if text is None or not str(text).strip():
-        return []
     out = []
-    for item in str(text).split(","):
-        name, _, count = item.strip().partition(":")
+    for item in items(text, option, allow_none=True):          # an empty item refused
+        name, sep, count = item.partition(":")
         if name not in TASKS:
             raise UserError(f"{option}: unknown task {name!r} (known: {', '.join(TASKS)})")
-        try:
-            c = int(count) if count else 1
-        except ValueError:
-            raise UserError(f"{option}: {item.strip()!r}: the count after ':' must be an integer") from None
+        if name in (n for n, _ in out):                          # niah:2,niah:2 is not niah:4: say it once
+            raise UserError(f"{option}: task {name} given twice, got {text!r} (write {name}:COUNT once)")
+        c = number(count, int, f"{option} {item}: the count after ':'") if sep else 1
         if c <= 0:
-            raise UserError(f"{option}: {item.strip()!r}: the count must be at least 1")
+            raise UserError(f"{option}: {item!r}: the count must be at least 1")
         out.append((name, c))
     return out
 
