@@ -52,6 +52,7 @@ def eval_command(
                                   "shared by full, snapkv and quest, no prefix shared with the previous prompt (same answers, slower)"),
     device: str = typer.Option("cpu", "--device", help="cpu (float32), cuda (bfloat16, FlexAttention) or auto (cuda when one is visible); "
                                "under torchrun each rank takes its local GPU"),
+    backend: str = typer.Option("auto", "--backend", help="the execution seam's backend: auto (the device's own: cpu on the CPU, flex on CUDA), cpu or flex"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Retrieval accuracy on a depth × length grid, and perplexity, of a model under methods (resumable)."""
@@ -93,6 +94,12 @@ def eval_command(
     from attnlab.llm.models.device import check_device
 
     dev = check_device(device)                                            # cuda without CUDA: one line (torch only for cuda, auto)
+    from attnlab.llm.execution.backend_names import check_backend
+
+    check_backend(backend, dev)                                           # a backend this device cannot run: one line
+    from attnlab.llm.execution.backend import use_backend
+
+    use_backend(backend, dev)                                             # the device's layers run by the backend named
     from attnlab.llm.eval.ranks import Ranks
 
     ranks = Ranks.from_env()                                              # torchrun's RANK / WORLD_SIZE (one process: 0 / 1)

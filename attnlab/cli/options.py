@@ -140,6 +140,7 @@ RULES: dict[str, Rule] = {
     "eval.ppl_windows": Rule(int, 1, 10**4),
     "eval.seed": Rule(int, 0, SEED_MAX),
     "eval.max_new": Rule(int, 1, 4096),
+    "backend": Rule(str, registry="attnlab.llm.execution.backend_names:BACKENDS"),   # the seam's backends by name
     "eval.template": Rule(str, registry="attnlab.llm.eval.tasks:TEMPLATES"),   # the prompt formats (attnlab.llm.eval.tasks.prompt)
     "eval.question": Rule(str, registry="attnlab.llm.eval.tasks:QUESTIONS"),
     "eval-why.top": Rule(int, 1, 10**4),                                     # heads shown per lost prompt

@@ -167,6 +167,7 @@ def plan_run_command(
     n: int = typer.Option(2048, "--n", help="window length in tokens"),
     windows: int = typer.Option(1, "--windows", help="windows scored"),
     device: str = typer.Option("cpu", "--device", help="cpu (float32), cuda (bfloat16, FlexAttention) or auto (cuda when one is visible)"),
+    backend: str = typer.Option("auto", "--backend", help="the execution seam's backend: auto (the device's own: cpu on the CPU, flex on CUDA), cpu or flex"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Perplexity of the model with a plan applied, beside the full model's."""
@@ -178,6 +179,9 @@ def plan_run_command(
     from attnlab.llm.models.text_windows import token_windows
 
     dev = check_device(device)                # cuda without CUDA: one line, before the plan is read (torch: cuda, auto)
+    from attnlab.llm.execution.backend_names import check_backend
+
+    check_backend(backend, dev)               # a backend this device cannot run: one line, before anything is read
 
     from attnlab.cli.option_paths import input_file
 
@@ -192,6 +196,9 @@ def plan_run_command(
     from attnlab.progress import Progress
 
     progress = Progress.for_command(quiet)
+    from attnlab.llm.execution.backend import use_backend
+
+    use_backend(backend, dev)                 # the device's layers run by the backend named
     model, tokenizer = _load(hf, progress, dev)
     check_model_fits(model, n, dev, f"--plan {plan} at --n {n} on {dev}")
     method.prepare(model, n)   # refuses a plan made for another model
