@@ -239,12 +239,15 @@ def cases(w: Path) -> list[tuple[str, list, dict, tuple]]:
 
     # ---- plan-run
     PR = ["plan-run", "--hf", tiny, "--file", text]
-    for name, needle in (("cols-big", "column 300"), ("cols-dup", "distinct"), ("cols-text", "malformed"), ("w-text", "malformed"),
-                         ("w-neg", "malformed"), ("dyn-neg", "malformed"), ("dyn-big", "dynamic"), ("offset", "offset"),
-                         ("field", "unknown field"), ("n-neg", "n must be"), ("n-float", "n must be"), ("n-text", "malformed"),
-                         ("budget-nan", "budget"), ("budget-2", "budget"), ("layers", "num_layers"), ("row", "malformed"),
-                         ("windows", "windows"), ("format", "not an attnlab plan"), ("no-heads", "malformed"),
-                         ("list", "not an attnlab plan"), ("truncated", "JSON"), ("binary", "not UTF-8"), ("empty", "JSON")):
+    for name, needle in (("cols-big", "column 300"), ("cols-dup", "distinct"),
+                         ("cols-text", "field heads.0.0.columns.0"), ("w-text", "field heads.0.0.w"),
+                         ("w-neg", "field heads.0.0.w"), ("dyn-neg", "field heads.0.0.dynamic"),
+                         ("dyn-big", "dynamic"), ("offset", "offset"), ("field", "field heads.0.0.colour: unknown key"),
+                         ("n-neg", "field n:"), ("n-float", "field n:"), ("n-text", "field n:"),
+                         ("budget-nan", "budget"), ("budget-2", "budget"), ("layers", "num_layers"),
+                         ("row", "field heads.1:"), ("windows", "windows"), ("format", "field format"),
+                         ("no-heads", "field heads: required"), ("list", "JSON object expected"), ("truncated", "JSON"),
+                         ("binary", "not UTF-8"), ("empty", "empty")):
         case(f"plan-run plan {name}", [*PR, "--plan", w / f"plan-{name}.json", "--n", "128"], needle)
     case("plan-run plan of another model", [*PR, "--plan", w / "other-model.json", "--n", "128"], "another model", "num_layers 3 vs 2")
     case("plan-run --plan missing", [*PR, "--plan", w / "missing.json", "--n", "128"], "missing.json")

@@ -67,7 +67,8 @@ def cases(w: Path) -> list[tuple[str, list, dict, tuple]]:
     case("issue: eval --method snapkv:window=4:window=8", [*EO, "--method", "snapkv:window=4:window=8"], "window given twice")
     case("issue: plan --method snapkv --budget 0.3 (no plan file)", ["plan", "--hf", tiny, "--calibrate", text, "--method", "snapkv",
          "--budget", "0.3", "--n", "128", "--out", w / "new-plan.json"], "--method", "got 'snapkv'")
-    case("issue: plan-run a plan whose n is 0", [*PR, w / "plan4-n-0.json"], "n must be an integer >= 1")
+    case("issue: plan-run a plan whose n is 0", [*PR, w / "plan4-n-0.json"],
+         "field n: Input should be greater than or equal to 1")
     case("issue: eval --calibrate empty (no config.json)", [*EO, *CAL, w / "empty.txt"], "--calibrate", "empty")
     case("issue: eval --ppl empty (no config.json)", [*EO, "--ppl", w / "empty.txt"], "--ppl", "empty")
     case("issue: eval --ppl binary (no config.json)", [*EO, "--ppl", w / "binary.txt"], "--ppl", "binary")
@@ -100,7 +101,7 @@ def cases(w: Path) -> list[tuple[str, list, dict, tuple]]:
          "nobody/nothing-7b", "hf download")
     case("eval --lengths beyond the context", [*E[:4], "1024", *E[5:], "--out", w / "new-eval"], "--lengths 1024", "512")
     case("eval --plan a folder", [*EO, "--plan", w / "nomodel"], "a folder")
-    case("eval --plan n = 0", [*EO, "--plan", w / "plan4-n-0.json"], "n must be")
+    case("eval --plan n = 0", [*EO, "--plan", w / "plan4-n-0.json"], "field n:")
     case("eval --plan made for another length", [*EO, "--plan", w / "other-model.json"], "--plan", "made for n = 128", "--n 512")
     case("eval --plan of another model", [*EO, "--quiet", "--plan", w / "other-model-512.json"], "another model", "num_layers 3 vs 2")
 
@@ -122,7 +123,8 @@ def cases(w: Path) -> list[tuple[str, list, dict, tuple]]:
     case("plan --hf unknown name", ["plan", "--hf", "nosuch-model", "--calibrate", text, "--out", w / "new-plan.json"], "nosuch-model")
     case("plan --calibrate a folder", ["plan", "--hf", tiny, "--calibrate", w / "nomodel", "--out", w / "new-plan.json"], "--calibrate", "is a folder")
     case("plan --calibrate binary", ["plan", "--hf", tiny, "--calibrate", w / "binary.txt", "--out", w / "new-plan.json"], "--calibrate", "binary")
-    for name, needle in (("n-none", "n must be"), ("heads-0", "num_heads"), ("kv-3", "num_kv_heads"), ("kv-text", "num_kv_heads"),
+    for name, needle in (("n-none", "field n: required field missing"),
+                         ("heads-0", "num_heads"), ("kv-3", "num_kv_heads"), ("kv-text", "num_kv_heads"),
                          ("layers-neg", "num_layers"), ("tail-big", "tail 500"), ("kept-big", "kept 600"), ("kept-no-tail", "kept"),
                          ("slashes-big", "slashes 300"), ("w-big", "w 200 beyond"), ("blocks-neg", "blocks"), ("pages-neg", "pages"), ("page-0", "page")):
         case(f"plan-run plan {name}", [*PR, w / f"plan4-{name}.json"], needle)

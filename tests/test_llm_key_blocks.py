@@ -197,10 +197,10 @@ def test_entries_json_roundtrip_and_bad_values(tmp_path):
     plain, blocked = head(w, (0,), 2, 16), head(w, (0,), 2, 16, blocks=3)
     assert blocked.entries(n) - plain.entries(n) == 3 * BLOCK * (n - w - 1) == entries_of(w, 1, 2, n, 0, 3) - entries_of(w, 1, 2, n)
     assert head(w, blocks=100).entries(n) <= n * (n + 1) // 2                       # a bound, never above the causal entries
-    old = Plan([[plain, HeadPlan.full()]], 1, "test", 0.5, n)
+    old = Plan([[plain, HeadPlan.full()]], 1, "attnlab", 0.5, n)
     path = old.save(tmp_path / "old.json")
     assert "blocks" not in path.read_text()                                          # no blocks: the file as before
-    new = Plan([[blocked, HeadPlan.full()]], 1, "test", 0.5, n)
+    new = Plan([[blocked, HeadPlan.full()]], 1, "attnlab", 0.5, n)
     back = Plan.load(new.save(tmp_path / "new.json"))
     assert back.heads[0][0].blocks == 3 and back.to_dict() == new.to_dict() and back.block_heads() == 1
     assert Plan([[blocked, blocked]], 1, "test", 0.5, n, windows=[16]).block_heads() == 0    # a sliding layer: band only
@@ -208,7 +208,7 @@ def test_entries_json_roundtrip_and_bad_values(tmp_path):
     for bad in ("x", -1, 1.5, True, 10**7):
         d["heads"][0][0]["blocks"] = bad
         (tmp_path / "bad.json").write_text(json.dumps(d))
-        with pytest.raises(UserError, match="blocks must be an integer"):
+        with pytest.raises(UserError, match=r"field heads\.0\.0\.blocks: "):
             Plan.load(tmp_path / "bad.json")
 
 
@@ -339,8 +339,8 @@ def test_cli_refuses_bad_key_blocks_in_one_line_writing_nothing(model_dir, tmp_p
     # refused after the model has loaded: the progress lines of the loading come first, then the one error line
     errors = [line for line in err.splitlines() if not line.startswith("attnlab: ") or line.startswith("attnlab: error:")]
     assert code == 2 and errors == [err.splitlines()[-1]] and "other heads' 64 key blocks" in err and not out.exists(), err
-    d = Plan([[head(4, (0,), 0, 8, blocks=2)] * 4] * 2, 2, "test", 0.5, 300).to_dict()
+    d = Plan([[head(4, (0,), 0, 8, blocks=2)] * 4] * 2, 2, "attnlab", 0.5, 300).to_dict()
     d["heads"][1][3]["blocks"] = -2
     (tmp_path / "bad.json").write_text(json.dumps(d))
     code, _, err = cli("plan-run", "--hf", model_dir, "--plan", tmp_path / "bad.json", "--file", text, "--n", "300")
-    assert code == 2 and err.count("\n") == 1 and "blocks must be an integer" in err, err
+    assert code == 2 and err.count("\n") == 1 and "field heads.1.3.blocks: " in err, err

@@ -39,7 +39,7 @@ def tiny_model(layers=2, heads=4, kv_heads=2, seed=0):
 def mixed_plan(layers=2, kv_heads=2):
     row = [HeadPlan(support=Support(w=8, columns=np.array([0, 1])), dynamic=3), HeadPlan.full(),
            HeadPlan(support=Support(w=0, columns=np.zeros(0, dtype=np.int64)), dynamic=2), HeadPlan(support=Support(w=20))]
-    return Plan([list(row) for _ in range(layers)], kv_heads, "test", 0.5, 200)
+    return Plan([list(row) for _ in range(layers)], kv_heads, "attnlab", 0.5, 200)
 
 
 @pytest.fixture(scope="module")

@@ -107,11 +107,11 @@ def test_entries_json_roundtrip_and_old_files_unchanged(tmp_path):
     n, w = 200, 8
     plain, lined = head(w, (0,), 2), head(w, (0,), 2, slashes=5)
     assert lined.entries(n) - plain.entries(n) == 5 * (n - w - 1) == entries_of(w, 1, 2, n, 5) - entries_of(w, 1, 2, n)
-    old = Plan([[plain, HeadPlan.full()]], 1, "test", 0.5, n)
+    old = Plan([[plain, HeadPlan.full()]], 1, "attnlab", 0.5, n)
     path = old.save(tmp_path / "old.json")
     assert "slashes" not in path.read_text()                                        # no slashes: the file as before
     assert Plan.load(path).to_dict() == old.to_dict()
-    new = Plan([[lined, HeadPlan.full()]], 1, "test", 0.5, n)
+    new = Plan([[lined, HeadPlan.full()]], 1, "attnlab", 0.5, n)
     back = Plan.load(new.save(tmp_path / "new.json"))
     assert back.heads[0][0].slashes == 5 and back.to_dict() == new.to_dict() and back.slash_heads() == 1
     assert new.fraction() - old.fraction() == pytest.approx(5 * (n - w - 1) / (2 * n * (n + 1) / 2))
@@ -121,7 +121,7 @@ def test_entries_json_roundtrip_and_old_files_unchanged(tmp_path):
     for bad in ("x", -1, 1.5, True):
         d["heads"][0][0]["slashes"] = bad
         (tmp_path / "bad.json").write_text(json.dumps(d))
-        with pytest.raises(UserError, match="slashes must be an integer"):
+        with pytest.raises(UserError, match=r"field heads\.0\.0\.slashes: "):
             Plan.load(tmp_path / "bad.json")
 
 
@@ -221,7 +221,7 @@ def test_cli_plan_writes_the_slashes_and_refuses_bad_input(model_dir, tmp_path, 
     d["heads"][0][0]["slashes"] = "x"
     (tmp_path / "bad.json").write_text(json.dumps(d))
     code, _, err = cli("plan-run", "--hf", model_dir, "--plan", tmp_path / "bad.json", "--file", text, "--n", "300")
-    assert code == 2 and err.count("\n") == 1 and "slashes must be an integer" in err, err
+    assert code == 2 and err.count("\n") == 1 and "field heads.0.0.slashes: " in err, err
 
 
 def test_a_sink_column_does_not_draw_the_lines():

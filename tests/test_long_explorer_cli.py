@@ -35,7 +35,8 @@ def plan_file(path, num_layers=1, num_heads=2, n=N):
     from attnlab.support import Support
 
     shape = {"num_layers": num_layers, "num_heads": num_heads, "num_kv_heads": 1}
-    Plan.uniform(shape, HeadPlan(support=Support(w=8, columns=np.array([0, 3])), dynamic=1), "test", 0.5, n).save(path)
+    head = HeadPlan(support=Support(w=8, columns=np.array([0, 3])), dynamic=1)
+    Plan.uniform(shape, head, "attnlab", 0.5, n).save(path)
     return path
 
 
@@ -66,7 +67,8 @@ def test_capture_with_heads_and_plan_then_redraw_from_maps(tmp_path, folder, tex
     assert p["heads"][0][0]["role"] and len(p["tile_pos"][0][0]) == 4
     assert (out / "explorer.html").stat().st_size < 2_000_000
     # the saved capture drawn again, the detectors file found beside it (DIR/heads.json with 'detectors')
-    heads_file(out / "heads.json", extra={"detectors": {"sink": [[0.3, 0.2]]}})
+    heads_file(out / "heads.json", extra={"detectors": {"sink": [[0.3, 0.2]]}, "thresholds": {"sink": 0.5},
+                                          "named": []})
     again = tmp_path / "again"
     code, _, err = run_main(["attention", "--maps", str(out / "long-attention.safetensors"), "--out", str(again)], capsys)
     assert code in (0, None), err

@@ -208,6 +208,9 @@ def attention_command(
         the_plan = _plan_file(plan_json, tokens)
         if heads_json is not None:
             check_input_file("--heads", heads_json)
+            from attnlab.schemas import heads_file
+
+            heads_file.load(heads_json, "--heads", detectors=True)   # its schema, before the model loads
         from attnlab.progress import Progress
 
         progress = Progress.for_command(quiet)

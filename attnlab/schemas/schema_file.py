@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from attnlab.errors import UserError
 
@@ -35,12 +35,16 @@ def first_error(err: ValidationError) -> str:
     """The first rule a validation broke, as ``field a.b.3: rule`` (pydantic's location joined by dots)."""
     e = err.errors(include_url=False)[0]
     loc = ".".join(str(p) for p in e["loc"])
-    rule = e["msg"]
+    rule = e["msg"].removeprefix("Value error, ")       # a rule of the schema's own: its message as written
     if e["type"] == "missing":
         rule = "required field missing"
     elif e["type"] == "extra_forbidden":
         rule = "unknown key (not in the schema)"
+    elif e["type"] in ("model_type", "dict_type"):
+        rule = f"a JSON object expected, got {type(e['input']).__name__}"
     more = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
+    if rule.startswith("field "):                       # a cross-field rule naming its field below ``loc``
+        return f"field {loc + '.' if loc else ''}{rule.removeprefix('field ')}{more}"
     return f"field {loc}: {rule}{more}" if loc else f"{rule}{more}"
 
 
@@ -69,10 +73,11 @@ def read_text(path: str | os.PathLike, option: str | None = None, what: str = "f
     return text
 
 
-def parse(data, model: type[M], name: str) -> M:
-    """``model`` validated from a decoded document, or UserError ``NAME: field …: rule``."""
+def parse(data, model: type[M] | TypeAdapter, name: str) -> M:
+    """``model`` (a schema, or a ``TypeAdapter``: a union of schemas) validated from a decoded document, or UserError
+    ``NAME: field …: rule``."""
     try:
-        return model.model_validate(data)
+        return model.validate_python(data) if isinstance(model, TypeAdapter) else model.model_validate(data)
     except ValidationError as err:
         raise UserError(f"{name}: {first_error(err)}") from None
 

@@ -1,7 +1,9 @@
 """``attnlab eval``'s files and output folder, checked before the model loads and before anything is written.
 
-    an input file (--haystack FILE, --calibrate, --ppl):  exists · a file, not a folder · UTF-8 text, not empty, not binary
-    --out:  new · an empty folder · an eval folder (``config.json`` of format attnlab-eval/1) of the same model and
+    an input file (--haystack FILE, --calibrate, --ppl):  exists · a file, not a folder · UTF-8 text, not empty,
+            not binary
+    --out:  new · an empty folder · an eval folder (``config.json`` of format attnlab-eval/1, read through its schema
+            ``attnlab.schemas.eval_config``) of the same model and
             settings (a later run may add tasks, lengths, methods and budgets: ``GROWS``) — never a folder of a user's
             files, nor a place that cannot be written
     the texts against the tokenizer (``run_eval``, before ``config.json``): --calibrate and --ppl hold one window of
@@ -12,7 +14,6 @@ Each refusal is one ``UserError`` line naming the option; none of these checks w
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict
 from pathlib import Path
@@ -21,7 +22,6 @@ from attnlab.errors import UserError
 
 __all__ = ["check_input_file", "check_eval_folder", "check_texts"]
 
-LATER = {"template": "auto", "question": "after"}   # settings added later: a folder without them ran their default
 
 
 def check_input_file(option: str, path) -> Path:
@@ -43,6 +43,7 @@ def check_eval_folder(out, settings) -> dict | None:
     from attnlab.llm.eval.results_file import FORMAT, GROWS
     from attnlab.lock import LOCK_NAME
     from attnlab.outputs import _check_writable
+    from attnlab.schemas import eval_config
 
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -51,17 +52,19 @@ def check_eval_folder(out, settings) -> dict | None:
     held = [e for e in out.iterdir() if e.name != LOCK_NAME] if out.is_dir() else []
     if all(re.fullmatch(r"calibration-\d+\.npz", e.name) for e in held):   # new, empty, or eval's own calibration
         return None                                                          # cache put there first (a recipe's copy)
+    path = out / "config.json"
+    if not path.is_file():
+        raise UserError(f"--out {out}: holds files that are not an attnlab eval run (no config.json of format "
+                        f"{FORMAT}); give a new or empty folder")
     try:
-        old = json.loads((out / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        old = None
-    if not isinstance(old, dict) or old.get("format") != FORMAT:
-        raise UserError(f"--out {out}: holds files that are not an attnlab eval run (no config.json of format {FORMAT}); "
-                        f"give a new or empty folder")
+        old = eval_config.load(path).model_dump()          # every field, range and rule of the folder's settings
+    except UserError as err:
+        raise UserError(f"--out {out}: not an attnlab eval run of format {FORMAT} that can continue ({err})") from None
     if old.get("model") != settings.model:
-        raise UserError(f"--out {out}: holds the eval of model {old.get('model')!r}, not {settings.model!r}; use another --out")
+        raise UserError(f"--out {out}: holds the eval of model {old.get('model')!r}, not {settings.model!r}; "
+                        "use another --out")
     cfg = {"format": FORMAT, **asdict(settings)}
-    diff = sorted(k for k in cfg if k not in GROWS and old.get(k, LATER.get(k)) != cfg[k])
+    diff = sorted(k for k in cfg if k not in GROWS and old.get(k) != cfg[k])
     if diff:
         raise UserError(f"--out {out}: holds an eval run with other settings ({', '.join(diff)}); use another --out")
     return old
@@ -71,7 +74,8 @@ def check_texts(tokenizer, settings, calibrated: bool) -> None:
     """--calibrate (when a method is ``calibrated``) and --ppl hold one window of n tokens at every length n."""
     from attnlab.llm.models.text_windows import token_windows
 
-    texts = [("--calibrate", settings.calibrate)] * bool(calibrated and settings.calibrate) + [("--ppl", settings.ppl)] * bool(settings.ppl)
+    texts = ([("--calibrate", settings.calibrate)] * bool(calibrated and settings.calibrate)
+             + [("--ppl", settings.ppl)] * bool(settings.ppl))
     for option, path in texts:
         try:
             token_windows(tokenizer, path, max(settings.lengths), 1)   # the longest window: the shorter ones fit too

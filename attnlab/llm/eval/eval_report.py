@@ -2,15 +2,16 @@
 
     acc(task, n, method, β)         = mean over depths and samples of string_match_all
     kept(task, n, method, β)        = acc / acc(full)            (the fraction of full attention's ceiling kept)
-    cells ≥ 80 %                    = (n, d) cells where full attention scores ≥ 0.8: only there a method is compared
+    cells ≥ 80 %                    = (n, d) cells where full attention scores ≥ 0.8: only there a method is
+                                      compared
 
 Rows with a ``reference`` field (another library run on the same prompts, e.g. kvpress by
 ``benchmarks/kvpress_eval.py``) are marked † in the table; a field a row lacks (β, timings) shows as –.
 
 Written into the run's folder: ``table.md`` (one row per task, length, method, β, with β measured, KV
 tokens kept — resident, + stored tokens read back per step, stored beside them (read-back plans,
-``attnlab.llm.eval.greedy``; "–" for rows measured before these fields) —, perplexity beside, seconds per prompt with the
-prompt tokens whose prefill was reused, and the grid's wall time from ``wall.jsonl``), ``summary.json`` and
+``attnlab.llm.eval.greedy``; "–" for rows measured before these fields) —, perplexity beside, seconds per prompt
+with the prompt tokens whose prefill was reused, and the grid's wall time from ``wall.jsonl``), ``summary.json`` and
 ``heatmap-TASK-METHOD-β.png``.
 """
 
@@ -42,7 +43,10 @@ def summarise(rows: list[dict], walls: list[dict] | None = None) -> dict:
     for r in answers:
         groups[(r["task"], r["n"], r["method"], r["budget"])].append(r)
     table = []
-    for (task, n, method, budget), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] != "full", kv[0][2], kv[0][3])):
+    def order(kv):   # task, n, full first, method, β
+        return kv[0][0], kv[0][1], kv[0][2] != "full", kv[0][2], kv[0][3]
+
+    for (task, n, method, budget), rs in sorted(groups.items(), key=order):
         depths = sorted({r["depth"] for r in rs}, key=lambda d: -1 if d is None else d)
         good = [d for d in depths if full.get((task, n, d), 0.0) >= CEILING]
         acc = float(np.mean([r["score"] for r in rs]))
@@ -54,8 +58,9 @@ def summarise(rows: list[dict], walls: list[dict] | None = None) -> dict:
             "cells_full_ge_80": f"{len(good)}/{len(depths)}", "accuracy_on_those": acc_good,
             "kept_of_full": (acc_good / full_good) if acc_good is not None and full_good else None,
             **{k: _mean(rs, k) for k in ("beta", "kv_tokens", "prefill_s", "decode_s")},
-            "reused_tokens": float(np.mean([r.get("reused_tokens", 0) for r in rs])),   # rows before issue 25: none reused
-            "ppl": p["ppl"] if p else None, **{k: _mean(rs, k, every=True) for k in ("kv_read_tokens", "kv_store_tokens")},
+            "reused_tokens": float(np.mean([r.get("reused_tokens", 0) for r in rs])),   # older rows: none reused
+            "ppl": p["ppl"] if p else None,
+            **{k: _mean(rs, k, every=True) for k in ("kv_read_tokens", "kv_store_tokens")},
             "reference": rs[0].get("reference"),
         })
     skipped = [{k: r[k] for k in ("method", "budget", "n", "reason")} for r in rows if r.get("kind") == "skipped"]
@@ -66,8 +71,8 @@ def summarise(rows: list[dict], walls: list[dict] | None = None) -> dict:
 
 def wall_time(walls: list[dict]) -> dict:
     """The grid's wall time from the lines of ``wall.jsonl``: the length of the union of the runs' intervals
-    [started, started + seconds], so that runs side by side (torchrun's ranks, each writing its line, or runs made in two
-    folders and merged into one) count once.
+    [started, started + seconds], so that runs side by side (torchrun's ranks, each writing its line, or runs made in
+    two folders and merged into one) count once.
 
     ``started`` is to the second, so two runs overlap when one starts more than a second before the other ends; runs
     one after the other add up as before.  Returns wall_s (None without lines), wall_runs, wall_side_by_side (the runs
@@ -83,7 +88,7 @@ def wall_time(walls: list[dict]) -> dict:
     undated = [seconds for start, seconds in spans if start is None]
     groups: list[list[float]] = []                       # [start, end, runs] of each stretch of overlapping dated runs
     for start, seconds in sorted(x for x in spans if x[0] is not None):
-        if groups and start < groups[-1][1] - 1.0:       # overlaps the stretch before it by more than the second's rounding
+        if groups and start < groups[-1][1] - 1.0:       # overlaps the stretch before by more than a second's rounding
             groups[-1][1], groups[-1][2] = max(groups[-1][1], start + seconds), groups[-1][2] + 1
         else:
             groups.append([start, start + seconds, 1])
@@ -104,26 +109,35 @@ def _fmt(x, spec: str) -> str:
 
 
 def markdown(summary: dict) -> str:
-    lines = ["| task | n | method | β target | β measured | KV tokens | + read/step | stored | prompts | accuracy | full ≥ 80 % cells | "
-             "accuracy there | of full | ppl | prefill s | reused tokens | decode s |", "|" + "---|" * 17]
+    lines = ["| task | n | method | β target | β measured | KV tokens | + read/step | stored | prompts | accuracy | "
+             "full ≥ 80 % cells | accuracy there | of full | ppl | prefill s | reused tokens | decode s |",
+             "|" + "---|" * 17]
     for r in summary["table"]:
         method = r["method"] + (" †" if r.get("reference") else "")
-        lines.append(f"| {r['task']} | {r['n']} | {method} | {r['budget']:g} | {_fmt(r.get('beta'), '.3f')} | {_fmt(r.get('kv_tokens'), '.0f')} | "
-                     f"{_fmt(r.get('kv_read_tokens'), '.1f')} | {_fmt(r.get('kv_store_tokens'), '.0f')} | {r['prompts']} | "
-                     f"{100 * r['accuracy']:.1f} % | {r['cells_full_ge_80']} | {_fmt(None if r['accuracy_on_those'] is None else 100 * r['accuracy_on_those'], '.1f')} | "
-                     f"{_fmt(None if r['kept_of_full'] is None else 100 * r['kept_of_full'], '.0f')} | {_fmt(r['ppl'], '.3f')} | "
-                     f"{_fmt(r.get('prefill_s'), '.2f')} | {r.get('reused_tokens', 0):.0f} | {_fmt(r.get('decode_s'), '.2f')} |")
+        there = None if r["accuracy_on_those"] is None else 100 * r["accuracy_on_those"]
+        kept = None if r["kept_of_full"] is None else 100 * r["kept_of_full"]
+        lines.append(f"| {r['task']} | {r['n']} | {method} | {r['budget']:g} | {_fmt(r.get('beta'), '.3f')} | "
+                     f"{_fmt(r.get('kv_tokens'), '.0f')} | {_fmt(r.get('kv_read_tokens'), '.1f')} | "
+                     f"{_fmt(r.get('kv_store_tokens'), '.0f')} | {r['prompts']} | {100 * r['accuracy']:.1f} % | "
+                     f"{r['cells_full_ge_80']} | {_fmt(there, '.1f')} | {_fmt(kept, '.0f')} | "
+                     f"{_fmt(r['ppl'], '.3f')} | "
+                     f"{_fmt(r.get('prefill_s'), '.2f')} | {r.get('reused_tokens', 0):.0f} | "
+                     f"{_fmt(r.get('decode_s'), '.2f')} |")
     refs = sorted({r["reference"] for r in summary["table"] if r.get("reference")})
     if refs:
-        lines.append(f"\n† reference rows ({', '.join(refs)}): another library's methods run on the same prompts and scored the same way "
-                     f"(`benchmarks/kvpress_eval.py`); β target = the fraction of the KV kept; – = not measured by that run")
-    lines += [f"\n{r['method']} β={r['budget']:g} at n = {r['n']}: not run — {r['reason']}" for r in summary.get("skipped", [])]
+        lines.append(f"\n† reference rows ({', '.join(refs)}): another library's methods run on the same prompts and "
+                     "scored the same way (`benchmarks/kvpress_eval.py`); β target = the fraction of the KV kept; "
+                     "– = not measured by that run")
+    lines += [f"\n{r['method']} β={r['budget']:g} at n = {r['n']}: not run — {r['reason']}"
+              for r in summary.get("skipped", [])]
     if summary.get("wall_s") is not None:
         side = summary.get("wall_side_by_side", 0)
         side = f", {side} of them side by side, counted once" if side else ""
-        lines.append(f"\ngrid wall time: {summary['wall_s']:.1f} s ({summary['wall_runs']} run{'s' if summary['wall_runs'] != 1 else ''}"
-                     f" of attnlab eval on this folder{side}; prefill s and decode s are per prompt, a prefix reused across prompts — reused"
-                     " tokens — counted once: not a speed benchmark, which is benchmarks/llm_structured.py speed and decode)")
+        runs = summary["wall_runs"]
+        lines.append(f"\ngrid wall time: {summary['wall_s']:.1f} s ({runs} run{'s' if runs != 1 else ''}"
+                     f" of attnlab eval on this folder{side}; prefill s and decode s are per prompt, a prefix reused "
+                     "across prompts — reused tokens — counted once: not a speed benchmark, which is "
+                     "benchmarks/llm_structured.py speed and decode)")
     return "\n".join(lines) + "\n"
 
 
@@ -171,15 +185,11 @@ def heatmaps(rows: list[dict], out: Path) -> list[Path]:
 
 
 def read_walls(out: str | Path) -> list[dict]:
-    """The lines of ``out/wall.jsonl`` (one per run of the grid: seconds, rows measured, reuse on or off); a torn line is skipped."""
-    path = Path(out) / "wall.jsonl"
-    walls = []
-    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
-        try:
-            walls.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return walls
+    """The lines of ``out/wall.jsonl`` (one per run of the grid: seconds, rows measured, reuse on or off), each through
+    its schema (``attnlab.schemas.result_row.WallRow``); a torn last line is left out."""
+    from attnlab.schemas.result_row import WALL, read_rows
+
+    return read_rows(Path(out) / "wall.jsonl", WALL)
 
 
 def write_report(rows: list[dict], out: str | Path) -> dict:

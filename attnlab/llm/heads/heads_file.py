@@ -1,8 +1,8 @@
 """``heads.json``: one file format for the heads of a model, written by ``attnlab heads`` and by the capture.
 
-Schema (every key but ``model`` and ``n`` optional)::
+Its schema, versioned and checked in one place, is ``attnlab.schemas.heads_file`` (format ``attnlab-heads/1``)::
 
-    {"model": str, "n": int,                                   # the model; tokens per input
+    {"format": "attnlab-heads/1", "model": str, "n": int,      # the model; tokens per input
      "detectors": {"previous-token": [[score per head] per layer], "duplicate-token": ..., "induction": ...,
                    "sink": ..., "retrieval": ...},             # the head detectors (``attnlab heads``)
      "thresholds": {detector: float}, "named": [{"layer", "head", "detector", "score"}],
@@ -17,15 +17,14 @@ duplicate-token, previous-token, then sink, the resting place of a head with not
 SmolLM2-135M's 270 heads reach its threshold, among them every induction head) — else the capture's
 role on the text (``head_label``).
 
-``read_detector_scores(path, num_layers, num_heads)`` checks the detector tables against the captured
-model's shape and returns ``DetectorScores``; anything else is a one-line ``UserError`` naming ``--heads``.
-A ``heads.json`` without ``detectors`` (a capture made without ``--heads``) is ``None`` for
-``detector_scores_beside`` (the explorer then shows the capture's roles only).
+``read_detector_scores(path, num_layers, num_heads)`` reads the file through its schema, checks the detector
+tables against the captured model's shape and returns ``DetectorScores``; anything else is a one-line
+``UserError`` naming ``--heads``.  A ``heads.json`` without ``detectors`` (a capture made without ``--heads``) is
+``None`` for ``detector_scores_beside`` (the explorer then shows the capture's roles only).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -35,9 +34,10 @@ import numpy as np
 
 from attnlab.errors import UserError
 
-PRECEDENCE = ("induction", "retrieval", "duplicate-token", "previous-token", "sink")  # a head's label: the first that names it
+PRECEDENCE = ("induction", "retrieval", "duplicate-token", "previous-token", "sink")  # a label: the first naming it
 
-__all__ = ["PRECEDENCE", "DetectorScores", "read_detector_scores", "detector_scores_beside", "detector_tables", "named_by", "head_label"]
+__all__ = ["PRECEDENCE", "DetectorScores", "read_detector_scores", "detector_scores_beside", "detector_tables",
+           "named_by", "head_label"]
 
 
 @dataclass(frozen=True)
@@ -67,65 +67,40 @@ class DetectorScores:
         return named[0][0] if named else role
 
 
-def _number(x) -> float:
-    if x is None:
-        return math.nan
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        raise TypeError(repr(x))
-    return float(x)
+def read_detector_scores(path: str | os.PathLike, num_layers: int, num_heads: int,
+                         option: str = "--heads") -> DetectorScores:
+    """``DetectorScores`` of ``path`` for a model of ``num_layers`` × ``num_heads`` heads: the file read through its
+    schema (``attnlab.schemas.heads_file``: every field, range and cross-field rule), then its tables against the
+    captured model's shape; a one-line UserError naming ``option``, the file and the field otherwise."""
+    from attnlab.schemas import heads_file as schema
 
-
-def read_detector_scores(path: str | os.PathLike, num_layers: int, num_heads: int, option: str = "--heads") -> DetectorScores:
-    """``DetectorScores`` of ``path`` for a model of ``num_layers`` × ``num_heads`` heads (UserError otherwise)."""
-    path = Path(path)
-    where = f"{option} {path}"
-    if not path.is_file():
-        raise UserError(f"{where}: no such file")
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserError(f"{where}: not a JSON file ({type(err).__name__})") from None
-    if not isinstance(d, dict) or not isinstance(d.get("detectors"), dict) or not d["detectors"]:
-        raise UserError(f"{where}: not a head detectors file (no 'detectors' table)")
-    scores = {}
-    for name, table in d["detectors"].items():
-        try:
-            a = np.array([[_number(x) for x in row] for row in table], dtype=np.float64)
-        except (TypeError, ValueError):
-            raise UserError(f"{where}: detector '{name}': expected [[score per head] per layer] of numbers") from None
-        if a.shape != (num_layers, num_heads):
-            raise UserError(f"{where}: detector '{name}' has {a.shape[0] if a.ndim else 0} layers × "
-                            f"{a.shape[1] if a.ndim == 2 else 0} heads; the captured model "
-                            f"has {num_layers} × {num_heads} (made for another model: {d.get('model')!r})")
-        scores[str(name)] = a
-    th = d.get("thresholds") or {}
-    named = d.get("named") or []
-    if not isinstance(th, dict) or not isinstance(named, list) or not all(isinstance(x, dict) for x in named):
-        raise UserError(f"{where}: 'thresholds' must be a table and 'named' a list of heads")
-    try:
-        thresholds = {str(k): _number(v) for k, v in th.items()}
-    except TypeError:
-        raise UserError(f"{where}: 'thresholds' must hold numbers") from None
-    n = d.get("n")
-    return DetectorScores(str(d.get("model", "")), n if isinstance(n, int) else None, scores, thresholds, named)
+    d = schema.load(path, option, detectors=True)
+    for name, table in d.detectors.items():
+        L, H = len(table), len(table[0])
+        if (L, H) != (num_layers, num_heads):
+            raise UserError(f"{option} {path}: detector '{name}' has {L} layers × {H} heads; the captured model "
+                            f"has {num_layers} × {num_heads} (made for another model: {d.model!r})")
+    scores = {name: np.array([[math.nan if x is None else x for x in row] for row in table], dtype=np.float64)
+              for name, table in d.detectors.items()}
+    return DetectorScores(d.model, d.n, scores, dict(d.thresholds), [x.model_dump() for x in d.named])
 
 
 def detector_scores_beside(maps_file: str | os.PathLike, num_layers: int, num_heads: int) -> DetectorScores | None:
-    """The ``heads.json`` next to ``maps_file`` when it is a detectors file; None when absent or the capture's own table."""
+    """The ``heads.json`` next to ``maps_file`` when it holds the detectors; None when absent or the capture's own
+    table alone (a bad file: one UserError line, as for ``--heads``)."""
+    from attnlab.schemas import heads_file as schema
+
     path = Path(maps_file).parent / "heads.json"
     if not path.is_file():
         return None
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    if not isinstance(d, dict) or "detectors" not in d:
+    if schema.load(path, "heads.json").detectors is None:
         return None
     return read_detector_scores(path, num_layers, num_heads, option="heads.json")
 
 
 def detector_tables(det: DetectorScores | None) -> dict:
-    """The detector keys of a ``heads.json`` for ``det`` (``{}`` for None); the detectors' own input length as ``detectors_n``."""
+    """The detector keys of a ``heads.json`` for ``det`` (``{}`` for None); the detectors' own input length as
+    ``detectors_n``."""
     if det is None:
         return {}
     return {"detectors": {k: [[None if not math.isfinite(x) else round(float(x), 6) for x in row] for row in a]

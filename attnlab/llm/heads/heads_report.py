@@ -3,7 +3,7 @@
 heads.json, the detector part of the one format of ``attnlab.llm.heads.heads_file`` (which the capture's
 ``heads.json`` shares)::
 
-    {"model": str, "n": int,
+    {"format": "attnlab-heads/1", "model": str, "n": int,
      "detectors": {name: [[score per head] per layer]},      # attnlab.analysis.head_detectors
      "thresholds": {name: float},
      "named": [{"layer": l, "head": h, "detector": name, "score": s}],
@@ -19,6 +19,7 @@ import numpy as np
 
 from attnlab.analysis.head_detectors import named_heads
 from attnlab.atomic import write_atomic
+from attnlab.schemas.heads_file import FORMAT as HEADS_FORMAT
 
 __all__ = ["heads_document", "write_heads", "top_heads"]
 
@@ -26,9 +27,11 @@ __all__ = ["heads_document", "write_heads", "top_heads"]
 def heads_document(model: str, n: int, scores: dict[str, np.ndarray], thresholds: dict[str, float], meta: dict) -> dict:
     """The heads.json document (module docstring)."""
     return {
+        "format": HEADS_FORMAT,
         "model": model,
         "n": int(n),
-        "detectors": {d: np.round(np.asarray(s, float), 6).tolist() for d, s in scores.items()},
+        "detectors": {d: [[None if not np.isfinite(x) else x for x in row]   # not scored (NaN): null, as JSON has it
+                          for row in np.round(np.asarray(s, float), 6).tolist()] for d, s in scores.items()},
         "thresholds": {d: float(thresholds[d]) for d in scores},
         "named": named_heads(scores, thresholds),
         "meta": meta,
@@ -48,7 +51,7 @@ def _summary(doc: dict, k: int = 5) -> str:
              "| detector | threshold | named heads | top heads (layer.head score) |", "|---|---|---|---|"]
     for d, s in doc["detectors"].items():
         named = [h for h in doc["named"] if h["detector"] == d]
-        top = ", ".join(f"{l}.{h} {v:.3f}" for l, h, v in top_heads(np.array(s), k))
+        top = ", ".join(f"{l}.{h} {v:.3f}" for l, h, v in top_heads(np.array(s, dtype=float), k))
         lines.append(f"| {d} | {doc['thresholds'][d]} | {len(named)} | {top} |")
     lines += ["", "Scores: attention mass on the detector's pattern over the rows' mass "
               "(TransformerLens `detect_head`, `attnlab/analysis/head_detectors.py`)."]

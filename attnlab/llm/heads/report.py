@@ -114,7 +114,9 @@ def summary_markdown(res: LongAttention, target: float = 0.95, detectors=None) -
 
 def heads_document(res: LongAttention, target: float = 0.95, detectors=None) -> dict:
     """The capture's ``heads.json`` (the one format of ``attnlab.llm.heads.heads_file``)."""
-    return {"model": res.name, "n": res.n, **detector_tables(detectors),
+    from attnlab.schemas.heads_file import FORMAT
+
+    return {"format": FORMAT, "model": res.name, "n": res.n, **detector_tables(detectors),
             "heads": head_rows(res, target, detectors=detectors), "summary": summary(res, target)}
 
 

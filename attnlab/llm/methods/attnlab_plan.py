@@ -94,7 +94,7 @@ class PlanFile(PlanMethod):
         from attnlab.llm.plans.plan import Plan
 
         self.path = str(path)
-        self.file_plan = Plan.load(path)
+        self.file_plan = Plan.load(path, "--plan")   # the option that names a plan file, in its errors
         super().__init__(self.file_plan.budget if 0 < self.file_plan.budget <= 1 else 1.0)
 
     def make_plan(self, model, n, calibration):

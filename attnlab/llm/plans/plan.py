@@ -21,9 +21,11 @@ Where a plan comes from: ``attnlab.llm.plans.calibration`` (statistics of the ex
 ``attnlab.llm.execution.kv_cache`` (decoding).
 
 Read-back (``Plan.pages`` = K > 0, pages of ``Plan.page`` tokens): at decoding, every planned head (not
-full, no tail, not in a sliding layer) also reads the K pages of largest Quest bound U_P(q) (``mean_pages`` of them by the mean key's score) among the pages
+full, no tail, not in a sliding layer) also reads the K pages of largest Quest bound U_P(q) (``mean_pages`` of them
+by the mean key's score) among the pages
 holding keys its band and columns do not reach; the keys its cache evicts go to a store (on the cache's device)
-(``attnlab.llm.execution.pages``, ``attnlab.llm.execution.kv_cache``).  The prefill is unchanged; K = 0 (old plan files): none.
+(``attnlab.llm.execution.pages``, ``attnlab.llm.execution.kv_cache``).  The prefill is unchanged; K = 0 (old plan
+files): none.
 
 A plan is saved as JSON (``Plan.save``), normally next to the model; ``Plan.check(model)``
 refuses a plan made for another model.
@@ -39,8 +41,9 @@ import numpy as np
 
 from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
-from attnlab.llm.plans.key_blocks import BLOCK, BLOCKS_MAX
+from attnlab.llm.plans.key_blocks import BLOCK
 from attnlab.llm.plans.limits import check_budget   # β ∈ (0, 1], checked before torch loads
+from attnlab.schemas.plan import DECODE_BAND_MAX, PAGE_MAX, PAGES_MAX, SLASHES_MAX   # the plan file's ranges
 from attnlab.support import FULL, Support
 
 __all__ = ["FULL", "LAST_Q", "SINKS", "SLASHES_MAX", "HeadPlan", "Plan", "cap_to_window", "check_budget", "check_pages",
@@ -49,9 +52,6 @@ __all__ = ["FULL", "LAST_Q", "SINKS", "SLASHES_MAX", "HeadPlan", "Plan", "cap_to
 SINKS = 4          # key positions 0..SINKS−1 may be fixed columns (attention sinks)
 LAST_Q = 64        # queries that estimate an input's columns (MInference's last_q)
 
-PAGES_MAX = 10**6  # pages read back per decoding query (a sanity bound: 16·10⁶ tokens)
-PAGE_MAX = 1024    # tokens per page
-SLASHES_MAX = 10**4  # slash lines per head (a sanity bound)
 
 
 def check_pages(pages, page) -> tuple[int, int]:
@@ -109,9 +109,11 @@ def tail_entries(w: int, tail: int, n: int) -> int:
     return int(((i + 1) - np.minimum(i + 1, w + 1)).sum())
 
 
-def head_entries(w: int, columns: int, dynamic: int, n: int, window: int | None = None, slashes: int = 0, blocks: int = 0) -> int:
+def head_entries(w: int, columns: int, dynamic: int, n: int, window: int | None = None, slashes: int = 0,
+                 blocks: int = 0) -> int:
     """Entries a head runs at length n: ``entries_of``, or in a sliding layer (window W) the band
-    B_{min(w, W−1)} alone (FULL → W − 1; the model masks every key with i − j ≥ W, columns and slashes included)."""
+    B_{min(w, W−1)} alone (FULL → W − 1; the model masks every key with i − j ≥ W, columns and slashes
+    included)."""
     if window is None:
         return entries_of(w, columns, dynamic, n, slashes, blocks)
     return entries_of(window - 1 if w == FULL else min(w, window - 1), 0, 0, n)
@@ -129,8 +131,8 @@ def cap_to_window(head: "HeadPlan", window: int | None) -> "HeadPlan":
 
 def slash_fraction(windows: list | None, num_layers: int, num_heads: int, slashes: int, n: int) -> float:
     """What ``slashes`` lines on every head of the layers without a sliding window may cost, as a fraction of the
-    causal entries L·H·n(n+1)/2: s·(n − 1) per head (a line δ < −w holds ≤ n − w − 1 ≤ n − 1 entries; the bound
-    the methods take from β before the knapsack, since they do not yet know each head's w)."""
+    causal entries L·H·n(n+1)/2: s·(n − 1) per head (a line δ < −w holds ≤ n − w − 1 ≤ n − 1 entries;
+    the bound the methods take from β before the knapsack, since they do not yet know each head's w)."""
     free = sum(1 for w in (windows or [None] * num_layers) if w is None)
     return free * num_heads * slashes * max(0, n - 1) / (num_layers * num_heads * n * (n + 1) / 2)
 
@@ -149,24 +151,26 @@ class HeadPlan:
     """One head: its support (band w, fixed columns), ``dynamic`` columns chosen per input, ``tail`` and ``slashes``.
 
     ``slashes`` = s > 0: at the prefill the head also reads the s diagonals δ < −w of largest mass from the last
-    ``LAST_Q`` queries, chosen per input (``attnlab.llm.plans.slash_lines``); decoding does not read them (prefill only).
+    ``LAST_Q`` queries, chosen per input (``attnlab.llm.plans.slash_lines``); decoding does not read them (prefill
+    only).
     ``tail`` = T > 0: the last T query rows of a prefill read every causal key, and at decoding the head
     reads its whole cache — a retrieval head's support: the rows that ask (the question, the answer) see
     the whole context, the others their band (``tail_entries``).
     ``blocks`` = K > 0: at the prefill each block of ``BLOCK`` queries also reads the K blocks of ``BLOCK`` keys of
-    largest pooled score, chosen per input (``attnlab.llm.plans.key_blocks``) — a head whose every row may need a far key
-    (multi-key needles), not only the rows that ask.  Prefill only, as slash lines: at decoding the head reads its
-    whole cache if it has a tail (a retrieval head), else what its band and columns hold (its cache stays compressed).
-    ``kept`` = P > 0 (with a tail): at decoding the head reads, instead of its whole cache, its band, its columns and the
-    P keys of largest attention mass Σ_{i in the tail} a_ij from its tail rows (SnapKV's vote, cast by the rows that ask;
-    ``LayerRunner.prefill``), so its KV head's cache stays compressed too.
+    largest pooled score, chosen per input (``attnlab.llm.plans.key_blocks``) — a head whose every row may need a
+    far key (multi-key needles), not only the rows that ask.  Prefill only, as slash lines: at decoding the head
+    reads its whole cache if it has a tail (a retrieval head), else what its band and columns hold (its cache stays
+    compressed).
+    ``kept`` = P > 0 (with a tail): at decoding the head reads, instead of its whole cache, its band, its columns and
+    the P keys of largest attention mass Σ_{i in the tail} a_ij from its tail rows (SnapKV's vote, cast by the rows
+    that ask; ``LayerRunner.prefill``), so its KV head's cache stays compressed too.
     ``vote_next`` = s > 0 (with ``kept``): a block's vote also counts the mass of the s blocks before it,
     V_J = Σ_{u=0…s} m_{J−u} — a needle's value follows the words the question finds, and the block after them
     keeps it where the value starts a new block.
     """
 
     support: Support
-    _: KW_ONLY               # the rest by name: HeadPlan(support=…, dynamic=D, tail=T, slashes=s, blocks=K, kept=P, …)
+    _: KW_ONLY               # the rest by name: HeadPlan(support=…, dynamic=D, tail=T, slashes=s, blocks=K, …)
     dynamic: int = 0
     tail: int = 0
     slashes: int = 0
@@ -191,41 +195,21 @@ class HeadPlan:
         return [int(c) for c in np.asarray(self.support.columns).reshape(-1) if c >= 0]
 
     def entries(self, n: int) -> int:
-        return entries_of(self.w, len(self.columns), self.dynamic, n, self.slashes, self.blocks) + tail_entries(self.w, self.tail, n)
+        return (entries_of(self.w, len(self.columns), self.dynamic, n, self.slashes, self.blocks)
+                + tail_entries(self.w, self.tail, n))
 
     def to_dict(self) -> dict:
-        return {**self.support.to_dict(), "dynamic": int(self.dynamic), **({"tail": int(self.tail)} if self.tail else {}),
-                **({"slashes": int(self.slashes)} if self.slashes else {}), **({"blocks": int(self.blocks)} if self.blocks else {}),
-                **({"kept": int(self.kept)} if self.kept else {}), **({"vote_next": int(self.vote_next)} if self.vote_next else {})}
+        """The head in a plan file (``attnlab.schemas.plan.HeadFile``): the parts that are 0 left out."""
+        parts = {"tail": self.tail, "slashes": self.slashes, "blocks": self.blocks, "kept": self.kept,
+                 "vote_next": self.vote_next}
+        return {**self.support.to_dict(), "dynamic": int(self.dynamic), **{k: int(x) for k, x in parts.items() if x}}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "HeadPlan":
-        d = dict(d)
-        dynamic = d.pop("dynamic", 0)
-        tail = d.pop("tail", 0)
-        slashes = d.pop("slashes", 0)
-        blocks = d.pop("blocks", 0)
-        kept = d.pop("kept", 0)
-        vote_next = d.pop("vote_next", 0)
-        support = Support.from_dict(d)
-        if not isinstance(support.w, int) or not isinstance(dynamic, int) or dynamic < 0 or support.w < FULL:
-            raise ValueError(f"head plan: w must be an integer >= -1 and dynamic >= 0, got {d}")
-        if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
-            raise ValueError(f"head plan: tail must be an integer >= 0, got {tail!r}")
-        if isinstance(slashes, bool) or not isinstance(slashes, int) or not 0 <= slashes <= SLASHES_MAX:
-            raise ValueError(f"head plan: slashes must be an integer in [0, {SLASHES_MAX}], got {slashes!r}")
-        if isinstance(blocks, bool) or not isinstance(blocks, int) or not 0 <= blocks <= BLOCKS_MAX:
-            raise ValueError(f"head plan: blocks must be an integer in [0, {BLOCKS_MAX}], got {blocks!r}")
-        if isinstance(kept, bool) or not isinstance(kept, int) or kept < 0 or (kept and not tail):
-            raise ValueError(f"head plan: kept must be an integer >= 0, and > 0 only with a tail, got {kept!r} (tail {tail!r})")
-        if isinstance(vote_next, bool) or not isinstance(vote_next, int) or vote_next < 0 or (vote_next and not kept):
-            raise ValueError(f"head plan: vote_next must be an integer >= 0, and > 0 only with kept, got {vote_next!r} (kept {kept!r})")
-        cols = np.asarray(support.columns).reshape(-1)
-        if (cols < 0).any() or len(set(cols.tolist())) != cols.size:
-            raise ValueError(f"head plan: columns must be distinct key positions >= 0, got {cols.tolist()}")
-        if int(support.offset) != 0 or support.residual:
-            raise ValueError("head plan: only offset 0 and residual 0 are executed (causal band ending on the diagonal)")
-        return cls(support=support, dynamic=dynamic, tail=tail, slashes=slashes, blocks=blocks, kept=kept, vote_next=vote_next)
+    def from_file(cls, head) -> "HeadPlan":
+        """A head of a plan file, as its schema read it (``attnlab.schemas.plan.HeadFile``: every rule checked)."""
+        support = Support(w=head.w, columns=np.asarray(head.columns, dtype=np.int64).reshape(-1))
+        return cls(support=support, dynamic=head.dynamic, tail=head.tail, slashes=head.slashes, blocks=head.blocks,
+                   kept=head.kept, vote_next=head.vote_next)
 
 
 @dataclass
@@ -241,17 +225,19 @@ class Plan:
     windows: list | None = None      # per layer: the model's sliding window (None: full layer); None: no layer slides
     pages: int = 0                   # K: pages a planned head reads back per decoding query (0: none)
     page: int = 16                   # tokens per page (``attnlab.llm.execution.pages.PAGE``)
-    mean_pages: int = 0              # k ≤ K of them chosen by the mean key's score, not the bound (``pages.choose_pages``)
-    decode_band: int = 0             # c: at decoding a planned head's band reads (and its cache keeps) at most c keys (0: w)
-    group_vote: int = 0              # 1: the voting heads of a KV group cast one vote, P keys a group (0: P a query head)
+    mean_pages: int = 0              # k ≤ K of them chosen by the mean key's score (``pages.choose_pages``)
+    decode_band: int = 0             # c: at decoding a planned head's band reads (its cache keeps) ≤ c keys (0: w)
+    group_vote: int = 0              # 1: the voting heads of a KV group cast one vote, P keys a group (0: a head)
 
     def __post_init__(self):
         check_pages(self.pages, self.page)
-        if isinstance(self.decode_band, bool) or not isinstance(self.decode_band, int) or not 0 <= self.decode_band <= 10**7:
-            raise ValueError(f"decode_band must be an integer in [0, 10000000], got {self.decode_band!r}")
+        c = self.decode_band
+        if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= DECODE_BAND_MAX:
+            raise ValueError(f"decode_band must be an integer in [0, {DECODE_BAND_MAX}], got {c!r}")
         if self.group_vote not in (0, 1) or isinstance(self.group_vote, bool):
             raise ValueError(f"group_vote must be 0 or 1, got {self.group_vote!r}")
-        if isinstance(self.mean_pages, bool) or not isinstance(self.mean_pages, int) or not 0 <= self.mean_pages <= self.pages:
+        k = self.mean_pages
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= self.pages:
             raise ValueError(f"mean_pages must be an integer in [0, pages = {self.pages}], got {self.mean_pages!r}")
         # a sliding layer never gets more than its window: its heads are capped here, for every way of making a plan
         if self.windows is not None:
@@ -290,7 +276,8 @@ class Plan:
         """
         n = n or self.n
         total = self.num_layers * self.num_heads * n * (n + 1) // 2
-        return sum(head_entries(h.w, len(h.columns), h.dynamic, n, self.window(l), h.slashes, h.blocks) + tail_entries(h.w, h.tail, n)
+        return sum(head_entries(h.w, len(h.columns), h.dynamic, n, self.window(l), h.slashes, h.blocks)
+                   + tail_entries(h.w, h.tail, n)
                    for l, row in enumerate(self.heads) for h in row) / total
 
     def full_heads(self) -> int:
@@ -321,15 +308,17 @@ class Plan:
         if diff:
             raise UserError(f"{name}: made for another model ({', '.join(diff)} in the model)")
         if self.windows is not None and self.windows != got["windows"]:
-            raise UserError(f"{name}: made for another model (sliding windows {self.windows} vs {got['windows']} in the model)")
+            raise UserError(f"{name}: made for another model (sliding windows {self.windows} vs {got['windows']} "
+                            "in the model)")
         return self
 
     def check_length(self, n: int, name: str = "plan") -> "Plan":
         """UserError unless the plan runs at its own length n (its budget and columns refer to it) and every
         head's columns (fixed + dynamic) fit in n keys."""
         if self.n and self.n != n:
-            raise UserError(f"{name}: made for n = {self.n} tokens, run at --n {n} ({100 * self.fraction(self.n):.1f} % of "
-                            f"the entries at n = {self.n}, {100 * self.fraction(n):.1f} % at n = {n}); "
+            raise UserError(f"{name}: made for n = {self.n} tokens, run at --n {n} "
+                            f"({100 * self.fraction(self.n):.1f} % of the entries at n = {self.n}, "
+                            f"{100 * self.fraction(n):.1f} % at n = {n}); "
                             f"make a plan with --n {n} or run at --n {self.n}")
         for l, row in enumerate(self.heads):
             for h, head in enumerate(row):
@@ -337,10 +326,11 @@ class Plan:
                 if beyond or len(head.columns) + head.dynamic > n:
                     what = f"column {beyond[0]}" if beyond else f"{len(head.columns)} + {head.dynamic} dynamic columns"
                     raise UserError(f"{name}: layer {l} head {h}: {what} beyond the {n} keys of a window of n = {n}")
-                for what, rows in (("tail", head.tail), ("kept", head.kept), ("slashes", head.slashes), ("w", head.w + 1)):
-                    if rows > n:   # tail rows, kept keys, slash lines, the band's w + 1 keys: each at most the window's n
-                        raise UserError(f"{name}: layer {l} head {h}: {what} {rows - (what == 'w')} beyond the {n} tokens "
-                                        f"of a window of n = {n}")
+                parts = (("tail", head.tail), ("kept", head.kept), ("slashes", head.slashes), ("w", head.w + 1))
+                for what, rows in parts:
+                    if rows > n:   # tail rows, kept keys, slash lines, the band's w + 1 keys: each at most n
+                        raise UserError(f"{name}: layer {l} head {h}: {what} {rows - (what == 'w')} beyond the "
+                                        f"{n} tokens of a window of n = {n}")
         return self
 
     def to_dict(self) -> dict:
@@ -358,36 +348,14 @@ class Plan:
         return write_text_atomic(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
-    def load(cls, path) -> "Plan":
-        path = Path(path)
-        if not path.is_file():
-            raise UserError(f"{path}: {'a folder, not a plan file' if path.is_dir() else 'no such plan file'}")
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise UserError(f"{path}: not a plan file (JSON error at line {err.lineno}: {err.msg})") from None
-        except UnicodeDecodeError:
-            raise UserError(f"{path}: not a plan file (not UTF-8 text)") from None
-        if not isinstance(d, dict) or d.get("format") != "attnlab-plan/1":
-            raise UserError(f"{path}: not an attnlab plan file (no format 'attnlab-plan/1')")
-        try:
-            n = d.get("n")
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:   # the length its budget and columns refer to
-                raise ValueError(f"n must be an integer >= 1 (the length the plan was made for), got {n!r}")
-            for key in ("num_layers", "num_heads", "num_kv_heads"):
-                if isinstance(d.get(key), bool) or not isinstance(d.get(key), int) or d[key] < 1:
-                    raise ValueError(f"{key} must be an integer >= 1, got {d.get(key)!r}")
-            if d["num_heads"] % d["num_kv_heads"]:
-                raise ValueError(f"num_heads {d['num_heads']} is not a multiple of num_kv_heads {d['num_kv_heads']}")
-            heads = [[HeadPlan.from_dict(h) for h in row] for row in d["heads"]]
-            plan = cls(heads, int(d["num_kv_heads"]), d.get("method", "attnlab"), float(d.get("budget", 1.0)), int(d.get("n", 0)), d.get("meta", {}),
-                       d.get("windows"), d.get("pages", 0), d.get("page", 16), d.get("mean_pages", 0),
-                       d.get("decode_band", 0), d.get("group_vote", 0))
-            check_budget(d.get("budget", 1.0))
-        except (KeyError, TypeError, ValueError, OverflowError) as err:
-            raise UserError(f"{path}: malformed plan ({err})") from None
-        if plan.n:
-            plan.check_length(plan.n, str(path))  # columns beyond the length it was made for
-        if plan.num_layers != int(d.get("num_layers", -1)) or any(len(r) != plan.num_heads for r in heads) or plan.num_heads != int(d.get("num_heads", -1)):
-            raise UserError(f"{path}: malformed plan (its head table does not match num_layers/num_heads)")
-        return plan
+    def load(cls, path, option: str | None = None) -> "Plan":
+        """The plan file ``path`` (``option``: the option that named it), read through its schema
+        (``attnlab.schemas.plan``: every field, range and cross-field rule); one UserError line naming the file,
+        the field and the rule otherwise."""
+        from attnlab.schemas import plan as schema
+
+        f = schema.load(path, option)
+        heads = [[HeadPlan.from_file(h) for h in row] for row in f.heads]
+        return cls(heads, f.num_kv_heads, f.method, float(f.budget), f.n, dict(f.meta),
+                   None if f.windows is None else list(f.windows), f.pages, f.page, f.mean_pages, f.decode_band,
+                   f.group_vote)
