@@ -67,6 +67,8 @@ def read_folder(out, method: str):
     """(settings, answer rows) of the eval folder ``out`` with rows of ``method`` and of full attention; one-line
     UserError otherwise (no folder, not an eval folder, a method it has not run, no full rows)."""
     from attnlab.llm.eval.eval_grid import EvalSettings
+    from attnlab.schemas import eval_config
+    from attnlab.schemas.result_row import ROW, read_rows
 
     out = Path(out)
     if not out.is_dir():
@@ -74,15 +76,10 @@ def read_folder(out, method: str):
     for name in ("config.json", "results.jsonl"):
         if not (out / name).is_file():
             raise UserError(f"--out {out}: no {name} (not an attnlab eval run folder)")
-    try:
-        cfg = json.loads((out / "config.json").read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserError(f"--out {out / 'config.json'}: not JSON ({err})") from None
-    if not isinstance(cfg, dict) or "model" not in cfg:
-        raise UserError(f"--out {out / 'config.json'}: not an attnlab eval config (no model)")
+    cfg = eval_config.load(out / "config.json", "--out").model_dump()    # the folder's settings, through their schema
     names = {f.name for f in fields(EvalSettings)}
     settings = EvalSettings(**{k: v for k, v in cfg.items() if k in names})
-    rows = [r for r in _lines(out / "results.jsonl") if isinstance(r, dict) and r.get("kind") == "answer"]
+    rows = [r for r in read_rows(out / "results.jsonl", ROW, "--out") if r["kind"] == "answer"]   # the file untouched
     if method == REFERENCE:
         raise UserError(f"--method {method}: full attention is the reference the other methods are compared with")
     if not any(r.get("method") == REFERENCE for r in rows):
