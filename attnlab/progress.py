@@ -18,14 +18,15 @@ Three ways of saying it, chosen once per command (``for_command``):
   ``every`` seconds with the count and the time left;
 * ``--quiet``: nothing (errors still say their one line).
 
-The remaining time of a bar comes only from rates measured in this run: t_left = (total − done) · elapsed / (done −
-first), where ``first`` counts the steps a resumed job found done.  A bar whose steps differ in cost by kind (an eval row
-of the per-row oracle at 16K takes 17 min, a StreamingLLM row one) is told the kind of each step left (r_k of kind k) and
-the kind of each step done: t_left = Σ_{k timed} (r_k − d_k) · s̄_k, d_k the steps of kind k done in this run and s̄_k
-their mean seconds (each the time since the bar's previous step); the steps of a kind not timed yet are counted, never
-guessed (``untimed``: "≥ 3 min 10 s left, 20 rows not timed yet").  The time a bar spends waiting on a bar opened and
-closed inside it (the calibration inside the eval grid) is no step's: it is left out of its elapsed time and of the
-step under way, so a row that waited 19 minutes for a calibration does not read as a 19-minute row.
+The remaining time of a bar comes only from rates measured in this run: t_left = (total − done) · elapsed /
+(done − first), where ``first`` counts the steps a resumed job found done.  A bar whose steps differ in cost by kind
+(an eval row of the per-row oracle at 16K takes 17 min, a StreamingLLM row one) is told the kind of each step left
+(r_k of kind k) and the kind of each step done: t_left = Σ_{k timed} (r_k − d_k) · s̄_k, d_k the steps of kind k
+done in this run and s̄_k their mean seconds (each the time since the bar's previous step); the steps of a kind not
+timed yet are counted, never guessed (``untimed``: "≥ 3 min 10 s left, 20 rows not timed yet").  The time a bar
+spends waiting on a bar opened and closed inside it (the calibration inside the eval grid) is no step's: it is left
+out of its elapsed time and of the step under way, so a row that waited 19 minutes for a calibration does not read as
+a 19-minute row.
 Library functions take ``progress: Progress = SILENT``: tests and library users see no output unless they ask.
 This module imports no torch and rich only for a terminal, so the first line comes before any model loads.
 """
@@ -69,7 +70,8 @@ class Bar:
         self.update(self.done + n, note=note)
 
     def update(self, done: int | None = None, total: int | None = None, note: str | None = None, kind=None) -> None:
-        """``kind``: the kind of the step just done (a bar opened with ``kinds``), its seconds since the previous one."""
+        """``kind``: the kind of the step just done (a bar opened with ``kinds``), its seconds since the previous
+        one."""
         now = time.monotonic()
         if kind is not None:
             d_k = self.spent.setdefault(kind, [0, 0.0])
@@ -146,7 +148,8 @@ class Progress:
         finally:
             bar.close()
 
-    def start(self, description: str, total: int | None = None, unit: str = "", done: int = 0, kinds: Iterable | None = None) -> Bar:
+    def start(self, description: str, total: int | None = None, unit: str = "", done: int = 0,
+              kinds: Iterable | None = None) -> Bar:
         """A bar opened now with ``done`` steps already done, closed by ``Bar.close()`` (``bar``: as a context manager);
         ``kinds``: the kind of each step left, where their costs differ (module docstring)."""
         bar = Bar(self, description, total, unit, done, kinds)
@@ -204,7 +207,8 @@ class LineProgress(Progress):
 
     def _opened(self, bar: Bar) -> None:
         unit = f" {bar.unit}" if bar.unit else ""
-        start = f"{bar.total}{unit}" + (f", {bar.done} done before" if bar.done else "") if bar.total is not None else ""
+        before = f", {bar.done} done before" if bar.done else ""
+        start = f"{bar.total}{unit}{before}" if bar.total is not None else ""
         self._line(f"{bar.description}: {start} …" if start else f"{bar.description} …")
         self._said[id(bar)] = time.monotonic()
 
@@ -223,8 +227,8 @@ class LineProgress(Progress):
 
 
 class TerminalProgress(Progress):
-    """rich bars on stderr (done/total, elapsed, time left as ``Bar.remaining`` says), kept on screen when done; stages as
-    lines above."""
+    """rich bars on stderr (done/total, elapsed, time left as ``Bar.left_text`` says), kept on screen when done;
+    stages as lines above."""
 
     def __init__(self, stream: TextIO | None = None):
         from rich.console import Console
@@ -234,7 +238,8 @@ class TerminalProgress(Progress):
         self._tasks: dict[int, int] = {}
 
     def stage(self, text: str) -> None:
-        (self._rich.console if self._rich is not None else self.console).print(f"[dim]attnlab:[/dim] {text}", highlight=False)
+        console = self._rich.console if self._rich is not None else self.console
+        console.print(f"[dim]attnlab:[/dim] {text}", highlight=False)
 
     def _opened(self, bar: Bar) -> None:
         if self._rich is None:  # one live display for every bar open at once (a calibration inside the eval grid)
@@ -242,13 +247,14 @@ class TerminalProgress(Progress):
                                        TimeElapsedColumn)
 
             self._rich = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                      TextColumn("{task.fields[unit]}"), TimeElapsedColumn(), TextColumn("{task.fields[left]}"),
-                                      TextColumn("{task.fields[note]}"), console=self.console)
+                                      TextColumn("{task.fields[unit]}"), TimeElapsedColumn(),
+                                      TextColumn("{task.fields[left]}"), TextColumn("{task.fields[note]}"),
+                                      console=self.console)
             self._rich.start()
         for task in self._tasks.values():  # a bar opened inside others: their estimates wait (no stale time left)
             self._rich.update(task, left="waiting")
-        self._tasks[id(bar)] = self._rich.add_task(bar.description, total=bar.total, completed=bar.done, unit=bar.unit, note="",
-                                               left="")
+        self._tasks[id(bar)] = self._rich.add_task(bar.description, total=bar.total, completed=bar.done,
+                                                   unit=bar.unit, note="", left="")
 
     def _updated(self, bar: Bar) -> None:
         if self._rich is not None and id(bar) in self._tasks:

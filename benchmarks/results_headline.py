@@ -62,7 +62,8 @@ def headline(folders: list, decode_files: list[tuple[str, list[dict]]], image: P
     return "\n".join([
         models_line(models), "",
         f"![Accuracy against KV kept, a panel per model]({link})", "", f"*{caption}*", "",
-        "A row per method over every test row it ran (prompts found, pooled over tasks, lengths and formats; *full, same "
+        "A row per method over every test row it ran (prompts found, pooled over tasks, lengths and formats; "
+        "*full, same "
         "prompts*: full attention on exactly those prompts). *vs full*: whether the two 95 % Wilson intervals are "
         "apart (a finding) or overlap (the prompts cannot tell the two apart). KV: the cache resident after the "
         "prefill, in bytes over full attention's on the same prompts, and beside it what a method stores aside on the "

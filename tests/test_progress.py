@@ -176,7 +176,8 @@ def test_the_eval_grid_counts_its_rows_and_the_library_is_silent_by_default(tiny
     from attnlab.llm.models.loading import load_causal_lm
 
     model, tok = load_causal_lm(str(tiny))
-    settings = EvalSettings(model=str(tiny), tasks=["niah"], lengths=[200], depths=2, samples=1, haystack="noise", max_new=2)
+    settings = EvalSettings(model=str(tiny), tasks=["niah"], lengths=[200], depths=2, samples=1, haystack="noise",
+                            max_new=2)
     capsys.readouterr()
     run_eval(model, tok, settings, tmp_path / "silent")
     assert capsys.readouterr() == ("", "")
@@ -220,8 +221,8 @@ def test_the_eval_bar_paces_each_method_and_length_apart(tiny, tmp_path):
 
 
 def test_heads_count_the_detectors_blocks(tiny, tmp_path, capsys):
-    code, _, err = run_main(["heads", "--hf", str(tiny), "--length", "48", "--samples", "2", "--detectors", "induction,sink",
-                             "--block-rows", "16", "--out", str(tmp_path / "heads")], capsys)
+    code, _, err = run_main(["heads", "--hf", str(tiny), "--length", "48", "--samples", "2", "--detectors",
+                             "induction,sink", "--block-rows", "16", "--out", str(tmp_path / "heads")], capsys)
     assert code in (0, None), err
     lines = [line for line in err.splitlines() if line.startswith("attnlab: ")]
     # one pass over both samples (a HF model), one layer, ⌈48 / 16⌉ = 3 blocks of rows
