@@ -5,6 +5,7 @@
     methods.plan_names()                 → the methods and presets ``attnlab plan`` can write a plan file for
     methods.get("snapkv", budget=0.25)   → a configured Method (UserError for an unknown name)
     methods.get("attnlab", budget=0.1)   → the recommended default (``DEFAULT``), a preset
+    methods.get("retrieval-tails+key-blocks", budget=0.1, blocks=8)   → parts composed (``parts``)
 
 Adding a method is one file here with a ``@register`` class; nothing else names it.  A preset is a base
 method with fixed option values and a one-line purpose (``register_preset``, in the base method's file);
@@ -28,6 +29,7 @@ __all__ = ["DEFAULT", "Method", "PlanMethod", "PRESETS", "Preset", "REFERENCE", 
            "names", "plan_names", "preset_names", "register", "register_preset"]
 
 REGISTRY: dict[str, type[Method]] = {}
+COMPOSE = "+"   # parts joined: a composed method (``parts.compose``)
 DEFAULT = "attnlab"  # the configuration the project recommends (a preset, ``attnlab_retrieval.py``)
 
 
@@ -65,7 +67,7 @@ def register_preset(name: str, base: str, purpose: str, default: bool = False, *
 
 def _discover() -> None:
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name != "base" and not info.name.endswith("_runner"):   # a runner: the torch half, imported when run
+        if info.name not in ("base", "parts") and not info.name.endswith("_runner"):   # a runner: the torch half, imported when run
             importlib.import_module(f"{__name__}.{info.name}")
 
 
@@ -80,8 +82,12 @@ def preset_names() -> tuple[str, ...]:
 
 
 def method_class(name: str) -> type[Method]:
-    """The class a method or preset name runs (a preset: its base's)."""
+    """The class a method or preset name runs (a preset: its base's; parts joined by ``+``: their composition)."""
     _discover()
+    if name not in PRESETS and name not in REGISTRY and COMPOSE in name:
+        from attnlab.llm.methods.parts import composed_class
+
+        return composed_class(name)
     return REGISTRY[PRESETS[name].base if name in PRESETS else name]
 
 
@@ -116,6 +122,9 @@ def get(name: str, budget: float = 1.0, **options) -> Method:
         method = cls(budget, **{**p.values, **options})
         method.name, method.preset = name, p
         return method
+    if name not in REGISTRY and COMPOSE in name:   # parts composed on the command line: retrieval-tails+key-blocks
+        return method_class(name)(budget, **options)
     if name not in REGISTRY:
-        raise UserError(f"--method: unknown method {name!r} (known: {', '.join(sorted((*REGISTRY, *PRESETS)))})")
+        raise UserError(f"--method: unknown method {name!r} (known: {', '.join(sorted((*REGISTRY, *PRESETS)))}; "
+                        "or parts joined by +, `attnlab methods --all`)")
     return REGISTRY[name](budget, **options)

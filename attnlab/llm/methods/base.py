@@ -40,7 +40,7 @@ class Option:
 
     ``default`` None: derived at run time (``help`` says from what, e.g. from β); ``kind`` the type a value
     given as text is read as (default: the default's type); a number must lie in [lo, hi], a choice be one of
-    ``choices``.
+    ``choices``.  ``experimental``: an option no preset uses, with the measurement that set it aside.
     """
 
     default: Any
@@ -49,6 +49,7 @@ class Option:
     help: str = ""
     kind: type | None = None
     choices: tuple = ()
+    experimental: str = ""   # set aside: the measurement that did (``attnlab methods --all`` lists it apart)
 
     @property
     def type(self) -> type:
@@ -92,6 +93,7 @@ class Method:
     page_ranking_pages: int = 0  # K > 0: needs the calibration's page ranking at K (``Calibration.page_ranking``)
     options: ClassVar[dict[str, Option]] = {}  # option → its declared default, range and help; checked by __init__
     default_run: ClassVar[bool] = True  # run when a benchmark is not told which methods (variants and bounds: False)
+    baseline: ClassVar[bool] = False    # a method of the field that attnlab is compared against (``attnlab methods``)
     prefill_reuse: ClassVar[bool] = False  # the prefill is full attention, S_h(i) = {j ≤ i}, and the cache is made from its
     #   keys and values: a full-attention prefill of the same tokens may stand for it (``eval`` reuses one, prefix_cache.py)
 

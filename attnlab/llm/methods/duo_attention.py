@@ -24,10 +24,12 @@ from attnlab.llm.methods.base import Option, PlanMethod
 @register
 class DuoAttention(PlanMethod):
     name = "duo-attention"
+    baseline = True
     default_run = False  # needs a gate file (option ``gates``), which a benchmark run without options has not
     prefill = "retrieval heads (largest learned gates) read every causal entry; streaming heads sinks + recent tokens"
     decoding = "retrieval heads keep and read the whole cache; streaming heads keep the sinks + recent tokens"
-    options = {"gates": Option("", help="the gate file of `attnlab duo-train` (required)"),
+    options = {"gates": Option("", help="the gate file (required; train one: "
+                                                 "python benchmarks/duo_attention_train.py)"),
                "threshold": Option(None, 0.0, 1.0, "KV heads with a gate above it run full (default: the most that fit β)", kind=float),
                "sinks": Option(16, 1, 1 << 20, "sink tokens of a streaming head"),
                "recent": Option(64, 1, 1 << 24, "recent tokens of a streaming head")}

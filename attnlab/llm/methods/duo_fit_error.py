@@ -1,4 +1,4 @@
-"""``duo-fit-error``: DuoAttention's two kinds of heads as attnlab ran it in round 2, heads ranked by the error of a sink + window fit.
+"""``duo-fit-error``: DuoAttention's two kinds of heads, ranked by the error of a sink + window fit (not learned gates).
 
 The heads whose sink + window fit loses the most mass on calibration text stay full; the others keep
 4 sinks + a window (``attnlab.llm.plans.baselines.duo_attention``).  The published method learns a gate
@@ -10,7 +10,7 @@ from attnlab.llm.methods.base import PlanMethod
 
 
 @register
-class DuoAttentionFit(PlanMethod):
+class DuoFitError(PlanMethod):
     name = "duo-fit-error"
     calibrated = True
     prefill = "retrieval heads (largest sink+window fit error) full; streaming heads 4 sinks + window"

@@ -16,6 +16,7 @@ class Full(PlanMethod):
     name = REFERENCE
     prefill = "every causal entry j ≤ i (the model's own attention, SDPA)"
     decoding = "the whole KV cache is kept and read (a sliding layer: its window, as the model's own cache)"
+    baseline = True
     prefill_reuse = True   # it is the full-attention prefill (``eval`` reuses a shared prompt prefix, prefix_cache.py)
 
     def __init__(self, budget: float = 1.0, **options):

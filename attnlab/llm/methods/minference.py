@@ -22,7 +22,7 @@ vertical-slash, and the shipped per-model pattern files list vertical-slash for 
 backend (``minference_runner.pattern_parts``): vertical-slash as band + columns + diagonals; Λ as band + sink
 columns; block-sparse as band 0 + the chosen key blocks of each 64-row query block.
 
-``minference-mass`` / ``minference-error`` — attnlab's round-2 variants: per head one of 6 candidate
+``minference-mass`` / ``minference-error`` — attnlab's earlier variants: per head one of 6 candidate
 patterns scaled to the budget (Λ-shape, vertical-slash ×4, block-sparse mapped to vertical-slash),
 chosen on calibration text by captured mass or by the output error of the last queries, slash lines
 as the contiguous band, and the cache evicted to what the pattern can read
@@ -42,6 +42,7 @@ __all__ = ["MInference", "MInferenceError", "MInferenceMass"]
 @register
 class MInference(PlanMethod):
     name = "minference"
+    baseline = True
     prefill = ("per head the pattern MInference's offline search chose on calibration text (most attention mass at the same "
                "cost, K = β(n+1)/2 keys per row): Λ-shape, vertical-slash (lines from the last 64 queries) or block-sparse "
                "(64×64 blocks by pooled q·k); patterns=vs: every head vertical-slash")
@@ -134,7 +135,7 @@ class MInference(PlanMethod):
         return d
 
 
-class _MInferenceRound2(PlanMethod):
+class _MInferenceByTable(PlanMethod):
     calibrated = True
     by = "mass"
     prefill = "per head its calibrated pattern: a band of slash lines + sink or per-input vertical columns"
@@ -152,12 +153,12 @@ class _MInferenceRound2(PlanMethod):
 
 
 @register
-class MInferenceMass(_MInferenceRound2):
+class MInferenceMass(_MInferenceByTable):
     name = "minference-mass"
     by = "mass"
 
 
 @register
-class MInferenceError(_MInferenceRound2):
+class MInferenceError(_MInferenceByTable):
     name = "minference-error"
     by = "error"

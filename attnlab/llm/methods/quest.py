@@ -29,6 +29,7 @@ __all__ = ["Quest"]   # its decoding: ``quest_runner``
 @register
 class Quest(Method):
     name = "quest"
+    baseline = True
     prefill = "every causal entry (full attention)"
     decoding = ("the cache keeps every token; a query reads the ⌊tokens/page⌋ pages of 16 keys of largest min/max upper "
                 "bound, the current page always, the first two layers densely")

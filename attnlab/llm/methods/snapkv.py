@@ -34,6 +34,7 @@ __all__ = ["SnapKV"]   # its vote and eviction: ``snapkv_runner``
 @register
 class SnapKV(PlanMethod):
     name = "snapkv"
+    baseline = True
     prefill = "every causal entry (full attention)"
     decoding = ("after the prefill each KV head keeps the last `window` tokens + the prefix keys of largest pooled vote "
                 "of the window's queries, ⌊n(1−c)⌋ in all; new tokens are appended and everything kept is read")

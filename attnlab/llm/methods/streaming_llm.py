@@ -18,6 +18,7 @@ from attnlab.llm.methods.base import Option, PlanMethod
 @register
 class StreamingLLM(PlanMethod):
     name = "streaming-llm"
+    baseline = True
     prefill = "4 sink tokens + the w most recent tokens (w the largest window at budget β, or ⌊n(1−c)⌋ − 4)"
     decoding = "the cache keeps the 4 sinks + the last w tokens; older keys are evicted"
     options = {"compression": Option(None, 0.0, 0.99, "fraction of the prompt evicted: keeps ⌊n(1−c)⌋ tokens "

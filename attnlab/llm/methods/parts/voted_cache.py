@@ -1,0 +1,48 @@
+"""A voted decoding cache: a retrieval head keeps, instead of its whole cache, the P keys its tail rows voted for.
+
+    kept_h = band ∪ columns ∪ held key blocks ∪ top-P_j Σ_{i in the tail} a_ij      (SnapKV's vote, cast by the rows
+                                                                                   that ask; ``HeadPlan.kept``)
+
+Decoding only: the prefill, and so β, is unchanged (no share); its KV head's cache stays compressed.
+"""
+
+from __future__ import annotations
+
+from attnlab.llm.methods.base import Option
+from attnlab.llm.methods.parts.part import Draft, Part, head_replaced
+
+NOT_TAKEN_KV = ("SmolLM2 8K multi-key dev prompts: attnlab:group_vote=1:decode_band=192 6/20 against the default's "
+                "10/20 (benchmarks/recipes/kv-budget-dev.sh, docs/records/kv-budget-dev)")
+
+
+class VotedCache(Part):
+    name = "voted-cache"
+    purpose = "at decoding a retrieval head keeps its band, columns and the P keys its tail rows attended most"
+    sliding = "none in a sliding layer (a retrieval head there has no tail to vote)"
+    options = {
+        "tail_keep": Option(0, 0, 10**7, "P (needs tail): keys a retrieval head keeps at decoding, voted by its tail "
+                            "rows (0: its whole cache)"),
+        "vote_next": Option(0, 0, 64, "s (needs tail_keep): a block's vote also counts the mass of the s blocks "
+                            "before it", experimental="page-choice-dev, SmolLM2 multi-key dev prompts at 2K / 8K: "
+                            "vote_next=1 11/20 / 10/20, vote_next=2 10/20 / 10/20, the default 10/20 / 10/20 — within "
+                            "one prompt, not taken (docs/records/page-choice-dev)"),
+        "group_vote": Option(0, 0, 1, "1 (needs tail_keep): the retrieval heads of a KV group cast one vote, P keys a "
+                             "KV head", experimental=NOT_TAKEN_KV),
+    }
+    requires = (("tail_keep", "tail", "the tail's rows cast the vote"),
+                ("vote_next", "tail_keep", "it shapes the vote"),
+                ("group_vote", "tail_keep", "it groups the vote"))
+
+    def apply(self, plan, draft: Draft):
+        P, V = int(self["tail_keep"]), int(self["vote_next"])
+        if P:
+            for l, h in draft.heads:
+                if plan.heads[l][h].tail:
+                    head_replaced(plan, l, h, kept=P, vote_next=V)
+        plan.group_vote = int(self["group_vote"])
+        return plan
+
+    def meta(self) -> dict:
+        P, V = int(self["tail_keep"]), int(self["vote_next"])
+        return ({"tail_keep": P} if P else {}) | ({"vote_next": V} if V else {}) | \
+            ({"group_vote": 1} if self["group_vote"] else {})
