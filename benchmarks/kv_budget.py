@@ -58,31 +58,67 @@ def decode_run(model, method, ids: list[int], steps: int):
     return per, kv_bytes(cache), math.exp(nll / steps)
 
 
+def whole(option: str):
+    """An argparse type: a canonical integer (ASCII digits), the option named when it is not."""
+    from attnlab.cli.option_values import number
+
+    return lambda text: number(text, int, option)
+
+
+def fraction(option: str):
+    """An argparse type: a canonical finite number, the option named when it is not."""
+    from attnlab.cli.option_values import number
+
+    return lambda text: number(text, float, option)
+
+
+def check_arguments(a) -> tuple[list[str], list]:
+    """(the method specs, the methods) once every argument is checked, before any model loads: the ranges, the methods
+    (each once, canonical), --text and --calibrate UTF-8 text files long enough for one window of --n tokens in any
+    tokenizer (``before_model``), --out a folder, --hf a model attnlab can find."""
+    from attnlab.cli.option_paths import output_folder
+    from attnlab.cli.option_values import method_list
+    from attnlab.llm import methods
+    from attnlab.llm.eval.before_model import check_method_inputs
+    from attnlab.llm.eval.eval_grid import check_methods, parse_method
+    from attnlab.llm.eval.eval_inputs import check_input_file
+    from attnlab.llm.models.loading import check_length, resolve_spec
+    from attnlab.textfile import read_text_file
+
+    if a.n < 64:
+        raise UserError(f"--n: must be at least 64 tokens, got {a.n}")
+    if not 1 <= a.steps < a.n:
+        raise UserError(f"--steps: must satisfy 1 ≤ --steps < --n ({a.n}), got {a.steps}")
+    if not 0 < a.budget <= 1:
+        raise UserError(f"--budget: must be a fraction in (0, 1], got {a.budget}")
+    specs = check_methods(method_list(a.methods, "--methods"))   # unknown, an empty or repeated item: named
+    made = [methods.get(name, a.budget, **opts) for name, opts in map(parse_method, specs)]
+    check_method_inputs(specs)                             # a method's own files (a gate file) present
+    texts = [("--text", a.text)] + [("--calibrate", a.calibrate)] * any(m.calibrated for m in made)
+    for option, path in texts:
+        check_input_file(option, path)                     # missing, a folder, a FIFO, empty, binary, not UTF-8
+        have = len(read_text_file(path).encode("utf-8"))
+        if have < a.n - 1:                                 # a token covers at least one byte
+            raise UserError(f"{option} {path}: {have} bytes of text, shorter than the window of {a.n} tokens (--n)")
+    output_folder("--out", a.out)                          # a file, a FIFO, an unwritable place: named
+    resolve_spec(a.hf)                                     # an unknown model: one line, no download tried
+    check_length(a.hf, a.n, "--n")
+    return specs, made
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hf", default="gemma3-270m", help="model (attnlab's name, a folder, a .gguf)")
-    p.add_argument("--n", type=int, default=8192, help="tokens of the window (prefill n − steps, then steps decoded)")
-    p.add_argument("--steps", type=int, default=128, help="s: tokens decoded one at a time, teacher-forced")
+    p.add_argument("--n", type=whole("--n"), default=8192, help="tokens of the window (prefill n − steps, then steps decoded)")
+    p.add_argument("--steps", type=whole("--steps"), default=128, help="s: tokens decoded one at a time, teacher-forced")
     p.add_argument("--methods", default="attnlab", help="comma list of methods (full attention is always measured)")
-    p.add_argument("--budget", type=float, default=0.1, help="β")
+    p.add_argument("--budget", type=fraction("--budget"), default=0.1, help="β")
     p.add_argument("--text", type=Path, default=DATA / "dev.txt.gz", help="text of the window (dev text: to choose by)")
     p.add_argument("--calibrate", type=Path, default=DATA / "train.txt.gz", help="calibration text (never --text)")
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "kv-budget-dev", help="folder of the calibration")
     p.add_argument("--json", action="store_true", help="one JSON line per method")
     a = p.parse_args()
-    if a.n < 64 or not 1 <= a.steps < a.n or not 0 < a.budget <= 1:
-        raise UserError("--n ≥ 64, 1 ≤ --steps < --n, 0 < --budget ≤ 1")
-    for opt, path in (("--text", a.text), ("--calibrate", a.calibrate)):
-        if not path.is_file():
-            raise UserError(f"{opt} {path}: no such file")
-    from attnlab.llm import methods
-    from attnlab.llm.eval.eval_grid import parse_method, parse_methods
-
-    specs = parse_methods(a.methods)
-    made = []
-    for spec in specs:                                     # an unknown method or option: one line, before the model loads
-        name, opts = parse_method(spec)
-        made.append(methods.get(name, a.budget, **opts))
+    specs, made = check_arguments(a)                       # every argument, before the model loads
 
     from attnlab.llm.eval.eval_grid import calibration_file
     from attnlab.llm.models.loading import load_causal_lm

@@ -350,6 +350,9 @@ def collect(spec: str, runs: Path, recipes: Path) -> list[tuple[Path, Path]]:
     """The small result files to copy into ``runs``, as (file, its copy), each run checked (nothing copied yet).  ``spec`` = DIR: ``DIR/NAME/`` → ``runs/NAME/`` for every NAME that has a
     recipe; ``spec`` = SRC=RECIPE[/PART]: the run folder SRC → ``runs/RECIPE[/PART]/`` (a recipe whose folders are not
     named after it)."""
+    from attnlab.cli.option_paths import contained
+    from attnlab.errors import UserError
+
     source, _, dest = spec.partition("=")
     source = Path(source)
     if not source.is_dir():
@@ -358,6 +361,12 @@ def collect(spec: str, runs: Path, recipes: Path) -> list[tuple[Path, Path]]:
         recipe = dest.split("/")[0]
         if not (recipes / f"{recipe}.sh").is_file():
             raise Refused(f"--collect {spec}: no recipe {recipes / (recipe + '.sh')}")
+        if any(part in ("", ".", "..") for part in dest.split("/")):
+            raise Refused(f"--collect {spec}: RECIPE/PART is a path inside --runs {runs}, without '.', '..' or '//'")
+        try:
+            contained("--collect", runs / dest, runs / recipe, "the recipe's folder of --runs")   # links resolved too
+        except UserError as err:
+            raise Refused(str(err)) from None
         pairs = [(source, runs / dest)]
     else:
         pairs = [(d, runs / d.name) for d in sorted(source.iterdir()) if d.is_dir() and (recipes / f"{d.name}.sh").is_file()]
@@ -373,10 +382,47 @@ def collect(spec: str, runs: Path, recipes: Path) -> list[tuple[Path, Path]]:
     return copied
 
 
-def copy_files(pairs: list[tuple[Path, Path]]) -> None:
+def copy_files(pairs: list[tuple[Path, Path]]) -> list[tuple[Path, bytes | None]]:
+    """Copy each file to its place; returns what each place held before (None: nothing), for ``restore``."""
+    before = []
     for p, dest in pairs:
+        before.append((dest, dest.read_bytes() if dest.is_file() else None))
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(p, dest)
+    return before
+
+
+def restore(before: list[tuple[Path, bytes | None]], runs: Path) -> None:
+    """Undo ``copy_files``: the files it replaced written back, those it added removed with the folders it left
+    empty (up to ``runs``): a run refused after the copy leaves ``runs`` as it was."""
+    for dest, old in reversed(before):
+        if old is not None:
+            dest.write_bytes(old)
+            continue
+        dest.unlink(missing_ok=True)
+        folder = dest.parent
+        while folder != runs and runs in folder.parents and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+            folder = folder.parent
+
+
+def check_paths(args) -> None:
+    """Every path argument checked before anything is read or written (one line naming the option)."""
+    from attnlab.cli.option_paths import input_file, output_file, output_folder
+    from attnlab.errors import UserError
+
+    try:
+        if args.collect:                                                  # --runs is written: new, or a folder
+            output_folder("--runs", args.runs)
+        for option, folder in (("--runs", args.runs), ("--recipes", args.recipes))[bool(args.collect):]:
+            if not folder.is_dir():
+                raise UserError(f"{option} {folder}: " + ("is not a folder" if folder.exists() else "no such folder"))
+        output_file("--out", args.out)
+        if args.readme.exists():
+            input_file("--readme", args.readme)
+            output_file("--readme", args.readme)
+    except UserError as err:
+        raise Refused(str(err)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -390,18 +436,22 @@ def main(argv: list[str] | None = None) -> int:
                     help="first copy the small result files of DIR/NAME/ (e.g. runs), or of the run folder SRC as RECIPE's "
                          "(PART: a sub-folder), into --runs; may be given more than once")
     args = ap.parse_args(argv)
+    before = []
     try:
+        check_paths(args)                                                 # --runs, --recipes, --out, --readme
         pairs = [pair for spec in args.collect for pair in collect(spec, args.runs, args.recipes)]   # every spec checked first
-        copy_files(pairs)
-        if pairs:
-            print(f"{len(pairs)} result files copied into {args.runs}")
+        before = copy_files(pairs)
         text = document(args.runs, args.recipes, here=args.out.resolve().parent, draw_figure=True)
     except Refused as err:
+        restore(before, args.runs)                                        # a refusal after the copy: the copy undone
         print(f"results.py: error: {err}", file=sys.stderr)
         return 2
     except (KeyError, TypeError) as err:   # a line without a field its table needs
+        restore(before, args.runs)
         print(f"results.py: error: {args.runs}: a result line lacks the field {err}", file=sys.stderr)
         return 2
+    if before:
+        print(f"{len(before)} result files copied into {args.runs}")
     writes = [(args.out, text)]
     if args.readme.is_file():
         readme = args.readme.read_text(encoding="utf-8")
@@ -411,8 +461,14 @@ def main(argv: list[str] | None = None) -> int:
             writes.append((args.readme, shown))
     for path, body in writes:
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(body, encoding="utf-8")
-        tmp.replace(path)
+        try:
+            tmp.write_text(body, encoding="utf-8")
+            tmp.replace(path)
+        except OSError as err:                                            # said with its option, not as [Errno …]
+            tmp.unlink(missing_ok=True)
+            option = "--out" if path == args.out else "--readme"
+            print(f"results.py: error: {option} {path}: cannot be written ({err.strerror})", file=sys.stderr)
+            return 2
     print(f"wrote {args.out} ({len(recipe_names(args.runs))} recipes, {text.count(chr(10))} lines)")
     return 0
 

@@ -33,8 +33,12 @@ for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
 
 
 def fail(message: str) -> "typer.Exit":
-    """Print ``attnlab: error: message`` (one line) and return the exit to raise."""
-    typer.echo(f"attnlab: error: {' '.join(str(message).split())}", err=True)
+    """Print ``attnlab: error: message`` (one line) and return the exit to raise; under ``torchrun`` rank 0 alone
+    prints it (``llm.eval.ranks.says_errors``), every rank exits 2."""
+    from attnlab.llm.eval.ranks import says_errors
+
+    if says_errors():
+        typer.echo(f"attnlab: error: {' '.join(str(message).split())}", err=True)
     return typer.Exit(code=2)
 
 

@@ -45,6 +45,8 @@ def eval_why_command(
     from attnlab.progress import Progress
 
     settings, rows = read_folder(out, method)                              # no folder, no such method, no full rows: one line
+    if calibration is not None:
+        check_calibration(calibration, method_of(settings, method, 1.0))   # missing, a folder, a FIFO, not a calibration
     pairs = lost_pairs(rows, method)
     for n in sorted({int(lost["n"]) for _, lost in pairs}):
         calibration_path(out, method, n, calibration)                      # a calibrated method without its calibration
@@ -53,17 +55,43 @@ def eval_why_command(
         from attnlab.llm.eval.lost_layers import check_restorable
 
         check_restorable(method_of(settings, method, float(pairs[0][1]["budget"])))   # MInference, SnapKV, …: one line
-    progress = Progress.for_command(quiet)
-    model = tokenizer = None
-    if pairs:
-        from attnlab.cli.plan import _load
+    from attnlab.lock import FolderLock
 
-        model, tokenizer = _load(settings.model, progress)
-    done = explain(model, tokenizer, out, method, top=top, calibration=calibration, row=row, layers=layers, heads=heads,
-                   progress=progress)
+    progress = Progress.for_command(quiet)
+    with FolderLock(out):                                                  # a running eval holds it: refused at once
+        model = tokenizer = None
+        if pairs:
+            from attnlab.cli.plan import _load
+
+            model, tokenizer = _load(settings.model, progress)
+        done = explain(model, tokenizer, out, method, top=top, calibration=calibration, row=row, layers=layers,
+                       heads=heads, progress=progress)
     for row in done:
         typer.echo(row["summary"])
     typer.echo(f"{out / FILE}: {len(done)} prompts full attention answered and {method} lost")
+
+
+def check_calibration(path: Path, method) -> None:
+    """``--calibration``: a regular file that reads as a calibration (``Calibration.load``), for a method that runs on
+    one; one UserError line naming the option otherwise, before any model loads or anything is written."""
+    import zipfile
+
+    from attnlab.cli.option_paths import input_file
+    from attnlab.errors import UserError
+
+    input_file("--calibration", path, "calibration file")
+    if not method.calibrated:
+        raise UserError(f"--calibration {path}: {method.name} runs without a calibration (leave --calibration out)")
+    from attnlab.llm.plans.calibration import Calibration
+
+    try:
+        Calibration.load(path, "--calibration")
+    except UserError as err:
+        said = str(err)
+        raise UserError(said if said.startswith("--calibration") else f"--calibration {path}: {said}") from None
+    except (KeyError, ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+        raise UserError(f"--calibration {path}: not a calibration of attnlab ({type(err).__name__}: "
+                        f"{' '.join(str(err).split())[:120]})") from None
 
 
 def register(app: typer.Typer) -> None:

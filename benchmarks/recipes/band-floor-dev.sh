@@ -9,6 +9,9 @@
 # rows rerun once after it).  One calibration window of Shakespeare's train plays, copied in.
 # The rows of attnlab:group_vote=1:decode_band=192 in its dev folders: benchmarks/recipes/kv-budget-dev.sh.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
+PARTS="a b why"   # ONLY=PART runs one of them (none: all)
+[ -z "$ONLY" ] || [[ " $PARTS " == *" $ONLY "* ]] || {
+  echo "$(basename "$0"): error: ONLY=$ONLY is not a part: $PARTS" >&2; exit 2; }
 S=../shared/data/shakespeare
 R=${RUNS:-runs}/band-floor-dev
 B=attnlab-retrieval:retrieval_heads=32:blocks=8:other_blocks=4:tail_keep=512:pages=16:sliding_floor=384:page_score=calibrated
@@ -34,3 +37,4 @@ run() {   # run NAME [eval options…]
 [ -z "$ONLY" ] || [ "$ONLY" = why ] && for d in passkey-chat-dev multikey-dev; do
   .venv/bin/attnlab eval-why --out $R/$d --method $B --row parted --top 6 --layers
 done
+exit 0   # every part asked for ran (a part that fails exits 1 above)

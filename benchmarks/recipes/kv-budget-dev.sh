@@ -16,6 +16,9 @@
 # copy of the value garbled: ' 877976.' for 8737976) and decoding perplexity rises by 17.6 % on Gemma-3.
 # ONLY=frontier|keep|smol|multikey|gemma runs one part.  One thread a part (two parts side by side on two cores).
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
+PARTS="frontier keep smol multikey gemma"   # ONLY=PART runs one of them (none: all)
+[ -z "$ONLY" ] || [[ " $PARTS " == *" $ONLY "* ]] || {
+  echo "$(basename "$0"): error: ONLY=$ONLY is not a part: $PARTS" >&2; exit 2; }
 S=../shared/data/shakespeare
 R=${RUNS:-runs}
 M=${M:-attnlab:group_vote=1:decode_band=192}
@@ -58,3 +61,4 @@ done
   ev --hf gemma3-270m --task passkey-bare --haystack $S/dev.txt.gz --template none --lengths 8192 --depths 5 --samples 1 \
     --out $R/passkey-gemma-8k-shakespeare-dev
 }
+exit 0   # every part asked for ran (a part that fails exits 1 above)

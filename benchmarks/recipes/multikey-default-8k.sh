@@ -10,6 +10,9 @@
 # ONLY=smollm2|gemma runs one part (they can run side by side, one core each).  Gemma-3's loss is also traced layer by
 # layer and, in the two layers that close most of the gap, head by head (eval-why --heads 2).
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
+PARTS="smollm2 gemma"   # ONLY=PART runs one of them (none: all)
+[ -z "$ONLY" ] || [[ " $PARTS " == *" $ONLY "* ]] || {
+  echo "$(basename "$0"): error: ONLY=$ONLY is not a part: $PARTS" >&2; exit 2; }
 S=../shared/data/shakespeare
 R=${RUNS:-runs}
 M=${M:-attnlab,oracle-topk}

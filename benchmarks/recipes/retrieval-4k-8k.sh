@@ -11,6 +11,9 @@
 # M=…, LENGTHS=… and ONLY=filler|niah narrow a run.  Round 2's per-head band plan (attnlab-band), the perplexity
 # target's reference, was added to niah-4k-8k afterwards: ONLY=niah M=attnlab-band.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
+PARTS="filler niah"   # ONLY=PART runs one of them (none: all)
+[ -z "$ONLY" ] || [[ " $PARTS " == *" $ONLY "* ]] || {
+  echo "$(basename "$0"): error: ONLY=$ONLY is not a part: $PARTS" >&2; exit 2; }
 S=../shared/data/shakespeare
 M=${M:-attnlab,minference,snapkv,streaming-llm,quest,oracle-topk}
 LENGTHS=${LENGTHS:-4096,8192}

@@ -12,6 +12,9 @@
 # M=… and ONLY=filler|shakespeare|shakespeare-instructed|niah narrow a run (a dev check of the default: M=attnlab,attnlab-retrieval).
 # Then why attnlab-retrieval lost the plain pass keys and attnlab the NIAH prompts it lost (eval-why).
 cd "$(dirname "$0")/../.."
+PARTS="filler shakespeare shakespeare-instructed niah"   # ONLY=PART runs one of them (none: all)
+[ -z "$ONLY" ] || [[ " $PARTS " == *" $ONLY "* ]] || {
+  echo "$(basename "$0"): error: ONLY=$ONLY is not a part: $PARTS" >&2; exit 2; }
 S=../shared/data/shakespeare
 SPLIT=${SPLIT:-dev}
 if [ "$SPLIT" = dev ]; then SEED=1; else SEED=0; fi

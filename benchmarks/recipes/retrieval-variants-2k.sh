@@ -15,6 +15,9 @@
 # (it does not depend on the prompts).  One thread a process.  M=… narrows the methods, ONLY=smollm2|gemma the models
 # (they can run side by side, one core each); the same formats at 8K: retrieval-variants-8k.sh.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
+PARTS="smollm2 gemma"   # ONLY=PART runs one of them (none: all)
+[ -z "$ONLY" ] || [[ " $PARTS " == *" $ONLY "* ]] || {
+  echo "$(basename "$0"): error: ONLY=$ONLY is not a part: $PARTS" >&2; exit 2; }
 S=../shared/data/shakespeare
 R=${RUNS:-runs}
 M=${M:-attnlab,minference,snapkv,streaming-llm,quest,oracle-topk}

@@ -10,6 +10,9 @@
 # made, where they ran first (a calibration does not depend on the prompts).  One thread a process.  M=… narrows the
 # methods, ONLY=passkey|niah|gemma the parts (they can run side by side, one core each).
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
+PARTS="passkey niah gemma"   # ONLY=PART runs one of them (none: all)
+[ -z "$ONLY" ] || [[ " $PARTS " == *" $ONLY "* ]] || {
+  echo "$(basename "$0"): error: ONLY=$ONLY is not a part: $PARTS" >&2; exit 2; }
 S=../shared/data/shakespeare
 R=${RUNS:-runs}
 M=${M:-attnlab,minference,snapkv,streaming-llm,quest,oracle-topk}

@@ -21,7 +21,15 @@ from pathlib import Path
 from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
 
-__all__ = ["Ranks", "fold_results", "read_all", "result_files"]
+__all__ = ["Ranks", "fold_results", "read_all", "result_files", "says_errors"]
+
+
+def says_errors(environ=None) -> bool:
+    """Does this process print a refusal: one process, or rank 0 of ``torchrun``'s (every rank runs the same checks
+    on the same options before ``torch.distributed`` starts, so each would say the same line; the others exit 2 in
+    silence).  RANK that is not an integer: every process speaks (its own error says why)."""
+    rank = (os.environ if environ is None else environ).get("RANK", "0").strip()
+    return not rank.isascii() or not rank.isdigit() or int(rank) == 0
 
 
 @dataclass(frozen=True)
