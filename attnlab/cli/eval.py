@@ -57,7 +57,6 @@ def eval_command(
 ) -> None:
     """Retrieval accuracy on a depth × length grid, and perplexity, of a model under methods (resumable)."""
     from attnlab.cli.option_values import items
-    from attnlab.cli.option_values import items
     from attnlab.llm.eval.eval_grid import EvalSettings, check_settings, parse_budgets, parse_lengths, parse_methods
 
     settings = EvalSettings(

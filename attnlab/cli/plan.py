@@ -138,9 +138,6 @@ def plan_command(
     from attnlab.cli.option_paths import output_file
 
     output_file("--out", out)                 # a folder, a FIFO or device, an unwritable folder: named, one line
-    from attnlab.cli.option_paths import output_file
-
-    output_file("--out", out)                 # a folder, a FIFO or device, an unwritable folder: named, one line
     claim_file(out, kind="plan", inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
     check_length(hf, n, "--n")  # from the model's configuration: no weights loaded, no text read
     from attnlab.progress import Progress

@@ -124,10 +124,6 @@ class Method:
         """The method's own input files (a gate file, …) present and readable, checked before any model loads:
         a one-line ``UserError`` naming the option.  Default: nothing to check."""
 
-    def check_inputs(self) -> None:
-        """The method's own input files (a gate file, …) present and readable, checked before any model loads:
-        a one-line ``UserError`` naming the option.  Default: nothing to check."""
-
     def check_model(self, model) -> None:
         """The method's own input files (a gate file, …) checked against ``model`` before anything runs or is
         written: a one-line ``UserError`` naming the file.  Default: nothing to check."""

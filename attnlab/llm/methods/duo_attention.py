@@ -46,13 +46,6 @@ class DuoAttention(PlanMethod):
             raise UserError("--option gates: duo-attention needs a gate file (train one: python benchmarks/duo_attention_train.py)")
         input_file("--option gates", self.opts["gates"], "gate file")   # missing, a folder, a FIFO: before the model
 
-    def check_inputs(self) -> None:
-        from attnlab.cli.option_paths import input_file
-
-        if not self.opts.get("gates"):
-            raise UserError("--option gates: duo-attention needs a gate file (train one: python benchmarks/duo_attention_train.py)")
-        input_file("--option gates", self.opts["gates"], "gate file")   # missing, a folder, a FIFO: before the model
-
     def check_model(self, model) -> None:
         self._gates(model)
 

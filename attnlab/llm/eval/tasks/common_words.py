@@ -32,7 +32,6 @@ class CommonWords:
     name = "cwe"
     uses_depth = False
     uses_haystack = False   # the prompt is the word list alone: no --haystack read
-    uses_haystack = False   # the prompt is the word list alone: no --haystack read
     max_new = 120
 
     def __init__(self, num_cw: int = 10, freq_cw: int = 30, freq_ucw: int = 3):
