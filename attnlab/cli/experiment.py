@@ -11,8 +11,10 @@ from attnlab.cli.options import checked
 
 @checked("experiment")
 def experiment_command(
-    data: str = typer.Option("synthetic", "--data", help="corpus spec: synthetic (default), a TSV/Moses path, hf:opus_books:en-it"),
-    out: Path = typer.Option(Path("runs/experiment"), "--out", help="the run folder (report.html, report.md, results.json, ...)"),
+    data: str = typer.Option("synthetic", "--data",
+                             help="corpus spec: synthetic (default), a TSV/Moses path, hf:opus_books:en-it"),
+    out: Path = typer.Option(Path("runs/experiment"), "--out",
+                             help="the run folder (report.html, report.md, results.json, ...)"),
     quick: bool = typer.Option(False, "--quick", help="tiny models and few sentences: every stage in about 2 minutes"),
     resume: bool = typer.Option(False, "--resume", help="continue an interrupted run: finished stages are skipped"),
     force: bool = typer.Option(False, "--force", help="replace an existing experiment run folder"),

@@ -159,6 +159,9 @@ def train_command(
     result = run_training(mcfg, tcfg, out, resume=resume, force=force, device=device,
                           init_embeddings=str(init_embeddings) if init_embeddings else None, quiet=quiet)
     best = f"; best dev loss {result.dev['loss']:.4f}" if "loss" in result.dev else ""
+    from attnlab.train.stopping import stop_reason
+
+    typer.echo(f"stopped: {stop_reason(result.steps, tcfg.max_steps, tcfg.minutes)}", err=True)
     typer.echo(f"trained {result.steps} steps ({result.epochs_done:.2f} epochs, {result.tokens:,} target tokens) "
                f"in {result.seconds / 60:.1f} min; last loss {result.final_loss:.3f}{best}; run folder {result.out}", err=True)
 

@@ -14,8 +14,9 @@ from attnlab.experiment.corpus import eval_corpus, training_data
 from attnlab.experiment.stages import Context
 from attnlab.experiment.thesis_models import ThesisModel, model_config, train_config
 from attnlab.train.checkpoint import list_checkpoints, load_run
+from attnlab.train.stopping import stop_reason
 
-__all__ = ["train_stage", "evaluate_stage", "load_model", "eval_pairs"]
+__all__ = ["train_stage", "evaluate_stage", "load_model", "eval_pairs", "stop_reason"]
 
 
 def load_model(ctx: Context, name: str):
@@ -50,6 +51,8 @@ def train_stage(m: ThesisModel):
             "d_k": run_.cfg.d_k, "ff": run_.cfg.ff, "vocab_size": run_.cfg.vocab_size, "parameters": int(params),
             "steps": result.steps, "epochs": round(result.epochs_done, 2), "train_seconds": round(result.seconds, 1),
             "final_loss": result.final_loss, "resumed": resume,
+            "max_steps": tc.max_steps, "minutes": tc.minutes,
+            "stopped": stop_reason(result.steps, tc.max_steps, tc.minutes),
             "_note": f"{result.steps} steps, loss {result.final_loss:.2f}",
         }
 
