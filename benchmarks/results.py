@@ -316,7 +316,8 @@ def headline(runs: Path, recipes: Path, here: Path, draw_figure: bool = False) -
                                       here / "img" / "headline.png", here, draw_figure)
 
 
-def document(runs: Path, recipes: Path, shown: Path = ROOT, here: Path = ROOT / "docs", draw_figure: bool = False) -> str:
+def document(runs: Path, recipes: Path, shown: Path = ROOT, here: Path = ROOT / "docs",
+             draw_figure: bool = False) -> str:
     """The whole of results.md: the index of recipes, then one section each (``here``: the folder links are relative to)."""
     names = recipe_names(runs)
     head = ["# Results", "",
