@@ -1,11 +1,12 @@
 """What one experiment run does: the sizes, budgets and sentence counts of its stages.
 
-Presets: the default run (≤ 10 minutes on a 2-core CPU: models that
-translate the synthetic grammar), a real corpus (``--data``: 10 minutes per
-model, about 30 minutes in all), and ``--quick`` (≤ 2 minutes: tiny models,
-few sentences — every stage runs, the numbers are weak).  The settings are
-saved in the run folder (``experiment.json``) so that ``--resume`` continues
-the same experiment.
+Presets: the default run (models that translate the synthetic grammar,
+trained for a number of steps, so that every machine trains the same models
+and the figures do not depend on its speed), a real corpus (``--data``: 10
+minutes of training per model, a wall-time cut the report states), and
+``--quick`` (tiny models, few steps and sentences — every stage runs, the
+numbers are weak).  The settings are saved in the run folder
+(``experiment.json``) so that ``--resume`` continues the same experiment.
 """
 
 from __future__ import annotations
