@@ -77,13 +77,16 @@ def test_a_preset_is_checked_against_its_base_when_registered():
 def test_methods_command_prints_options_defaults_ranges_and_presets(capsys):
     from attnlab_cli import run_main
 
-    code, out, _ = run_main(["methods"], capsys)
+    code, out, _ = run_main(["methods", "--all"], capsys)
     assert code in (0, None)
-    block = out[out.index("attnlab-retrieval (calibrated)"):]
-    assert "  retrieval_heads = 16  [0, 1000000]  k: heads of largest retrieval score" in block
-    assert "  widths = all  all | own" in block
-    assert "attnlab  [default] = attnlab-retrieval:retrieval_heads=32:blocks=8:other_blocks=4:tail_keep=512:pages=16:sliding_floor=384:page_score=calibrated:band_floor=8" in out
-    assert out.count("[default]") == 1 and "attnlab-band (calibrated)" in out
+    block = out[out.index("  retrieval-tails: "):]
+    assert "    retrieval_heads = 16  [0, 1000000]  k: heads of largest retrieval score" in block
+    assert "    widths = all  all | own" in block
+    assert ("attnlab  [default] = attnlab-retrieval:retrieval_heads=32:blocks=8:other_blocks=4:tail_keep=512:pages=16:"
+            "sliding_floor=384:page_score=calibrated:band_floor=8") in out
+    assert out.count("[default]") == 2 and "attnlab-band (calibrated)" in out   # the default's block and the presets'
+    code, short, _ = run_main(["methods"], capsys)
+    assert code in (0, None) and short.count("[default]") == 1 and "attnlab-band" not in short
 
 
 @pytest.mark.parametrize("spec, says", [

@@ -150,22 +150,13 @@ def _run(hf, settings, out, dev, ranks, quiet: bool, no_reuse: bool):
 
 
 @checked("methods")
-def methods_command() -> None:
-    """The registered methods (prefill and decoding policies, options with defaults, ranges and help) and the presets."""
-    from attnlab.llm import methods as registry
+def methods_command(every: bool = typer.Option(False, "--all", help="also the parts and their shares of β, every "
+                                                   "option, the presets, the research variants")) -> None:
+    """The recommended default as its parts and the methods to compare it against (--all: everything registered)."""
+    from attnlab.llm.methods.overview import overview
 
-    for name in registry.names():
-        cls = registry.REGISTRY[name]
-        typer.echo(f"{name}{' (calibrated)' if cls.calibrated else ''}\n  prefill:  {cls.prefill}\n  decoding: {cls.decoding}")
-        for key, opt in cls.options.items():
-            default = "derived" if opt.default is None else opt.default if opt.default != "" else "none"
-            typer.echo(f"  {key} = {default}  {opt.range_text()}  {opt.help}")
-    typer.echo("\npresets (name = method with fixed options; more options of the method may follow, name:key=value):")
-    for name in registry.preset_names():
-        p = registry.PRESETS[name]
-        fixed = ":".join(f"{k}={v}" for k, v in p.values.items())
-        mark = "  [default]" if name == registry.DEFAULT else ""
-        typer.echo(f"{name}{mark} = {p.base}:{fixed}\n  {p.purpose}")
+    for line in overview(every):
+        typer.echo(line)
 
 
 def register(app: typer.Typer) -> None:

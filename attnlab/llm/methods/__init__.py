@@ -67,7 +67,7 @@ def register_preset(name: str, base: str, purpose: str, default: bool = False, *
 
 def _discover() -> None:
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name not in ("base", "parts") and not info.name.endswith("_runner"):   # a runner: the torch half, imported when run
+        if info.name not in ("base", "parts", "overview") and not info.name.endswith("_runner"):   # a runner: the torch half, imported when run
             importlib.import_module(f"{__name__}.{info.name}")
 
 

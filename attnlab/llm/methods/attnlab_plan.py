@@ -4,8 +4,8 @@
 
 chosen by ``attnlab.llm.plans.selection.choose_plan`` from a table of the calibration:
 
-    attnlab-band       ``err-rel`` when the calibration holds option errors, else ``fit`` (round 2's plan; the
-                       recommended default ``attnlab`` is a preset of ``attnlab-retrieval``)
+    attnlab-band       ``err-rel`` when the calibration holds option errors, else ``fit`` (the per-head band plan
+                       alone, no retrieval part; the recommended default ``attnlab`` is a preset of ``attnlab-retrieval``)
     attnlab-mass       ``fit``: maximise the captured mass μ_h(w, g) with the exact fit's columns
     attnlab-est        ``est``: the same with the columns an input gets at run time
     attnlab-err        ``err``: minimise Σ_h ε_h, ε_h = mean_i ‖W_h (o_S,i − o_i)‖²
@@ -28,7 +28,8 @@ import warnings
 
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import Option, PlanMethod
-from attnlab.llm.plans.limits import WIDTHS
+from attnlab.llm.methods.parts.band_floor import BandFloor
+from attnlab.llm.methods.parts.slash_lines import SlashLines
 
 
 @register
@@ -36,10 +37,10 @@ class AttnlabPlan(PlanMethod):
     name = "attnlab-band"
     calibrated = True
     table: str | None = None      # ``choose_plan``'s table (None: its default)
-    options = {"pages": Option(0, 0, 10**6, "pages of 16 evicted keys each planned head reads back at decoding (Quest bound)"),
-               "slashes": Option(0, 0, 10**4, "per-input diagonals δ < −w each planned head also reads in the prefill"),
-               "widths": Option("all", help="bands offered to the knapsack: every width calibrated, or attnlab's grid alone",
-                                choices=WIDTHS)}
+    options = {"pages": Option(0, 0, 10**6, "pages of 16 evicted keys each planned head reads back at decoding "
+                               "(Quest bound)"),
+               "slashes": SlashLines.options["slashes"],   # declared once, by the part (experimental)
+               "widths": BandFloor.options["widths"]}
     prefill = ("per head its planned support (band w_h + sink columns + per-input columns; slashes=s: + s per-input "
                "diagonals), some heads full")
     decoding = "the cache keeps, per KV head, the keys its heads can still read (band + columns; slash lines are prefill-only)"

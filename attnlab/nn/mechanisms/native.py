@@ -48,7 +48,7 @@ FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11"]
 # flush-to-zero / denormals-are-zero in the whole process that loads the library (PyTorch's and NumPy's arithmetic too)
 LINK = ["-shared", "-fopenmp"]
 # where the CPU has AVX-512: the compiler's own loops (softmax, exp via libmvec, masks) 16 floats wide as well — GCC
-# prefers 256-bit ones on Intel by default; measured on the 8K plan's kernel calls: 1.54 → 1.42 s (docs/earlier-results-speed.md)
+# prefers 256-bit ones on Intel by default; measured on the 8K plan's kernel calls: 1.54 → 1.42 s (docs/archive/earlier-results-speed.md)
 AVX512_FLAGS = ["-mprefer-vector-width=512"]
 VEC = 16  # floats per vector in band_kernel.c: keys are padded by 2·VEC columns
 TILE = 8  # R in band_kernel.c: query rows per tile (a chunk of per-chunk columns holds whole tiles)

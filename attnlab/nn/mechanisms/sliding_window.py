@@ -70,7 +70,7 @@ FLASH = True  # False: the plain-torch path on CPU too (tests compare both)
 NATIVE = True  # False: PyTorch's flash kernel for the band's forward even where the native kernel builds
 # A causal band at least this wide runs its first w + 1 rows — where it holds every key j ≤ i — as SDPA's causal
 # attention (band_heads_attention): the kernel's 8-row tile reads its ≈ w keys and values afresh, 2·w·d·4 bytes
-# that outgrow a core's L2 here (one head of w = 6,144 at 8K: 110 → 72 ms as SDPA; docs/earlier-results-speed.md)
+# that outgrow a core's L2 here (one head of w = 6,144 at 8K: 110 → 72 ms as SDPA; docs/archive/earlier-results-speed.md)
 WIDE_BAND = 2048
 FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
 

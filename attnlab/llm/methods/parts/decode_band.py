@@ -18,6 +18,7 @@ class DecodeBand(Part):
     name = "decode-band"
     purpose = "at decoding every planned band reads and keeps at most c keys"
     sliding = "min(W − 1, c) keys in a sliding layer"
+    share_rule = "none: decoding only"
     options = {"decode_band": Option(0, 0, 10**7, "c: at decoding a planned head's band reads and keeps at most c keys "
                                      "(0: its prefill band w)", experimental=NOT_TAKEN_KV)}
 

@@ -20,6 +20,7 @@ class KeyBlocks(Part):
     name = "key-blocks"
     purpose = "each retrieval head also reads, on every prefill row, the K key blocks of 16 of largest pooled score"
     sliding = "none in a sliding layer (its window holds every key it may read)"
+    share_rule = "|R|·min(16·K, n)·(n − 1)"
     options = {"blocks": Option(0, 0, BLOCKS_MAX, "K (needs tail): key blocks of 16 a retrieval head reads on every "
                                 "prefill row")}
     requires = (("blocks", "tail", "tail=0 keeps the retrieval heads full: nothing to choose"),)

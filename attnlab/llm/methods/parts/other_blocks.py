@@ -22,6 +22,7 @@ class OtherBlocks(Part):
     name = "other-blocks"
     purpose = "every other planned head reads K' key blocks of 16 per block of 16 queries in the prefill"
     sliding = "none in a sliding layer"
+    share_rule = "#(planned heads outside R)·min(16·K', n)·(n − 1)"
     options = {"other_blocks": Option(0, 0, BLOCKS_MAX, "K': key blocks of 16 every other planned head reads on every "
                                       "prefill row")}
 

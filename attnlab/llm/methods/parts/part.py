@@ -56,6 +56,7 @@ class Part:
     name: ClassVar[str] = ""
     purpose: ClassVar[str] = ""                     # one line: what it adds
     sliding: ClassVar[str] = ""                     # one line: what it does in a sliding layer
+    share_rule: ClassVar[str] = "none"              # β_part, as ``share`` computes it (entries over L·H·n(n+1)/2)
     options: ClassVar[dict[str, Option]] = {}
     requires: ClassVar[tuple[tuple[str, str, str], ...]] = ()   # (option, option it needs > 0, why)
     needs_retrieval: ClassVar[bool] = False         # reads the calibration's retrieval scores

@@ -20,7 +20,8 @@ from attnlab.llm.methods.parts.part import Draft, Part
 class ReadBack(Part):
     name = "read-back"
     purpose = "at decoding each planned head reads back the K pages of evicted keys of largest score"
-    sliding = "as in a global layer: a sliding head reads back pages of the keys its window evicted"
+    sliding = "none in a sliding layer: a key that leaves the window is dropped, never stored nor read back"
+    share_rule = "none: decoding only"
     options = {
         "pages": Option(0, 0, 10**6, "K: pages of 16 evicted keys each planned head reads back a decoding step"),
         "page_score": Option("bound", help="how the pages are chosen: bound (Quest's, or mean_pages as given), or "

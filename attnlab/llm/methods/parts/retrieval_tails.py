@@ -24,6 +24,7 @@ class RetrievalTails(Part):
     name = "retrieval-tails"
     purpose = "the k heads of largest retrieval score read every key from their last T prefill rows"
     sliding = "a retrieval head in a sliding layer keeps its window: no tail, no cost"
+    share_rule = "Σ_{h∈R} tail_entries(0, T, n): the tails' rows, w = 0"
     needs_retrieval = True
     options = {
         "retrieval_heads": Option(16, 0, 10**6, "k: heads of largest retrieval score that read every key from their "

@@ -14,6 +14,7 @@ class SlashLines(Part):
     name = "slash-lines"
     purpose = "every planned head also reads s per-input diagonals in the prefill"
     sliding = "none in a sliding layer"
+    share_rule = "s·(n − 1) per planned head of a global layer"
     options = {"slashes": Option(0, 0, 10**4, "s: per-input diagonals δ < −w each planned head also reads in the "
                                  "prefill", experimental="SmolLM2 NIAH at 2K: attnlab-retrieval:slashes=8 8/10 at "
                                  "β = 0.05 and 9/10 at 0.10, as without them (perplexity ±0.2) "
