@@ -64,8 +64,10 @@ def _head(path: Path, size: int = 4096) -> bytes:
 def _is_plan(path: Path) -> bool:
     import json
 
+    from attnlab.schemas.plan import FORMATS as PLAN_FORMATS   # every version of the plan file
+
     try:
-        return json.loads(path.read_text(encoding="utf-8")).get("format") == "attnlab-plan/1"
+        return json.loads(path.read_text(encoding="utf-8")).get("format") in PLAN_FORMATS
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -84,10 +86,26 @@ def _is_skipgram(path: Path) -> bool:
         return False
 
 
+def _is_calibration(path: Path) -> bool:
+    """A calibration archive of ``attnlab calibrate`` (safetensors whose metadata holds an attnlab-calibration header)."""
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            if not 2 <= size <= 100 * 2**20:
+                return False
+            header = json.loads(json.loads(f.read(size)).get("__metadata__", {}).get("attnlab", "{}"))
+            return header.get("format") == "attnlab-calibration/1"
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 FILE_KINDS = {
-    "plan": ("an attnlab plan file (no format 'attnlab-plan/1')", _is_plan),
+    "plan": ("an attnlab plan file (no format 'attnlab-plan/…')", _is_plan),
     "embeddings": ("an attnlab embeddings file (no 'attnlab-skipgram' metadata)", _is_skipgram),
     "png": ("a PNG image drawn by attnlab (matplotlib)", lambda p: _head(p).startswith(b"\x89PNG") and b"Matplotlib" in _head(p)),
+    "calibration": ("an attnlab calibration archive (no 'attnlab-calibration/1' header)", _is_calibration),
     "sweep-csv": ("an attnlab sweep table (its header is not w,num_pos,...)", lambda p: _head(p, 64).startswith(b"w,num_pos,")),
 }
 

@@ -37,7 +37,8 @@ from attnlab.allocator import keep_freed_memory  # noqa: E402
 from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.plans.calibration import ERR_ROWS, Calibration, calibrate  # noqa: E402
-from attnlab.llm.eval.eval_grid import parse_method, retrieval_calibration  # noqa: E402
+from attnlab.llm.eval.eval_grid import parse_method  # noqa: E402
+from attnlab.llm.plans.calibration_build import retrieval_calibration  # noqa: E402
 from attnlab.llm.execution.attention import attention_modules  # noqa: E402
 from attnlab.llm.execution.kv_cache import PlanLayer, kv_bytes, read_tokens, store_bytes  # noqa: E402
 from attnlab.llm.eval.perplexity import perplexity  # noqa: E402

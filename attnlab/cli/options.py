@@ -127,6 +127,9 @@ RULES: dict[str, Rule] = {
     "plan.pages": Rule(int, 0, 10**6, note="(0 = none)"),  # = attnlab.llm.plans.plan.PAGES_MAX (not imported: it pulls in torch)
     "plan.slashes": Rule(int, 0, 10**4, note="(0 = none)"),  # = attnlab.llm.plans.plan.SLASHES_MAX (not imported: it pulls in torch)
     "plan-run.n": Rule(int, 2, 2**20),
+    "calibrate.n": Rule(int, 64, 2**20),
+    "calibrate.method": Rule(str, parse="attnlab.llm.eval.eval_grid:parse_methods"),
+    "calibrate.budget": Rule(str, parse="attnlab.llm.eval.eval_grid:parse_budgets"),
     "windows": Rule(int, 1, 10**4),
     # attnlab eval (the lengths against the model's context once it is known: attnlab.llm.eval.eval_grid)
     "eval.task": Rule(str, registry="attnlab.llm.eval.tasks:TASKS", many=True),

@@ -26,32 +26,6 @@ from attnlab.cli.options import checked
 from attnlab.outputs import claim_file
 
 
-def _load(spec: str, progress=None, device=None):
-    """(model, tokenizer) through attnlab.llm.models.loading (the one loader); a plain HF folder before it exists.
-    ``progress`` (``attnlab.progress``): says "loading model …" before transformers is imported; ``device``: where the
-    model runs (``models.device.place_model``; None: the CPU)."""
-    try:
-        from attnlab.llm.models.loading import load_causal_lm
-    except ImportError:  # pragma: no cover - before the LLM-capture branch is merged
-        load_causal_lm = None
-    if load_causal_lm is not None:
-        from attnlab.progress import SILENT
-
-        return load_causal_lm(spec, progress=progress or SILENT, device=device)
-    import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from attnlab.errors import UserError
-
-    transformers.utils.logging.disable_progress_bar()
-    transformers.logging.set_verbosity_error()
-
-    folder = Path(spec)
-    if not (folder / "config.json").is_file():
-        raise UserError(f"--hf {spec}: not a model folder (no config.json)")
-    return AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa").eval(), AutoTokenizer.from_pretrained(folder)
-
-
 def check_model_fits(model, n: int, device, what: str, batch: int = 1) -> None:
     """Refuse before the run (one line: bytes needed and free) a length whose caches and masks will not fit the device."""
     from attnlab.llm.models.device import check_fits, plan_bytes
@@ -67,7 +41,8 @@ def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows:
     and on the synthetic retrieval prompts of ``mix`` (``calibration_mix``), written into the plan's meta.
     ``slashes`` > 0: the method's option ``slashes`` (a method without it refuses); ``progress``: the calibration's bar."""
     from attnlab.llm import methods
-    from attnlab.llm.eval.eval_grid import build_calibration, parse_method
+    from attnlab.llm.eval.eval_grid import parse_method
+    from attnlab.llm.plans.calibration_build import build_calibration
     from attnlab.llm.models.text_windows import token_windows
     from attnlab.progress import SILENT
 
@@ -143,7 +118,9 @@ def plan_command(
     from attnlab.progress import Progress
 
     progress = Progress.for_command(quiet)
-    model, tokenizer = _load(hf, progress, dev)
+    from attnlab.llm.models.loading import load_causal_lm
+
+    model, tokenizer = load_causal_lm(hf, progress=progress, device=dev)
     check_model_fits(model, n, dev, f"--n {n} on {dev}")
     p = make_plan(model, tokenizer, calibrate, budget, n, windows, method, calibrate_mix, slashes, progress)
     if pages:
@@ -199,7 +176,9 @@ def plan_run_command(
     from attnlab.llm.execution.backend import use_backend
 
     use_backend(backend, dev)                 # the device's layers run by the backend named
-    model, tokenizer = _load(hf, progress, dev)
+    from attnlab.llm.models.loading import load_causal_lm
+
+    model, tokenizer = load_causal_lm(hf, progress=progress, device=dev)
     check_model_fits(model, n, dev, f"--plan {plan} at --n {n} on {dev}")
     method.prepare(model, n)   # refuses a plan made for another model
     ids = token_windows(tokenizer, file, n, windows)

@@ -38,6 +38,7 @@ from attnlab.llm import methods as registry
 from attnlab.llm.eval.eval_inputs import check_eval_folder, check_texts
 from attnlab.llm.eval.results_file import FORMAT, GROWS, read_results
 from attnlab.llm.eval.tasks import QUESTIONS, TASKS, TEMPLATES, Haystack, PromptFormat, sample_key, string_match_all
+from attnlab.llm.plans.calibration_build import build_calibration, calibration_file  # noqa: F401 (the grid's calibration)
 
 __all__ = ["EvalSettings", "build_calibration", "calibration_file", "depth_grid", "read_results", "run_eval"]
 
@@ -70,7 +71,7 @@ class EvalSettings:
         """(method, β) pairs: full first, then every method at every budget."""
         out = [(registry.REFERENCE, 1.0)]
         if self.plan:
-            out.append(("plan", 0.0))
+            out.append((registry.PLAN_FILE, 0.0))
         out += [(m, b) for m in self.methods if m != registry.REFERENCE for b in self.budgets]
         return out
 
@@ -98,71 +99,15 @@ def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, me
     """The calibration at length n (``out/calibration-n.npz``, made once), for the calibrated methods."""
     if not any(m.calibrated for m in methods):
         return None
+    if not settings.calibrate:   # the shipped archive of the model at n (``check_settings`` found it)
+        from attnlab.llm.plans.calibration import Calibration
+        from attnlab.llm.plans.shipped_calibrations import shipped
+
+        path = shipped(settings.model, n)
+        progress.stage(f"calibration n={n}: the one attnlab ships ({path.name})")
+        return Calibration.load(path)
     return calibration_file(model, tokenizer, methods, n, out / f"calibration-{n}.npz", settings.calibrate,
                             settings.calibrate_windows, settings.calibrate_mix, progress)
-
-
-def calibration_file(model, tokenizer, methods: list, n: int, path: Path, text_path, windows: int, mix: str | None = None,
-                     progress: Progress = SILENT):
-    """``build_calibration`` kept in the file ``path``: what it holds is read, what the methods still need is measured
-    and the file written again only then (a later run at the same n reuses it)."""
-    from attnlab.llm.plans.calibration import Calibration
-
-    old = Calibration.load(path) if path.exists() else None
-    cal, changed = build_calibration(model, tokenizer, methods, n, text_path, windows, mix, old, progress)
-    if changed:
-        cal.save(path)
-    return cal
-
-
-def build_calibration(model, tokenizer, methods: list, n: int, text_path, windows: int, mix: str | None = None, cal=None,
-                      progress: Progress = SILENT):
-    """What the calibrated ``methods`` need at length n, on ``windows`` windows of ``text_path`` (+ the ``mix``
-    prompts, ``calibration_mix``): the statistics (unless ``cal`` holds them), MInference's pattern search at the
-    keys it lacks, the retrieval scores.  Returns (calibration, whether anything was measured)."""
-    from attnlab.llm.plans.calibration import calibrate
-    from attnlab.llm.plans.calibration_mix import mix_windows, parse_mix
-    from attnlab.llm.plans.plan import model_shape
-    from attnlab.llm.models.text_windows import token_windows
-
-    need = [m for m in methods if m.calibrated]
-    text = None   # the calibration text's windows, tokenised once for the calibration and the pattern search
-    changed = cal is None
-    if cal is None:
-        shape = model_shape(model)
-        cands = sorted({c for m in need for c in (m.calibration_candidates(shape, n) or [])})
-        text = token_windows(tokenizer, text_path, n, windows)
-        cal = calibrate(model, text + mix_windows(tokenizer, text_path, n, parse_mix(mix)), cands or None,
-                        grads=any(m.calibration_grads for m in need), progress=progress)
-    keys = sorted({K for m in need for K in (m.calibration_pattern_keys(n) or [])} - set(cal.pattern_keys))
-    if keys:   # MInference's pattern search at budgets the calibration lacks (one more exact pass over its text windows, no mix)
-        from attnlab.llm.plans.pattern_search import add_patterns
-
-        if text is None:
-            text = token_windows(tokenizer, text_path, n, windows)
-        add_patterns(cal, model, text, keys, progress)
-        changed = True
-    if any(m.needs_retrieval for m in need) and not cal.retrieval.any():
-        progress.stage(f"calibration n={n}: retrieval scores of every head on {RETRIEVAL_PROMPTS} needle prompts")
-        cal.retrieval = retrieval_calibration(model, tokenizer, n)
-        changed = True
-    K = max((m.page_ranking_pages for m in need), default=0)
-    if K and cal.page_ranking[0] != K:   # read-back's page scores ranked on the first window of the calibration text
-        from attnlab.llm.plans.page_ranking import add_page_ranking
-
-        progress.stage(f"calibration n={n}: read-back's page scores ranked at K = {K} on one window")
-        changed |= add_page_ranking(cal, model, tokenizer, text_path, n, K)
-    return cal, changed
-
-
-RETRIEVAL_N, RETRIEVAL_PROMPTS, RETRIEVAL_SEED = 512, 6, 7  # needle prompts of the retrieval scores (never the eval's)
-
-
-def retrieval_calibration(model, tokenizer, n: int):
-    """Retrieval score per head (L, H) on ``RETRIEVAL_PROMPTS`` synthetic copy prompts of min(n, RETRIEVAL_N) tokens."""
-    from attnlab.llm.heads.head_scan import retrieval_scores
-
-    return retrieval_scores(model, tokenizer, n=min(n, RETRIEVAL_N), count=RETRIEVAL_PROMPTS, seed=RETRIEVAL_SEED)
 
 
 def check_lengths(lengths: list[int]) -> list[int]:
@@ -227,12 +172,8 @@ def parse_method(spec: str) -> tuple[str, dict]:
 
 
 def _method(settings: EvalSettings, name: str, budget: float):
-    if name == "plan":
-        from attnlab.llm.methods.attnlab_plan import PlanFile
-
-        return PlanFile(settings.plan)
     base, opts = parse_method(name)
-    return registry.get(base, budget, **opts)
+    return registry.get(base, budget, plan_file=settings.plan, **opts)
 
 
 def check_settings(settings: EvalSettings, max_len: int | None) -> None:
@@ -252,8 +193,11 @@ def check_settings(settings: EvalSettings, max_len: int | None) -> None:
     if settings.haystack != "noise" and not Path(settings.haystack).is_file():
         raise UserError(f"--haystack {settings.haystack}: no such file (or 'noise')")
     need = [m for m in settings.methods if _method(settings, m, 1.0).calibrated]
-    if need and not settings.calibrate:
-        raise UserError(f"--calibrate: needed by --method {', '.join(need)} (a text file the evaluation never reads)")
+    if need and not settings.calibrate:   # the calibration attnlab ships for the model and length, or one line
+        from attnlab.llm.plans.shipped_calibrations import calibration_for
+
+        for n in settings.lengths:
+            calibration_for(settings.model, n, [_method(settings, m, b) for m in need for b in settings.budgets])
     if settings.calibrate_mix:
         from attnlab.llm.plans.calibration_mix import parse_mix
 
@@ -295,7 +239,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
             TASKS[t].make(tokenizer, hay, n, 0.5, 0, settings.seed, settings.format())
     if settings.plan:  # a plan for another model or length
         for n in settings.lengths:
-            _method(settings, "plan", 0.0).make_plan(model, n, None)
+            _method(settings, registry.PLAN_FILE, 0.0).make_plan(model, n, None)
     for name in settings.methods:  # a method's own files (a gate file for another model): refused, not a skipped row
         _method(settings, name, 1.0).check_model(model)
     check_texts(tokenizer, settings, any(_method(settings, m, 1.0).calibrated for m in settings.methods))  # long enough
@@ -345,9 +289,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
                           "reused_tokens": ans.reused, "decode_s": round(ans.decode_s, 4), "new_tokens": ans.tokens, "beta": beta,
                           "kv_tokens": ans.kv_tokens, "kv_bytes": ans.kv_bytes, "kv_read_tokens": ans.kv_read_tokens,
                           "kv_store_tokens": ans.kv_store_tokens, "kv_store_bytes": ans.kv_store_bytes,
-                          **{k: v for k, v in method.describe().items() if k in ("full_heads", "tail_heads", "pages", "slash_heads", "slashes",
-                                                                                      "block_heads", "blocks", "kept_heads", "kept",
-                                                                                      "pattern_counts")}})
+                          **method.plan_fields()})
 
                 for calibrated in (False, True):   # the methods without a calibration are answered before it is made
                     ready = _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, calibrated, progress)

@@ -40,13 +40,13 @@ from pathlib import Path
 from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
 from attnlab.llm.methods import REFERENCE
+from attnlab.llm.methods.base import PLAN_FIELDS
 from attnlab.progress import SILENT, Progress
 
 __all__ = ["FILE", "ROWS", "answer_row", "calibration_path", "explain", "lost_pairs", "method_of", "read_folder", "summary_line",
            "value_positions"]
 
 FILE = "lost-prompts.jsonl"
-PLAN_FIELDS = ("full_heads", "tail_heads", "pages", "slash_heads", "block_heads", "blocks", "kept_heads", "kept")
 
 
 # ---- the folder -----------------------------------------------------------------------------------------------------
@@ -253,12 +253,8 @@ def method_of(settings, name: str, budget: float):
     from attnlab.llm import methods as registry
     from attnlab.llm.eval.eval_grid import parse_method
 
-    if name == "plan":
-        from attnlab.llm.methods.attnlab_plan import PlanFile
-
-        return PlanFile(settings.plan)
     base, opts = parse_method(name)
-    return registry.get(base, budget, **opts)
+    return registry.get(base, budget, plan_file=settings.plan, **opts)
 
 
 def calibration_path(out, method_name: str, n: int, calibration=None) -> Path | None:
@@ -268,6 +264,10 @@ def calibration_path(out, method_name: str, n: int, calibration=None) -> Path | 
     if not method_of(settings, method_name, 1.0).calibrated:
         return None
     path = Path(calibration) if calibration else Path(out) / f"calibration-{n}.npz"
+    if not calibration and not settings.calibrate:   # the eval ran on the calibration attnlab ships
+        from attnlab.llm.plans.shipped_calibrations import shipped
+
+        path = shipped(settings.model, n) or path
     if not path.is_file():
         raise UserError(f"--calibration {path}: no such file (the calibration {method_name} ran on at n = {n}; give "
                         f"--calibration FILE)")

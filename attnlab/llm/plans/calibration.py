@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from attnlab.atomic import write_atomic
+from attnlab.errors import UserError
 from attnlab.llm.execution.attention import apply_plan, attention_modules, estimate_columns, remove_plan
 from attnlab.llm.plans.plan import LAST_Q, SINKS, Plan, model_shape
 from attnlab.llm.plans.plan_error import head_gradients, option_errors, projection_factor, sample_rows
@@ -85,15 +86,19 @@ class Calibration:
         self.out_scale = np.zeros(L)
         self.delta = np.zeros((L, H, 2, Gw, Gg))
         self.gsq = np.zeros(L)
-        self.pattern_keys: list[int] = []  # K of MInference's pattern search (``pattern_search.measure``), set by the caller
-        self.pattern_recall = np.zeros((L, H, 0, 3))  # recall[l, h, x, (Λ, vs, block)] at K = pattern_keys[x], mean over windows
-        self.retrieval = np.zeros((L, H))  # retrieval score per head (head_scan.retrieval_scores), set by the caller; 0: not measured
+        # K of MInference's pattern search (``pattern_search.measure``), set by the caller
+        self.pattern_keys: list[int] = []
+        # recall[l, h, x, (Λ, vs, block)] at K = pattern_keys[x], mean over windows
+        self.pattern_recall = np.zeros((L, H, 0, 3))
+        # retrieval score per head (head_scan.retrieval_scores), set by the caller; 0: not measured
+        self.retrieval = np.zeros((L, H))
         # read-back's page scores ranked on the calibration text (page_ranking.ranking_array: [K, far rows, recall@K and
         # hit@K of the bound, the mean key, the split]), set by the caller; K = 0: not measured
         self.page_ranking = np.zeros(8)
         self.row_grads = [None] * L     # (R, hidden) ∂L/∂x at the sampled rows of the current window, per layer
         self.out_proj = [None] * L      # o_proj weights (hidden, H·d) per layer, set by ``calibrate``
         self.current_rows = None        # rows of the current window when they are not ``sample_rows`` (a mixed window)
+        self.bar = None                 # the progress bar ``calibrate`` moves a step per block of rows (``tick``)
 
     @torch.no_grad()
     def observe(self, layer: int, q, k, v, scaling: float, sliding: int | None = None):
@@ -108,17 +113,19 @@ class Calibration:
         dev = q.device                                               # every mask and sum on the input's device
         j = torch.arange(n, device=dev)
         for b in range(B):
-            c = torch.zeros(H, Gw, n, dtype=torch.float64, device=dev)   # c_t(w) = Σ_{i − t > w} a_it: off-band column mass
+            # c_t(w) = Σ_{i − t > w} a_it: off-band column mass
+            c = torch.zeros(H, Gw, n, dtype=torch.float64, device=dev)
             for i0 in range(0, n, ROW_BLOCK):
                 i1 = min(n, i0 + ROW_BLOCK)
-                k0 = 0 if sliding is None else max(0, i0 - sliding + 1)               # a sliding layer's rows read keys ≥ k0 only
+                k0 = 0 if sliding is None else max(0, i0 - sliding + 1)      # a sliding layer's rows read keys ≥ k0 only
                 i = torch.arange(i0, i1, device=dev)[:, None]
                 jj = j[None, k0:i1]
-                s = (q[b, :, i0:i1].float() @ k[b, :, k0:i1].float().transpose(-1, -2)) * scaling  # (H, r, i1 − k0), fp32 (a bf16 model too)
+                # (H, r, i1 − k0), in fp32 (a bf16 model too)
+                s = (q[b, :, i0:i1].float() @ k[b, :, k0:i1].float().transpose(-1, -2)) * scaling
                 far = hidden(i, jj, sliding)
                 a = torch.softmax(s.masked_fill(far, float("-inf")), dim=-1)  # (H, r, i1 − k0), the model's own mask
                 out[b, :, i0:i1] = (a @ v[b, :, k0:i1].float()).to(out.dtype)
-                colsum = a.sum(-2, dtype=torch.float64)                            # (H, i1 − k0): key t at colsum[:, t − k0]
+                colsum = a.sum(-2, dtype=torch.float64)                     # (H, i1 − k0): key t at colsum[:, t − k0]
                 for x, w in enumerate(w_grid):
                     # rows i0..i1−1 are all off-band for t ≤ i0 − w − 1, some for i0 − w − 1 < t < i1 − w − 1
                     full_to = max(0, min(i1, i0 - w))
@@ -128,15 +135,36 @@ class Calibration:
                     if t1 > t0:
                         off = ~near(i, j[None, t0:t1], w)                             # (r, t1 − t0)
                         c[:, x, t0:t1] += (a[:, :, t0 - k0 : t1 - k0] * off).sum(-2, dtype=torch.float64)
+                self.tick(("rows", sliding is not None, i0 // ROW_BLOCK))
             band = n - c.sum(-1)                                                   # rows sum to 1: band = n − off-band
             est_scores = self._estimate(q[b], k[b], scaling)                       # (H, n)
             self._reduce(layer, band.cpu(), c.cpu(), est_scores.cpu(), n)   # the tables are numpy, on the host
             if self.err_rows:
                 self._option_errors(layer, q[b], k[b], v[b], scaling, est_scores, sliding)
+                self.tick(("errors", sliding is not None))
             if self.candidates:
                 self._output_errors(layer, q[b], k[b], v[b], scaling, est_scores, sliding)
+                self.tick(("candidates", sliding is not None))
         self.windows[layer] += B
         return out
+
+    def steps(self, windows: int) -> list:
+        """The kind of every step ``observe`` ticks over ``windows`` windows: per layer, its blocks of ROW_BLOCK rows
+        (kind: sliding or not, the block's index — later blocks read more keys), then its option errors, its
+        candidates."""
+        blocks = -(-self.n // ROW_BLOCK)
+        out = []
+        for W in (self.shape.get("windows") or [None] * self.shape["num_layers"]):
+            out += [("rows", W is not None, x) for x in range(blocks)]
+            out += [("errors", W is not None)] * bool(self.err_rows)
+            out += [("candidates", W is not None)] * bool(self.candidates)
+        return out * windows
+
+    def tick(self, kind) -> None:
+        """One step of ``observe`` done: the bar ``calibrate`` opened moves (a block of rows takes seconds, a window
+        minutes)."""
+        if self.bar is not None:
+            self.bar.update(self.bar.done + 1, kind=kind)
 
     @staticmethod
     def _estimate(q, k, scaling):
@@ -147,7 +175,7 @@ class Calibration:
         # band: (H, Gw), c: (H, Gw, n) → per-window μ tables
         H, Gw, _ = c.shape
         gmax = max(self.g_grid)
-        top = top_columns(c, gmax)                                              # (H, Gw, gmax) exact-fit columns, −1 empty
+        top = top_columns(c, gmax)                                        # (H, Gw, gmax) exact-fit columns, −1 empty
         mass_top = torch.where(top >= 0, torch.gather(c, -1, top.clamp_min(0)), torch.zeros((), dtype=c.dtype))
         cum = torch.cat([torch.zeros(H, Gw, 1, dtype=c.dtype), mass_top.cumsum(-1)], -1)  # Σ of the first g
         est_order = torch.argsort(-est_scores, dim=-1, stable=True)[:, :gmax]    # (H, gmax) run-time columns
@@ -175,14 +203,16 @@ class Calibration:
         H, _, d = v.shape
         U = projection_factor(self.out_proj[layer], H, d)
         u = head_gradients(self.out_proj[layer], self.row_grads[layer], H, d)
-        q, k, v, est_scores = q.cpu(), k.cpu(), v.cpu(), est_scores.cpu()   # R sampled rows: measured on the host, as the tables
-        err, mass, delta = option_errors(q, k, v, scaling, est_scores, self.rows(), self.w_grid, self.g_grid, SINKS, U, u, sliding)
+        # R sampled rows: measured on the host, as the tables
+        q, k, v, est_scores = q.cpu(), k.cpu(), v.cpu(), est_scores.cpu()
+        err, mass, delta = option_errors(q, k, v, scaling, est_scores, self.rows(), self.w_grid, self.g_grid, SINKS, U, u,
+                                         sliding)
         self.err[layer] += err.numpy()
         self.mass_exec[layer] += mass.numpy()
         self.delta[layer] += delta.numpy()
 
     def _output_errors(self, layer, q, k, v, scaling, est_scores, sliding=None):
-        # the last LAST_Q queries: exact output (the model's own mask, sliding window included) vs each candidate's output
+        # the last LAST_Q queries: exact output (the model's own mask, sliding window included) vs each candidate's
         H, n, _ = q.shape
         i0 = max(0, n - LAST_Q)
         i = torch.arange(i0, n, device=q.device)[:, None]
@@ -198,41 +228,58 @@ class Calibration:
             err = (o_s - o).norm(dim=(-2, -1)) / o.norm(dim=(-2, -1)).clamp_min(1e-30)
             self.cand_err[layer, :, x] += err.cpu().numpy()
 
-    TABLES = ("fit", "est", "sink", "fixed", "cand_err", "cand_mass", "windows", "err", "mass_exec", "resid", "out_scale", "delta", "gsq",
+    TABLES = ("fit", "est", "sink", "fixed", "cand_err", "cand_mass", "windows", "err", "mass_exec", "resid", "out_scale",
+              "delta", "gsq",
               "retrieval", "page_ranking")
-    OPTIONAL = ("err", "mass_exec", "resid", "out_scale", "delta", "gsq", "retrieval", "page_ranking")   # absent from calibrations made before them
+    # absent from calibrations made before them
+    OPTIONAL = ("err", "mass_exec", "resid", "out_scale", "delta", "gsq", "retrieval", "page_ranking")
 
     def save(self, path) -> Path:
         """The statistics as ``.npz`` (arrays only), with the grid, shape and candidates."""
         def write(tmp):
             with open(tmp, "wb") as f:
-                np.savez(f, **{t: getattr(self, t) for t in self.TABLES}, w_grid=np.asarray(self.w_grid), n=self.n, err_rows=self.err_rows,
+                np.savez(f, **{t: getattr(self, t) for t in self.TABLES}, w_grid=np.asarray(self.w_grid), n=self.n,
+                         err_rows=self.err_rows,
                          sliding=np.asarray([w or 0 for w in (self.shape.get("windows") or [])], dtype=np.int64),
                          candidates=np.asarray(self.candidates, dtype=np.int64).reshape(-1, 3),
                          pattern_keys=np.asarray(self.pattern_keys, dtype=np.int64), pattern_recall=self.pattern_recall,
-                         shape=np.asarray([self.shape["num_layers"], self.shape["num_heads"], self.shape["num_kv_heads"]]))
+                         shape=np.asarray([self.shape[k] for k in ("num_layers", "num_heads", "num_kv_heads")]))
         return write_atomic(path, write)
 
     @classmethod
-    def load(cls, path) -> "Calibration":
-        z = np.load(path, allow_pickle=False)
-        L, H, H_kv = (int(x) for x in z["shape"])
-        sliding = [int(w) or None for w in z["sliding"]] if "sliding" in z.files and len(z["sliding"]) else None
-        shape = {"num_layers": L, "num_heads": H, "num_kv_heads": H_kv, "windows": sliding}
-        cal = cls(shape, int(z["n"]), [tuple(int(v) for v in c) for c in z["candidates"]],
-                  int(z["err_rows"]) if "err_rows" in z.files else 0)
-        cal.w_grid = [int(w) for w in z["w_grid"]]
-        if "pattern_keys" in z.files:   # absent from calibrations made before MInference's pattern search
-            cal.pattern_keys, cal.pattern_recall = [int(x) for x in z["pattern_keys"]], z["pattern_recall"]
-        for t in cls.TABLES:
-            if t in z.files:
-                setattr(cal, t, z[t])
-            elif t in cls.OPTIONAL:
-                Gw = len(cal.w_grid)
-                setattr(cal, t, np.zeros((L,) if t in ("resid", "out_scale", "gsq") else (L, H) if t == "retrieval" else (8,)
-                                         if t == "page_ranking" else (L, H, 2, Gw, len(cal.g_grid))))
-            else:
-                raise KeyError(t)
+    def load(cls, path, option: str | None = None) -> "Calibration":
+        """The statistics ``save`` wrote (``.npz``), or a compact archive (``calibration_archive``, ``attnlab
+        calibrate``)."""
+        import zipfile
+
+        if not zipfile.is_zipfile(path):
+            from attnlab.llm.plans.calibration_archive import read_compact
+
+            return read_compact(path, option)
+        from attnlab.schemas.calibration import check_tables, table_shape
+
+        name = f"{option} {path}" if option else str(path)
+        try:
+            z = np.load(path, allow_pickle=False)
+            L, H, H_kv = (int(x) for x in z["shape"])
+            sliding = [int(w) or None for w in z["sliding"]] if "sliding" in z.files and len(z["sliding"]) else None
+            shape = {"num_layers": L, "num_heads": H, "num_kv_heads": H_kv, "windows": sliding}
+            cal = cls(shape, int(z["n"]), [tuple(int(v) for v in c) for c in z["candidates"]],
+                      int(z["err_rows"]) if "err_rows" in z.files else 0)
+            cal.w_grid = [int(w) for w in z["w_grid"]]
+            if "pattern_keys" in z.files:   # absent from calibrations made before MInference's pattern search
+                cal.pattern_keys = [int(x) for x in z["pattern_keys"]]
+            tables = {t: z[t] for t in (*cls.TABLES, "pattern_recall") if t in z.files}
+        except (KeyError, ValueError, TypeError, OSError) as err:   # a field missing or of another type, a torn zip
+            raise UserError(f"{name}: not the statistics of a calibration ({str(err).splitlines()[0]})") from None
+        sizes = {"L": L, "H": H, "Gw": len(cal.w_grid), "Gg": len(cal.g_grid), "S": SINKS, "C": len(cal.candidates),
+                 "P": len(cal.pattern_keys)}
+        missing = [t for t in cls.TABLES if t not in tables and t not in cls.OPTIONAL]
+        if missing:
+            raise UserError(f"{name}: field {missing[0]}: required table missing")
+        check_tables(tables, sizes, name)                   # shapes, finite, ≥ 0 (``attnlab.schemas.calibration``)
+        for t in (*cls.TABLES, "pattern_recall"):           # a table made after the file: zeros (not measured)
+            setattr(cal, t, tables[t] if t in tables else np.zeros(table_shape(t, sizes)))
         return cal
 
     def mean(self, table: str) -> np.ndarray:
@@ -321,14 +368,16 @@ def _record_out_scale(cal: "Calibration", layer: int):
 
 
 @torch.no_grad()
-def calibrate(model, windows, candidates=None, progress: Progress = SILENT, err_rows: int = ERR_ROWS, grads: bool = False) -> Calibration:
+def calibrate(model, windows, candidates=None, progress: Progress = SILENT, err_rows: int = ERR_ROWS,
+              grads: bool = False) -> Calibration:
     """Run ``model`` on each window ``(1, n)`` with exact attention and stream the per-head statistics.
 
     ``windows``: tensors (1, n), or ``calibration_mix.MixWindow`` whose errors are measured on its answer rows.
     ``err_rows`` > 0: also the executed options' output errors on that many rows (``Calibration``),
     measured through each layer's ``o_proj``; ``grads``: also their first-order loss change (``delta``,
     ``gsq``), from one backward pass per window (SmolLM2 at 8K: +110 s, peak RSS 21 GB instead of ~9).
-    ``progress`` (``attnlab.progress``): a bar over the windows.
+    ``progress`` (``attnlab.progress``): a bar over the blocks of rows of every layer and window
+    (``Calibration.steps``).
     """
     shape = model_shape(model)
     rows_of = [getattr(w, "rows", None) for w in windows]
@@ -348,7 +397,9 @@ def calibrate(model, windows, candidates=None, progress: Progress = SILENT, err_
         for l, (mod, nm) in enumerate(zip(mods, norms)):
             if nm is not None:
                 hooks.append(mod.o_proj.register_forward_hook(_record_out_scale(cal, l)))
-    bar = progress.start(f"calibration n={n}", total=len(windows), unit="windows")
+    steps = cal.steps(len(windows))      # blocks of rows: the bar moves every few seconds, its pace by kind of step
+    bar = progress.start(f"calibration n={n}, {len(windows)} windows", total=len(steps), unit="row blocks", kinds=steps)
+    cal.bar = bar
     try:
         for mod in mods:
             mod.attnlab_layer.recorder = cal
@@ -358,14 +409,15 @@ def calibrate(model, windows, candidates=None, progress: Progress = SILENT, err_
                 for l, g in enumerate(row_gradients(model, ids.to(model.device), cal.rows(), mods)):
                     cal.row_grads[l] = g
                     cal.gsq[l] += float((g ** 2).sum(-1).mean())
-            o = model(ids.to(model.device), use_cache=False, output_hidden_states=bool(err_rows), logits_to_keep=1)  # not n × vocabulary logits
+            # logits_to_keep=1: not n × vocabulary logits
+            o = model(ids.to(model.device), use_cache=False, output_hidden_states=bool(err_rows), logits_to_keep=1)
             if err_rows:  # hidden_states[l]: the residual stream entering layer l, (1, n, hidden)
                 rows = cal.rows()
                 for l in range(shape["num_layers"]):
                     cal.resid[l] += float((o.hidden_states[l][0, rows].double() ** 2).sum(-1).mean())
-            bar.advance()
     finally:
         bar.close()
+        cal.bar = None
         for hk in hooks:
             hk.remove()
         for mod in mods:

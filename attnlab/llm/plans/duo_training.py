@@ -10,7 +10,8 @@ One gate α_{l,g} ∈ [0, 1] per KV head mixes the head's full attention with it
 h: the last hidden states (after the final norm); A: the answer tokens of multi-passkey prompts
 (``passkey_prompt``: passkeys inserted at sorted depths into real text, then each asked for and
 answered).  A gate stays near 1 where streaming that head changes the answers: a retrieval head.
-The gates are saved in safetensors, shape (layers, KV heads) — the model's shape, checked on load.
+The gates are saved in safetensors, shape (layers, KV heads) — the model's shape, checked on load — with the training
+settings as metadata (``attnlab.schemas.gates``: the file's schema).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.errors import UserError
+from attnlab.schemas.gates import FORMAT as GATES_FORMAT
 
 __all__ = ["GATED", "GateTraining", "load_gates", "passkey_prompt", "save_gates", "streaming_mask", "train_gates"]
 
@@ -163,30 +165,19 @@ def save_gates(path, gates: torch.Tensor, model_name: str, cfg: GateTraining) ->
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    meta = {"model": model_name, **{k: str(v) for k, v in cfg.__dict__.items()}}
+    meta = {"format": GATES_FORMAT, "model": model_name, **{k: str(v) for k, v in cfg.__dict__.items()}}
     save_file({"gates": gates.float().contiguous()}, str(tmp), metadata=meta)
     tmp.replace(path)
 
 
 def load_gates(path, shape: dict) -> torch.Tensor:
-    """Gates (layers, KV heads) from ``path``; one-line UserError for a missing, unreadable or other model's file."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    """Gates (layers, KV heads) from ``path`` (``attnlab.schemas.gates``: refused in one line naming the file, the field
+    and the rule), checked against the model's ``shape``: a file made for another model is one line too."""
+    from attnlab.schemas.gates import load
 
-    try:
-        gates = load_file(str(path))["gates"]
-    except FileNotFoundError:
-        raise UserError(f"--option gates: {path}: no such file") from None
-    except (SafetensorError, KeyError, OSError) as e:
-        raise UserError(f"--option gates: {path}: not a gate file ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    got = load(path)
     want = (shape["num_layers"], shape["num_kv_heads"])
-    if tuple(gates.shape) != want:
-        from safetensors import safe_open
-
-        with safe_open(str(path), "pt") as f:
-            made = (f.metadata() or {}).get("model")
-        raise UserError(f"--option gates: {path} was made for another model ({made + ': ' if made else ''}gates "
-                        f"{tuple(gates.shape)}; this model has {want[0]} layers × {want[1]} KV heads)")
-    if not bool(torch.isfinite(gates).all()) or float(gates.min()) < 0 or float(gates.max()) > 1:
-        raise UserError(f"--option gates: {path}: gates must be finite and in [0, 1]")
-    return gates.float()
+    if tuple(got.gates.shape) != want:
+        raise UserError(f"--option gates: {path} was made for another model ({got.meta.model}: gates "
+                        f"{tuple(got.gates.shape)}; this model has {want[0]} layers × {want[1]} KV heads)")
+    return got.gates

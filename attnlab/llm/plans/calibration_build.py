@@ -1,0 +1,88 @@
+"""What the calibrated methods need at one length, measured on calibration text: statistics, patterns, scores, ranks.
+
+    cal, changed = build_calibration(model, tokenizer, methods, n, text, windows, mix, cal)
+
+A calibration at length n is made of up to four measurements, each made only when one of the ``methods`` asks for it
+and ``cal`` (what an earlier run made) lacks it:
+
+    statistics     ``calibration.calibrate`` on ``windows`` windows of n tokens of the text (+ the ``mix`` prompts,
+                   ``calibration_mix``), with the candidates and the gradients the methods ask for
+    patterns       MInference's pattern search at the keys per row K the methods read (``pattern_search``)
+    retrieval      the retrieval score of every head on ``RETRIEVAL_PROMPTS`` needle prompts (``head_scan``)
+    page ranking   read-back's page scores ranked at K pages on the text's first window (``page_ranking``)
+
+``calibration_file`` keeps the result in a file (the eval folder's ``calibration-n.npz``, ``attnlab calibrate --full``):
+what it holds is read, what the methods still need is measured, and the file is written again only then.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnlab.progress import SILENT, Progress
+
+__all__ = ["RETRIEVAL_N", "RETRIEVAL_PROMPTS", "RETRIEVAL_SEED", "build_calibration", "calibration_file",
+           "retrieval_calibration"]
+
+RETRIEVAL_N, RETRIEVAL_PROMPTS, RETRIEVAL_SEED = 512, 6, 7  # needle prompts of the retrieval scores (never the eval's)
+
+
+def calibration_file(model, tokenizer, methods: list, n: int, path: Path, text_path, windows: int,
+                     mix: str | None = None, progress: Progress = SILENT):
+    """``build_calibration`` kept in the file ``path``: what it holds is read, what the methods still need is measured
+    and the file written again only then (a later run at the same n reuses it)."""
+    from attnlab.llm.plans.calibration import Calibration
+
+    path = Path(path)
+    old = Calibration.load(path) if path.exists() else None
+    cal, changed = build_calibration(model, tokenizer, methods, n, text_path, windows, mix, old, progress)
+    if changed:
+        cal.save(path)
+    return cal
+
+
+def build_calibration(model, tokenizer, methods: list, n: int, text_path, windows: int, mix: str | None = None,
+                      cal=None, progress: Progress = SILENT):
+    """What the calibrated ``methods`` need at length n, on ``windows`` windows of ``text_path`` (+ the ``mix``
+    prompts, ``calibration_mix``): the statistics (unless ``cal`` holds them), MInference's pattern search at the
+    keys it lacks, the retrieval scores, the page ranking.  Returns (calibration, whether anything was measured)."""
+    from attnlab.llm.models.text_windows import token_windows
+    from attnlab.llm.plans.calibration import calibrate
+    from attnlab.llm.plans.calibration_mix import mix_windows, parse_mix
+    from attnlab.llm.plans.plan import model_shape
+
+    need = [m for m in methods if m.calibrated]
+    text = None   # the calibration text's windows, tokenised once for the calibration and the pattern search
+    changed = cal is None
+    if cal is None:
+        shape = model_shape(model)
+        cands = sorted({c for m in need for c in (m.calibration_candidates(shape, n) or [])})
+        text = token_windows(tokenizer, text_path, n, windows)
+        cal = calibrate(model, text + mix_windows(tokenizer, text_path, n, parse_mix(mix)), cands or None,
+                        grads=any(m.calibration_grads for m in need), progress=progress)
+    keys = sorted({K for m in need for K in (m.calibration_pattern_keys(n) or [])} - set(cal.pattern_keys))
+    if keys:   # MInference's pattern search at keys the calibration lacks (one more exact pass over its text, no mix)
+        from attnlab.llm.plans.pattern_search import add_patterns
+
+        if text is None:
+            text = token_windows(tokenizer, text_path, n, windows)
+        add_patterns(cal, model, text, keys, progress)
+        changed = True
+    if any(m.needs_retrieval for m in need) and not cal.retrieval.any():
+        progress.stage(f"calibration n={n}: retrieval scores of every head on {RETRIEVAL_PROMPTS} needle prompts")
+        cal.retrieval = retrieval_calibration(model, tokenizer, n)
+        changed = True
+    K = max((m.page_ranking_pages for m in need), default=0)
+    if K and cal.page_ranking[0] != K:   # read-back's page scores ranked on the first window of the calibration text
+        from attnlab.llm.plans.page_ranking import add_page_ranking
+
+        progress.stage(f"calibration n={n}: read-back's page scores ranked at K = {K} on one window")
+        changed |= add_page_ranking(cal, model, tokenizer, text_path, n, K)
+    return cal, changed
+
+
+def retrieval_calibration(model, tokenizer, n: int):
+    """Retrieval score per head (L, H) on ``RETRIEVAL_PROMPTS`` synthetic copy prompts of min(n, RETRIEVAL_N) tokens."""
+    from attnlab.llm.heads.head_scan import retrieval_scores
+
+    return retrieval_scores(model, tokenizer, n=min(n, RETRIEVAL_N), count=RETRIEVAL_PROMPTS, seed=RETRIEVAL_SEED)

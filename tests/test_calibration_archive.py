@@ -1,0 +1,247 @@
+"""Compact calibration archives: the plan made from one is the plan made from the full calibration; the shipped ones
+load, are small, and are read by ``attnlab eval`` without ``--calibrate``; a hand-edited one is refused in one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnlab.errors import UserError
+from attnlab.llm import methods
+
+ROOT = Path(__file__).resolve().parents[1]
+# the default's configuration, its retrieval heads cut to fit the tiny model's 8 heads (attnlab asks for 32)
+DEFAULT_TINY = ("attnlab-retrieval:retrieval_heads=2:tail=8:blocks=2:other_blocks=1:tail_keep=16:pages=4"
+                ":page_score=calibrated")
+SPECS = [DEFAULT_TINY, "minference"]
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """(model, full calibration, archive path, what write_compact did) of the tiny Llama at n = 256."""
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    from attnlab.llm.plans.calibration_archive import write_compact
+    from attnlab.llm.plans.calibration_build import build_calibration
+    from tests.char_model_folder import tiny_llama_folder
+
+    tmp = tmp_path_factory.mktemp("archive")
+    folder = tiny_llama_folder(tmp / "m")
+    model, tok = LlamaForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+    text = tmp / "t.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 80 + "\n")
+    cal = None
+    for spec in SPECS:   # in order, each adding what it lacks (attnlab calibrate)
+        base, _, rest = spec.partition(":")
+        opts = dict(kv.split("=") for kv in rest.split(":")) if rest else {}
+        cal, _ = build_calibration(model, tok, [methods.get(base, 0.1, **opts)], 256, text, 1, cal=cal)
+    path = tmp / "tiny-256.safetensors"
+    done = write_compact(path, cal, model, {"model": "tiny", "text": "t.txt", "text_windows": 1, "mix": None,
+                                            "methods": SPECS})
+    return model, cal, path, done
+
+
+def _prepared(spec, budget, model, cal):
+    from attnlab.llm.plans.calibration_archive import _method
+
+    m = _method(spec, budget)
+    m.prepare(model, cal.n, cal)
+    return m
+
+
+def test_the_plan_from_the_compact_archive_is_the_plan_from_the_full_calibration(made):
+    from attnlab.llm.plans.calibration import Calibration
+    from attnlab.llm.plans.calibration_archive import plan_of
+
+    model, full, path, done = made
+    compact = Calibration.load(path)
+    assert done["dtype"] in ("float16", "float32")               # smaller than the full form's float64
+    kept = {"err", "resid", "out_scale", "retrieval", "page_ranking", "pattern_recall", "windows"}
+    assert set(done["tables"]) <= kept
+    proved = {spec: [b for s, b in done["proved"] if s == spec] for spec in SPECS}
+    assert len(proved[DEFAULT_TINY]) >= 3 and proved["minference"] == [0.1], done["proved"]
+    for spec, budget in done["proved"]:   # made again here, from both forms: every head's support the same
+        a, b = _prepared(spec, budget, model, full), _prepared(spec, budget, model, compact)
+        assert plan_of(a) == plan_of(b), (spec, budget)
+        if spec == DEFAULT_TINY:
+            heads = [[[h.to_dict() for h in row] for row in m.plan.heads] for m in (a, b)]
+            assert heads[0] == heads[1]
+            assert a.plan.fraction(256) == b.plan.fraction(256) <= budget
+    for name in ("retrieval", "page_ranking", "resid", "out_scale"):   # the small tables: float64, exact
+        assert np.array_equal(getattr(compact, name), getattr(full, name)), name
+
+
+def test_a_table_the_archive_does_not_keep_is_refused_naming_it(made):
+    from attnlab.llm.plans.calibration_archive import read_compact
+    from attnlab.llm.plans.selection import choose_plan
+
+    _, _, path, _ = made
+    compact = read_compact(path)
+    with pytest.raises(UserError, match="holds no table 'fit'") as e:
+        choose_plan(compact, 0.3, table="fit")
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+def _rewrite(path, out, header=None, tables=None, drop=()):
+    """A copy of the archive ``path`` at ``out`` with its header (a dict) or tables changed, as a hand would."""
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    with safe_open(str(path), "np") as f:
+        meta = json.loads(f.metadata()["attnlab"])
+        arrays = {k: f.get_tensor(k) for k in f.keys() if k not in drop}
+    if header is not None:
+        meta = header(meta)
+    arrays.update(tables(arrays) if tables else {})
+    save_file(arrays, str(out), metadata={"attnlab": meta if isinstance(meta, str) else json.dumps(meta)})
+    return out
+
+
+def _set(key, value):
+    return lambda h: {**h, key: value}
+
+
+def _without(key):
+    return lambda h: {k: v for k, v in h.items() if k != key}
+
+
+MUTATIONS = [   # (id, header change, table change, tables dropped, the field the message names, a word of the rule)
+    ("n-too-short", _set("n", 100), None, (), "w_grid", "n - 1"),
+    ("n-text", _set("n", "256"), None, (), "field n", "integer"),
+    ("extra-key", _set("note", "x"), None, (), "field note", "unknown key"),
+    ("missing-format", _without("format"), None, (), "field format", "required"),
+    ("other-format", _set("format", "attnlab-calibration/0"), None, (), "field format", "attnlab-calibration/1"),
+    ("unknown-method", _set("methods", ["nosuch"]), None, (), "field methods", "not a registered"),
+    ("proved-not-made", _set("proved", [{"method": "full", "budget": 0.1}]), None, (), "proved", "not one of methods"),
+    ("budget-out", _set("proved", [{"method": "minference", "budget": 1.5}]), None, (), "budget", "less than or equal"),
+    ("heads-kv", _set("num_kv_heads", 3), None, (), "num_kv_heads", "multiple"),
+    ("grid-order", _set("w_grid", [8, 0]), None, (), "field w_grid", "increasing"),
+    ("layers", _set("num_layers", 3), None, (), "field", "shape"),
+    ("not-json", lambda h: "{not json", None, (), "header", "not JSON"),
+    ("err-shape", None, lambda t: {"err": t["err"][:, :, :1]}, (), "field err", "shape"),
+    ("err-nan", None, lambda t: {"err": np.where(t["err"] == t["err"].max(), np.nan, t["err"]).astype(t["err"].dtype)},
+     (), "field err", "non-finite"),
+    ("err-negative", None, lambda t: {"err": -t["err"]}, (), "field err", "negative"),
+    ("windows-half", None, lambda t: {"windows": t["windows"] / 2 + 0.25}, (), "field windows", "whole counts"),
+    ("extra-table", None, lambda t: {"weights": np.zeros(3)}, (), "field weights", "unknown table"),
+    ("int-table", None, lambda t: {"resid": t["resid"].astype(np.int64)}, (), "field resid", "dtype"),
+    ("no-windows", None, None, ("windows",), "field windows", "required"),
+]
+
+
+@pytest.mark.parametrize("case", MUTATIONS, ids=[m[0] for m in MUTATIONS])
+def test_a_hand_edited_archive_is_refused_naming_the_file_the_field_and_the_rule(made, tmp_path, case):
+    from attnlab.llm.plans.calibration import Calibration
+
+    _, _, path, _ = made
+    _, header, tables, drop, field, rule = case
+    bad = _rewrite(path, tmp_path / "bad.safetensors", header, tables, drop)
+    with pytest.raises(UserError) as e:
+        Calibration.load(bad)
+    msg = str(e.value)
+    assert str(bad) in msg and field in msg and rule in msg and "\n" not in msg, msg
+
+
+@pytest.mark.parametrize("content", [b"", b"not a safetensors file", b"\xff" * 64])
+def test_a_file_that_is_no_archive_is_one_line(tmp_path, content):
+    from attnlab.llm.plans.calibration import Calibration
+
+    bad = tmp_path / "c.safetensors"
+    bad.write_bytes(content)
+    with pytest.raises(UserError, match="not a calibration archive") as e:
+        Calibration.load(bad)
+    assert str(bad) in str(e.value)
+    with pytest.raises(UserError, match="no such calibration archive"):
+        Calibration.load(tmp_path / "missing.safetensors")
+    with pytest.raises(UserError, match="a folder"):
+        Calibration.load(tmp_path)
+
+
+def test_the_cli_refuses_a_broken_archive_in_one_line_exit_2(made, tmp_path):
+    _, _, path, _ = made
+    bad = _rewrite(path, tmp_path / "bad.safetensors", tables=lambda t: {"err": -t["err"]})
+    before = bad.read_bytes()
+    r = subprocess.run([sys.executable, "-m", "attnlab", "calibrations", str(bad)], capture_output=True, text=True,
+                       cwd=ROOT)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.startswith("attnlab: error: ") and "field err" in r.stderr and str(bad) in r.stderr
+    assert bad.read_bytes() == before
+    ok = subprocess.run([sys.executable, "-m", "attnlab", "calibrations", str(path)], capture_output=True, text=True,
+                        cwd=ROOT)
+    assert ok.returncode == 0 and "tiny at n = 256" in ok.stdout, ok.stderr
+
+
+def test_the_shipped_archives_load_and_are_small():
+    from attnlab.llm.models.loading import MODELS
+    from attnlab.llm.plans.calibration import Calibration
+    from attnlab.llm.plans.shipped_calibrations import catalogue
+
+    shipped = catalogue()
+    assert ("smollm2-135m", 2048) in [(m, n) for m, n, _ in shipped]       # the README's first LLM command's
+    for model, n, path in shipped:
+        assert path.stat().st_size <= 2 * 2**20, path                       # no file over 2 MB
+        cal = Calibration.load(path)
+        assert model in MODELS and cal.header.model == model and cal.n == n, path
+        assert "attnlab" in cal.header.methods and any(p.method == "attnlab" for p in cal.header.proved), path
+    assert sum(p.stat().st_size for _, _, p in shipped) <= 8 * 2**20        # a few MB for all of them
+
+
+def test_eval_reads_the_shipped_calibration_when_not_given_one(tmp_path):
+    from attnlab.llm.eval.eval_grid import EvalSettings, _calibration, check_settings
+    from attnlab.llm.plans.shipped_calibrations import shipped
+
+    path = shipped("smollm2-135m", 2048)
+    settings = EvalSettings(model="smollm2-135m", lengths=[2048], methods=["attnlab"], budgets=[0.1], haystack="noise")
+    check_settings(settings, None)                                           # no --calibrate: the shipped one serves
+    m = methods.get("attnlab", 0.1)
+    cal = _calibration(None, None, settings, tmp_path, 2048, [m])            # no model needed to read it
+    assert cal.source == str(path) and not list(tmp_path.iterdir())         # read, nothing written
+    plan = m.make_plan(None, 2048, cal)
+    assert 0.09 < plan.fraction(2048) <= 0.1 and plan.pages == 16
+    for other, needle in ((EvalSettings(model="smollm2-135m", lengths=[3000], methods=["attnlab"], haystack="noise"),
+                           "ships no calibration of smollm2-135m at that length"),
+                          (EvalSettings(model="smollm2-135m", lengths=[2048], methods=["minference"], budgets=[0.25],
+                                        haystack="noise"), "pattern search"),
+                          (EvalSettings(model=str(tmp_path), lengths=[2048], methods=["attnlab"], haystack="noise"),
+                           "ships no calibration")):
+        with pytest.raises(UserError, match=needle) as e:
+            check_settings(other, None)
+        assert "--calibrate" in str(e.value)
+    text = tmp_path / "cal.txt"
+    text.write_text("a text of the user's own\n")
+    own = EvalSettings(model="smollm2-135m", lengths=[3000], methods=["attnlab"], haystack="noise", calibrate=str(text))
+    check_settings(own, None)                                          # a user's own calibration text still serves
+
+
+def test_the_calibration_bar_moves_a_step_per_block_of_rows(made):
+    """The bar counts blocks of ROW_BLOCK rows (and each layer's option errors), of the kinds ``Calibration.steps``
+    says."""
+    import torch
+
+    from attnlab.llm.plans.calibration import ROW_BLOCK, calibrate
+    from attnlab.progress import Progress
+
+    class Seen(Progress):
+        def __init__(self):
+            self.updates, self.bars = [], []
+
+        def _opened(self, bar):
+            self.bars.append(bar)
+
+        def _updated(self, bar):
+            self.updates.append((bar.done, bar.remaining()))
+
+    model = made[0]
+    seen = Seen()
+    n, windows = 2 * ROW_BLOCK + 8, 2
+    calibrate(model, [torch.randint(0, 90, (1, n)) for _ in range(windows)], progress=seen)
+    bar = seen.bars[0]
+    L = model.config.num_hidden_layers
+    assert bar.total == windows * L * (3 + 1) == len(seen.updates) and bar.unit == "row blocks"
+    assert [d for d, _ in seen.updates] == list(range(1, bar.total + 1))
+    assert all(left is not None and left >= 0 for _, left in seen.updates)   # from the steps measured so far
