@@ -7,8 +7,9 @@ the recommended default is read against full attention and every baseline on eve
 
 Folders whose name ends in ``-dev`` are the checks made on dev seeds before a test run: they are left out here (their
 tables stay in their sections); so are the rows of configurations written out in full (``attnlab-retrieval:…``: an
-earlier default's, a probe's) — a column per named method, each such row in its folder's section; and round 2's
-per-head band plan (``attnlab-band``), scored for the perplexity target alone (its answers in its folder's section).
+earlier default's, a probe's) — a column per named method, each such row in its folder's section; and the
+per-head band plan without per-input parts (``attnlab-band``), scored for the perplexity target alone (its answers
+in its folder's section).
 A second table
 gathers, from the runs that scored perplexity beside, each method's perplexity (and its change from full attention)
 and its resident KV tokens per length.
@@ -28,7 +29,7 @@ README_END = "<!-- end of the generated table -->"
 
 FIRST = ("full", "attnlab")      # then the other methods by name, the oracle last
 LAST = ("oracle-topk",)
-PPL_ONLY = ("attnlab-band",)     # round 2's plan: the perplexity target's reference, a column of the second table only
+PPL_ONLY = ("attnlab-band",)     # the band plan alone: perplexity's reference, a column of the 2nd table only
 
 
 def _haystack(cfg: dict) -> str:
@@ -55,7 +56,8 @@ def _cell(row: dict | None) -> str:
 
 
 def overview(folders: list[tuple[Path, dict, list[dict], list[dict]]], rel) -> str:
-    """``folders``: (folder, config, result rows, wall rows) of every committed eval run; ``rel(folder)``: its shown path."""
+    """``folders``: (folder, config, result rows, wall rows) of every committed eval run; ``rel(folder)``: its shown
+    path."""
     grid, ppl, methods = [], {}, set()   # ppl: (model, n) → {method: its row}
     for folder, cfg, rows, walls in folders:
         if folder.name.endswith("-dev"):
@@ -74,11 +76,14 @@ def overview(folders: list[tuple[Path, dict, list[dict], list[dict]]], rel) -> s
         return ""
     cols = _order(methods)
     lines = ["Prompts found by each method on every committed test run of `attnlab eval` (β = the run's budget; its "
-             "section gives the commands), each with its 95 % Wilson interval [lo–hi %]. *of full*: the default's accuracy on the depths where full attention finds "
-             "≥ 80 %, over full's there (the target: ≥ 95 %); *full ≥ 80 %*: those depths over all.", "",
-             "| model | task | haystack | template | n | " + " | ".join(f"`{m}`" for m in cols) + " | full ≥ 80 % | `attnlab` of full | run |",
+             "section gives the commands), each with its 95 % Wilson interval [lo–hi %]. *of full*: the default's "
+             "accuracy on the depths where full attention finds ≥ 80 %, over full's there (the target: ≥ 95 %); "
+             "*full ≥ 80 %*: those depths over all.", "",
+             "| model | task | haystack | template | n | " + " | ".join(f"`{m}`" for m in cols)
+             + " | full ≥ 80 % | `attnlab` of full | run |",
              "|" + "---|" * (len(cols) + 8)]
-    for (model, task, hay, template, n), mine, where in sorted(grid, key=lambda g: (g[0][0], g[0][4], g[0][1], g[0][2])):
+    by_label = sorted(grid, key=lambda g: (g[0][0], g[0][4], g[0][1], g[0][2]))   # model, n, task, haystack
+    for (model, task, hay, template, n), mine, where in by_label:
         any_row = next(iter(mine.values()))
         a = mine.get("attnlab")
         kept = f"{100 * a['kept_of_full']:.0f} %" if a and a.get("kept_of_full") is not None else "–"
@@ -86,10 +91,11 @@ def overview(folders: list[tuple[Path, dict, list[dict], list[dict]]], rel) -> s
                      + f" | {any_row['cells_full_ge_80']} | {kept} | `{where}` |")
     if ppl:
         pcols = _order({m for mine in ppl.values() for m in mine})
-        lines += ["", "Perplexity (one test window of the run's `--ppl` text, the same plans) and resident KV tokens per "
-                  "(layer, KV head) after the prefill, from the runs that scored it"
-                  + ("; `attnlab-band`: round 2's per-head band plan, the perplexity target's reference" if
-                     any(m in pcols for m in PPL_ONLY) else "") + ":", "",
+        lines += ["", "Perplexity (one test window of the run's `--ppl` text, the same plans) and resident KV tokens "
+                  "per (layer, KV head) after the prefill (+ stored: the evicted keys kept aside to read back), from the "
+                  "runs that scored it"
+                  + ("; `attnlab-band`: the per-head band plan alone (no per-input parts), the perplexity target's "
+                     "reference" if any(m in pcols for m in PPL_ONLY) else "") + ":", "",
                   "| model | n | " + " | ".join(f"`{m}`" for m in pcols) + " |", "|" + "---|" * (len(pcols) + 2)]
         for (model, n), mine in sorted(ppl.items()):
             full = mine.get("full", {}).get("ppl")
@@ -99,8 +105,10 @@ def overview(folders: list[tuple[Path, dict, list[dict], list[dict]]], rel) -> s
                 if r is None:
                     cells.append("–")
                     continue
-                change = f" ({round(100 * (r['ppl'] / full - 1), 2) + 0.0:+.2f} %)" if full and m != "full" else ""   # + 0.0: −0.00 → +0.00
-                cells.append(f"{r['ppl']:.3f}{change}, KV {r['kv_tokens']:.0f}")
+                # + 0.0: −0.00 → +0.00
+                change = f" ({round(100 * (r['ppl'] / full - 1), 2) + 0.0:+.2f} %)" if full and m != "full" else ""
+                stored = f" + {r['kv_store_tokens']:.0f} stored" if r.get("kv_store_tokens") else ""
+                cells.append(f"{r['ppl']:.3f}{change}, KV {r['kv_tokens']:.0f}{stored}")
             lines.append(f"| {model} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -254,9 +254,9 @@ def test_the_perplexity_row_of_a_length_merges_its_runs(tree):
     assert len(ppl_rows) == 1 and "28.153, KV 2048" in ppl_rows[0] and "30.968 (+10.00 %)" in ppl_rows[0]
 
 
-def test_round_2s_plan_is_a_perplexity_column_only(tree):
-    """attnlab-band (round 2's plan, the perplexity target's reference): a column of the perplexity table, none in the
-    retrieval grid; its answers stay in its folder's section."""
+def test_the_band_plan_is_a_perplexity_column_only(tree):
+    """attnlab-band (the band plan alone, the perplexity target's reference): a column of the perplexity table, none
+    in the retrieval grid; its answers stay in its folder's section."""
     run = tree / "runs" / "niah-tiny"
     rows = results.read_lines(run / "results.jsonl")
     write_lines(run / "results.jsonl", rows + [answer("attnlab-band", 0.1, 0.0, 1.0, 0.1, 250),
@@ -268,7 +268,7 @@ def test_round_2s_plan_is_a_perplexity_column_only(tree):
     glance = doc.split("## At a glance")[1].split("## niah-tiny")[0]
     grid, ppl = glance.split("Perplexity")
     assert "attnlab-band" not in grid and "attnlab-band" in doc.split("## niah-tiny")[1]
-    assert "| n | `full` | `attnlab-band` |" in ppl and "round 2's per-head band plan" in ppl
+    assert "| n | `full` | `attnlab-band` |" in ppl and "the per-head band plan alone" in ppl
     assert "42.230 (+50.00 %)" in ppl
 
 
