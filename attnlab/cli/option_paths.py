@@ -21,8 +21,14 @@ from attnlab.errors import UserError
 
 __all__ = ["contained", "input_file", "kind_of", "output_file", "output_folder"]
 
-KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-         (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
+KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISLNK, "a symbolic link"),
+)
 
 
 def kind_of(mode: int) -> str:
@@ -31,12 +37,13 @@ def kind_of(mode: int) -> str:
 
 
 def _stat(option: str, path: Path):
-    """``os.stat`` of ``path`` (links followed), None when nothing is there; a path that cannot be looked at: refused."""
+    """``os.stat`` of ``path`` (links followed), None when nothing is there; a path that cannot be looked at:
+    refused."""
     try:
         return path.stat()
     except FileNotFoundError:
         return None
-    except NotADirectoryError:   # a/b where a is a file
+    except NotADirectoryError:  # a/b where a is a file
         raise UserError(f"{option} {path}: a path below a file, not a folder") from None
     except OSError as err:
         raise UserError(f"{option} {path}: cannot be looked at ({err.strerror})") from None

@@ -105,7 +105,7 @@ def split_method(spec: str, option: str = "--method") -> tuple[str, list[tuple[s
         if not sep or not key:
             raise UserError(f"{option} {spec}: options are written name:key=value, got {item!r}")
         key = key.replace("-", "_")
-        if key in (k for k, _ in pairs):   # the last value would win without a word, the row labelled with both
+        if key in (k for k, _ in pairs):  # the last value would win without a word, the row labelled with both
             raise UserError(f"{option} {spec}: option {key} given twice")
         pairs.append((key, value))
     return name, pairs
