@@ -310,10 +310,11 @@ def eval_folders(runs: Path) -> list[tuple[Path, dict, list[dict], list[dict]]]:
             for n in recipe_names(runs) for f in result_folders(runs / n) if eval_files(f)]
 
 
-def headline(runs: Path, recipes: Path, here: Path, draw_figure: bool = False) -> str:
-    """The headline (benchmarks/results_headline.py): its figure is ``here``/img/headline.png, drawn when asked."""
+def headline(runs: Path, recipes: Path, here: Path, draw_figure: bool = False, docs: Path | None = None) -> str:
+    """The headline (benchmarks/results_headline.py) shown in a document of the folder ``here``: its figure is
+    ``docs``/img/headline.png (``docs``: results.md's folder, ``here`` by default), drawn when asked."""
     return results_headline.headline(eval_folders(runs), results_headline.decode_runs(runs, recipes, read_lines),
-                                      here / "img" / "headline.png", here, draw_figure)
+                                      (docs or here) / "img" / "headline.png", here, draw_figure)
 
 
 def document(runs: Path, recipes: Path, shown: Path = ROOT, here: Path = ROOT / "docs",
@@ -457,7 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.readme.is_file():
         readme = args.readme.read_text(encoding="utf-8")
         shown = in_readme(readme, glance(args.runs))
-        shown = results_headline.in_readme(shown, headline(args.runs, args.recipes, args.readme.resolve().parent))
+        shown = results_headline.in_readme(shown, headline(args.runs, args.recipes, args.readme.resolve().parent,
+                                                           docs=args.out.resolve().parent))
         if shown != readme:
             writes.append((args.readme, shown))
     for path, body in writes:
