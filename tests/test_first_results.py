@@ -126,5 +126,5 @@ def test_committed_headline_is_the_generated_one():
     doc = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
     assert results.headline(runs, recipes, ROOT / "docs") in doc
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert BEGIN in readme and in_readme(readme, results.headline(runs, recipes, ROOT)) == readme
-    assert (ROOT / "docs" / "img" / "headline.png").is_file()
+    assert BEGIN in readme and in_readme(readme, results.headline(runs, recipes, ROOT, docs=ROOT / "docs")) == readme
+    assert (ROOT / "docs" / "img" / "headline.png").is_file() and "](docs/img/headline.png)" in readme
