@@ -199,7 +199,7 @@ def test_entries_json_roundtrip_and_bad_values(tmp_path):
     assert head(w, blocks=100).entries(n) <= n * (n + 1) // 2                       # a bound, never above the causal entries
     old = Plan([[plain, HeadPlan.full()]], 1, "attnlab", 0.5, n)
     path = old.save(tmp_path / "old.json")
-    assert "blocks" not in path.read_text()                                          # no blocks: the file as before
+    assert json.loads(path.read_text())["heads"][0][0]["blocks"] == 0               # every part written, 0 included
     new = Plan([[blocked, HeadPlan.full()]], 1, "attnlab", 0.5, n)
     back = Plan.load(new.save(tmp_path / "new.json"))
     assert back.heads[0][0].blocks == 3 and back.to_dict() == new.to_dict() and back.block_heads() == 1

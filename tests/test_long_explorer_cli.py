@@ -41,9 +41,10 @@ def plan_file(path, num_layers=1, num_heads=2, n=N):
 
 
 def heads_file(path, L=1, H=2, extra=None):
-    d = {"model": "tiny", "n": 256, "detectors": {"induction": [[0.1, 0.9]] * L if H == 2 else [[0.5] * H] * L,
+    d = {"model": "tiny", "n": 256, "detectors": {"induction": [[0.1, 0.9]] * L if H == 2 else [[0.1] * H] * L,
                                                   "previous-token": [[0.8, 0.0]] * L if H == 2 else [[0.5] * H] * L},
-         "thresholds": {"induction": 0.4}, "named": [{"layer": 0, "head": 1, "detector": "induction", "score": 0.9}]}
+         "thresholds": {"induction": 0.4},   # named: every head whose score reaches its detector's threshold
+         "named": [{"layer": l, "head": 1, "detector": "induction", "score": 0.9} for l in range(L)] if H == 2 else []}
     d.update(extra or {})
     path.write_text(json.dumps(d))
     return path

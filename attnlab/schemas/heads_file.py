@@ -6,10 +6,11 @@
      "heads": [{"layer", "head", "role", "label", "columns": [[j, token, share]], "w", "far>D", ...}],  # the capture
      "summary": {...}, "meta": {...}}                                          # free form: what made it, run figures
 
-The rules: ``detectors`` names from ``DETECTORS``, every table the same L × H (L, H ≥ 1), scores s ∈ [0, 1] (a share
-of attention mass; null: not scored); thresholds θ ∈ (0, 1] for detectors of the file; a named head (l, h) inside
-L × H, its detector one of the file's, its score ≥ its threshold where one is given; a capture's head has exactly
-one far-mass key ``far>D`` (D ≥ 0), columns j < n, w ≥ −1.  A file holds the detectors, the capture's table, or both.
+The rules: ``detectors`` names from ``DETECTORS``, every table the same L × H (L, H ≥ 1), scores s ∈ [0, 1]
+(a share of attention mass; null: not scored); with them ``thresholds`` θ ∈ (0, 1] (a detector without one names
+no head) and ``named``: exactly the heads (l, h) whose score (the table's) reaches their detector's threshold.
+A capture's head has exactly one far-mass key ``far>D`` (D ≥ 0), columns j < n, w ≥ −1.  A file holds the
+detectors, the capture's table, or both.
 Version: a file without ``format`` was written before the tag, in the same layout; it is read as ``attnlab-heads/1``.
 """
 
@@ -23,6 +24,7 @@ from pydantic import Field, model_validator
 
 from attnlab.analysis.detector_names import DETECTORS
 from attnlab.errors import UserError
+from attnlab.schemas.plan import N_MAX
 from attnlab.schemas.schema_file import Strict, parse, read_text, where
 
 __all__ = ["FORMAT", "SLACK", "HeadRow", "HeadsFile", "NamedHead", "load"]
@@ -86,7 +88,8 @@ class HeadRow(Strict):
             return row
         far = [k for k in row if FAR.fullmatch(k)]
         if len(far) != 1:
-            raise ValueError(f"a head row holds one key far>D (the share of mass beyond distance D), got {far or 'none'}")
+            raise ValueError(f"a head row holds one key far>D (the share of mass beyond distance D), got "
+                             f"{far or 'none'}")
         row = dict(row)
         cols = row.get("columns")   # JSON has no tuples: each [j, token, share] read as one, its items still strict
         if isinstance(cols, list):
@@ -109,11 +112,11 @@ class HeadsFile(Strict):
 
     format: Literal["attnlab-heads/1"]
     model: str = Field(min_length=1)
-    n: int = Field(ge=1)
+    n: int = Field(ge=1, le=N_MAX)
     detectors: dict[str, list[list[Share | None]]] | None = None
-    thresholds: dict[str, float] = {}
-    named: list[NamedHead] = []
-    detectors_n: int | None = Field(None, ge=1)
+    thresholds: dict[str, float] | None = None
+    named: list[NamedHead] | None = None
+    detectors_n: int | None = Field(None, ge=1, le=N_MAX)
     heads: list[HeadRow] | None = None
     summary: dict[str, Any] | None = None
     meta: dict[str, Any] = {}
@@ -128,8 +131,10 @@ class HeadsFile(Strict):
     def _tables(self) -> HeadsFile:
         if self.detectors is None and self.heads is None:
             raise ValueError("neither 'detectors' (attnlab heads) nor 'heads' (the capture's table): not a heads file")
-        if self.detectors is None and (self.thresholds or self.named):
-            raise ValueError("field detectors: required with 'thresholds' or 'named'")
+        for key in ("thresholds", "named"):          # the detectors' parts: with them, and only with them
+            if (getattr(self, key) is None) != (self.detectors is None):
+                raise ValueError(f"field {key}: required with 'detectors'" if self.detectors is not None
+                                 else f"field detectors: required with '{key}'")
         if self.detectors is not None:
             self._check_detectors()
         for k, row in enumerate(self.heads or []):
@@ -164,12 +169,24 @@ class HeadsFile(Strict):
         for k, x in enumerate(self.named):
             if x.detector not in self.detectors:
                 raise ValueError(f"field named.{k}.detector: {x.detector!r} is no detector of the file")
-            if not (x.layer < shape[0] and x.head < shape[1]):
-                raise ValueError(f"field named.{k}: head ({x.layer}, {x.head}) outside the {shape[0]} × {shape[1]} "
-                                 "heads of the detectors")
-            th = self.thresholds.get(x.detector)
-            if th is not None and x.score < th:
-                raise ValueError(f"field named.{k}.score: {x.score} below the threshold {th} of {x.detector}")
+            for part, v, top in (("layer", x.layer, shape[0]), ("head", x.head, shape[1])):
+                if v >= top:
+                    raise ValueError(f"field named.{k}.{part}: {v} outside the {shape[0]} × {shape[1]} heads of the "
+                                     "detectors")
+            s, th = self.detectors[x.detector][x.layer][x.head], self.thresholds.get(x.detector)
+            if s is None or abs(x.score - s) > 1e-6:
+                raise ValueError(f"field named.{k}.score: {x.score}, the table's score of head ({x.layer}, {x.head}) "
+                                 f"is {s}")
+            if th is None or x.score < th:
+                why = "it has no threshold" if th is None else f"its threshold {th} is above the score"
+                raise ValueError(f"field named.{k}: {x.detector} does not name head ({x.layer}, {x.head}): {why}")
+        reach = {(d, l, h) for d, th in self.thresholds.items() for l, row in enumerate(self.detectors[d])
+                 for h, s in enumerate(row) if s is not None and s >= th}
+        missing = sorted(reach - {(x.detector, x.layer, x.head) for x in self.named})
+        if missing:
+            d, l, h = missing[0]
+            raise ValueError(f"field named: head ({l}, {h}) reaches the threshold of {d} and is not named "
+                             f"(named: every head whose score reaches its detector's threshold)")
 
 
 def load(path, option: str | None = None, detectors: bool = False) -> HeadsFile:

@@ -1,11 +1,10 @@
-"""A plan file (``attnlab plan``, ``Plan.save``), format ``attnlab-plan/1``: one structured support per (layer, head).
+"""A plan file (``attnlab plan``, ``Plan.save``), format ``attnlab-plan/2``: one structured support per (layer, head).
 
-    {"format": "attnlab-plan/1", "num_layers": L, "num_heads": H, "num_kv_heads": H_kv, "method": NAME,
+    {"format": "attnlab-plan/2", "num_layers": L, "num_heads": H, "num_kv_heads": H_kv, "method": NAME,
      "budget": β, "n": n, "fraction": f, "full_heads": F, "meta": {...}, "windows": [W_l | null] | null,
-     ["pages": K, "page": p, "mean_pages": k, "decode_band": c, "group_vote": 0 | 1,]     (absent: 0, 16, 0, 0, 0)
+     "pages": K, "page": p, "mean_pages": k, "decode_band": c, "group_vote": 0 | 1,
      "heads": [[{"w": w, "offset": 0, "columns": [t, ...], "residual": 0, "dynamic": D,
-                 ["tail": T, "slashes": s, "blocks": K_b, "kept": P, "vote_next": v]}   (absent: 0)
-                × H] × L]}
+                 "tail": T, "slashes": s, "blocks": K_b, "kept": P, "vote_next": v} × H] × L]}
 
 The rules, each checked here once (``Plan.load`` reads a file only through ``load``):
 
@@ -18,9 +17,14 @@ The rules, each checked here once (``Plan.load`` reads a file only through ``loa
 * pages K ∈ [0, PAGES_MAX], page ∈ [1, PAGE_MAX], mean_pages ∈ [0, K], decode_band c ∈ [0, DECODE_BAND_MAX],
   group_vote 0 or 1 — every count a JSON integer (``1.0`` and ``true`` refused).
 
-Every key the writer always writes is required (a head's ``w`` or ``columns`` deleted is refused, not defaulted);
-the keys it writes only when not zero may be absent.  ``fraction`` and ``full_heads`` are derived (what the plan
-keeps, for a reader of the file): typed and ranged, not read.
+Every key is required: a key deleted is refused, never defaulted (a head's ``w`` or ``columns`` as much as its
+``tail``).  ``fraction`` and ``full_heads`` are derived (what the plan keeps, for a reader of the file): typed and
+ranged, not read.
+
+Versions: ``attnlab-plan/1`` (the files written before this one) left out the parts that were 0 (a head's tail,
+slashes, blocks, kept, vote_next; the plan's pages, mean_pages, decode_band, group_vote) and page when 16; such a file
+is read through ``migrate_v1``, which writes them in as its writer meant them.  Its other keys were always written,
+and are required as in version 2.
 """
 
 from __future__ import annotations
@@ -32,10 +36,13 @@ from pydantic import Field, field_validator, model_validator
 from attnlab.llm.plans.limits import BLOCKS_MAX
 from attnlab.schemas.schema_file import Strict, load_json
 
-__all__ = ["DECODE_BAND_MAX", "FORMAT", "N_MAX", "PAGES_MAX", "PAGE_MAX", "SLASHES_MAX", "HeadFile", "PlanFile",
-           "load"]
+__all__ = ["DECODE_BAND_MAX", "FORMAT", "FORMATS", "N_MAX", "PAGES_MAX", "PAGE_MAX", "SLASHES_MAX", "HeadFile",
+           "PlanFile", "load", "migrate_v1"]
 
-FORMAT = "attnlab-plan/1"
+FORMAT = "attnlab-plan/2"
+FORMATS = ("attnlab-plan/1", FORMAT)   # every version read (the older through ``migrate_v1``)
+V1_HEAD = {"tail": 0, "slashes": 0, "blocks": 0, "kept": 0, "vote_next": 0}            # what version 1 left out
+V1_PLAN = {"pages": 0, "page": 16, "mean_pages": 0, "decode_band": 0, "group_vote": 0}
 N_MAX = 1 << 24             # tokens a plan may refer to (a sanity bound: 16 M)
 PAGES_MAX = 10**6           # pages read back per decoding query (a sanity bound: 16·10⁶ tokens)
 PAGE_MAX = 1024             # tokens per page
@@ -53,11 +60,11 @@ class HeadFile(Strict):
     columns: list[Count]                    # T: fixed key columns (sinks), distinct, < n
     residual: int                           # R: 0 only
     dynamic: Count = Field(ge=0)            # columns chosen per input
-    tail: Count = Field(0, ge=0)            # last rows reading every key
-    slashes: Count = Field(0, ge=0, le=SLASHES_MAX)
-    blocks: Count = Field(0, ge=0, le=BLOCKS_MAX)
-    kept: Count = Field(0, ge=0)            # keys voted by the tail rows, kept at decoding
-    vote_next: Count = Field(0, ge=0)       # blocks after a voted block counted in its vote
+    tail: Count = Field(ge=0)               # last rows reading every key
+    slashes: Count = Field(ge=0, le=SLASHES_MAX)
+    blocks: Count = Field(ge=0, le=BLOCKS_MAX)
+    kept: Count = Field(ge=0)               # keys voted by the tail rows, kept at decoding
+    vote_next: Count = Field(ge=0)          # blocks after a voted block counted in its vote
 
     @field_validator("offset", "residual")
     @classmethod
@@ -85,7 +92,7 @@ class HeadFile(Strict):
 class PlanFile(Strict):
     """A plan file (module docstring)."""
 
-    format: Literal["attnlab-plan/1"]
+    format: Literal["attnlab-plan/2"]
     num_layers: int = Field(ge=1)
     num_heads: int = Field(ge=1)
     num_kv_heads: int = Field(ge=1)
@@ -96,12 +103,18 @@ class PlanFile(Strict):
     full_heads: int = Field(ge=0)           # derived: heads left full
     meta: dict[str, Any]                    # how the plan was made (free form)
     windows: list[int | None] | None        # per layer: the sliding window (null: a full layer)
-    pages: int = Field(0, ge=0, le=PAGES_MAX)
-    page: int = Field(16, ge=1, le=PAGE_MAX)
-    mean_pages: int = Field(0, ge=0)
-    decode_band: int = Field(0, ge=0, le=DECODE_BAND_MAX)
-    group_vote: Literal[0, 1] = 0
+    pages: int = Field(ge=0, le=PAGES_MAX)
+    page: int = Field(ge=1, le=PAGE_MAX)
+    mean_pages: int = Field(ge=0)
+    decode_band: int = Field(ge=0, le=DECODE_BAND_MAX)
+    group_vote: int = Field(ge=0, le=1)     # 0 or 1 (an int: ``1.0`` and ``true`` refused)
     heads: list[list[HeadFile]]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _version(cls, doc: Any) -> Any:
+        """A version-1 file through ``migrate_v1``; every other document as it is."""
+        return migrate_v1(doc) if isinstance(doc, dict) and doc.get("format") == FORMATS[0] else doc
 
     @field_validator("method")
     @classmethod
@@ -157,6 +170,15 @@ def _fits(head: HeadFile, where: str, n: int, window: int | None) -> None:
         if not 0 <= head.w <= window - 1 or extra:
             raise ValueError(f"field {where}: a head of a sliding layer (window {window}) is a band 0 <= w <= "
                              f"{window - 1} alone, got w {head.w}" + (f" with {', '.join(extra)}" if extra else ""))
+
+
+def migrate_v1(doc: dict) -> dict:
+    """An ``attnlab-plan/1`` document as version 2: the parts its writer left out when 0 (``V1_PLAN``, ``V1_HEAD``:
+    page 16) written in; nothing else changed (a key it always wrote and the file lacks stays missing: refused)."""
+    heads = doc.get("heads")
+    if isinstance(heads, list) and all(isinstance(row, list) for row in heads):
+        heads = [[{**V1_HEAD, **h} if isinstance(h, dict) else h for h in row] for row in heads]
+    return {**V1_PLAN, **doc, "format": FORMAT, **({"heads": heads} if "heads" in doc else {})}
 
 
 def load(path, option: str | None = None) -> PlanFile:

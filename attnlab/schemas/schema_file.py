@@ -40,7 +40,7 @@ def first_error(err: ValidationError) -> str:
         rule = "required field missing"
     elif e["type"] == "extra_forbidden":
         rule = "unknown key (not in the schema)"
-    elif e["type"] in ("model_type", "dict_type"):
+    elif e["type"] in ("model_type", "dict_type", "model_attributes_type"):
         rule = f"a JSON object expected, got {type(e['input']).__name__}"
     more = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
     if rule.startswith("field "):                       # a cross-field rule naming its field below ``loc``

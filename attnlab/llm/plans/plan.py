@@ -44,6 +44,7 @@ from attnlab.errors import UserError
 from attnlab.llm.plans.key_blocks import BLOCK
 from attnlab.llm.plans.limits import check_budget   # β ∈ (0, 1], checked before torch loads
 from attnlab.schemas.plan import DECODE_BAND_MAX, PAGE_MAX, PAGES_MAX, SLASHES_MAX   # the plan file's ranges
+from attnlab.schemas.plan import FORMAT as PLAN_FORMAT
 from attnlab.support import FULL, Support
 
 __all__ = ["FULL", "LAST_Q", "SINKS", "SLASHES_MAX", "HeadPlan", "Plan", "cap_to_window", "check_budget", "check_pages",
@@ -199,10 +200,10 @@ class HeadPlan:
                 + tail_entries(self.w, self.tail, n))
 
     def to_dict(self) -> dict:
-        """The head in a plan file (``attnlab.schemas.plan.HeadFile``): the parts that are 0 left out."""
-        parts = {"tail": self.tail, "slashes": self.slashes, "blocks": self.blocks, "kept": self.kept,
-                 "vote_next": self.vote_next}
-        return {**self.support.to_dict(), "dynamic": int(self.dynamic), **{k: int(x) for k, x in parts.items() if x}}
+        """The head in a plan file (``attnlab.schemas.plan.HeadFile``): every part, 0 included."""
+        parts = {"dynamic": self.dynamic, "tail": self.tail, "slashes": self.slashes, "blocks": self.blocks,
+                 "kept": self.kept, "vote_next": self.vote_next}
+        return {**self.support.to_dict(), **{k: int(x) for k, x in parts.items()}}
 
     @classmethod
     def from_file(cls, head) -> "HeadPlan":
@@ -307,7 +308,7 @@ class Plan:
         diff = [f"{k} {mine[k]} vs {got[k]}" for k in mine if mine[k] != got[k]]
         if diff:
             raise UserError(f"{name}: made for another model ({', '.join(diff)} in the model)")
-        if self.windows is not None and self.windows != got["windows"]:
+        if self.windows != got["windows"]:   # a plan without windows for a model whose layers slide too
             raise UserError(f"{name}: made for another model (sliding windows {self.windows} vs {got['windows']} "
                             "in the model)")
         return self
@@ -334,13 +335,12 @@ class Plan:
         return self
 
     def to_dict(self) -> dict:
+        """The plan file (``attnlab.schemas.plan``, its ``FORMAT``): every key written, 0 included."""
         return {
-            "format": "attnlab-plan/1", **self.shape(), "method": self.method, "budget": self.budget, "n": self.n,
+            "format": PLAN_FORMAT, **self.shape(), "method": self.method, "budget": self.budget, "n": self.n,
             "fraction": self.fraction() if self.n else None, "full_heads": self.full_heads(), "meta": self.meta,
-            "windows": self.windows, **({"pages": self.pages, "page": self.page} if self.pages else {}),
-            **({"mean_pages": self.mean_pages} if self.mean_pages else {}),
-            **({"decode_band": self.decode_band} if self.decode_band else {}),
-            **({"group_vote": self.group_vote} if self.group_vote else {}),
+            "windows": self.windows, "pages": self.pages, "page": self.page, "mean_pages": self.mean_pages,
+            "decode_band": self.decode_band, "group_vote": self.group_vote,
             "heads": [[h.to_dict() for h in row] for row in self.heads],
         }
 
