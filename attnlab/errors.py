@@ -19,7 +19,8 @@ def main_guard(main, argv: list[str] | None = None) -> None:
     argparse usage error) becomes one line ``attnlab: error: <message>`` on stderr and exit status 2, never a
     traceback (``ATTNLAB_DEBUG=1`` shows it); an ``--out`` folder that the failed run created and left empty is
     removed, so nothing is left behind (``argv``: where ``--out`` is looked for, ``sys.argv[1:]`` by default).
-    ``main`` returning an int exits with it.
+    ``main`` returning an int exits with it.  An argument of type ``int`` or ``float`` is read as every option value
+    is (``attnlab.cli.option_values.number``: ASCII digits, no ``_`` or spaces, finite), its flag named when it is not.
     """
     import argparse
     import os
@@ -44,7 +45,15 @@ def main_guard(main, argv: list[str] | None = None) -> None:
     def usage_error(parser, message):   # argparse's usage block and error line, as one line naming the script
         fail(f"{message} (see {parser.prog} --help)")
 
+    def canonical_value(parser, action, text):   # an int or float argument read by the one parser of numbers
+        if action.type in (int, float) and isinstance(text, str):
+            from attnlab.cli.option_values import number
+
+            return number(text, action.type, action.option_strings[0] if action.option_strings else action.dest)
+        return get_value(parser, action, text)
+
     error, argparse.ArgumentParser.error = argparse.ArgumentParser.error, usage_error   # restored when main is done
+    get_value, argparse.ArgumentParser._get_value = argparse.ArgumentParser._get_value, canonical_value
     try:
         code = main()
     except (UserError, ValueError, OSError, UnicodeDecodeError) as err:
@@ -60,4 +69,5 @@ def main_guard(main, argv: list[str] | None = None) -> None:
         sys.exit(130)
     finally:
         argparse.ArgumentParser.error = error
+        argparse.ArgumentParser._get_value = get_value
     sys.exit(code if isinstance(code, int) else 0)

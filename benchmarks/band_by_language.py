@@ -220,7 +220,13 @@ def main(argv=None) -> None:
             raise SystemExit(f"band_by_language: error: {flag} {p}: no such file")
     if a.inputs < 2 or a.tokens < 16 or not 0 < a.target <= 1:
         raise SystemExit("band_by_language: error: need --inputs >= 2, --tokens >= 16 and 0 < --target <= 1")
-    wanted = set(a.conditions.split(","))
+    from attnlab.cli.option_values import items
+
+    wanted = set(items(a.conditions, "--conditions"))      # no empty or repeated item
+    unknown = sorted(wanted - {"language", "form", "period"})
+    if unknown:
+        raise SystemExit(f"band_by_language: error: --conditions: unknown {unknown[0]!r} (known: language, form, period)")
+    models = items(a.models, "--models")
     chars = a.tokens * 8  # enough characters for n tokens in either language
     texts: dict[str, list[str]] = {}
     if "language" in wanted:
@@ -233,7 +239,7 @@ def main(argv=None) -> None:
 
     report = {"command": "python benchmarks/band_by_language.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "tokens": a.tokens, "inputs": a.inputs, "target": a.target, "models": {}}
-    for spec in a.models.split(","):
+    for spec in models:
         start = time.perf_counter()
         model, tok = load_causal_lm(spec)
         w, nps = {}, {}

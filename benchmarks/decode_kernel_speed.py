@@ -79,11 +79,10 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=300, help="timed calls per figure (median)")
     ap.add_argument("--json", type=Path, help="append one JSON line per (model, L) to this file")
     a = ap.parse_args()
-    try:
-        lengths = [int(x) for x in a.lengths.split(",")]
-    except ValueError:
-        raise UserError(f"--lengths {a.lengths}: comma-separated integers") from None
-    models = a.models.split(",")
+    from attnlab.cli.option_values import items, numbers
+
+    lengths = numbers(a.lengths, int, "--lengths")        # canonical integers, no empty or repeated item
+    models = items(a.models, "--models")
     for opt, bad in (("--lengths", [x for x in lengths if x < 1]), ("--models", [m for m in models if m not in SHAPES])):
         if bad:
             raise UserError(f"{opt}: {', '.join(map(str, bad))} not accepted ({'each ≥ 1' if opt == '--lengths' else 'known: ' + ', '.join(SHAPES)})")

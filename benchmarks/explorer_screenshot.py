@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     a.out.parent.mkdir(parents=True, exist_ok=True)
     img.save(a.out, optimize=True)
     print(f"wrote {a.out} ({a.out.stat().st_size / 1e3:.0f} KB, {img.width} × {img.height})")
-    return 0
+    return 1 if errors else 0   # the page said errors (printed above): the screenshot is not of a working explorer
 
 
 if __name__ == "__main__":

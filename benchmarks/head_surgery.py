@@ -34,8 +34,13 @@ def main() -> None:
     before = evaluate_pairs(run.model, run.tokenizer, corpus, limit=args.limit or None)
     rows = [{"w": None, "num_pos": None, "bleu": before["bleu"], "chrf": before["chrf"], "kept": 1.0, "sentences": before["sentences"]}]
     H = run.cfg.heads
-    for budget in args.budget:
-        w, g = (int(x) for x in budget.split(","))
+    from attnlab.cli.option_values import numbers
+
+    pairs = [numbers(budget, int, "--budget") for budget in args.budget]   # each w,num_pos: two canonical integers
+    bad = [budget for budget, pair in zip(args.budget, pairs) if len(pair) != 2 or min(pair) < 0]
+    if bad:
+        raise SystemExit(f"head_surgery: error: --budget {bad[0]!r}: expected w,num_pos (two integers >= 0)")
+    for w, g in pairs:
         choice = {key: ([w] * H, [g] * H) for key in attention_modules(run.model)}
         with surgery(run.model, choice) as mechanisms:
             after = evaluate_pairs(run.model, run.tokenizer, corpus, limit=args.limit or None)

@@ -36,8 +36,8 @@ DATA = ROOT.parent / "shared" / "data" / "shakespeare"
 
 
 def decode_run(model, method, ids: list[int], steps: int):
-    """(per-layer keys held per KV head, bytes, decoding perplexity) of ``method`` (None: full attention, the model's own
-    cache) on ``ids``: prefill ids[:n − steps], then ``steps`` teacher-forced decoding steps."""
+    """(per-layer keys held per KV head, bytes, decoding perplexity) of ``method`` (None: full attention, the model's
+    own cache) on ``ids``: prefill ids[:n − steps], then ``steps`` teacher-forced decoding steps."""
     import torch
 
     from attnlab.llm import methods
@@ -109,8 +109,10 @@ def check_arguments(a) -> tuple[list[str], list]:
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hf", default="gemma3-270m", help="model (attnlab's name, a folder, a .gguf)")
-    p.add_argument("--n", type=whole("--n"), default=8192, help="tokens of the window (prefill n − steps, then steps decoded)")
-    p.add_argument("--steps", type=whole("--steps"), default=128, help="s: tokens decoded one at a time, teacher-forced")
+    p.add_argument("--n", type=whole("--n"), default=8192,
+                   help="tokens of the window (prefill n − steps, then steps decoded)")
+    p.add_argument("--steps", type=whole("--steps"), default=128,
+                   help="s: tokens decoded one at a time, teacher-forced")
     p.add_argument("--methods", default="attnlab", help="comma list of methods (full attention is always measured)")
     p.add_argument("--budget", type=fraction("--budget"), default=0.1, help="β")
     p.add_argument("--text", type=Path, default=DATA / "dev.txt.gz", help="text of the window (dev text: to choose by)")

@@ -118,7 +118,10 @@ def main(argv=None) -> None:
     import kvpress  # noqa: F401  (patches the attention functions for AdaKV's masks)
 
     src = json.loads(a.prompts.read_text())
-    presses = [x for x in a.presses.split(",") if x]
+    from attnlab.cli.option_values import items, numbers
+
+    presses = items(a.presses, "--presses")                # no empty or repeated item
+    compressions = numbers(a.compressions, float, "--compressions")
     bad = [x for x in presses if x not in PRESSES]
     if bad:
         ap.error(f"--presses: unknown {bad[0]!r} (known: {', '.join(PRESSES)})")
@@ -134,7 +137,7 @@ def main(argv=None) -> None:
     prompts = src["prompts"][: a.limit]
     with open(a.answers, "a", encoding="utf-8") as log:
         for name in presses:
-            for c in (float(x) for x in a.compressions.split(",")):
+            for c in compressions:
                 method = f"kvpress-{name}" + ("-split" if a.split else "")
                 budget = round(1 - c, 6)
                 for p in prompts:

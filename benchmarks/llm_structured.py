@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from attnlab.allocator import keep_freed_memory  # noqa: E402
+from attnlab.cli.option_values import method_list  # noqa: E402
 from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.plans.calibration import ERR_ROWS, Calibration, calibrate  # noqa: E402
@@ -374,11 +375,17 @@ def cmd_report(args):
 
 
 def ints(text):
-    return [int(x) for x in text.split(",")]
+    """--lengths: canonical integers, no empty or repeated item (``attnlab.cli.option_values``)."""
+    from attnlab.cli.option_values import numbers
+
+    return numbers(text, int, "--lengths")
 
 
 def floats(text):
-    return [float(x) for x in text.split(",")]
+    """--budgets: canonical finite numbers, no empty or repeated item."""
+    from attnlab.cli.option_values import numbers
+
+    return numbers(text, float, "--budgets")
 
 
 def split_file(folder: Path, split: str) -> Path:
@@ -398,7 +405,7 @@ def main():
     p.add_argument("--out", default=str(ROOT / "runs" / "llm_structured"))
     p.add_argument("--lengths", type=ints, default=[2048])
     p.add_argument("--budgets", type=floats, default=[0.05, 0.1, 0.25, 0.5])
-    p.add_argument("--methods", type=lambda t: t.split(","), default=list(methods.default_names()),
+    p.add_argument("--methods", type=lambda t: method_list(t, "--methods"), default=list(methods.default_names()),
                    help="registered methods (attnlab.llm.methods); default: those with default_run")
     p.add_argument("--windows", type=int, default=2)
     p.add_argument("--split", default="test", choices=["dev", "test"], help="ppl: the text scored (dev: to choose settings; test: to report)")

@@ -78,7 +78,7 @@ def one(args) -> dict:
             "dev_loss": dev["loss"], "dev_bpc": dev["bpc"], "dev_tokens": dev["tokens"]}
 
 
-def main() -> None:
+def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--contexts", default="1024,4096,8192")
     p.add_argument("--mechanisms", default="full,structured,band")
@@ -106,6 +106,10 @@ def main() -> None:
         return
     if not args.data.is_file():
         sys.exit(f"lm_long_context: error: {args.data} not found (the Shakespeare text of ../shared/data)")
+    from attnlab.cli.option_values import items, numbers
+
+    contexts = numbers(args.contexts, int, "--contexts")    # canonical integers, no empty or repeated item
+    mechanisms = items(args.mechanisms, "--mechanisms")
     rows = []
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     passthrough = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in
@@ -115,8 +119,8 @@ def main() -> None:
           f"{args.seconds:.0f} s of training per configuration, {args.threads} threads; structured/band w = {args.w}, "
           f"structured columns g = {args.num_pos}", flush=True)
     print(f"{'context':>8} {'mechanism':>11} {'steps':>6} {'tokens/s':>9} {'peak MB':>8} {'+MB':>7} {'dev bpc':>8}", flush=True)
-    for n in [int(x) for x in args.contexts.split(",")]:
-        for mech in args.mechanisms.split(","):
+    for n in contexts:
+        for mech in mechanisms:
             cmd = [sys.executable, __file__, "--one", f"--context={n}", f"--mechanism={mech}", *passthrough]
             r = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if r.returncode != 0:
@@ -140,6 +144,11 @@ def main() -> None:
                   f"({r['dev_bpc'] - full['dev_bpc']:+.3f})")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    failed = [f"{r['mechanism']} at {r['context']}" for r in rows if "error" in r]
+    if failed:   # the table holds what was measured; a configuration that failed is not a success
+        print(f"lm_long_context: {len(failed)} of {len(rows)} configurations failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -40,10 +40,9 @@ def main():
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "sliding-floor-dev", help="folder of the calibrations")
     p.add_argument("--json", action="store_true", help="one JSON line per (length, floor)")
     a = p.parse_args()
-    try:
-        floors = [int(f) for f in a.floors.split(",")]
-    except ValueError:
-        raise UserError(f"--floors {a.floors!r}: a comma list of integers") from None
+    from attnlab.cli.option_values import numbers
+
+    floors = numbers(a.floors, int, "--floors")            # canonical integers, no empty or repeated item
     if any(f < 0 for f in floors) or a.n < 64 or a.windows < 1 or not 0 < a.budget <= 1:
         raise UserError("--floors ≥ 0, --n ≥ 64, --windows ≥ 1, 0 < --budget ≤ 1")
     for opt, path in (("--ppl", a.ppl), ("--calibrate", a.calibrate)):

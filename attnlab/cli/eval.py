@@ -80,14 +80,14 @@ def eval_command(
     if plan is not None:
         from attnlab.llm.plans.plan import Plan
 
-        input_file("--plan", plan)                                        # a folder, a FIFO or device: one line, never opened
+        input_file("--plan", plan)                                        # a folder, a FIFO or device: never opened
         for n in settings.lengths:                                        # a malformed file, another length: one line, before the model
             Plan.load(plan).check_length(n, f"--plan {plan}")
     check_settings(settings, None)                                        # everything but the model's context
     from attnlab.llm.eval.before_model import check_method_inputs, check_text_sizes
 
     check_method_inputs(settings.methods)                                 # a method's own files (a gate file) present
-    check_text_sizes(settings)                                            # a one-sentence text: too short for any tokenizer
+    check_text_sizes(settings)                                            # a one-sentence text: short in any tokenizer
     output_folder("--out", out)                                           # a file, a FIFO, an unwritable folder: named
     check_eval_folder(out, settings)                                      # a user's folder, another model's eval: refused
     check_length(hf, max(settings.lengths), "--lengths")                  # the model's context, from its configuration

@@ -32,8 +32,8 @@ KINDS = (
 
 
 def kind_of(mode: int) -> str:
-    """What a file of ``mode`` is, in words ("a regular file", "a folder", "a FIFO (named pipe)", …)."""
-    return next((name for test, name in KINDS if test(mode)), "a regular file")
+    """What a file of ``mode`` is, in words ("a file" when regular, "a folder", "a FIFO (named pipe)", …)."""
+    return next((name for test, name in KINDS if test(mode)), "a file")
 
 
 def _stat(option: str, path: Path):

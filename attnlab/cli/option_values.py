@@ -139,3 +139,18 @@ def method_list(text: Any, option: str = "--method") -> list[str]:
     out = [method_spec(x, option) for x in raw]
     _once(out, raw, option, text)
     return out
+
+
+def arg_number(option: str, kind: type):
+    """An argparse ``type=``: one canonical number of ``kind`` (``number``), the option named when it is not one."""
+    return lambda text: number(text, kind, option)
+
+
+def arg_numbers(option: str, kind: type):
+    """An argparse ``type=``: a comma list of canonical numbers (``numbers``): no empty item, none twice."""
+    return lambda text: numbers(text, kind, option)
+
+
+def arg_items(option: str):
+    """An argparse ``type=``: a comma list of names (``items``): no empty item, none twice."""
+    return lambda text: items(text, option)

@@ -45,7 +45,8 @@ class Ranks:
         try:
             rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
         except ValueError:
-            raise UserError(f"RANK={os.environ.get('RANK')!r}, WORLD_SIZE={os.environ.get('WORLD_SIZE')!r}: expected integers "
+            raise UserError(f"RANK={os.environ.get('RANK')!r}, WORLD_SIZE={os.environ.get('WORLD_SIZE')!r}: "
+                            f"expected integers "
                             f"(torchrun sets them)") from None
         if world < 1 or not 0 <= rank < world:
             raise UserError(f"RANK={rank}, WORLD_SIZE={world}: need 0 <= RANK < WORLD_SIZE")
@@ -113,7 +114,8 @@ def read_all(out: Path) -> list[dict]:
 
 
 def fold_results(out: Path) -> list[dict]:
-    """Fold the rank files into OUT/results.jsonl (the union by key, rewritten atomically), then remove them; every row."""
+    """Fold the rank files into OUT/results.jsonl (the union by key, rewritten atomically), then remove them; every
+    row."""
     rows = read_all(out)
     ranked = [p for p in result_files(out) if p.name != "results.jsonl"]
     if ranked:

@@ -4,7 +4,8 @@
 
 head = the chat template's opening (``--template chat``, or where the model has one) + the task's
 instruction; tail = the question + the chat template's closing + the answer prefix (``--question before``:
-the question ends the head instead, the tail is the closing + the answer prefix); N = length − |head| − Σ|pieceᵢ| − |tail|
+the question ends the head instead, the tail is the closing + the answer prefix);
+N = length − |head| − Σ|pieceᵢ| − |tail|
 haystack tokens.  A piece at depth d ∈ [0, 1] goes at the last sentence or line end of the haystack at
 or before ⌊d·N⌋ (Kamradt's needle test: depth = where in the context the fact sits).
 """
@@ -25,7 +26,8 @@ QUESTIONS = ("after", "before")
 
 @dataclass(frozen=True)
 class PromptFormat:
-    """How a task's pieces are laid out: ``template`` chat | none | auto, the question ``after`` or ``before`` the context."""
+    """How a task's pieces are laid out: ``template`` chat | none | auto, the question ``after`` or ``before`` the
+    context."""
 
     template: str = "auto"
     question: str = "after"
@@ -51,7 +53,7 @@ class Sample:
     answers: list[str]
     spans: list[tuple[int, int]] = field(default_factory=list)  # token [start, end) of each inserted piece
     max_new: int = 32
-    others: list[str] = field(default_factory=list)             # values of the needles not asked (multi-key distractors)
+    others: list[str] = field(default_factory=list)             # values of the needles not asked (multi-key decoys)
 
     @property
     def key(self) -> str:
@@ -75,13 +77,15 @@ def chat_parts(tokenizer, option: str = "--template auto") -> tuple[str, str]:
     mark = "\x00CONTENT\x00"
     model = getattr(tokenizer, "name_or_path", "") or "the model"
     try:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": mark}], add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template([{"role": "user", "content": mark}], add_generation_prompt=True,
+                                             tokenize=False)
     except Exception as err:  # noqa: BLE001 - any failure of the model's template code is the model's, said in one line
         said = " ".join(str(err).split())[:200] or type(err).__name__
         raise UserError(f"{option}: the chat template of {model} fails to render a user message ({type(err).__name__}: "
                         f"{said}); use --template none") from None
     if not isinstance(text, str) or not text.strip():
-        raise UserError(f"{option}: the chat template of {model} renders a user message as empty text; use --template none")
+        raise UserError(f"{option}: the chat template of {model} renders a user message as empty text; "
+                        "use --template none")
     if mark not in text:
         raise UserError(f"{option}: the chat template of {model} leaves out the user's message; use --template none")
     before, _, after = text.partition(mark)
@@ -112,7 +116,8 @@ def assemble(tokenizer, hay: Haystack, length: int, instruction: str, question: 
     coded = [(pieces[x][0], _encode(tokenizer, "\n" + pieces[x][1])) for x in order]
     N = length - len(head) - len(tail) - sum(len(c) for _, c in coded)
     if N < 0:
-        raise UserError(f"--lengths: {length} tokens cannot hold the {task} prompt ({length - N} tokens without haystack)")
+        raise UserError(f"--lengths: {length} tokens cannot hold the {task} prompt ({length - N} tokens without "
+                        f"haystack)")
     hay_ids = hay.tokens(N, start)
     ends = hay.boundaries(hay_ids, tokenizer)
     ids, spans, last = list(head), [], 0
