@@ -243,8 +243,8 @@ class TerminalProgress(Progress):
 
     def _opened(self, bar: Bar) -> None:
         if self._rich is None:  # one live display for every bar open at once (a calibration inside the eval grid)
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn,
-                                       TimeElapsedColumn)
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as RichProgress
 
             self._rich = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                       TextColumn("{task.fields[unit]}"), TimeElapsedColumn(),

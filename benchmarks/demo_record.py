@@ -36,8 +36,8 @@ def record_lines(results: dict, wall: float | None = None) -> list[dict]:
             "w_hat": est.get("models", {}).get(name, {}).get("w"), "train_s": train["train_seconds"],
         })
     lines.append({"model": "run", "w_hat": est.get("w"), "known_max_reorder": est.get("known_max_reorder"),
-                  "recovers_max_reorder": est.get("recovers_max_reorder"), "experiment_s": results.get("_total_seconds"),
-                  "wall_s": wall})
+                  "recovers_max_reorder": est.get("recovers_max_reorder"),
+                  "experiment_s": results.get("_total_seconds"), "wall_s": wall})
     return lines
 
 

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from attnlab.llm.eval.eval_verdict import verdict_lines
-
 from char_model_folder import tiny_llama_folder
+
+from attnlab.llm.eval.eval_verdict import verdict_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 

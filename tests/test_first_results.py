@@ -10,11 +10,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from attnlab.llm.eval.wilson import interval_text, separated, wilson  # noqa: E402
 from benchmarks import results  # noqa: E402
 from benchmarks.results_headline import BEGIN, END, headline, in_readme, models_line  # noqa: E402
 from benchmarks.results_summary import method_tallies, summary_table, tally_rows, verdict  # noqa: E402
-from attnlab.llm.eval.wilson import interval_text, separated, wilson  # noqa: E402
-
 
 # --- the Wilson interval -----------------------------------------------------------------------------------------
 
