@@ -21,8 +21,8 @@ env: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/attnlab experiment --out runs/demo --force
-	@echo "attnlab is installed in $(VENV): run it as $(BIN)/attnlab, or first: source $(BIN)/activate"
 	@echo "the demo's report: runs/demo/report.html"
+	@echo "attnlab is installed in $(VENV): run it as $(BIN)/attnlab, or first: source $(BIN)/activate"
 
 # the browser tests need chromium: .ci/browser-setup installs it (apt-get, as root) or
 # prints the one-line reason it cannot; the tests then skip with that reason.

@@ -82,8 +82,8 @@ def test_the_first_screen_runs_in_a_fresh_shell(tmp_path):
         assert r.returncode == 0, f"README's first screen: `{line}` failed in a fresh shell:\n{r.stderr[-2000:]}"
         if command[0] == "make":
             # the last thing `make demo` prints tells a new user how to reach attnlab
-            echoed = r.stdout.strip().splitlines()
-            assert any(".venv/bin/attnlab" in e and "source .venv/bin/activate" in e for e in echoed), r.stdout
+            last = r.stdout.strip().splitlines()[-1]
+            assert ".venv/bin/attnlab" in last and "source .venv/bin/activate" in last, r.stdout
         elif command[0] == "attnlab":
             missing = unknown_options(command, r.stdout)
             assert not missing, f"README's `{' '.join(command[:2])}` gives options its --help lacks: {missing}"
