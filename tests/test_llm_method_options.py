@@ -17,7 +17,7 @@ def test_every_option_is_declared_with_a_default_in_its_range_and_a_help(name):
         if opt.default is not None:
             assert opt.parse(key, opt.default) == opt.default, (name, key)   # the default lies in its own range
     m = methods.get(name, 0.5)
-    assert all(m.option(key) == opt.default for key, opt in cls.options.items())   # nothing given: the declared defaults
+    assert all(m.option(key) == opt.default for key, opt in cls.options.items())   # nothing given: the defaults
 
 
 def test_option_values_are_read_and_checked_in_one_line():
@@ -45,9 +45,10 @@ def test_attnlab_is_the_recommended_preset_of_attnlab_retrieval():
     assert "attnlab" in methods.default_names() and "attnlab" in methods.plan_names()
     m = methods.get("attnlab", 0.1)
     p = methods.PRESETS["attnlab"]
-    assert type(m) is methods.REGISTRY["attnlab-retrieval"] and m.name == "attnlab" and m.describe()["method"] == "attnlab"
-    assert p.values == {"retrieval_heads": 32, "blocks": 8, "other_blocks": 4, "tail_keep": 512, "pages": 16, "sliding_floor": 384,
-                        "page_score": "calibrated", "band_floor": 8}
+    assert type(m) is methods.REGISTRY["attnlab-retrieval"]
+    assert m.name == "attnlab" and m.describe()["method"] == "attnlab"
+    assert p.values == {"retrieval_heads": 32, "blocks": 8, "other_blocks": 4, "tail_keep": 512, "pages": 16,
+                        "sliding_floor": 384, "page_score": "calibrated", "band_floor": 8}
     assert {k: m.option(k) for k in p.values} == p.values and m.option("tail") == 64   # the rest: the base's defaults
     assert methods.get("attnlab-retrieval", 0.1).option("retrieval_heads") == 16          # the base keeps its own
     assert methods.method_class("attnlab") is methods.REGISTRY["attnlab-retrieval"]

@@ -180,8 +180,9 @@ def test_outputs_unchanged(kind, recorded, tmp_path):
 
 
 def record(folder: Path) -> None:
-    import attnlab
     from safetensors.torch import save_file
+
+    import attnlab
 
     names = method_names()
     every = {}

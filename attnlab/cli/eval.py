@@ -115,14 +115,14 @@ def _run(hf, settings, out, dev, ranks, quiet: bool, no_reuse: bool):
     """The checked eval: load the model, run the grid into ``out``, fold the ranks' rows, write the report."""
     import time
 
-    from attnlab.cli.plan import _load
+    from attnlab.llm.models.loading import load_causal_lm
     from attnlab.llm.eval.eval_grid import read_results, run_eval
     from attnlab.llm.eval.eval_report import markdown, write_report
     from attnlab.llm.eval.ranks import fold_results
     from attnlab.progress import Progress
 
     progress = Progress.for_command(quiet or ranks.rank > 0)              # bars in a terminal, a line per stage otherwise
-    model, tokenizer = _load(hf, progress, dev)                           # run_eval checks the texts' lengths before any write
+    model, tokenizer = load_causal_lm(hf, progress=progress, device=dev)  # run_eval checks the texts' lengths before any write
     from attnlab.cli.plan import check_model_fits
 
     check_model_fits(model, max(settings.lengths), dev, f"--lengths {max(settings.lengths)} on {dev}")

@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from attnlab.errors import UserError
 from attnlab.llm.methods.base import REFERENCE, Method, PlanMethod
 
-__all__ = ["DEFAULT", "Method", "PlanMethod", "PRESETS", "Preset", "REFERENCE", "REGISTRY", "default_names", "get", "method_class",
-           "names", "plan_names", "preset_names", "register", "register_preset"]
+__all__ = ["COMPOSE", "DEFAULT", "Method", "PLAN_FILE", "PlanMethod", "PRESETS", "Preset", "REFERENCE", "REGISTRY",
+           "default_names", "get", "method_class", "names", "plan_names", "preset_names", "register", "register_preset"]
 
 REGISTRY: dict[str, type[Method]] = {}
 COMPOSE = "+"   # parts joined: a composed method (``parts.compose``)
+PLAN_FILE = "plan"   # the method of a plan file (``--plan FILE``; ``attnlab_plan.PlanFile``): its rows' name
 DEFAULT = "attnlab"  # the configuration the project recommends (a preset, ``attnlab_retrieval.py``)
 
 
@@ -67,7 +68,8 @@ def register_preset(name: str, base: str, purpose: str, default: bool = False, *
 
 def _discover() -> None:
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if info.name not in ("base", "parts", "overview") and not info.name.endswith("_runner"):   # a runner: the torch half, imported when run
+        # not a method: the base, the parts, the listing; a runner is the torch half, imported when the method runs
+        if info.name not in ("base", "parts", "overview") and not info.name.endswith("_runner"):
             importlib.import_module(f"{__name__}.{info.name}")
 
 
@@ -105,20 +107,28 @@ def plan_names() -> tuple[str, ...]:
     return tuple(sorted(name for name in (*REGISTRY, *PRESETS) if method_class(name).writes_plan()))
 
 
-def get(name: str, budget: float = 1.0, **options) -> Method:
+def get(name: str, budget: float = 1.0, plan_file=None, **options) -> Method:
     """The method or preset ``name`` at ``budget`` with its options; one-line UserError for an unknown name, an option
-    the method has not, or an option that contradicts the preset's value."""
+    the method has not, or an option that contradicts the preset's value.  ``PLAN_FILE``: the plan of ``plan_file``
+    (its budget and length are the file's)."""
     _discover()
+    if name == PLAN_FILE:
+        from attnlab.llm.methods.attnlab_plan import PlanFile
+
+        if plan_file is None or options:
+            raise UserError(f"--method {PLAN_FILE}: runs the plan file of --plan FILE, with no options")
+        return PlanFile(plan_file)
     if name in PRESETS:
         p = PRESETS[name]
         cls = REGISTRY[p.base]
         unknown = sorted(set(options) - set(cls.options))
         if unknown:
-            raise UserError(f"--option: method {name} ({p.base}) has no option {', '.join(unknown)} (it takes: {', '.join(cls.options)})")
+            raise UserError(f"--option: method {name} ({p.base}) has no option {', '.join(unknown)} "
+                            f"(it takes: {', '.join(cls.options)})")
         for key, value in options.items():
             if key in p.values and key in cls.options and cls.options[key].parse(key, value) != p.values[key]:
-                raise UserError(f"--method {name}:{key}={value}: contradicts the preset {name} ({key}={p.values[key]}); "
-                                f"write {p.base}:… to run another value")
+                raise UserError(f"--method {name}:{key}={value}: contradicts the preset {name} "
+                                f"({key}={p.values[key]}); write {p.base}:… to run another value")
         method = cls(budget, **{**p.values, **options})
         method.name, method.preset = name, p
         return method

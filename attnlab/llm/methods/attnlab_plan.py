@@ -5,7 +5,8 @@
 chosen by ``attnlab.llm.plans.selection.choose_plan`` from a table of the calibration:
 
     attnlab-band       ``err-rel`` when the calibration holds option errors, else ``fit`` (the per-head band plan
-                       alone, no retrieval part; the recommended default ``attnlab`` is a preset of ``attnlab-retrieval``)
+                       alone, no retrieval part; the recommended default ``attnlab`` is a preset of
+                       ``attnlab-retrieval``)
     attnlab-mass       ``fit``: maximise the captured mass μ_h(w, g) with the exact fit's columns
     attnlab-est        ``est``: the same with the columns an input gets at run time
     attnlab-err        ``err``: minimise Σ_h ε_h, ε_h = mean_i ‖W_h (o_S,i − o_i)‖²
@@ -43,7 +44,8 @@ class AttnlabPlan(PlanMethod):
                "widths": BandFloor.options["widths"]}
     prefill = ("per head its planned support (band w_h + sink columns + per-input columns; slashes=s: + s per-input "
                "diagonals), some heads full")
-    decoding = "the cache keeps, per KV head, the keys its heads can still read (band + columns; slash lines are prefill-only)"
+    decoding = ("the cache keeps, per KV head, the keys its heads can still read (band + columns; slash lines are "
+                "prefill-only)")
 
     def make_plan(self, model, n, calibration):
         from attnlab.errors import UserError
@@ -55,11 +57,12 @@ class AttnlabPlan(PlanMethod):
         shape = calibration.shape
         lines = slash_fraction(shape.get("windows"), shape["num_layers"], shape["num_heads"], s, n or calibration.n)
         if lines and lines >= self.budget:
-            raise UserError(f"budget {self.budget}: below {s} slash lines per head ({lines:.4f} of the entries at n = {n})")
+            raise UserError(f"budget {self.budget}: below {s} slash lines per head ({lines:.4f} of the entries at "
+                            f"n = {n})")
         if self.table is None:
             if not (calibration.err_rows and calibration.err.any()):
-                warnings.warn(f"calibration n={calibration.n} holds no option errors (made before them): {self.name} uses "
-                              "the mass rule; recalibrate for the output-error rule", stacklevel=2)
+                warnings.warn(f"calibration n={calibration.n} holds no option errors (made before them): "
+                              f"{self.name} uses the mass rule; recalibrate for the output-error rule", stacklevel=2)
             plan = choose_plan(calibration, self.budget - lines, method=self.name, widths=widths)
         else:
             plan = choose_plan(calibration, self.budget - lines, table=self.table, method=self.name, widths=widths)
@@ -80,7 +83,8 @@ def _variant(table: str, grads: bool = False) -> type[AttnlabPlan]:
     return register(cls)
 
 
-for _table, _grads in (("fit", False), ("est", False), ("err", False), ("err-rel", False), ("err-grad", True), ("delta", True)):
+TABLES = (("fit", False), ("est", False), ("err", False), ("err-rel", False), ("err-grad", True), ("delta", True))
+for _table, _grads in TABLES:   # (table, needs the loss gradients)
     _variant(_table, _grads)
 
 

@@ -30,8 +30,12 @@ from typing import Any, ClassVar
 from attnlab.errors import UserError
 
 REFERENCE = "full"   # the method every other is measured against (full attention, ``full.py``)
+# what ``describe()`` says of a method's plan (and MInference's patterns): every answer row carries them, and
+# eval-why compares them with the row it explains
+PLAN_FIELDS = ("full_heads", "tail_heads", "pages", "slash_heads", "slashes", "block_heads", "blocks", "kept_heads",
+               "kept", "pattern_counts")
 
-__all__ = ["Method", "Option", "PlanMethod"]
+__all__ = ["Method", "Option", "PLAN_FIELDS", "PlanMethod"]
 
 
 @dataclass(frozen=True)
@@ -94,8 +98,9 @@ class Method:
     options: ClassVar[dict[str, Option]] = {}  # option → its declared default, range and help; checked by __init__
     default_run: ClassVar[bool] = True  # run when a benchmark is not told which methods (variants and bounds: False)
     baseline: ClassVar[bool] = False    # a method of the field that attnlab is compared against (``attnlab methods``)
-    prefill_reuse: ClassVar[bool] = False  # the prefill is full attention, S_h(i) = {j ≤ i}, and the cache is made from its
-    #   keys and values: a full-attention prefill of the same tokens may stand for it (``eval`` reuses one, prefix_cache.py)
+    # the prefill is full attention, S_h(i) = {j ≤ i}, and the cache is made from its keys and values: a full-attention
+    # prefill of the same tokens may stand for it (``eval`` reuses one, prefix_cache.py)
+    prefill_reuse: ClassVar[bool] = False
 
     def __init__(self, budget: float = 1.0, **options: Any):
         if not (isinstance(budget, (int, float)) and 0 < budget <= 1):
@@ -129,7 +134,7 @@ class Method:
         written: a one-line ``UserError`` naming the file.  Default: nothing to check."""
 
     # ---- what calibration must measure, and the plan file it gives ------------------------------
-    calibration_grads: ClassVar[bool] = False  # the calibration also needs the loss gradients (``calibrate(grads=True)``)
+    calibration_grads: ClassVar[bool] = False  # the calibration also needs the loss gradients (calibrate(grads=True))
 
     def calibration_candidates(self, shape: dict, n: int) -> list[tuple[int, int, int]] | None:
         """Extra (w, fixed columns, dynamic columns) options the calibration must measure (MInference's)."""
@@ -141,7 +146,8 @@ class Method:
 
     def make_plan(self, model, n: int, calibration):
         """The ``plan.Plan`` this method runs at length n (``attnlab plan`` writes it); a method without one refuses."""
-        raise UserError(f"--method {self.name}: runs without a plan file (it is applied directly, not through `attnlab plan`)")
+        raise UserError(f"--method {self.name}: runs without a plan file (it is applied directly, not through "
+                        "`attnlab plan`)")
 
     @classmethod
     def writes_plan(cls) -> bool:
@@ -177,7 +183,8 @@ class Method:
 
     def reuse_tail(self, n: int) -> int:
         """With ``prefill_reuse``: the last prompt tokens the method still runs itself after a reused full-attention
-        prefix of n − tail tokens (their queries choose what it keeps, SnapKV's window); 0: the reused prefill is its own."""
+        prefix of n − tail tokens (their queries choose what it keeps, SnapKV's window); 0: the reused prefill is its
+        own."""
         return 0
 
     # ---- budgets as stated ------------------------------------------------------------------
@@ -186,7 +193,12 @@ class Method:
         return 1.0
 
     def describe(self) -> dict:
-        return {"method": self.name, "budget": self.budget, "prefill": self.prefill, "decoding": self.decoding, **self.opts}
+        return {"method": self.name, "budget": self.budget, "prefill": self.prefill, "decoding": self.decoding,
+                **self.opts}
+
+    def plan_fields(self) -> dict:
+        """The ``PLAN_FIELDS`` of ``describe()`` this method has (a result row's description of the plan run)."""
+        return {key: value for key, value in self.describe().items() if key in PLAN_FIELDS}
 
 
 class PlanMethod(Method):
@@ -235,9 +247,11 @@ class PlanMethod(Method):
         if getattr(self, "plan", None) is not None:
             p = self.plan
             tails = sum(1 for row in p.heads for h in row if getattr(h, "tail", 0))
-            d.update(full_heads=p.full_heads(), fraction=p.fraction(self.n), tail_heads=tails, pages=int(getattr(p, "pages", 0)),
-                     slash_heads=p.slash_heads(), slashes=max((h.slashes for row in p.heads for h in row if not h.is_full), default=0),
-                     block_heads=p.block_heads(), blocks=max((h.blocks for row in p.heads for h in row if not h.is_full), default=0),
+            planned = [h for row in p.heads for h in row if not h.is_full]
+            d.update(full_heads=p.full_heads(), fraction=p.fraction(self.n), tail_heads=tails,
+                     pages=int(getattr(p, "pages", 0)),
+                     slash_heads=p.slash_heads(), slashes=max((h.slashes for h in planned), default=0),
+                     block_heads=p.block_heads(), blocks=max((h.blocks for h in planned), default=0),
                      kept_heads=sum(1 for row in p.heads for h in row if getattr(h, "kept", 0)),
                      kept=max((getattr(h, "kept", 0) for row in p.heads for h in row), default=0))
         return d

@@ -1,4 +1,5 @@
-"""DuoAttention (Xiao et al. 2024, "DuoAttention: Efficient Long-Context LLM Inference with Retrieval and Streaming Heads").
+"""DuoAttention (Xiao et al. 2024, "DuoAttention: Efficient Long-Context LLM Inference with Retrieval and Streaming
+Heads").
 
 Each KV head g of layer l has a learned gate α_{l,g} ∈ [0, 1] (``attnlab.llm.plans.duo_training.train_gates``,
 as the repository's ``duo_attn/train.py``).  At deployment the heads of largest gate are retrieval
@@ -20,6 +21,8 @@ from attnlab.errors import UserError
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import Option, PlanMethod
 
+NO_GATES = "--option gates: duo-attention needs a gate file (train one: python benchmarks/duo_attention_train.py)"
+
 
 @register
 class DuoAttention(PlanMethod):
@@ -30,7 +33,8 @@ class DuoAttention(PlanMethod):
     decoding = "retrieval heads keep and read the whole cache; streaming heads keep the sinks + recent tokens"
     options = {"gates": Option("", help="the gate file (required; train one: "
                                                  "python benchmarks/duo_attention_train.py)"),
-               "threshold": Option(None, 0.0, 1.0, "KV heads with a gate above it run full (default: the most that fit β)", kind=float),
+               "threshold": Option(None, 0.0, 1.0, "KV heads with a gate above it run full (default: the most that fit "
+                                   "β)", kind=float),
                "sinks": Option(16, 1, 1 << 20, "sink tokens of a streaming head"),
                "recent": Option(64, 1, 1 << 24, "recent tokens of a streaming head")}
 
@@ -43,7 +47,7 @@ class DuoAttention(PlanMethod):
         from attnlab.cli.option_paths import input_file
 
         if not self.opts.get("gates"):
-            raise UserError("--option gates: duo-attention needs a gate file (train one: python benchmarks/duo_attention_train.py)")
+            raise UserError(NO_GATES)
         input_file("--option gates", self.opts["gates"], "gate file")   # missing, a folder, a FIFO: before the model
 
     def check_model(self, model) -> None:
@@ -55,7 +59,7 @@ class DuoAttention(PlanMethod):
         from attnlab.llm.plans.plan import model_shape
 
         if not self.opts.get("gates"):
-            raise UserError("--option gates: duo-attention needs a gate file (train one: python benchmarks/duo_attention_train.py)")
+            raise UserError(NO_GATES)
         return load_gates(self.opts["gates"], model_shape(model))
 
     def make_plan(self, model, n, calibration):
@@ -73,9 +77,11 @@ class DuoAttention(PlanMethod):
         def plan(full: set) -> Plan:
             heads = [[HeadPlan.full() if (l, h // r) in full else stream for h in range(H)] for l in range(L)]
             return Plan(heads, H_kv, "duo-attention", self.budget, n,
-                        {"sinks": self.sinks, "recent": self.recent, "retrieval_kv_heads": len(full)}, shape.get("windows"))
+                        {"sinks": self.sinks, "recent": self.recent, "retrieval_kv_heads": len(full)},
+                        shape.get("windows"))
 
-        order = [tuple(int(x) for x in np.unravel_index(o, gates.shape)) for o in np.argsort(-gates.reshape(-1), kind="stable")]
+        ranked = np.argsort(-gates.reshape(-1), kind="stable")                  # KV heads by gate, largest first
+        order = [tuple(int(x) for x in np.unravel_index(o, gates.shape)) for o in ranked]
         if "threshold" in self.opts:
             return plan({lg for lg in order if gates[lg] > self.opts["threshold"]})
         full: set = set()

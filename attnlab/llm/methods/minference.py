@@ -1,4 +1,5 @@
-"""MInference (Jiang et al. 2024, "MInference 1.0: Accelerating Pre-filling for Long-Context LLMs via Dynamic Sparse Attention").
+"""MInference (Jiang et al. 2024, "MInference 1.0: Accelerating Pre-filling for Long-Context LLMs via Dynamic Sparse
+Attention").
 
 ``minference`` — as the paper defines it (default ``patterns=search``): each head runs one of MInference's
 three patterns, chosen offline on calibration text by the paper's Kernel-Aware Optimal Sparse Pattern
@@ -34,6 +35,7 @@ from __future__ import annotations
 from attnlab.errors import UserError
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import Option, PlanMethod
+
 # numpy and torch load inside the functions that compute: `attnlab methods` reads this file's class without them
 
 __all__ = ["MInference", "MInferenceError", "MInferenceMass"]
@@ -43,14 +45,15 @@ __all__ = ["MInference", "MInferenceError", "MInferenceMass"]
 class MInference(PlanMethod):
     name = "minference"
     baseline = True
-    prefill = ("per head the pattern MInference's offline search chose on calibration text (most attention mass at the same "
-               "cost, K = β(n+1)/2 keys per row): Λ-shape, vertical-slash (lines from the last 64 queries) or block-sparse "
-               "(64×64 blocks by pooled q·k); patterns=vs: every head vertical-slash")
+    prefill = ("per head the pattern MInference's offline search chose on calibration text (most attention mass at the "
+               "same cost, K = β(n+1)/2 keys per row): Λ-shape, vertical-slash (lines from the last 64 queries) or "
+               "block-sparse (64×64 blocks by pooled q·k); patterns=vs: every head vertical-slash")
     decoding = "the whole KV cache is kept and read (MInference sparsifies the prefill only)"
     calibrated = True                  # the default, patterns=search; patterns=vs needs none (set per instance)
-    options = {"patterns": Option("search", help="search: each head its pattern from the offline search (needs calibration); "
-                                  "vs: every head vertical-slash", choices=("search", "vs")),
-               "vertical": Option(None, 0, 10**7, "patterns=vs: vertical lines per head (default: half of β(n+1)/2)", kind=int),
+    options = {"patterns": Option("search", help="search: each head its pattern from the offline search (needs "
+                                  "calibration); vs: every head vertical-slash", choices=("search", "vs")),
+               "vertical": Option(None, 0, 10**7, "patterns=vs: vertical lines per head (default: half of β(n+1)/2)",
+                                  kind=int),
                "slash": Option(None, 1, 10**7, "patterns=vs: slash lines per head (default: the other half)", kind=int)}
 
     def __init__(self, budget: float = 1.0, **options):
@@ -58,7 +61,8 @@ class MInference(PlanMethod):
         self.patterns = self.option("patterns")
         lines = sorted({"vertical", "slash"} & set(self.opts))
         if self.patterns == "search" and lines:
-            raise UserError(f"--option {lines[0]}: only with patterns=vs (the search sets every pattern at β's keys per row)")
+            raise UserError(f"--option {lines[0]}: only with patterns=vs (the search sets every pattern at β's "
+                            "keys per row)")
         self.calibrated = self.patterns == "search"
         self.heads: list[list[dict]] | None = None
 
@@ -80,7 +84,8 @@ class MInference(PlanMethod):
         shape = model_shape(model)
         if self.patterns == "vs":
             v, s = self.lines(max(n, 1))
-            self.heads = [[{"pattern": "vs", "vertical": v, "slash": s}] * shape["num_heads"] for _ in range(shape["num_layers"])]
+            head = {"pattern": "vs", "vertical": v, "slash": s}
+            self.heads = [[head] * shape["num_heads"] for _ in range(shape["num_layers"])]
         else:
             self.heads = self.searched(calibration, n)
         return Plan.full(shape, n)
@@ -103,7 +108,8 @@ class MInference(PlanMethod):
         return PatternRunner, {"patterns": self.heads}
 
     def new_cache(self, model):
-        """The model's own cache: every key of a full layer, a sliding layer its window (decoding reads what full's does)."""
+        """The model's own cache: every key of a full layer, a sliding layer its window (decoding reads what full's
+        does)."""
         from transformers import DynamicCache
 
         return DynamicCache(config=model.config)
@@ -123,7 +129,10 @@ class MInference(PlanMethod):
         read = 0
         for l, row in enumerate(self.heads):
             W = self.plan.window(l)
-            read += sum(sp.entries(hd["pattern"], hd, n) for hd in row) if W is None else len(row) * head_entries(FULL, 0, 0, n, W)
+            if W is None:
+                read += sum(sp.entries(hd["pattern"], hd, n) for hd in row)
+            else:   # a sliding layer reads its window
+                read += len(row) * head_entries(FULL, 0, 0, n, W)
         return read / (len(self.heads) * len(self.heads[0]) * n * (n + 1) / 2)
 
     def describe(self) -> dict:

@@ -5,11 +5,13 @@
                                                                             + far diagonals Δ (V, Δ from the last 64
                                                                             queries, per input)
     block-sparse    S_h(i) = ∪_{u ∈ U(⌊i/64⌋)} {64u ≤ j < 64u + 64, j ≤ i}   band 0 (j = i, inside the diagonal
-                                                                            block) + key blocks U (pooled q̄·k̄, per input)
+                                                                            block) + key blocks U (pooled q̄·k̄, per
+                                                                            input)
 
 Every head's pattern is written as the execution seam's ``PrefillParts`` (``pattern_parts``) and the layer runs in one
 call of the device's backend (``backend_for(q.device).prefill``: the native kernel on the CPU, FlexAttention on CUDA);
-decoding reads the whole cache (the full plan's).  A sliding layer (Gemma-3) reads its own window, as the model's mask says.
+decoding reads the whole cache (the full plan's).  A sliding layer (Gemma-3) reads its own window, as the model's mask
+says.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ def _stack(rows: list, width: int, empty: int, like):
 def pattern_parts(patterns: list[dict], q, k, kv_of, scaling: float):
     """Each head's pattern as the seam's parts: q (B, H, n, d_k), k (B, H_kv, n, d_k) → (PrefillParts, supports).
 
-    supports: per head (pattern, its choice) — a ``Support`` (vs), (sinks, w) (Λ) or the chosen blocks (B, T, k) (block).
+    supports: per head (pattern, its choice) — a ``Support`` (vs), (sinks, w) (Λ) or the chosen blocks (B, T, k)
+    (block).
     """
     B, H, n, _ = q.shape
     T = -(-n // sp.BLOCK)
@@ -65,7 +68,8 @@ def pattern_parts(patterns: list[dict], q, k, kv_of, scaling: float):
         blk[:, h, :, : bl.shape[-1]] = bl
     parts = PrefillParts(w=tuple(w), columns=_stack(cols, max(x.shape[-1] for x in cols), -1, q),
                          diagonals=_stack(diags, max(x.shape[-1] for x in diags), NO_DIAGONAL, q), blocks=blk,
-                         block_counts=tuple(counts), tails=(0,) * H, kv_of=torch.as_tensor(kv_of).to(q.device), block=sp.BLOCK)
+                         block_counts=tuple(counts), tails=(0,) * H, kv_of=torch.as_tensor(kv_of).to(q.device),
+                         block=sp.BLOCK)
     return parts, supports
 
 
@@ -75,8 +79,8 @@ class PatternRunner(LayerRunner):
     def __init__(self, *args, patterns: list[list[dict]], **kwargs):
         super().__init__(*args, **kwargs)
         self.patterns = patterns[self.layer_idx]    # per head: {"pattern": "vs" | "lambda" | "block", settings}
-        self.supports = []                          # per head after a prefill: (pattern, Support | (sinks, w) | blocks (B, T, k))
-        self.last_parts = None                      # the seam's parts of the last prefill (not `parts`: LayerPlan.parts)
+        self.supports = []          # per head after a prefill: (pattern, Support | (sinks, w) | blocks (B, T, k))
+        self.last_parts = None      # the seam's parts of the last prefill (not `parts`: LayerPlan.parts)
 
     def prefill(self, q, k, v, scaling):
         # q: (B, H, n, d_k), k, v: (B, H_kv, n, ·) → (B, H, n, d_v)

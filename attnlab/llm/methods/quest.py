@@ -31,11 +31,11 @@ class Quest(Method):
     name = "quest"
     baseline = True
     prefill = "every causal entry (full attention)"
-    decoding = ("the cache keeps every token; a query reads the ⌊tokens/page⌋ pages of 16 keys of largest min/max upper "
-                "bound, the current page always, the first two layers densely")
+    decoding = ("the cache keeps every token; a query reads the ⌊tokens/page⌋ pages of 16 keys of largest min/max "
+                "upper bound, the current page always, the first two layers densely")
     options = {"page": Option(16, 1, 1024, "keys per page (min/max summaries kept per page)"),
                "tokens": Option(None, 1, 10**7, "keys a decoding query reads, in whole pages (default: β·n)", kind=int)}
-    prefill_reuse = True   # the prefill is full attention into a DynamicCache: a full prefill's logits and cache are its own
+    prefill_reuse = True   # full attention into a DynamicCache: a full prefill's logits and cache are its own
 
     def __init__(self, budget: float = 1.0, **options):
         super().__init__(budget, **options)

@@ -12,7 +12,7 @@ import torch
 
 from attnlab.llm.execution.attention import LayerRunner
 from attnlab.llm.execution.page_table import table_of
-from attnlab.llm.execution.pages import page_upper_bound, quest_pages  # the page summary and choice, shared with read-back
+from attnlab.llm.execution.pages import page_upper_bound, quest_pages  # page summary and choice, as read-back's
 
 __all__ = ["DENSE_LAYERS", "QuestRunner"]
 

@@ -36,8 +36,8 @@ class SnapKV(PlanMethod):
     name = "snapkv"
     baseline = True
     prefill = "every causal entry (full attention)"
-    decoding = ("after the prefill each KV head keeps the last `window` tokens + the prefix keys of largest pooled vote "
-                "of the window's queries, ⌊n(1−c)⌋ in all; new tokens are appended and everything kept is read")
+    decoding = ("after the prefill each KV head keeps the last `window` tokens + the prefix keys of largest pooled "
+                "vote of the window's queries, ⌊n(1−c)⌋ in all; new tokens are appended and everything kept is read")
     options = {"window": Option(64, 1, 8192, "last prompt queries that vote, and whose keys are always kept"),
                "kernel": Option(5, 1, 63, "width of the vote's pooling (odd)"),
                "compression": Option(None, 0.0, 0.99, "fraction of the prompt evicted (default: 1 − β)", kind=float)}
@@ -62,7 +62,8 @@ class SnapKV(PlanMethod):
         return SnapKVRunner, {"window": self.window, "kernel": self.kernel, "compression": self.compression}
 
     def reuse_tail(self, n: int) -> int:
-        """The window's tokens run under SnapKV after a reused prefix (their queries vote); none when n ≤ window (no vote)."""
+        """The window's tokens run under SnapKV after a reused prefix (their queries vote); none when n ≤ window (no
+        vote)."""
         return self.window if n > self.window else 0
 
     def kv_tokens(self, n: int) -> int:

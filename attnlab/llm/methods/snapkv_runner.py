@@ -21,12 +21,13 @@ __all__ = ["SnapKVRunner", "snapkv_keep", "snapkv_vote"]
 
 
 def snapkv_vote(q_win, k, scaling: float, kernel: int):
-    """Pooled vote p of the prefix keys: q_win (B, H, w, d) at positions m − w … m − 1, k (B, H_kv, m, d) → (B, H_kv, m − w)."""
+    """Pooled vote p of the prefix keys: q_win (B, H, w, d) at positions m − w … m − 1, k (B, H_kv, m, d) →
+    (B, H_kv, m − w)."""
     B, H, w, d = q_win.shape
     H_kv, m = k.shape[1], k.shape[2]
-    qg = q_win.reshape(B, H_kv, (H // H_kv) * w, d)                                     # the query heads of a KV head, stacked
+    qg = q_win.reshape(B, H_kv, (H // H_kv) * w, d)                   # the query heads of a KV head, stacked
     s = ((qg.float() @ k.float().transpose(-1, -2)) * scaling).view(B, H_kv, H // H_kv, w, m)
-    future = torch.ones(w, w, dtype=torch.bool, device=k.device).triu(1)                 # key m − w + b after query m − w + a
+    future = torch.ones(w, w, dtype=torch.bool, device=k.device).triu(1)   # key m − w + b after query m − w + a
     s[..., m - w :].masked_fill_(future, float("-inf"))
     v = torch.softmax(s, dim=-1)[..., : m - w].sum((2, 3))                              # (B, H_kv, m − w)
     return F.avg_pool1d(v, kernel, stride=1, padding=kernel // 2)                       # zero-padded, divided by kernel
@@ -65,7 +66,8 @@ class SnapKVRunner(LayerRunner):
 
     def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None, kv=None, summaries=None):
         # the last prompt tokens after a reused full-attention prefix (Method.reuse_tail): full attention over the
-        # cache, not compacted yet; the window's queries vote as in ``prefill``.  q: (B, H, t, d_k), k: (B, H_kv, m, d_k)
+        # cache, not compacted yet; the window's queries vote as in ``prefill``.
+        # q: (B, H, t, d_k), k: (B, H_kv, m, d_k)
         out = super().decode(q, k, v, scaling, q_pos, k_pos, flags, kv, summaries)
         cache = self.cache() if self.cache is not None else None
         m, window = int(q_pos[-1]) + 1, self.window

@@ -25,10 +25,11 @@ class StreamingLLM(PlanMethod):
                                      "(default: the largest window at β)", kind=float)}
 
     def make_plan(self, model, n, calibration):
+        import numpy as np
+
         from attnlab.llm.plans import baselines
         from attnlab.llm.plans.plan import SINKS, HeadPlan, Plan, model_shape
         from attnlab.support import Support
-        import numpy as np
 
         if self.option("compression") is None:
             return baselines.streaming_llm(model_shape(model), self.budget, n)

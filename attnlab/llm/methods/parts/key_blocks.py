@@ -27,7 +27,8 @@ class KeyBlocks(Part):
 
     def share(self, draft: Draft) -> float:
         K = int(self["blocks"])
-        return sum(min(K * BLOCK, draft.n) * (draft.n - 1) for l, _ in draft.heads if draft.global_layer(l)) / draft.total
+        n = draft.n
+        return sum(min(K * BLOCK, n) * (n - 1) for l, _ in draft.heads if draft.global_layer(l)) / draft.total
 
     def share_text(self) -> str:
         return f"{self['blocks']} key blocks"

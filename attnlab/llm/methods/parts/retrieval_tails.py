@@ -54,7 +54,7 @@ class RetrievalTails(Part):
             g = H // int(draft.calibration.shape.get("num_kv_heads") or H)              # query heads per KV head
             best = r.reshape(L, H // g, g).max(-1).reshape(-1)                          # (L·H_kv,)
             groups = np.argsort(-best, kind="stable")[: -(-k // g)]
-            keep.reshape(-1, g)[groups] = True                                           # query head h reads KV head h // g
+            keep.reshape(-1, g)[groups] = True                                  # query head h reads KV head h // g
         elif k:
             keep.reshape(-1)[np.argsort(-r.reshape(-1), kind="stable")[:k]] = True
         draft.keep = keep
