@@ -14,11 +14,13 @@ needle prompts) of the same L·H heads:
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 from scipy.stats import rankdata
+
+from attnlab.errors import UserError
+from attnlab.schemas import heads_file
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
@@ -27,7 +29,7 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def compare(doc: dict, a: str = "induction", b: str = "retrieval", k: int = 10) -> dict:
-    x, y = np.asarray(doc["detectors"][a]), np.asarray(doc["detectors"][b])  # (L, H) each
+    x, y = np.asarray(doc["detectors"][a], float), np.asarray(doc["detectors"][b], float)  # (L, H) each; null: NaN
     H = x.shape[1]
     xf, yf = x.ravel(), y.ravel()
     top_x, top_y = np.argsort(-xf, kind="stable")[:k], np.argsort(-yf, kind="stable")[:k]
@@ -48,7 +50,11 @@ def main(argv=None) -> None:
     ap.add_argument("--k", type=int, default=10)
     a = ap.parse_args(argv)
     for p in a.heads_json:
-        r = compare(json.loads(p.read_text(encoding="utf-8")), k=a.k)
+        doc = heads_file.load(p, detectors=True)                   # through its schema: one line naming the field
+        missing = [d for d in ("induction", "retrieval") if d not in doc.detectors]
+        if missing:
+            raise UserError(f"{p}: no {' or '.join(missing)} detector (attnlab heads --detectors all)")
+        r = compare(doc.model_dump(), k=a.k)
         print(f"{r['model']}: {r['heads']} heads; Spearman ρ(induction, retrieval) = {r['spearman']}; "
               f"top-{r['k']} overlap {r['overlap']}/{r['k']} (chance {r['chance']})")
         print("  top induction heads (layer.head: induction, retrieval, retrieval rank): "

@@ -54,7 +54,9 @@ def export_prompts(run: Path, out: Path, tokenizer=None) -> dict:
     """Every answer prompt of the eval run in ``run`` (from its config.json) into ``out``; returns the JSON."""
     from attnlab.llm.eval.greedy import _stop_ids
 
-    cfg = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    from attnlab.schemas import eval_config
+
+    cfg = eval_config.load(run / "config.json").model_dump()     # the run's settings, through their schema
     s = EvalSettings(**{f.name: cfg[f.name] for f in dataclasses.fields(EvalSettings) if f.name in cfg})
     if tokenizer is None:
         from attnlab.llm.models.loading import load_causal_lm

@@ -133,12 +133,11 @@ def eval_files(folder: Path) -> list[Path]:
 def eval_table(folder: Path) -> str:
     """The table ``attnlab eval`` writes into table.md, from the folder's results (every rank's, by key) and wall.jsonl."""
     rows, keys = [], set()
-    for path in eval_files(folder):
-        for r in read_lines(path):
-            if r.get("key") not in keys:
-                keys.add(r.get("key"))
-                rows.append(r)
-    walls = read_lines(folder / "wall.jsonl") if (folder / "wall.jsonl").exists() else []
+    for r in _eval_rows(folder):
+        if r.get("key") not in keys:
+            keys.add(r.get("key"))
+            rows.append(r)
+    walls = _walls(folder)
     if not any(r.get("kind") == "answer" for r in rows):
         raise Refused(f"{eval_files(folder)[0]}: no answer rows (is it attnlab eval's?)")
     summary = summarise(rows, walls)
@@ -298,15 +297,13 @@ def _rel(path: Path, shown: Path) -> str:
 
 def glance(runs: Path, shown: Path = ROOT) -> str:
     """The table of every committed test run of attnlab eval (``results_overview``), "" when there is none."""
-    return overview([(f, _config(f), [r for p in eval_files(f) for r in read_lines(p)],
-                      read_lines(f / "wall.jsonl") if (f / "wall.jsonl").exists() else [])
+    return overview([(f, _config(f), _eval_rows(f), _walls(f))
                      for n in recipe_names(runs) for f in result_folders(runs / n) if eval_files(f)], lambda f: _rel(f, shown))
 
 
 def eval_folders(runs: Path) -> list[tuple[Path, dict, list[dict], list[dict]]]:
     """(folder, config, result rows, wall rows) of every committed run of attnlab eval."""
-    return [(f, _config(f), [r for p in eval_files(f) for r in read_lines(p)],
-             read_lines(f / "wall.jsonl") if (f / "wall.jsonl").exists() else [])
+    return [(f, _config(f), _eval_rows(f), _walls(f))
             for n in recipe_names(runs) for f in result_folders(runs / n) if eval_files(f)]
 
 
@@ -340,12 +337,41 @@ def document(runs: Path, recipes: Path, shown: Path = ROOT, here: Path = ROOT / 
 
 
 def _config(folder: Path) -> dict:
-    """An eval folder's config.json ({} when it has none)."""
+    """An eval folder's config.json ({} when it has none), through its schema (``attnlab.schemas.eval_config``)."""
+    from attnlab.schemas import eval_config
+
     cfg = folder / "config.json"
+    return _schema_read(lambda: eval_config.load(cfg).model_dump()) if cfg.exists() else {}
+
+
+def _eval_rows(folder: Path) -> list[dict]:
+    """Every row of an eval folder's results files (every rank's): each line JSON (``read_lines``: a torn one is
+    refused, an unfinished run), then each row through its schema (``attnlab.schemas.result_row.ROW``)."""
+    from attnlab.schemas.result_row import ROW
+    from attnlab.schemas.schema_file import parse
+
+    return _schema_read(lambda: [parse(r, ROW, f"{p} row {i}") and r for p in eval_files(folder)
+                                 for i, r in enumerate(read_lines(p), 1)])
+
+
+def _walls(folder: Path) -> list[dict]:
+    """The lines of an eval folder's wall.jsonl, each through its schema (``result_row.WALL``)."""
+    from attnlab.schemas.result_row import WALL
+    from attnlab.schemas.schema_file import parse
+
+    path = folder / "wall.jsonl"
+    return _schema_read(lambda: [parse(r, WALL, f"{path} row {i}") and r
+                                 for i, r in enumerate(read_lines(path) if path.exists() else [], 1)])
+
+
+def _schema_read(read):
+    """``read()``; a file its schema refuses is one refusal line naming file and field (the copy then undone)."""
+    from attnlab.errors import UserError
+
     try:
-        return json.loads(cfg.read_text(encoding="utf-8")) if cfg.exists() else {}
-    except json.JSONDecodeError as err:
-        raise Refused(f"{cfg}: not JSON ({err.msg})") from None
+        return read()
+    except UserError as err:
+        raise Refused(str(err)) from None
 
 
 def collect(spec: str, runs: Path, recipes: Path) -> list[tuple[Path, Path]]:

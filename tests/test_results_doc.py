@@ -24,11 +24,21 @@ cd "$(dirname "$0")/../.."
 
 def answer(method: str, budget: float, depth: float, score: float, beta: float, kv: int) -> dict:
     """One line of results.jsonl exactly as attnlab eval writes it (eval_grid.run_eval's emit)."""
-    key = f"{method}|{budget:g}|niah|2048|{depth:g}|0"
+    key = f"{method}|{budget:g}|niah|2048|{depth:.4f}|0"
     return {"key": key, "kind": "answer", "method": method, "budget": budget, "task": "niah", "n": 2048, "depth": depth,
             "sample": 0, "score": score, "answer": " 1234567." if score else " 12.", "expected": ["1234567"],
             "prompt_tokens": 2048, "prefill_s": 1.5, "reused_tokens": 0, "decode_s": 0.25, "new_tokens": 8, "beta": beta,
             "kv_tokens": kv, "kv_bytes": kv * 1024, "kv_read_tokens": None, "kv_store_tokens": None, "kv_store_bytes": None}
+
+
+def config(**settings) -> dict:
+    """An eval folder's config.json as attnlab eval writes it (full attention on niah at 2048, 2 depths, 1 sample)."""
+    from dataclasses import asdict
+
+    from attnlab.llm.eval.eval_grid import EvalSettings
+
+    return {"format": "attnlab-eval/1", **asdict(EvalSettings(model="tiny", depths=2, samples=1, haystack="noise")),
+            **settings}
 
 
 def speed(method: str, prefill: float, tok_s: float, kv: int) -> dict:
@@ -56,9 +66,8 @@ def tree(tmp_path):
                                         answer("streaming-llm", 0.1, 1.0, 1.0, 0.098, 204),
                                         {"key": "ppl|full|1|2048|1", "kind": "ppl", "method": "full", "budget": 1.0, "n": 2048,
                                          "ppl": 28.153, "windows": 1, "beta": 1.0, "seconds": 3.0}])
-    write_lines(run / "wall.jsonl", [{"started": "x", "seconds": 42.5, "rows": 5, "reuse": True}])
-    (run / "config.json").write_text(json.dumps({"format": "attnlab-eval/1", "model": "tiny", "haystack": "noise", "depths": 2,
-                                                 "samples": 1, "seed": 0}))
+    write_lines(run / "wall.jsonl", [{"started": "2026-01-05T10:00:00Z", "seconds": 42.5, "rows": 5, "reuse": True}])
+    (run / "config.json").write_text(json.dumps(config()))
     (run / "calibration-2048.npz").write_bytes(b"\0" * 64)
     write_lines(tmp_path / "runs" / "speed-tiny" / "speed.jsonl",
                 [speed("sdpa", 100.0, 7.0, 360 << 20), speed("attnlab", 50.0, 14.0, 72 << 20),
@@ -211,8 +220,8 @@ def test_at_a_glance_reads_every_test_run(tree):
         (tree / "runs" / "niah-tiny" / name).rename(tree / "runs" / "niah-tiny" / "niah-tiny-test" / name)
     rows = results.read_lines(tree / "runs" / "niah-tiny" / "niah-tiny-test" / "results.jsonl")
     write_lines(tree / "runs" / "niah-tiny" / "niah-tiny-test" / "results.jsonl",
-                rows + [{**answer("attnlab", 0.1, d, 1.0, 0.1, 300), "key": f"a{d}"} for d in (0.0, 1.0)]
-                + [{**answer("attnlab-retrieval:pages=8", 0.1, 0.0, 0.0, 0.1, 300), "key": "written-out"}])
+                rows + [answer("attnlab", 0.1, d, 1.0, 0.1, 300) for d in (0.0, 1.0)]
+                + [answer("attnlab-retrieval:pages=8", 0.1, 0.0, 0.0, 0.1, 300)])
     assert run_main(tree, "--collect", str(tree / "runs")) == 0
     doc = (tree / "results.md").read_text()
     glance = doc.split("## At a glance")[1].split("## niah-tiny")[0]
@@ -227,9 +236,7 @@ def test_the_question_first_is_its_own_row(tree):
     """A run with ``--question before`` is another format: its own row, its template cell says the question comes first."""
     other = tree / "runs" / "niah-tiny" / "question-first"
     write_lines(other / "results.jsonl", [answer("full", 1.0, 0.0, 1.0, 1.0, 2048), answer("full", 1.0, 1.0, 0.0, 1.0, 2048)])
-    (other / "config.json").write_text(json.dumps({"format": "attnlab-eval/1", "model": "tiny", "haystack": "noise",
-                                                   "depths": 2, "samples": 1, "seed": 0, "template": "none",
-                                                   "question": "before"}))
+    (other / "config.json").write_text(json.dumps(config(template="none", question="before")))
     assert run_main(tree, "--collect", str(tree / "runs")) == 0
     glance = (tree / "results.md").read_text().split("## At a glance")[1].split("## niah-tiny")[0]
     rows = [line for line in glance.splitlines() if line.startswith("| tiny | niah |")]
@@ -246,8 +253,7 @@ def test_the_perplexity_row_of_a_length_merges_its_runs(tree):
                                            "n": 2048, "ppl": 28.153, "windows": 1, "beta": 1.0, "seconds": 3.0},
                                           {"key": "ppl|snapkv|0.1|2048|1", "kind": "ppl", "method": "snapkv", "budget": 0.1,
                                            "n": 2048, "ppl": 30.968, "windows": 1, "beta": 1.0, "seconds": 3.0}])
-    (other / "config.json").write_text(json.dumps({"format": "attnlab-eval/1", "model": "tiny", "haystack": "noise",
-                                                   "depths": 2, "samples": 1, "seed": 0}))
+    (other / "config.json").write_text(json.dumps(config()))
     assert run_main(tree, "--collect", str(tree / "runs")) == 0
     glance = (tree / "results.md").read_text().split("## At a glance")[1].split("## niah-tiny")[0]
     ppl_rows = [line for line in glance.split("Perplexity")[1].splitlines() if line.startswith("| tiny | 2048 |")]

@@ -51,7 +51,8 @@ def plans(draw):
     """A valid plan (every field drawn within its rules), as the writer writes it."""
     from attnlab.llm.plans.plan import Plan
 
-    L, kv, group, n = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(16, 48))
+    L, kv, group = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    n = draw(st.integers(16, 48))
     heads = [[draw(heads_of_plans(n)) for _ in range(kv * group)] for _ in range(L)]
     pages = draw(st.sampled_from([0, 2]))
     method = draw(st.sampled_from(["attnlab", "attnlab-retrieval", "streaming-llm", "duo-attention"]))
@@ -69,7 +70,8 @@ def heads_docs(draw):
     L, H = draw(st.integers(1, 3)), draw(st.integers(1, 4))
     names = draw(st.lists(st.sampled_from(DETECTORS), unique=True, min_size=1, max_size=3))
     score = st.floats(0, 1, allow_nan=False).map(lambda x: round(x, 6))
-    scores = {d: np.array(draw(st.lists(st.lists(score, min_size=H, max_size=H), min_size=L, max_size=L))) for d in names}
+    table = st.lists(st.lists(score, min_size=H, max_size=H), min_size=L, max_size=L)
+    scores = {d: np.array(draw(table)) for d in names}
     thresholds = {d: draw(st.sampled_from([0.2, 0.4, 0.5])) for d in names}
     return heads_document("tiny", draw(st.integers(16, 512)), scores, thresholds, {"seconds": 1.5}), L, H
 

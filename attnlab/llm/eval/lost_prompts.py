@@ -4,22 +4,23 @@ them read at that step.
 For each prompt p of an eval folder with score_full(p) = 1 and score_M(p) = 0 (the folder's own task builder and
 settings rebuild p exactly):
 
-    v = encode(full's answer up to the value's end)   the answer as the model writes it (" " + expected where full's answer
-                                          does not hold it: ": 8574954" for Gemma-3, " 8574954" for SmolLM2); t = its
-                                          first token that begins the value
-    q = n − 1 + t                         the row that predicts v_t (teacher-forced: prompt ‖ v_<t; t = 1 for a tokenizer
-                                          that writes the space apart, the first decoding step; ``row="first"``: t = 0,
-                                          the prompt's last row, that predicts the answer's first token; ``row="parted"``:
-                                          t = the first x with a_x ≠ v_x, a = encode(method's answer): the step where the
-                                          method's answer leaves the value, teacher-forced on v_<t)
+    v = encode(full's answer up to the value's end)
+        the answer as the model writes it (" " + expected where full's answer does not hold it: ": 8574954" for
+        Gemma-3, " 8574954" for SmolLM2); t = its first token that begins the value
+    q = n − 1 + t
+        the row that predicts v_t (teacher-forced: prompt ‖ v_<t; t = 1 for a tokenizer that writes the space apart,
+        the first decoding step; ``row="first"``: t = 0, the prompt's last row, that predicts the answer's first token;
+        ``row="parted"``: t = the first x with a_x ≠ v_x, a = encode(method's answer): the step where the method's
+        answer leaves the value, teacher-forced on v_<t)
     V = {j : token j of the needle carries a character of the value}    (every statement of it: a key said twice)
     m_lh = Σ_{j ∈ V} A^full_lh[q, j]      the mass head (l, h) puts on the value under full attention
-    S^M_lh(q)                             the keys the method lets that head read at row q: the prefill's support
-                                          (band, columns, diagonals, key blocks, tail) when q is a prompt row, else the
-                                          decoding step's (band or whole cache, columns, held blocks, voted keys, pages
-                                          read back), each on its own cache after the method's compaction
-    verdict_lh = |V ∩ S^M_lh(q)| / |V|, by part; a value key not read: evicted, in the store and not read back, or kept
-                                          (for another head of its KV group) and not read
+    S^M_lh(q)
+        the keys the method lets that head read at row q: the prefill's support (band, columns, diagonals, key
+        blocks, tail) when q is a prompt row, else the decoding step's (band or whole cache, columns, held blocks,
+        voted keys, pages read back), each on its own cache after the method's compaction
+    verdict_lh = |V ∩ S^M_lh(q)| / |V|, by part
+        a value key not read: evicted, in the store and not read back, or kept (for another head of its KV group)
+        and not read
 
 and m^M_lh, the mass the head puts on V under the method at that step.  The top heads by m_lh are "the heads that read
 the needle"; their verdicts say which keys the method kept.  Where the method's answer holds the value of a needle not
@@ -43,8 +44,8 @@ from attnlab.llm.methods import REFERENCE
 from attnlab.llm.methods.base import PLAN_FIELDS
 from attnlab.progress import SILENT, Progress
 
-__all__ = ["FILE", "ROWS", "answer_row", "calibration_path", "explain", "lost_pairs", "method_of", "read_folder", "summary_line",
-           "value_positions"]
+__all__ = ["FILE", "ROWS", "answer_row", "calibration_path", "explain", "lost_pairs", "method_of", "read_folder",
+           "summary_line", "value_positions"]
 
 FILE = "lost-prompts.jsonl"
 
@@ -150,11 +151,11 @@ def answer_row(tokenizer, ids: list[int], value: str, row: str = "value", answer
 # ---- the command ----------------------------------------------------------------------------------------------------
 def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=None, row: str = "value",
             layers: bool = False, heads: int = 0, progress: Progress = SILENT) -> list[dict]:
-    """Every prompt of ``out`` that full attention answered and ``method_name`` lost, explained (module docstring) at the
-    ``row`` of ``answer_row``; with ``layers``, also each layer restored to full attention (``lost_layers.restored``:
-    ``restored_layers``; with ``heads`` = k, each planned head of the k layers that close most of the gap, alone:
-    ``restored_layers["heads"]``); writes ``out/lost-prompts.jsonl`` (this method's rows replaced, other methods' kept) and
-    returns its rows."""
+    """Every prompt of ``out`` that full attention answered and ``method_name`` lost, explained (module docstring) at
+    the ``row`` of ``answer_row``; with ``layers``, also each layer restored to full attention
+    (``lost_layers.restored``: ``restored_layers``; with ``heads`` = k, each planned head of the k layers that close
+    most of the gap, alone: ``restored_layers["heads"]``); writes ``out/lost-prompts.jsonl`` (this method's rows
+    replaced, other methods' kept) and returns its rows."""
     import torch
 
     from attnlab.llm.eval.lost_reads import full_row, method_row
@@ -179,8 +180,8 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
             hay = (Haystack.noise(tokenizer) if settings.haystack == "noise"
                    else Haystack.file(tokenizer, settings.haystack, max(settings.lengths)))
         d = lost.get("depth")
-        smp = TASKS[lost["task"]].make(tokenizer, hay, n, d if d is not None else 0.0, int(lost["sample"]), settings.seed,
-                                       settings.format())
+        smp = TASKS[lost["task"]].make(tokenizer, hay, n, d if d is not None else 0.0, int(lost["sample"]),
+                                       settings.seed, settings.format())
         if len(smp.ids) != lost.get("prompt_tokens", len(smp.ids)) or list(smp.answers) != list(lost["expected"]):
             raise UserError(f"--out {out}: the prompt of {lost['key']} rebuilt differs from the run's (expected "
                             f"{lost['expected']}, rebuilt {smp.answers}): made by another version of the task")
@@ -189,24 +190,27 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
         A, full_next, full_first = full_row(model, forced, q, n)                           # (L, H, q + 1)
         mass = A[:, :, needle].sum(-1)                                                    # (L, H)
         other = other_value(lost["answer"], smp.others)
-        O = (value_positions(tokenizer, replace(smp, spans=[(0, len(smp.ids))]), [other], fallback=False)   # the value
-             if other else [])                                              # the method copied, where its needle says it
+        whole = replace(smp, spans=[(0, len(smp.ids))])
+        O = (value_positions(tokenizer, whole, [other], fallback=False)   # the value the method copied, where its
+             if other else [])                                            # needle says it
         verdicts, method_next, method_first = method_row(model, m, forced, q, n, needle, O)
         order = torch.argsort(mass.flatten(), descending=True)[:top].tolist()
         H = mass.shape[1]
-        readers = [{"layer": x // H, "head": x % H, "mass": round(float(mass.flatten()[x]), 4), **verdicts[(x // H, x % H)]}
-                 for x in order]
+        readers = [{"layer": x // H, "head": x % H, "mass": round(float(mass.flatten()[x]), 4),
+                    **verdicts[(x // H, x % H)]} for x in order]
         for hd in readers:
             for k in ("mass_method", "mass_other_method"):
                 if k in hd:
                     hd[k] = round(hd[k], 4)
         confused = _confused_heads(A, mass, verdicts, O, top)
         desc = m.describe()
-        differs = [f"{k} {desc[k]} (run: {lost[k]})" for k in PLAN_FIELDS if k in lost and k in desc and desc[k] != lost[k]]
-        why = {"method": method_name, "budget": budget, "task": lost["task"], "n": n, "depth": d, "sample": lost["sample"],
-               "key": lost["key"], "expected": lost["expected"], "answer": lost["answer"], "full_answer": full["answer"],
-               "other_value": other, "other_needle": O, "confused_heads": confused,
-               "needle": needle, "needle_text": tokenizer.decode([smp.ids[j] for j in needle]), "row": row, "query_row": q,
+        differs = [f"{k} {desc[k]} (run: {lost[k]})" for k in PLAN_FIELDS
+                   if k in lost and k in desc and desc[k] != lost[k]]
+        why = {"method": method_name, "budget": budget, "task": lost["task"], "n": n, "depth": d,
+               "sample": lost["sample"], "key": lost["key"], "expected": lost["expected"], "answer": lost["answer"],
+               "full_answer": full["answer"], "other_value": other, "other_needle": O, "confused_heads": confused,
+               "needle": needle, "needle_text": tokenizer.decode([smp.ids[j] for j in needle]), "row": row,
+               "query_row": q,
                "predicts": tokenizer.decode([nxt]), "full_next": tokenizer.decode([full_next]),
                "method_next": tokenizer.decode([method_next]), "first": tokenizer.decode(forced[n : n + 1]),
                "full_first": tokenizer.decode([full_first]),
@@ -229,7 +233,8 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
 
 def _confused_heads(A, mass, verdicts: dict, O: list[int], top: int) -> list[dict]:
     """The heads whose mass on the copied value (another needle's, positions O) grows most from full attention to the
-    method at the row: g_lh = m'^M_lh − m'_lh, m' = Σ_{j ∈ O} A[q, j]; each with its mass on the asked value under both."""
+    method at the row: g_lh = m'^M_lh − m'_lh, m' = Σ_{j ∈ O} A[q, j]; each with its mass on the asked value under
+    both."""
     import torch
 
     if not O:
@@ -279,8 +284,8 @@ def restored_text(got: dict, token: str) -> str:
     def share(x):
         return "–" if x["share"] is None else f"{x['share']:.2f}"
 
-    text = (f"log p({token!r}) full {got['logp_full']:.2f}, method {got['logp_method']:.2f}; one layer restored to full "
-            "attention closes " + ", ".join(f"L{x['layer']} {share(x)}" for x in got["layers"]) + " of the gap"
+    text = (f"log p({token!r}) full {got['logp_full']:.2f}, method {got['logp_method']:.2f}; one layer restored to "
+            "full attention closes " + ", ".join(f"L{x['layer']} {share(x)}" for x in got["layers"]) + " of the gap"
             + f" ({got['half']} of {got['of']} layers close half or more)")
     R = got["together"]
     if R:
@@ -301,17 +306,19 @@ def summary_line(row: dict) -> str:
     and what the method let it read (its role's first two parts, the value keys read and why not, its mass there)."""
     def head(hd):
         role = ", ".join(hd["role"].split(", ")[:2])
-        parts = ", ".join([f"{c} {k}" for k, c in hd["read_by"].items()] + [f"{c} {k}" for k, c in hd["not_read"].items()])
-        return (f"L{hd['layer']}.H{hd['head']} {hd['mass']:.2f} ({role}: {hd['read']}/{len(row['needle'])} read — {parts}; "
-                f"mass {hd['mass_method']:.2f} under the method)")
+        parts = ", ".join([f"{c} {k}" for k, c in hd["read_by"].items()]
+                          + [f"{c} {k}" for k, c in hd["not_read"].items()])
+        return (f"L{hd['layer']}.H{hd['head']} {hd['mass']:.2f} ({role}: {hd['read']}/{len(row['needle'])} read — "
+                f"{parts}; mass {hd['mass_method']:.2f} under the method)")
 
     d = "–" if row["depth"] is None else f"{row['depth']:g}"
     other = f" (another key's value, {row['other_value']})" if row.get("other_value") else ""
     first = "" if row["query_row"] < row["n"] else (f"first token {row['first']!r} (full {row['full_first']!r}, method "
                                                      f"{row['method_first']!r}); ")
-    text = (f"{row['method']} β={row['budget']:g} {row['task']} n={row['n']} depth {d} sample {row['sample']}: expected "
-            f"{', '.join(row['expected'])}, answered {row['answer'][:32]!r}{other}; {first}at row {row['query_row']} "
-            f"(→ {row['predicts']!r}: full {row['full_next']!r}, method {row['method_next']!r}) the value is read under full by "
+    text = (f"{row['method']} β={row['budget']:g} {row['task']} n={row['n']} depth {d} sample {row['sample']}: "
+            f"expected {', '.join(row['expected'])}, answered {row['answer'][:32]!r}{other}; {first}at row "
+            f"{row['query_row']} (→ {row['predicts']!r}: full {row['full_next']!r}, method {row['method_next']!r}) "
+            "the value is read under full by "
             + ", ".join(head(hd) for hd in row["heads"]))
     if row.get("confused_heads"):
         text += ("; the other key's value, under full → the method: " + ", ".join(
