@@ -53,7 +53,7 @@ def test_attnlab_is_the_recommended_preset_of_attnlab_retrieval():
     assert methods.get("attnlab-retrieval", 0.1).option("retrieval_heads") == 16          # the base keeps its own
     assert methods.method_class("attnlab") is methods.REGISTRY["attnlab-retrieval"]
     band = methods.get("attnlab-band", 0.1)
-    assert band.name == "attnlab-band" and not band.needs_retrieval                      # round 2's plan, renamed
+    assert band.name == "attnlab-band" and not band.needs_retrieval                      # the band plan alone
 
 
 def test_a_preset_takes_more_options_but_refuses_a_contradiction():

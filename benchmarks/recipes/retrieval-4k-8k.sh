@@ -8,7 +8,7 @@
 # oracle (oracle-topk: the ceiling of a prefill that keeps β of each row; ~100 s a prompt at 8K).  Test seed 0, run
 # once (the default's options were fixed before; nothing is chosen here).  One calibration window of Shakespeare's
 # train text per length, made by the first run and copied to the second.  One process, one thread.
-# M=…, LENGTHS=… and ONLY=filler|niah narrow a run.  Round 2's per-head band plan (attnlab-band), the perplexity
+# M=…, LENGTHS=… and ONLY=filler|niah narrow a run.  The per-head band plan alone (attnlab-band), the perplexity
 # target's reference, was added to niah-4k-8k afterwards: ONLY=niah M=attnlab-band.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 PARTS="filler niah"   # ONLY=PART runs one of them (none: all)

@@ -7,7 +7,7 @@
 # SPLIT=dev: the dev plays, seed 1, no perplexity, folders …-dev (dev checks at 8K: M=attnlab-bound:vote_next=1, and
 # the page choices M=attnlab-bound,attnlab-bound:mean_pages=8 — attnlab-bound: the default with Quest's bound alone,
 # the default before page_score=calibrated; then M=attnlab).  The test rows of attnlab-bound: the same runs, before.
-# One process, one thread.  LENGTHS=8192 or 16384 runs one of the two; M=… narrows the methods.  Round 2's per-head
+# One process, one thread.  LENGTHS=8192 or 16384 runs one of the two; M=… narrows the methods.  The per-head
 # band plan (attnlab-band), the perplexity target's reference on this model, added afterwards: M=attnlab-band.
 # The rows of attnlab:group_vote=1:decode_band=192 in its dev folders: benchmarks/recipes/kv-budget-dev.sh.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data

@@ -27,7 +27,7 @@ from attnlab.llm.heads.long_capture import LongAttention
 from attnlab.llm.models.memory import gib
 from attnlab.viz.labels import display_token
 
-__all__ = ["head_rows", "heads_document", "summary", "summary_markdown", "write_long_attention", "LOCAL_WS"]
+__all__ = ["capture_heads_document", "head_rows", "summary", "summary_markdown", "write_long_attention", "LOCAL_WS"]
 
 LOCAL_WS = (64, 256, 1024)  # "a band" for the share of heads needing more than band + 4 columns
 
@@ -112,8 +112,9 @@ def summary_markdown(res: LongAttention, target: float = 0.95, detectors=None) -
     return "\n".join(lines) + "\n"
 
 
-def heads_document(res: LongAttention, target: float = 0.95, detectors=None) -> dict:
-    """The capture's ``heads.json`` (the one format of ``attnlab.llm.heads.heads_file``)."""
+def capture_heads_document(res: LongAttention, target: float = 0.95, detectors=None) -> dict:
+    """The capture's ``heads.json`` (the one format of ``attnlab.llm.heads.heads_file``; the detectors' document of
+    ``attnlab heads`` is ``heads_report.heads_document``)."""
     from attnlab.schemas.heads_file import FORMAT
 
     return {"format": FORMAT, "model": res.name, "n": res.n, **detector_tables(detectors),
@@ -173,9 +174,10 @@ def write_long_attention(res: LongAttention, out: str | os.PathLike, target: flo
         from attnlab.errors import UserError
 
         raise UserError(f"--out: {out} exists and is not a folder")
+    heads = capture_heads_document(res, target, detectors)
     written = [res.save(out / "long-attention.safetensors"),
                write_text_atomic(out / "summary.md", summary_markdown(res, target, detectors)),
-               write_text_atomic(out / "heads.json", json.dumps(heads_document(res, target, detectors), indent=1)),
+               write_text_atomic(out / "heads.json", json.dumps(heads, indent=1)),
                save_figure(_profiles_figure(res), out / "band-profiles.png")]
     if res.pooled is not None:
         g = res.pool
