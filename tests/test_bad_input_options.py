@@ -365,6 +365,20 @@ def cases(w: Path) -> list[tuple[str, str, list, tuple]]:
     ):
         case(f"eval --calibrate-mix {value!r}", "cli", [*EO, *CAL, "--calibrate-mix", value], "--calibrate-mix", says)
 
+    AT = ["attention", "--hf", tiny, "--file", w / "text.txt", "--out", w / "new-att"]
+    for option, value, says in (
+        ("--layers", "0,,1", "empty item"),
+        ("--layers", "0,0", "given twice"),
+        ("--layers", "\uff11", "ASCII"),
+        ("--layers", "0-1_0", "ASCII"),
+        ("--rows", "1_0:20", "--rows"),
+        ("--rows", "10:\uff12\uff10", "--rows"),
+    ):
+        case(f"attention {option} {value!r}", "cli", [*AT, option, value], option, says)
+    for value, says in (("induction,,sink", "empty item"), ("induction,induction", "given twice")):
+        case(f"heads --detectors {value!r}", "cli", ["heads", "--hf", tiny, "--detectors", value, "--out",
+                                                     w / "new-heads"], "--detectors", says)
+
     # ---- path options: what the option needs, named
     for option, path, says in (
         ("--calibrate", w / "folder", "is a folder"),

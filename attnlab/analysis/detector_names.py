@@ -29,7 +29,9 @@ def parse_detectors(text: str | Sequence[str] | None) -> tuple[str, ...]:
     """'previous-token,induction' → the names in ``DETECTORS`` order (None or 'all': every one); ValueError naming --detectors."""
     if text is None:
         return DETECTORS
-    items = [s.strip() for s in (text.split(",") if isinstance(text, str) else text) if s.strip()]
+    from attnlab.cli.option_values import items as comma_items
+
+    items = comma_items(text, "--detectors") if isinstance(text, str) else [s.strip() for s in text if s.strip()]
     if items == ["all"]:
         return DETECTORS
     bad = [s for s in items if s not in DETECTORS]

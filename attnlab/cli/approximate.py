@@ -28,15 +28,18 @@ def int_list(text: str) -> list[int]:
 
 def _int_list(text: str, name: str) -> list[int]:
     """'0..10' (inclusive), '0,2,4' or '3' -> list of ints; ValueError naming the option."""
-    name = f"{name}: " if name else ""
+    from attnlab.cli.option_values import number, numbers
+
+    option, name = name or "value", f"{name}: " if name else ""
     try:
         if ".." in text:
             lo, hi = text.split("..", 1)
-            values = list(range(int(lo), int(hi) + 1))
+            values = list(range(number(lo, int, option), number(hi, int, option) + 1))
         else:
-            values = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise ValueError(f"{name}expected a range like 0..10 or a list like 0,2,4, got {text!r}") from None
+            values = numbers(text, int, option)   # canonical integers, no empty or repeated item
+    except UserError as err:
+        raise ValueError(f"{name}expected a range like 0..10 or a list like 0,2,4, got {text!r} "
+                         f"({str(err).removeprefix(option + ': ')})") from None
     if not values:
         raise ValueError(f"{name}empty range {text!r}")
     return values

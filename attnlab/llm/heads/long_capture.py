@@ -348,19 +348,21 @@ def capture_long(
 
 def parse_layers(text: str | None) -> list[int] | None:
     """'0-3', '0,5,7' or '2' -> layer indices (None: all); ValueError naming --layers."""
+    from attnlab.cli.option_values import items, number
+
     if text is None:
         return None
     out: list[int] = []
     try:
-        for part in text.split(","):
-            part = part.strip()
+        for part in items(text, "--layers"):               # an empty item or a repeated one refused
             if "-" in part:
                 a, b = part.split("-", 1)
-                out.extend(range(int(a), int(b) + 1))
-            elif part:
-                out.append(int(part))
-    except ValueError:
-        raise ValueError(f"--layers: expected a list like 0-3 or 0,5,7, got {text!r}") from None
+                out.extend(range(number(a, int, "--layers"), number(b, int, "--layers") + 1))
+            else:
+                out.append(number(part, int, "--layers"))   # ASCII digits only
+    except UserError as err:
+        raise ValueError(f"--layers: expected a list like 0-3 or 0,5,7, got {text!r} "
+                         f"({str(err).removeprefix('--layers: ')})") from None
     if not out:
         raise ValueError(f"--layers: no layer in {text!r}")
     return out
@@ -370,9 +372,11 @@ def parse_rows(text: str | None) -> tuple[int, int] | None:
     """'a:b' -> (a, b); ValueError naming --rows."""
     if text is None:
         return None
+    from attnlab.cli.option_values import number
+
     try:
-        a, b = (int(x) for x in text.split(":"))
-    except ValueError:
+        a, b = (number(x, int, "--rows") for x in text.split(":"))
+    except (ValueError, UserError):
         raise ValueError(f"--rows: expected a window like 4096:4352, got {text!r}") from None
     if not 0 <= a < b:
         raise ValueError(f"--rows: expected 0 <= a < b, got {text!r}")
