@@ -245,3 +245,56 @@ def test_the_calibration_bar_moves_a_step_per_block_of_rows(made):
     assert bar.total == windows * L * (3 + 1) == len(seen.updates) and bar.unit == "row blocks"
     assert [d for d, _ in seen.updates] == list(range(1, bar.total + 1))
     assert all(left is not None and left >= 0 for _, left in seen.updates)   # from the steps measured so far
+
+
+HEADER_KEYS = ("format", "model", "n", "num_layers", "num_heads", "num_kv_heads", "windows", "w_grid", "g_grid",
+               "err_rows", "candidates", "pattern_keys", "text", "text_windows", "mix", "methods", "proved")
+
+
+def test_every_header_field_deleted_retyped_or_joined_by_another_is_refused_naming_it(made, tmp_path):
+    """Property: each field of the header, deleted, given a value of another type, or an unknown key added beside it:
+    refused in one line that names that field (every field is required, none is coerced)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from attnlab.llm.plans.calibration import Calibration
+
+    _, _, path, _ = made
+
+    @settings(max_examples=60, deadline=None)
+    @given(key=st.sampled_from(HEADER_KEYS), how=st.sampled_from(("delete", "retype", "extra")))
+    def check(key, how):
+        def edit(h):
+            if how == "delete":
+                return {k: v for k, v in h.items() if k != key}
+            if how == "extra":
+                return {**h, f"{key}_copy": h[key]}
+            return {**h, key: {"a": 1}}            # an object where a number, a text or a list is declared
+        bad = _rewrite(path, tmp_path / f"{key}-{how}.safetensors", edit)
+        with pytest.raises(UserError) as e:
+            Calibration.load(bad)
+        named = f"{key}_copy" if how == "extra" else key
+        assert f"field {named}" in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+    check()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--n", "10"], "--n"),
+    (["--method", "snapkv"], "needs no calibration"),
+    (["--method", "nosuch"], "--method"),
+    (["--out", "x.txt"], "a .safetensors file"),
+    (["--text", "missing.txt"], "--text"),
+    (["--budget", "0"], "--budget"),
+    (["--calibrate-mix", "niah:0"], "--calibrate-mix"),
+])
+def test_calibrate_refuses_bad_options_before_the_model_loads(tmp_path, args, needle):
+    base = {"--hf": "smollm2-135m", "--n": "2048", "--out": str(tmp_path / "c.safetensors")}
+    opts = dict(zip(args[::2], args[1::2]))
+    if opts.get("--out") == "x.txt":
+        opts["--out"] = str(tmp_path / "x.txt")
+    argv = [x for k, v in {**base, **opts}.items() for x in (k, v)]
+    r = subprocess.run([sys.executable, "-m", "attnlab", "calibrate", *argv], capture_output=True, text=True, cwd=ROOT,
+                       timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and needle in r.stderr, r.stderr
+    assert "loading model" not in r.stderr and not list(tmp_path.iterdir())
