@@ -27,33 +27,43 @@ DEFAULT_HAYSTACK = Path("../shared/data/shakespeare/test.txt.gz")
 
 @checked("eval")
 def eval_command(
-    hf: str = typer.Option(..., "--hf", help="model: a HF folder, a .gguf file or a known name (smollm2-135m, gemma3-270m)"),
+    hf: str = typer.Option(..., "--hf", help="model: a HF folder, a .gguf file or a known name (smollm2-135m, "
+                           "gemma3-270m)"),
     task: str = typer.Option("niah", "--task", help="comma list of tasks: niah, niah-words, niah-uuids, niah-multikey, "
-                             "niah-multivalue, niah-multiquery, vt, cwe, passkey, passkey-once, passkey-bare, passkey-varied"),
-    lengths: str = typer.Option("2048", "--lengths", help="comma list of prompt lengths in tokens, e.g. 2048,4096,8192"),
+                             "niah-multivalue, niah-multiquery, vt, cwe, passkey, passkey-once, passkey-bare, "
+                             "passkey-varied"),
+    lengths: str = typer.Option("2048", "--lengths", help="comma list of prompt lengths in tokens, e.g. 2048,4096"),
     depths: int = typer.Option(11, "--depths", help="needle depths from 0 to 100 %, evenly spaced"),
     samples: int = typer.Option(10, "--samples", help="prompts per (task, length, depth)"),
     method: str = typer.Option("", "--method", help="comma list of methods besides full (attnlab methods lists them)"),
-    budget: str = typer.Option("0.1", "--budget", help="comma list of budgets β, fractions of the causal entries read (above zero, at most one), e.g. 0.1,0.25"),
+    budget: str = typer.Option("0.1", "--budget", help="comma list of budgets β, fractions of the causal entries read "
+                               "(above zero, at most one), e.g. 0.1,0.25"),
     plan: Optional[Path] = typer.Option(None, "--plan", help="a plan file (attnlab plan) run beside full"),
-    haystack: str = typer.Option(str(DEFAULT_HAYSTACK), "--haystack", help="'noise' (RULER's sentences) or a text file (plain or .gz)"),
-    calibrate: Optional[Path] = typer.Option(None, "--calibrate", help="calibration text for calibrated methods (never the haystack)"),
+    haystack: str = typer.Option(str(DEFAULT_HAYSTACK), "--haystack", help="'noise' (RULER's sentences) or a text "
+                                 "file (plain or .gz)"),
+    calibrate: Optional[Path] = typer.Option(None, "--calibrate", help="calibration text for calibrated methods "
+                                             "(never the haystack)"),
     calibrate_windows: int = typer.Option(2, "--calibrate-windows", help="calibration windows per length"),
-    calibrate_mix: Optional[str] = typer.Option(None, "--calibrate-mix", help="synthetic retrieval prompts added to the calibration, a comma list of task:count (tasks of --task); errors on their answer rows"),
+    calibrate_mix: Optional[str] = typer.Option(None, "--calibrate-mix", help="synthetic retrieval prompts added to "
+                                                "the calibration, a comma list of task:count (tasks of --task); "
+                                                "errors on their answer rows"),
     ppl: Optional[Path] = typer.Option(None, "--ppl", help="text whose perplexity is reported beside (plain or .gz)"),
     ppl_windows: int = typer.Option(1, "--ppl-windows", help="windows of --ppl scored per length"),
     seed: int = typer.Option(0, "--seed", help="seed of the prompts (keys, values, depths of distractors)"),
     max_new: Optional[int] = typer.Option(None, "--max-new", help="answer tokens [default: the task's]"),
-    template: str = typer.Option("auto", "--template", help="chat: the model's chat template around the prompt (refused "
-                                 "without one); none: plain text; auto: chat where the model has one"),
+    template: str = typer.Option("auto", "--template", help="chat: the model's chat template around the prompt "
+                                 "(refused without one); none: plain text; auto: chat where the model has one"),
     question: str = typer.Option("after", "--question", help="the question after the context or before it"),
     out: Path = typer.Option(Path("runs/eval"), "--out", help="run folder (results.jsonl, table.md, heatmaps)"),
     no_reuse: bool = typer.Option(False, "--no-reuse", help="every answer its own prefill: no full-attention prefill "
-                                  "shared by full, snapkv and quest, no prefix shared with the previous prompt (same answers, slower)"),
-    device: str = typer.Option("cpu", "--device", help="cpu (float32), cuda (bfloat16, FlexAttention) or auto (cuda when one is visible); "
-                               "under torchrun each rank takes its local GPU"),
-    backend: str = typer.Option("auto", "--backend", help="the execution seam's backend: auto (the device's own: cpu on the CPU, flex on CUDA), cpu or flex"),
-    quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
+                                  "shared by full, snapkv and quest, no prefix shared with the previous prompt (same "
+                                  "answers, slower)"),
+    device: str = typer.Option("cpu", "--device", help="cpu (float32), cuda (bfloat16, FlexAttention) or auto (cuda "
+                               "when one is visible); under torchrun each rank takes its local GPU"),
+    backend: str = typer.Option("auto", "--backend", help="the execution seam's backend: auto (the device's own: cpu "
+                                "on the CPU, flex on CUDA), cpu or flex"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); "
+                               "errors still said"),
 ) -> None:
     """Retrieval accuracy on a depth × length grid, and perplexity, of a model under methods (resumable)."""
     from attnlab.cli.option_values import items
@@ -62,17 +72,19 @@ def eval_command(
     settings = EvalSettings(
         model=hf, tasks=items(task, "--task"), lengths=parse_lengths(lengths), depths=depths,
         samples=samples, methods=parse_methods(method), budgets=parse_budgets(budget),
-        plan=str(plan) if plan else None, haystack=haystack, seed=seed, calibrate=str(calibrate) if calibrate else None,
-        calibrate_windows=calibrate_windows, calibrate_mix=calibrate_mix, ppl=str(ppl) if ppl else None, ppl_windows=ppl_windows, max_new=max_new,
+        plan=str(plan) if plan else None, haystack=haystack, seed=seed,
+        calibrate=str(calibrate) if calibrate else None, calibrate_windows=calibrate_windows,
+        calibrate_mix=calibrate_mix, ppl=str(ppl) if ppl else None, ppl_windows=ppl_windows, max_new=max_new,
         template=template, question=question)
     from attnlab.llm.eval.eval_inputs import check_eval_folder, check_input_file
     from attnlab.llm.models.loading import check_length, resolve_spec
 
-    resolve_spec(hf)                                                      # an unknown model: one line, no download tried
+    resolve_spec(hf)                                                      # an unknown model: one line, no download
     if haystack != "noise" and not Path(haystack).exists() and Path(haystack) == DEFAULT_HAYSTACK:
         raise ValueError(f"--haystack {haystack}: no such file (the default Shakespeare text is looked for beside the "
                          f"repository: give --haystack FILE or noise)")
-    for option, path in (("--haystack", None if haystack == "noise" else haystack), ("--calibrate", calibrate), ("--ppl", ppl)):
+    texts = (("--haystack", None if haystack == "noise" else haystack), ("--calibrate", calibrate), ("--ppl", ppl))
+    for option, path in texts:
         if path is not None:
             check_input_file(option, path)                                # missing, a folder, empty, binary: one line
     from attnlab.cli.option_paths import input_file, output_folder
@@ -81,7 +93,7 @@ def eval_command(
         from attnlab.llm.plans.plan import Plan
 
         input_file("--plan", plan)                                        # a folder, a FIFO or device: never opened
-        for n in settings.lengths:                                        # a malformed file, another length: one line, before the model
+        for n in settings.lengths:                                        # a malformed file, another length: one line
             Plan.load(plan).check_length(n, f"--plan {plan}")
     check_settings(settings, None)                                        # everything but the model's context
     from attnlab.llm.eval.before_model import check_method_inputs, check_text_sizes
@@ -89,11 +101,11 @@ def eval_command(
     check_method_inputs(settings.methods)                                 # a method's own files (a gate file) present
     check_text_sizes(settings)                                            # a one-sentence text: short in any tokenizer
     output_folder("--out", out)                                           # a file, a FIFO, an unwritable folder: named
-    check_eval_folder(out, settings)                                      # a user's folder, another model's eval: refused
+    check_eval_folder(out, settings)                                      # a user's folder, another model's eval
     check_length(hf, max(settings.lengths), "--lengths")                  # the model's context, from its configuration
     from attnlab.llm.models.device import check_device
 
-    dev = check_device(device)                                            # cuda without CUDA: one line (torch only for cuda, auto)
+    dev = check_device(device)                                            # cuda without CUDA (torch: cuda, auto only)
     from attnlab.llm.execution.backend_names import check_backend
 
     check_backend(backend, dev)                                           # a backend this device cannot run: one line
@@ -102,12 +114,12 @@ def eval_command(
     use_backend(backend, dev)                                             # the device's layers run by the backend named
     from attnlab.llm.eval.ranks import Ranks
 
-    ranks = Ranks.from_env()                                              # torchrun's RANK / WORLD_SIZE (one process: 0 / 1)
-    if ranks.world > 1:   # torchrun's ranks share the folder by design: each writes its own rank file, rank 0 folds them
+    ranks = Ranks.from_env()                                              # torchrun's RANK, WORLD_SIZE (else 0, 1)
+    if ranks.world > 1:   # torchrun's ranks share the folder by design: each writes its own rank file, rank 0 folds
         return _run(hf, settings, out, dev, ranks, quiet, no_reuse)
     from attnlab.lock import FolderLock
 
-    with FolderLock(out):                                                 # one eval per folder: a second is refused at once
+    with FolderLock(out):                                                 # one eval per folder: a second refused
         return _run(hf, settings, out, dev, ranks, quiet, no_reuse)
 
 
@@ -121,17 +133,17 @@ def _run(hf, settings, out, dev, ranks, quiet: bool, no_reuse: bool):
     from attnlab.llm.eval.ranks import fold_results
     from attnlab.progress import Progress
 
-    progress = Progress.for_command(quiet or ranks.rank > 0)              # bars in a terminal, a line per stage otherwise
-    model, tokenizer = load_causal_lm(hf, progress=progress, device=dev)  # run_eval checks the texts' lengths before any write
+    progress = Progress.for_command(quiet or ranks.rank > 0)              # bars in a terminal, else a line per stage
+    model, tokenizer = load_causal_lm(hf, progress=progress, device=dev)  # run_eval checks the texts before any write
     from attnlab.cli.plan import check_model_fits
 
     check_model_fits(model, max(settings.lengths), dev, f"--lengths {max(settings.lengths)} on {dev}")
-    ranks.init_group()                                                    # torchrun: a gloo group for the barrier before the merge
+    ranks.init_group()                                                    # torchrun: a gloo group, the merge's barrier
     t0 = time.time()
     progress.stage("eval: the prompts of every task and length, and the texts, checked before anything is written")
     rows = run_eval(model, tokenizer, settings, out, progress=progress, reuse=not no_reuse)
     ranks.barrier()
-    if not ranks.merges():                                                # a rank's share written; rank 0 (or the next run) merges
+    if not ranks.merges():                                                # a rank's share written; rank 0 merges
         typer.echo(f"rank {ranks.rank} of {ranks.world}: {len(read_results(ranks.results_path(out)))} rows in "
                    f"{ranks.results_path(out)}, {time.time() - t0:.0f} s this run")
         return ranks.close()
@@ -145,7 +157,7 @@ def _run(hf, settings, out, dev, ranks, quiet: bool, no_reuse: bool):
     from attnlab.llm import methods as registry
     from attnlab.llm.eval.eval_verdict import verdict_lines
 
-    for line in verdict_lines(rows, out, registry.DEFAULT):               # the default against full; what explains a loss
+    for line in verdict_lines(rows, out, registry.DEFAULT):               # the default against full; a loss explained
         typer.echo(line)
 
 

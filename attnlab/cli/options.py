@@ -48,7 +48,8 @@ class Rule:
     hi_open: bool = False
     choices: tuple[str, ...] = ()
     many: bool = False  # a comma list of choices
-    registry: str = ""  # "module:NAME": the choices are the keys of that dict (or what that function returns), imported when checked
+    registry: str = ""  # "module:NAME": the choices are the keys of that dict (or what that function returns),
+    #                     imported when checked
     flag: str = ""  # default: --name-with-dashes
     note: str = ""  # appended to the message, e.g. "(0 = full rank)"
     parse: str = ""  # "module:function": a text format; the function raises ValueError (or UserError) on a bad text
@@ -123,9 +124,9 @@ RULES: dict[str, Rule] = {
     # structured LLM plans (plan, plan-run)
     "plan.budget": Rule(float, 0.0, 1.0, lo_open=True),
     "plan.n": Rule(int, 2, 2**20),
-    "plan.method": Rule(str, parse="attnlab.llm.eval.eval_grid:parse_plan_method"),  # NAME or NAME:key=value (attnlab-retrieval:tail=32)
-    "plan.pages": Rule(int, 0, 10**6, note="(0 = none)"),  # = attnlab.llm.plans.plan.PAGES_MAX (not imported: it pulls in torch)
-    "plan.slashes": Rule(int, 0, 10**4, note="(0 = none)"),  # = attnlab.llm.plans.plan.SLASHES_MAX (not imported: it pulls in torch)
+    "plan.method": Rule(str, parse="attnlab.llm.eval.eval_grid:parse_plan_method"),  # NAME or NAME:key=value
+    "plan.pages": Rule(int, 0, 10**6, note="(0 = none)"),  # = plans.plan.PAGES_MAX (not imported: it pulls in torch)
+    "plan.slashes": Rule(int, 0, 10**4, note="(0 = none)"),  # = plans.plan.SLASHES_MAX (not imported: torch)
     "plan-run.n": Rule(int, 2, 2**20),
     "calibrate.n": Rule(int, 64, 2**20),
     "calibrate.method": Rule(str, parse="attnlab.llm.eval.eval_grid:parse_methods"),
@@ -144,17 +145,18 @@ RULES: dict[str, Rule] = {
     "eval.seed": Rule(int, 0, SEED_MAX),
     "eval.max_new": Rule(int, 1, 4096),
     "backend": Rule(str, registry="attnlab.llm.execution.backend_names:BACKENDS"),   # the seam's backends by name
-    "eval.template": Rule(str, registry="attnlab.llm.eval.tasks:TEMPLATES"),   # the prompt formats (attnlab.llm.eval.tasks.prompt)
+    "eval.template": Rule(str, registry="attnlab.llm.eval.tasks:TEMPLATES"),   # the prompt formats (tasks.prompt)
     "eval.question": Rule(str, registry="attnlab.llm.eval.tasks:QUESTIONS"),
     "eval-why.top": Rule(int, 1, 10**4),                                     # heads shown per lost prompt
-    "eval-why.heads": Rule(int, 0, 10**4),                                   # layers whose heads are restored one by one
-    "eval-why.row": Rule(str, registry="attnlab.llm.eval.lost_prompts:ROWS"),   # the row measured (lost_prompts.answer_row)
+    "eval-why.heads": Rule(int, 0, 10**4),                                  # layers whose heads are restored one by one
+    "eval-why.row": Rule(str, registry="attnlab.llm.eval.lost_prompts:ROWS"),   # the row measured (answer_row)
     # head detectors (heads)
     "heads.length": Rule(int, 8, 2**20),
     "repeats": Rule(int, 2, 1000),
     "samples": Rule(int, 1, 10**4),
     "prompts": Rule(int, 1, 10**4),
-    "detectors": Rule(str, choices=("previous-token", "duplicate-token", "induction", "sink", "retrieval", "all"), many=True),
+    "detectors": Rule(str, choices=("previous-token", "duplicate-token", "induction", "sink", "retrieval", "all"),
+                      many=True),
     "heads.top": Rule(int, 0, BIG),
     # embeddings
     "dim": Rule(int, 1, 2**16),
@@ -167,7 +169,7 @@ RULES: dict[str, Rule] = {
     "neighbours.k": Rule(int, 1, BIG, flag="-k"),
     # analysis
     "attempts": Rule(int, 1, 10**6),
-    "sweep.w": Rule(str, parse="attnlab.cli.approximate:int_list"),  # "0..10" / "0,2,4": against n once the heads are read
+    "sweep.w": Rule(str, parse="attnlab.cli.approximate:int_list"),  # "0..10" / "0,2,4": against n once read
     "sweep.num_pos": Rule(str, parse="attnlab.cli.approximate:int_list"),
     "roles.limit": Rule(int, 1, BIG),
     "bpe-steps.vocab_size": Rule(int, 1, 10**6),
@@ -194,7 +196,8 @@ FREE: dict[str, str] = {
     "word": "the word to look up",
     "models fetch.name": "a known model: fetch_model refuses another, naming the known ones",
     "eval.haystack": "'noise' or a text file: checked by attnlab eval before the model loads (one line)",
-    "eval-why.method": "a method of the folder's results: checked against its results.jsonl before the model loads (one line)",
+    "eval-why.method": "a method of the folder's results: checked against its results.jsonl before the model loads "
+                       "(one line)",
 }
 
 
@@ -208,7 +211,8 @@ def _flag(name: str, rule: Rule) -> str:
 
 
 def _rule(command: str, name: str, kind: type | None = None) -> Rule | None:
-    """The command's own rule ``command.name``; else the rule ``name`` if ``kind`` (the parameter's type) is its type."""
+    """The command's own rule ``command.name``; else the rule ``name`` if ``kind`` (the parameter's type) is its
+    type."""
     own = RULES.get(f"{command}.{name}")
     if own is not None:
         return own
