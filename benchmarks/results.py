@@ -163,7 +163,12 @@ def eval_table(folder: Path) -> str:
 def why_lost(folder: Path) -> str:
     """``attnlab eval-why``'s line per lost prompt (lost-prompts.jsonl), as a list under the table; none: nothing."""
     path = folder / "lost-prompts.jsonl"
-    lines = [r["summary"] for r in read_lines(path)] if path.exists() else []
+    from attnlab.schemas.result_row import LOST
+    from attnlab.schemas.schema_file import parse
+
+    rows = _schema_read(lambda: [parse(r, LOST, f"{path} row {i}") and r
+                                 for i, r in enumerate(read_lines(path) if path.exists() else [], 1)])
+    lines = [r["summary"] for r in rows]
     if not lines:
         return ""
     return ("\n**Why lost** (`attnlab eval-why`: per prompt full attention answered and the method lost, the heads of largest "

@@ -46,9 +46,17 @@ def heads_doc() -> dict:
     return heads_document("tiny", 128, scores, {"induction": 0.4, "sink": 0.5}, {"command": "a test"})
 
 
-def eval_folder(folder: Path, model: str, config=None, rows=None) -> Path:
+LOST = {"method": "streaming-llm", "budget": 0.5, "task": "niah", "n": CONTEXT, "depth": 0.5, "sample": 0,
+        "key": f"streaming-llm|0.5|niah|{CONTEXT}|0.5000|0", "expected": ["1234567"], "answer": " 12",
+        "full_answer": " 1234567", "needle": [10, 11], "needle_text": "1234567", "row": "value",
+        "query_row": CONTEXT - 1, "predicts": "1", "full_next": "1", "method_next": "2", "first": " ",
+        "full_first": " ", "method_first": " ", "heads": [], "plan_differs": [], "summary": "a lost prompt"}
+
+
+def eval_folder(folder: Path, model: str, config=None, rows=None, lost=None) -> Path:
     """An eval folder of the tiny model (streaming-llm beside full, one prompt, both answered): config.json and
-    results.jsonl, each changed by ``config`` / ``rows`` (functions of the valid document)."""
+    results.jsonl, each changed by ``config`` / ``rows`` (functions of the valid document); ``lost``: a change of a
+    row of lost-prompts.jsonl (an earlier eval-why's), written beside them."""
     from attnlab.llm.eval.eval_grid import EvalSettings, answer_key
     from attnlab.llm.eval.results_file import FORMAT
 
@@ -62,6 +70,8 @@ def eval_folder(folder: Path, model: str, config=None, rows=None) -> Path:
     (folder / "config.json").write_text(json.dumps(edited(cfg, config) if config else cfg))
     text = "".join(json.dumps(r) + "\n" for r in lines)
     (folder / "results.jsonl").write_text(rows(text, lines) if rows else text)
+    if lost is not None:
+        (folder / "lost-prompts.jsonl").write_text(json.dumps(LOST) + "\n" + json.dumps(edited(LOST, lost)) + "\n")
     return folder
 
 
@@ -248,6 +258,15 @@ def cases(w: Path) -> list[tuple[str, list, dict, tuple]]:
     for k, (label, change, *needles) in enumerate(row_cases):
         folder = eval_folder(w / f"eval-rows-{k}", tiny, rows=change)
         case(f"eval-why: results.jsonl {label}", [*why, folder], "results.jsonl", *needles)
+    lost_cases = [
+        ("a key not its fields'", at("sample", 2), "field key"),
+        ("a row nosuch", at("row", "middle"), "field row"),
+        ("summary deleted", at("summary"), "field summary: required"),
+        ("a needle position -1", at("needle", [-1]), "field needle.0"),
+    ]
+    for k, (label, change, *needles) in enumerate(lost_cases):
+        folder = eval_folder(w / f"eval-lost-{k}", tiny, lost=change)
+        case(f"eval-why: lost-prompts.jsonl {label}", [*why, folder], "lost-prompts.jsonl line 2", *needles)
     return C
 
 
@@ -270,6 +289,7 @@ def test_the_valid_files_pass_the_same_commands(world, monkeypatch, tmp_path):
     monkeypatch.setenv("ATTNLAB_CACHE", str(tmp_path / "cache"))
     tiny, text = str(world / "tiny"), str(world / "text.txt")
     folder = shutil.copytree(world / "eval-good", tmp_path / "ev")
+    (folder / "lost-prompts.jsonl").write_text(json.dumps(LOST) + "\n")        # an earlier eval-why's: replaced
     for args in (["plan-run", "--hf", tiny, "--plan", world / "plans" / "good.json", "--file", text, "--n", "128"],
                  ["attention", "--hf", tiny, "--file", text, "--tokens", "128", "--out", tmp_path / "att",
                   "--heads", world / "heads" / "good.json", "--quiet"],

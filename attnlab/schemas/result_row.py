@@ -6,13 +6,18 @@
               "seconds"}
     skipped  {"key": "METHOD|β|skipped|n", "kind": "skipped", "method", "budget", "n", "reason"}
     wall     {"started": "YYYY-MM-DDTHH:MM:SSZ", "seconds", "rows", "reuse"}           (one line per run of the grid)
+    lost     {"method", "budget", "task", "n", "depth", "sample", "key", "expected", "answer", "full_answer", "needle",
+              "row", "query_row", ..., "heads": [{...}], "summary"}          (lost-prompts.jsonl, ``attnlab eval-why``)
 
 The rules: ``kind`` picks the row's schema; its ``key`` is the one its fields make (``answer_key``, ``ppl_key``: a
 resumed grid finds a row by it); score ∈ [0, 1], β ∈ [0, 1] (0: a plan file's own), depth ∈ [0, 1] or null (a task
 not placed at a depth), n ≥ 1, sample ≥ 0, perplexity > 0, every count ≥ 0.  An answer row's measurements (β
 measured, seconds, KV tokens and bytes, the plan's counts) are absent from rows measured before each existed and
 from another library's reference rows (``benchmarks/kvpress_eval.py``: ``reference``, ``press``, ``compression``,
-``question``); the report shows them as –.
+``question``); the report shows them as –.  A lost prompt's row (``lost_prompts.explain``) is read back when
+eval-why runs again (the other methods' rows kept) and by ``benchmarks/results.py``: its top-level fields are declared
+here, the per-head tables it holds (``heads``, ``confused_heads``, ``restored_layers``) are read as written; rows
+made before ``other_value``, ``confused_heads`` and ``restored_layers`` existed lack them.
 """
 
 from __future__ import annotations
@@ -20,14 +25,14 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, TypeAdapter, field_validator, model_validator
 
 from attnlab.errors import UserError
 from attnlab.schemas.schema_file import Strict, parse, where
 
-__all__ = ["ROW", "WALL", "AnswerRow", "PplRow", "SkippedRow", "WallRow", "read_rows"]
+__all__ = ["LOST", "ROW", "WALL", "AnswerRow", "LostRow", "PplRow", "SkippedRow", "WallRow", "read_rows"]
 
 Count = Annotated[int, Field(ge=0)]
 Seconds = Annotated[float, Field(ge=0)]
@@ -149,6 +154,48 @@ class WallRow(Strict):
 
 
 WALL = TypeAdapter(WallRow)
+
+
+class LostRow(Strict):
+    """A prompt full attention answered and the method lost, explained (``attnlab.llm.eval.lost_prompts``)."""
+
+    method: str = Field(min_length=1)
+    budget: float = Field(ge=0, le=1)
+    task: str = Field(min_length=1)
+    n: int = Field(ge=1)
+    depth: float | None = Field(ge=0, le=1)
+    sample: int = Field(ge=0)
+    key: str
+    expected: list[str] = Field(min_length=1)
+    answer: str
+    full_answer: str
+    other_value: str | None = None
+    other_needle: list[Count] | None = None
+    confused_heads: list[dict[str, Any]] | None = None
+    needle: list[Count]
+    needle_text: str
+    row: Literal["value", "first", "parted"]
+    query_row: Count
+    predicts: str
+    full_next: str
+    method_next: str
+    first: str
+    full_first: str
+    method_first: str
+    heads: list[dict[str, Any]]
+    plan_differs: list[str]
+    restored_layers: dict[str, Any] | None = None
+    summary: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _key(self) -> LostRow:
+        key = f"{self.method}|{self.budget:g}|{self.task}|{self.n}|{_depth(self.depth)}|{self.sample}"
+        if self.key != key:
+            raise ValueError(f"field key: {self.key!r} is not the key of its fields, {key!r}")
+        return self
+
+
+LOST = TypeAdapter(LostRow)
 
 
 def read_rows(path, schema=ROW, option: str | None = None, cut_torn: bool = False) -> list[dict]:

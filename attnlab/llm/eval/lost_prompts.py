@@ -51,25 +51,12 @@ FILE = "lost-prompts.jsonl"
 
 
 # ---- the folder -----------------------------------------------------------------------------------------------------
-def _lines(path: Path) -> list[dict]:
-    """The complete JSON lines of ``path`` (a torn last line left out; the file is not touched)."""
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
-        if not line.endswith("\n"):
-            break
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return rows
-
-
 def read_folder(out, method: str):
     """(settings, answer rows) of the eval folder ``out`` with rows of ``method`` and of full attention; one-line
     UserError otherwise (no folder, not an eval folder, a method it has not run, no full rows)."""
     from attnlab.llm.eval.eval_grid import EvalSettings
     from attnlab.schemas import eval_config
-    from attnlab.schemas.result_row import ROW, read_rows
+    from attnlab.schemas.result_row import LOST, ROW, read_rows
 
     out = Path(out)
     if not out.is_dir():
@@ -81,6 +68,8 @@ def read_folder(out, method: str):
     names = {f.name for f in fields(EvalSettings)}
     settings = EvalSettings(**{k: v for k, v in cfg.items() if k in names})
     rows = [r for r in read_rows(out / "results.jsonl", ROW, "--out") if r["kind"] == "answer"]   # the file untouched
+    if (out / FILE).is_file():
+        read_rows(out / FILE, LOST, "--out")        # the rows a run keeps (other methods'): checked before any model
     if method == REFERENCE:
         raise UserError(f"--method {method}: full attention is the reference the other methods are compared with")
     if not any(r.get("method") == REFERENCE for r in rows):
@@ -159,6 +148,7 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
     import torch
 
     from attnlab.llm.eval.lost_reads import full_row, method_row
+    from attnlab.schemas.result_row import LOST, read_rows
     from attnlab.llm.eval.tasks import TASKS, Haystack
     from attnlab.llm.plans.calibration import Calibration
 
@@ -226,7 +216,7 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
         bar.update(len(done), note=f"depth {d} sample {lost['sample']}")
     bar.close()
     path = out / FILE
-    keep = [r for r in _lines(path) if r.get("method") != method_name] if path.is_file() else []
+    keep = [r for r in read_rows(path, LOST, "--out") if r["method"] != method_name]   # other methods' rows, checked
     write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in keep + done))
     return done
 
