@@ -117,7 +117,7 @@ class Calibration:
             c = torch.zeros(H, Gw, n, dtype=torch.float64, device=dev)
             for i0 in range(0, n, ROW_BLOCK):
                 i1 = min(n, i0 + ROW_BLOCK)
-                k0 = 0 if sliding is None else max(0, i0 - sliding + 1)      # a sliding layer's rows read keys ≥ k0 only
+                k0 = 0 if sliding is None else max(0, i0 - sliding + 1)     # a sliding layer's rows read keys ≥ k0 only
                 i = torch.arange(i0, i1, device=dev)[:, None]
                 jj = j[None, k0:i1]
                 # (H, r, i1 − k0), in fp32 (a bf16 model too)
@@ -205,8 +205,8 @@ class Calibration:
         u = head_gradients(self.out_proj[layer], self.row_grads[layer], H, d)
         # R sampled rows: measured on the host, as the tables
         q, k, v, est_scores = q.cpu(), k.cpu(), v.cpu(), est_scores.cpu()
-        err, mass, delta = option_errors(q, k, v, scaling, est_scores, self.rows(), self.w_grid, self.g_grid, SINKS, U, u,
-                                         sliding)
+        err, mass, delta = option_errors(q, k, v, scaling, est_scores, self.rows(), self.w_grid, self.g_grid, SINKS,
+                                         U, u, sliding)
         self.err[layer] += err.numpy()
         self.mass_exec[layer] += mass.numpy()
         self.delta[layer] += delta.numpy()
@@ -228,8 +228,8 @@ class Calibration:
             err = (o_s - o).norm(dim=(-2, -1)) / o.norm(dim=(-2, -1)).clamp_min(1e-30)
             self.cand_err[layer, :, x] += err.cpu().numpy()
 
-    TABLES = ("fit", "est", "sink", "fixed", "cand_err", "cand_mass", "windows", "err", "mass_exec", "resid", "out_scale",
-              "delta", "gsq",
+    TABLES = ("fit", "est", "sink", "fixed", "cand_err", "cand_mass", "windows", "err", "mass_exec", "resid",
+              "out_scale", "delta", "gsq",
               "retrieval", "page_ranking")
     # absent from calibrations made before them
     OPTIONAL = ("err", "mass_exec", "resid", "out_scale", "delta", "gsq", "retrieval", "page_ranking")

@@ -56,7 +56,8 @@ def streaming_mask(n: int, sinks: int, recent: int, device=None):
 
 
 def gated_attention(module, query, key, value, attention_mask=None, dropout: float = 0.0, scaling=None, **kwargs):
-    """transformers' attention signature: (B, H, n, d) q, (B, H_kv, n, d) k, v → ((B, n, H, d), None), gated per KV head."""
+    """transformers' attention signature: (B, H, n, d) q, (B, H_kv, n, d) k, v → ((B, n, H, d), None), gated per KV
+    head."""
     # query: (B, H, n, d), key/value: (B, H_kv, n, d)
     B, H, n, _ = query.shape
     H_kv = key.shape[1]
@@ -68,10 +69,13 @@ def gated_attention(module, query, key, value, attention_mask=None, dropout: flo
 
 
 def passkey_prompt(tokenizer, haystack: list[int], n: int, passkeys: int, words: int, gen: torch.Generator):
-    """(ids (n,), answer mask (n,)): ``passkeys`` passkeys inserted at sorted depths of the haystack, then each asked and answered."""
+    """(ids (n,), answer mask (n,)): ``passkeys`` passkeys inserted at sorted depths of the haystack, then each asked
+    and answered."""
     enc = lambda s: tokenizer(s, add_special_tokens=False)["input_ids"]  # noqa: E731
-    keys = [" ".join(WORDS[int(i)] for i in torch.randint(0, len(WORDS), (words,), generator=gen)) for _ in range(passkeys)]
-    needles = [enc(f"\nRemember this sequence of words, it's the {ORDINALS[i]} passkey to the vault: {k}.\n") for i, k in enumerate(keys)]
+    keys = [" ".join(WORDS[int(i)] for i in torch.randint(0, len(WORDS), (words,), generator=gen))
+            for _ in range(passkeys)]
+    needles = [enc(f"\nRemember this sequence of words, it's the {ORDINALS[i]} passkey to the vault: {k}.\n")
+               for i, k in enumerate(keys)]
     qa = []
     for i, k in enumerate(keys):
         q, a = enc(f"\nWhat is the {ORDINALS[i]} passkey to the vault?\nPasskey:"), enc(f" {k}")
@@ -102,6 +106,7 @@ def train_gates(model, tokenizer, text: str, cfg: GateTraining = GateTraining(),
     step runs); ``on_step(step, gates)`` is called after each step (1-based) with the clamped gates.
     """
     import time
+
     from transformers import AttentionInterface
 
     from attnlab.llm.execution.attention import attention_modules
