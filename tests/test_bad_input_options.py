@@ -379,6 +379,10 @@ def cases(w: Path) -> list[tuple[str, str, list, tuple]]:
         case(f"heads --detectors {value!r}", "cli", ["heads", "--hf", tiny, "--detectors", value, "--out",
                                                      w / "new-heads"], "--detectors", says)
 
+    for spec in ("synthetic:n=1_000", "synthetic:n=\uff15\uff10", "synthetic:n=50,,seed=1", "synthetic:zipf_s=nan"):
+        case(f"train --data {spec!r}", "cli", ["train", "--data", spec, "--max-steps", "1", "--out", w / "new-run"],
+             "corpus spec", spec.partition(":")[2].split("=")[0])
+
     # ---- path options: what the option needs, named
     for option, path, says in (
         ("--calibrate", w / "folder", "is a folder"),

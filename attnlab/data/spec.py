@@ -66,7 +66,9 @@ def synthetic_options(spec: str) -> dict:
     """The ``KEY=VALUE`` options of a ``synthetic:...`` spec, each known, given once and in range."""
     kw: dict = {}
     _, _, opts = spec.partition(":")
-    for item in filter(None, opts.split(",")):
+    from attnlab.cli.option_values import items, number
+
+    for item in items(opts, f"corpus spec {spec!r}", allow_none=True):   # an empty or repeated item refused
         key, eq, value = item.partition("=")
         key = key.strip()
         if not eq or key not in _SYNTHETIC_KEYS:
@@ -75,9 +77,11 @@ def synthetic_options(spec: str) -> dict:
         if key in kw:
             raise UserError(f"corpus spec {spec!r}: {key} given twice")
         try:
-            kw[key] = _SYNTHETIC_KEYS[key](value.strip())
-        except ValueError:
-            raise UserError(f"corpus spec {spec!r}: {key}={value!r} is not {'an integer' if _SYNTHETIC_KEYS[key] is int else 'a number'}") from None
+            kw[key] = number(value, _SYNTHETIC_KEYS[key], key)   # ASCII digits, no '_' or spaces, finite
+        except UserError:
+            kind = "an integer" if _SYNTHETIC_KEYS[key] is int else "a finite number"
+            raise UserError(f"corpus spec {spec!r}: {key}={value!r} is not {kind} (ASCII digits, no spaces "
+                            f"or '_')") from None
         lo, hi = _SYNTHETIC_RANGES[key]
         if not lo <= kw[key] <= hi:  # NaN fails too
             raise UserError(f"corpus spec {spec!r}: {key} must be in [{lo}, {hi}], got {value.strip()}")
