@@ -10,7 +10,9 @@ ceiling.  A killed run started again with the same options continues where it st
 prefill is full attention (full, snapkv, quest) share each prompt's prefill, and a prompt reuses the prefix
 it shares with the previous one (``--no-reuse``: not; the answers are the same, ``OUT/wall.jsonl`` the times).
 ``torchrun --nproc_per_node N -m attnlab eval …``: the ranks share the prompts (``llm.eval.ranks``), each writes
-``OUT/results.rank{r}.jsonl``, rank 0 folds them into ``OUT/results.jsonl`` and writes the table.
+``OUT/results.rank{r}.jsonl``, rank 0 folds them into ``OUT/results.jsonl`` and writes the table.  Every option
+and input is checked before the model loads and before ``torch.distributed`` starts: an error is said once, by rank
+0 (``ranks.says_errors``), and every rank exits 2.
 """
 
 from __future__ import annotations
