@@ -121,7 +121,7 @@ def test_the_method_options_the_plan_file_and_bad_values(tmp_path):
         with pytest.raises(UserError, match=key):
             Plan.load(path)
     plain = methods.get("attnlab-retrieval", 0.5, retrieval_heads="2", tail="8").make_plan(None, cal.n, cal)
-    assert "decode_band" not in plain.to_dict() and "group_vote" not in plain.to_dict()     # old files read as before
+    assert plain.to_dict()["decode_band"] == plain.to_dict()["group_vote"] == 0   # every field written, 0 too
     with pytest.raises(UserError, match="group_vote=1 needs tail_keep"):
         methods.get("attnlab-retrieval", 0.5, tail="8", group_vote="1")
     for key, bad in (("decode_band", "-1"), ("group_vote", "2"), ("decode_band", "x")):

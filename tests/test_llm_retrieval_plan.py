@@ -100,7 +100,7 @@ def test_tails_cost_what_they_read_and_run_exactly(tmp_path):
     n, T, w = 96, 16, 4
     band = HeadPlan(support=Support(w=w, columns=np.zeros(0, dtype=np.int64)))
     plain = Plan([[band, band]], 1, "test", 0.5, n)
-    tailed = Plan([[HeadPlan(support=band.support, tail=T), band]], 1, "test", 0.5, n)
+    tailed = Plan([[HeadPlan(support=band.support, tail=T), band]], 1, "attnlab", 0.5, n)
     assert tailed.fraction() - plain.fraction() == pytest.approx(tail_entries(w, T, n) / (2 * n * (n + 1) / 2))
     assert Plan.load(tailed.save(tmp_path / "p.json")).heads[0][0].tail == T
     x = torch.randint(0, 50, (1, n))

@@ -83,9 +83,9 @@ class HeadFile(Strict):
     @model_validator(mode="after")
     def _parts(self) -> HeadFile:
         if self.kept and not self.tail:
-            raise ValueError(f"kept {self.kept} needs a tail > 0 (the tail rows vote the kept keys)")
+            raise ValueError(f"kept {self.kept} > 0 only with a tail (the tail rows vote the kept keys)")
         if self.vote_next and not self.kept:
-            raise ValueError(f"vote_next {self.vote_next} needs kept > 0")
+            raise ValueError(f"vote_next {self.vote_next} > 0 only with kept (it counts in the vote of kept keys)")
         return self
 
 

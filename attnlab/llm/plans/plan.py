@@ -206,6 +206,20 @@ class HeadPlan:
         return {**self.support.to_dict(), **{k: int(x) for k, x in parts.items()}}
 
     @classmethod
+    def from_dict(cls, d: dict) -> "HeadPlan":
+        """One head of a plan file, read through its schema (``attnlab.schemas.plan.HeadFile``); ValueError naming
+        the field and the rule otherwise."""
+        from pydantic import ValidationError
+
+        from attnlab.schemas.plan import HeadFile
+        from attnlab.schemas.schema_file import first_error
+
+        try:
+            return cls.from_file(HeadFile.model_validate(d))
+        except ValidationError as err:
+            raise ValueError(f"head plan: {first_error(err)}") from None
+
+    @classmethod
     def from_file(cls, head) -> "HeadPlan":
         """A head of a plan file, as its schema read it (``attnlab.schemas.plan.HeadFile``: every rule checked)."""
         support = Support(w=head.w, columns=np.asarray(head.columns, dtype=np.int64).reshape(-1))
