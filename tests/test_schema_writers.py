@@ -138,3 +138,23 @@ def test_a_heads_file_older_than_its_format_tag_reads_as_version_1(tmp_path):
     (tmp_path / "h.json").write_text(json.dumps({"model": "m", "n": 64, "detectors": {"sink": [[0.5, 0.1]]},
                                                  "thresholds": {"sink": 0.5}}))
     assert schema.load(tmp_path / "h.json").format == schema.FORMAT
+
+
+def test_every_committed_record_of_these_formats_loads():
+    """docs/records/ (the runs the results document is made from) holds eval folders of every earlier version of the
+    writer: each config.json, results.jsonl, wall.jsonl and lost-prompts.jsonl reads through its schema."""
+    from pathlib import Path
+
+    from attnlab.schemas import eval_config
+    from attnlab.schemas.result_row import LOST, ROW, WALL, read_rows
+
+    records = Path(__file__).resolve().parents[1] / "docs" / "records"
+    counts = {}
+    for name, read in (("config.json", eval_config.load), ("results.jsonl", lambda p: read_rows(p, ROW)),
+                       ("wall.jsonl", lambda p: read_rows(p, WALL)),
+                       ("lost-prompts.jsonl", lambda p: read_rows(p, LOST))):
+        files = sorted(records.rglob(name))
+        for path in files:
+            read(path)
+        counts[name] = len(files)
+    assert counts["config.json"] >= 30 and counts["results.jsonl"] == counts["config.json"], counts
