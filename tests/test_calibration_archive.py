@@ -47,9 +47,9 @@ def made(tmp_path_factory):
 
 
 def _prepared(spec, budget, model, cal):
-    from attnlab.llm.plans.calibration_archive import _method
+    from attnlab.llm.plans.calibration_build import method_of
 
-    m = _method(spec, budget)
+    m = method_of(spec, budget)
     m.prepare(model, cal.n, cal)
     return m
 

@@ -49,11 +49,12 @@ def calibrate_command(
     from attnlab.llm.eval.eval_grid import check_lengths, parse_budgets, parse_methods
     from attnlab.llm.eval.eval_inputs import check_input_file
     from attnlab.llm.models.loading import check_length, resolve_spec
+    from attnlab.llm.plans.calibration_build import method_of
     from attnlab.outputs import claim_file
 
     check_lengths([n])
     specs, budgets = parse_methods(method), parse_budgets(budget)
-    plain = [s for s in specs if not _method_of(s, 1.0).calibrated]
+    plain = [s for s in specs if not method_of(s, 1.0).calibrated]
     if plain or not specs:
         raise UserError(f"--method: {plain[0] if plain else method!r} needs no calibration (give calibrated methods, "
                         "e.g. attnlab,minference)")
@@ -74,20 +75,12 @@ def calibrate_command(
     _run(hf, n, text, windows, calibrate_mix, specs, budgets, full, out, quiet)
 
 
-def _method_of(spec: str, budget: float):
-    from attnlab.llm import methods as registry
-    from attnlab.llm.eval.eval_grid import parse_method
-
-    base, opts = parse_method(spec)
-    return registry.get(base, budget, **opts)
-
-
 def _run(hf, n, text, windows, mix, specs, budgets, full, out, quiet):
     import time
 
     from attnlab.llm.models.loading import load_causal_lm
     from attnlab.llm.plans.calibration_archive import write_compact
-    from attnlab.llm.plans.calibration_build import build_calibration, calibration_file
+    from attnlab.llm.plans.calibration_build import build_calibration, calibration_file, method_of
     from attnlab.progress import Progress, duration
 
     progress = Progress.for_command(quiet)
@@ -95,7 +88,7 @@ def _run(hf, n, text, windows, mix, specs, budgets, full, out, quiet):
     model, tokenizer = load_causal_lm(hf, progress=progress, device="cpu")
     cal = None
     for spec in specs:   # in the order given: each adds what it lacks (as successive evals in one folder)
-        need = [_method_of(spec, b) for b in budgets]
+        need = [method_of(spec, b) for b in budgets]
         if full is not None:
             cal = calibration_file(model, tokenizer, need, n, full, text, windows, mix, progress)
         else:

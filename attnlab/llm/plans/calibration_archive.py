@@ -31,6 +31,7 @@ import numpy as np
 
 from attnlab.errors import UserError
 from attnlab.llm.plans.calibration import Calibration
+from attnlab.llm.plans.calibration_build import method_of
 from attnlab.schemas.calibration import FORMAT, KEY, TABLE_SHAPES, CalibrationHeader, load
 
 __all__ = ["PRECISIONS", "PROOF_BUDGETS", "CompactCalibration", "plan_of", "read_compact", "tables_read",
@@ -67,14 +68,6 @@ class _Recorded(Calibration):
         return object.__getattribute__(self, name)
 
 
-def _method(spec: str, budget: float):
-    from attnlab.llm import methods as registry
-    from attnlab.llm.eval.eval_grid import parse_method
-
-    base, opts = parse_method(spec)
-    return registry.get(base, budget, **opts)
-
-
 def plan_of(method) -> str:
     """What a prepared method will run, as text: its plan's file (the objective's value left out) and its other state
     (MInference's per-head patterns, the state of the parts it is composed of)."""
@@ -100,7 +93,7 @@ def _plans(cal, model, n: int, pairs) -> dict:
     """(spec, β) → ``plan_of`` the method prepared on ``cal``; a pair the calibration cannot plan is left out."""
     out = {}
     for spec, budget in pairs:
-        m = _method(spec, budget)
+        m = method_of(spec, budget)
         try:
             m.prepare(model, n, cal)
         except UserError:   # a budget below the method's cheapest plan, a pattern search not measured at its keys

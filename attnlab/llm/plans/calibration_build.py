@@ -21,7 +21,7 @@ from pathlib import Path
 
 from attnlab.progress import SILENT, Progress
 
-__all__ = ["RETRIEVAL_N", "RETRIEVAL_PROMPTS", "RETRIEVAL_SEED", "build_calibration", "calibration_file",
+__all__ = ["RETRIEVAL_N", "RETRIEVAL_PROMPTS", "RETRIEVAL_SEED", "build_calibration", "calibration_file", "method_of",
            "retrieval_calibration"]
 
 RETRIEVAL_N, RETRIEVAL_PROMPTS, RETRIEVAL_SEED = 512, 6, 7  # needle prompts of the retrieval scores (never the eval's)
@@ -79,6 +79,15 @@ def build_calibration(model, tokenizer, methods: list, n: int, text_path, window
         progress.stage(f"calibration n={n}: read-back's page scores ranked at K = {K} on one window")
         changed |= add_page_ranking(cal, model, tokenizer, text_path, n, K)
     return cal, changed
+
+
+def method_of(spec: str, budget: float):
+    """The method ``spec`` (``name[:key=value…]``, a registered method or preset) configured at β = ``budget``."""
+    from attnlab.llm import methods as registry
+    from attnlab.llm.eval.eval_grid import parse_method
+
+    base, opts = parse_method(spec)
+    return registry.get(base, budget, **opts)
 
 
 def retrieval_calibration(model, tokenizer, n: int):
