@@ -398,7 +398,8 @@ def calibrate(model, windows, candidates=None, progress: Progress = SILENT, err_
             if nm is not None:
                 hooks.append(mod.o_proj.register_forward_hook(_record_out_scale(cal, l)))
     steps = cal.steps(len(windows))      # blocks of rows: the bar moves every few seconds, its pace by kind of step
-    bar = progress.start(f"calibration n={n}, {len(windows)} windows", total=len(steps), unit="row blocks", kinds=steps)
+    said = f"{len(windows)} window" + ("s" if len(windows) != 1 else "")
+    bar = progress.start(f"calibration n={n}, {said}", total=len(steps), unit="row blocks", kinds=steps)
     cal.bar = bar
     try:
         for mod in mods:
