@@ -325,7 +325,10 @@ def raw_numbers(kinds: dict[str, type], argv: list[str] | None = None) -> None:
     ctx = _click_context()
     if ctx is None:
         return
-    argv = sys.argv[1:] if argv is None else argv
+    if argv is None:   # the command line of attnlab's own entry (its script, python -m attnlab), not a test runner's
+        if Path(sys.argv[0]).name not in ("attnlab", "__main__.py") or ctx.info_name not in sys.argv[1:]:
+            return
+        argv = sys.argv[1:]
     for param in ctx.command.params:
         kind = kinds.get(param.name)
         if kind not in (int, float) or getattr(param, "is_flag", False):

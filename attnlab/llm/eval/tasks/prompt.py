@@ -38,7 +38,10 @@ class PromptFormat:
             return "", ""
         if self.template == "chat" and not getattr(tokenizer, "chat_template", None):
             raise UserError("--template chat: the model's tokenizer has no chat template (use --template none)")
-        return chat_parts(tokenizer, f"--template {self.template}")
+        try:
+            return chat_parts(tokenizer)
+        except UserError as err:   # the template's refusal, said with the --template this run was given
+            raise UserError(str(err).replace("--template:", f"--template {self.template}:", 1)) from None
 
 
 @dataclass
@@ -66,12 +69,12 @@ def sample_key(task: str, length: int, depth: float | None, index: int) -> str:
     return f"{task}|{length}|{d}|{index}"
 
 
-def chat_parts(tokenizer, option: str = "--template auto") -> tuple[str, str]:
+def chat_parts(tokenizer) -> tuple[str, str]:
     """(opening, closing) of the model's chat template around one user message; ("", "") without one.
 
     The template is the model's own code (Jinja): one that does not compile, that calls ``raise_exception``, that
-    renders to nothing or that drops the message is refused in one line naming the model and ``option`` (the prompt
-    would be plain text recorded as chat, or a traceback of the template engine)."""
+    renders to nothing or that drops the message is refused in one line naming the model and ``--template`` (the
+    prompt would be plain text recorded as chat, or a traceback of the template engine)."""
     if not getattr(tokenizer, "chat_template", None):
         return "", ""
     mark = "\x00CONTENT\x00"
@@ -81,13 +84,13 @@ def chat_parts(tokenizer, option: str = "--template auto") -> tuple[str, str]:
                                              tokenize=False)
     except Exception as err:  # noqa: BLE001 - any failure of the model's template code is the model's, said in one line
         said = " ".join(str(err).split())[:200] or type(err).__name__
-        raise UserError(f"{option}: the chat template of {model} fails to render a user message ({type(err).__name__}: "
-                        f"{said}); use --template none") from None
+        raise UserError(f"--template: the chat template of {model} fails to render a user message "
+                        f"({type(err).__name__}: {said}); use --template none") from None
     if not isinstance(text, str) or not text.strip():
-        raise UserError(f"{option}: the chat template of {model} renders a user message as empty text; "
+        raise UserError(f"--template: the chat template of {model} renders a user message as empty text; "
                         "use --template none")
     if mark not in text:
-        raise UserError(f"{option}: the chat template of {model} leaves out the user's message; use --template none")
+        raise UserError(f"--template: the chat template of {model} leaves out the user's message; use --template none")
     before, _, after = text.partition(mark)
     return before, after
 
