@@ -187,7 +187,8 @@ def cases(w: Path) -> list[tuple[str, list, dict, tuple]]:
     E = ["eval", "--hf", tiny, "--lengths", "128", "--depths", "1", "--samples", "1", "--haystack", "noise",
          "--out", w / "new-eval"]
     for k in (0, 1, 3, 4, 19):
-        case(f"eval --plan: {plan_cases[k][0]}", [*E, "--plan", w / "plans" / f"bad-{k}.json"], *plan_cases[k][2:])
+        case(f"eval --plan: {plan_cases[k][0]}", [*E, "--plan", w / "plans" / f"bad-{k}.json"], "--plan",
+             *plan_cases[k][2:])
 
     # ---- heads.json: attention --file --heads (read before the model loads)
     H = heads_doc()

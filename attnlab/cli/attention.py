@@ -127,7 +127,7 @@ def _plan_file(path: Path | None, tokens: int | None):
 
     from attnlab.cli.option_paths import input_file
 
-    plan = Plan.load(input_file("--plan", path))   # missing, a folder, a FIFO or device: one line, never opened
+    plan = Plan.load(input_file("--plan", path), "--plan")   # missing, a folder, a FIFO or device: one line
     if tokens is not None and plan.n and plan.n != tokens:
         raise UserError(f"--plan {path}: made for {plan.n} tokens; this input has --tokens {tokens}")
     return plan

@@ -96,7 +96,7 @@ def eval_command(
 
         input_file("--plan", plan)                                        # a folder, a FIFO or device: never opened
         for n in settings.lengths:                                        # a malformed file, another length: one line
-            Plan.load(plan).check_length(n, f"--plan {plan}")
+            Plan.load(plan, "--plan").check_length(n, f"--plan {plan}")
     check_settings(settings, None)                                        # everything but the model's context
     from attnlab.llm.eval.before_model import check_method_inputs, check_text_sizes
 
