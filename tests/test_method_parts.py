@@ -58,6 +58,8 @@ def test_a_part_left_out_is_off_and_a_dependency_on_it_is_refused_once():
     cal = scored_calibration()
     plain = compose(["band-floor"], 0.5).make_plan(None, cal.n, cal)
     assert plain.meta["retrieval_heads"] == [] and not any(h.tail or h.blocks for row in plain.heads for h in row)
+    alone = methods.get("band-floor", 0.5, band_floor=2).make_plan(None, cal.n, cal)    # one part, by its name
+    assert min(h.w for row in alone.heads for h in row if not h.is_full) >= 2
     with pytest.raises(UserError, match="blocks=2 needs tail > 0"):
         compose(["key-blocks"], 0.5, blocks=2)
     with pytest.raises(UserError, match="no part 'nope'"):

@@ -2,7 +2,7 @@
 
     for n in lengths:                                   (the calibration of n, when a method needs one)
       for task, depth d, sample s:                      the methods whose prefill is full attention, one shared prefill
-        for (method, β) in [full] + those methods × budgets:   score = string_match_all(answer, expected) → results.jsonl
+        for (method, β) in [full] + those methods × budgets:  score = string_match_all(answer, expected) → results.jsonl
       for (method, β) in the other methods × budgets:
         for task, depth d, sample s:   score = string_match_all(greedy answer, expected)   → results.jsonl
       perplexity of each method at n on ``ppl`` windows                                  → results.jsonl
@@ -33,12 +33,12 @@ import numpy as np
 
 from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
-from attnlab.progress import SILENT, Progress
 from attnlab.llm import methods as registry
 from attnlab.llm.eval.eval_inputs import check_eval_folder, check_texts
 from attnlab.llm.eval.results_file import FORMAT, GROWS, read_results
 from attnlab.llm.eval.tasks import QUESTIONS, TASKS, TEMPLATES, Haystack, PromptFormat, sample_key, string_match_all
 from attnlab.llm.plans.calibration_build import build_calibration, calibration_file  # noqa: F401 (the grid's calibration)
+from attnlab.progress import SILENT, Progress
 
 __all__ = ["EvalSettings", "build_calibration", "calibration_file", "depth_grid", "read_results", "run_eval"]
 
@@ -57,11 +57,11 @@ class EvalSettings:
     seed: int = 0
     calibrate: str | None = None                         # calibration text of the calibrated methods
     calibrate_windows: int = 2
-    calibrate_mix: str | None = None                     # synthetic retrieval prompts added ("niah:2,vt:1", calibration_mix)
+    calibrate_mix: str | None = None                     # retrieval prompts added ("niah:2,vt:1", calibration_mix)
     ppl: str | None = None                               # text whose perplexity is reported beside
     ppl_windows: int = 1
     max_new: int | None = None                           # answer tokens (default: the task's)
-    template: str = "auto"                               # chat | none | auto (the chat template where the model has one)
+    template: str = "auto"                               # chat | none | auto (the chat template where there is one)
     question: str = "after"                              # the question after or before the context
 
     def format(self) -> PromptFormat:
@@ -95,7 +95,8 @@ def _claim(out: Path, settings: EvalSettings) -> None:
     write_text_atomic(path, json.dumps(cfg, indent=1) + "\n")
 
 
-def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, methods: list, progress: Progress = SILENT):
+def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, methods: list,
+                 progress: Progress = SILENT):
     """The calibration at length n (``out/calibration-n.npz``, made once), for the calibrated methods."""
     if not any(m.calibrated for m in methods):
         return None
@@ -158,7 +159,8 @@ def parse_plan_method(spec: str) -> str:
     """``attnlab plan --method NAME[:key=value…]``: a registered method that writes a plan file, with its options."""
     base, opts = parse_method(spec)
     if base not in registry.plan_names():
-        raise UserError(f"--method: expected one of {', '.join(registry.plan_names())} (options as name:key=value), got {spec!r}")
+        raise UserError(f"--method: expected one of {', '.join(registry.plan_names())} (options as name:key=value), "
+                        f"got {spec!r}")
     registry.get(base, 1.0, **opts)
     return spec
 
@@ -216,43 +218,26 @@ def check_settings(settings: EvalSettings, max_len: int | None) -> None:
         raise UserError(f"--max-new: must be >= 1, got {settings.max_new}")
 
 
-def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, progress: Progress = SILENT, stop_after: int | None = None,
-             reuse: bool = True) -> list[dict]:
+def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, progress: Progress = SILENT,
+             stop_after: int | None = None, reuse: bool = True) -> list[dict]:
     """Measure the grid into ``out/results.jsonl`` (resuming what is there); returns every row.
 
     ``progress`` (``attnlab.progress``): a bar over the rows, row by row, and the calibrations' bars; ``stop_after``:
-    stop after measuring that many new rows (tests of resumption).  ``reuse``: the methods whose prefill is full attention
-    (``Method.prefill_reuse``) share one prefill per prompt, and a prompt reuses the prefix it shares
+    stop after measuring that many new rows (tests of resumption).  ``reuse``: the methods whose prefill is full
+    attention (``Method.prefill_reuse``) share one prefill per prompt, and a prompt reuses the prefix it shares
     with the one before (``prefix_cache``); the answers are those of ``reuse=False``, the seconds fewer.
     """
-    from attnlab.llm.eval.greedy import greedy_answer   # torch: imported here, so that the settings are checked without it
-    from attnlab.llm.models.loading import model_max_len
-    from attnlab.llm.execution.prefix_cache import FullPrefill
     from attnlab.llm.eval.ranks import Ranks, read_all
+    from attnlab.llm.execution.prefix_cache import FullPrefill
 
     out = Path(out)
-    check_settings(settings, model_max_len(model))
-    hay = Haystack.noise(tokenizer) if settings.haystack == "noise" else Haystack.file(tokenizer, settings.haystack, max(settings.lengths))
-    depths = depth_grid(settings.depths)
-    for t in settings.tasks:  # every task fits every length and the haystack holds it: refused before anything is written
-        for n in settings.lengths:
-            TASKS[t].make(tokenizer, hay, n, 0.5, 0, settings.seed, settings.format())
-    if settings.plan:  # a plan for another model or length
-        for n in settings.lengths:
-            _method(settings, registry.PLAN_FILE, 0.0).make_plan(model, n, None)
-    for name in settings.methods:  # a method's own files (a gate file for another model): refused, not a skipped row
-        _method(settings, name, 1.0).check_model(model)
-    check_texts(tokenizer, settings, any(_method(settings, m, 1.0).calibrated for m in settings.methods))  # long enough
+    hay = check_grid(model, tokenizer, settings)
     _claim(out, settings)
-    results = (ranks := Ranks.from_env()).results_path(out)   # torchrun: this rank's file, its share of the prompts (ranks)
-    rows = read_all(out)                                          # every rank's rows: resumable with any number of ranks
+    ranks = Ranks.from_env()
+    results = ranks.results_path(out)    # torchrun: this rank's file, its share of the prompts (ranks)
+    rows = read_all(out)                 # every rank's rows: resumable with any number of ranks
     done = {r["key"] for r in rows}
-    cells = [(t, d) for t in settings.tasks for d in (depths if TASKS[t].uses_depth else [None])]
-    mine = [p for i, p in enumerate((t, d, s) for t, d in cells for s in range(settings.samples)) if ranks.mine(i)]  # grid order
-    share = {answer_key(name, b, t, n, d, s): (name, b, n) for n in settings.lengths for name, b in settings.runs()
-             for t, d, s in mine}          # this rank's rows of this grid (a folder may hold others), each with its kind
-    if settings.ppl and ranks.rank == 0:   # perplexity: rank 0's
-        share |= {ppl_key(name, b, n, settings.ppl_windows): (name, b, n, "ppl") for n in settings.lengths for name, b in settings.runs()}
+    mine, share = rank_share(settings, ranks)
     prefixes = FullPrefill() if reuse else None
     measured, t_start = 0, time.time()
     bar = progress.start(ranks.label("eval"), total=len(share), unit="rows", done=len(done & share.keys()),
@@ -266,7 +251,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
             rows.append(row)
             done.add(row["key"])
             measured += 1
-            what = f"{row['method']} β={row['budget']:g} n={row['n']}" + (f" {row['task']}" if "task" in row else " ppl")
+            what = f"{row['method']} β={row['budget']:g} n={row['n']} " + row.get("task", "ppl")
             bar.update(len(done & share.keys()), kind=share.get(row["key"]), note=what)
             if stop_after is not None and measured >= stop_after:
                 raise KeyboardInterrupt
@@ -274,27 +259,12 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
         try:
             for n in settings.lengths:
                 samples = dict.fromkeys(mine)    # this rank's prompts at n, each built when first answered
-
-                def answer(run, key):  # one prompt under one method → its row
-                    name, budget, method, beta = run.name, run.budget, run.method, run.beta
-                    t, d, s = key
-                    if samples[key] is None:
-                        samples[key] = TASKS[t].make(tokenizer, hay, n, d if d is not None else 0.0, s, settings.seed, settings.format())
-                    smp = samples[key]
-                    ans = greedy_answer(model, tokenizer, method, smp.ids, settings.max_new or smp.max_new, prefixes=prefixes,
-                                        done=lambda text, refs=smp.answers: string_match_all(text, refs) == 1.0)
-                    emit({"key": answer_key(name, budget, t, n, d, s), "kind": "answer", "method": name, "budget": budget, "task": t,
-                          "n": n, "depth": d, "sample": s, "score": string_match_all(ans.text, smp.answers), "answer": ans.text,
-                          "expected": smp.answers, "prompt_tokens": len(smp.ids), "prefill_s": round(ans.prefill_s, 4),
-                          "reused_tokens": ans.reused, "decode_s": round(ans.decode_s, 4), "new_tokens": ans.tokens, "beta": beta,
-                          "kv_tokens": ans.kv_tokens, "kv_bytes": ans.kv_bytes, "kv_read_tokens": ans.kv_read_tokens,
-                          "kv_store_tokens": ans.kv_store_tokens, "kv_store_bytes": ans.kv_store_bytes,
-                          **method.plan_fields()})
-
+                answer = answerer(model, tokenizer, settings, hay, n, samples, prefixes, emit)
                 for calibrated in (False, True):   # the methods without a calibration are answered before it is made
-                    ready = _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, calibrated, progress)
+                    ready = _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, calibrated,
+                                           progress)
                     shared = [r for r in ready if prefixes is not None and r.method.prefill_reuse]
-                    for key in samples:  # prompts outer, the sharing methods inner: one full-attention prefill serves them all
+                    for key in samples:  # prompts outer, the sharing methods inner: one full prefill serves them all
                         for run in shared:
                             if key in run.todo:
                                 answer(run, key)
@@ -303,12 +273,85 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
                             for key in run.todo:
                                 answer(run, key)
                         if run.ppl_key is not None and ranks.rank == 0:
-                            emit(_perplexity_row(model, tokenizer, settings, run.method, run.name, run.budget, n, run.beta, run.ppl_key))
+                            emit(_perplexity_row(model, tokenizer, settings, run, n))
         finally:
             bar.close()
             if measured:
                 _log_wall(out, t_start, measured, reuse)
     return rows
+
+
+def check_grid(model, tokenizer, settings: EvalSettings) -> Haystack:
+    """Everything the grid will read, checked against the model before anything is written: the settings, the
+    haystack and every task at every length, the plan file, each method's own files, the texts' lengths.  Returns
+    the haystack."""
+    from attnlab.llm.models.loading import model_max_len
+
+    check_settings(settings, model_max_len(model))
+    if settings.haystack == "noise":
+        hay = Haystack.noise(tokenizer)
+    else:
+        hay = Haystack.file(tokenizer, settings.haystack, max(settings.lengths))
+    for t in settings.tasks:  # every task fits every length and the haystack holds it
+        for n in settings.lengths:
+            TASKS[t].make(tokenizer, hay, n, 0.5, 0, settings.seed, settings.format())
+    if settings.plan:  # a plan for another model or length
+        for n in settings.lengths:
+            _method(settings, registry.PLAN_FILE, 0.0).make_plan(model, n, None)
+    for name in settings.methods:  # a method's own files (a gate file for another model): refused, not a skipped row
+        _method(settings, name, 1.0).check_model(model)
+    calibrated = any(_method(settings, m, 1.0).calibrated for m in settings.methods)
+    check_texts(tokenizer, settings, calibrated)   # long enough
+    return hay
+
+
+def rank_share(settings: EvalSettings, ranks) -> tuple[list, dict]:
+    """This rank's prompts (task, depth, sample) in grid order, and its rows {key: kind} — kind (method, β, n), or
+    (method, β, n, "ppl") for a perplexity (rank 0's) — which the progress paces (a folder may hold other rows)."""
+    depths = depth_grid(settings.depths)
+    cells = [(t, d) for t in settings.tasks for d in (depths if TASKS[t].uses_depth else [None])]
+    prompts = [(t, d, s) for t, d in cells for s in range(settings.samples)]
+    mine = [p for i, p in enumerate(prompts) if ranks.mine(i)]
+    share = {}
+    for n in settings.lengths:
+        for name, b in settings.runs():
+            share |= {answer_key(name, b, t, n, d, s): (name, b, n) for t, d, s in mine}
+    if settings.ppl and ranks.rank == 0:
+        for n in settings.lengths:
+            share |= {ppl_key(name, b, n, settings.ppl_windows): (name, b, n, "ppl") for name, b in settings.runs()}
+    return mine, share
+
+
+def answerer(model, tokenizer, settings: EvalSettings, hay, n: int, samples: dict, prefixes, emit):
+    """``answer(run, key)``: the prompt ``key`` = (task, depth, sample) at length n (built when first asked, kept in
+    ``samples``) answered greedily under ``run``'s method, its row emitted."""
+    # torch: imported here, the settings are checked without it
+    from attnlab.llm.eval.greedy import greedy_answer
+
+    def answer(run: Run, key) -> None:
+        t, d, s = key
+        if samples[key] is None:
+            depth = d if d is not None else 0.0
+            samples[key] = TASKS[t].make(tokenizer, hay, n, depth, s, settings.seed, settings.format())
+        smp = samples[key]
+        ans = greedy_answer(model, tokenizer, run.method, smp.ids, settings.max_new or smp.max_new, prefixes=prefixes,
+                            done=lambda text: string_match_all(text, smp.answers) == 1.0)
+        emit(answered_row(run, n, key, smp, ans))
+
+    return answer
+
+
+def answered_row(run: Run, n: int, key, smp, ans) -> dict:
+    """The results.jsonl row of the prompt ``smp`` at ``key`` = (task, depth, sample) answered ``ans`` under ``run``:
+    its score, the seconds, the KV kept and read, the plan's description (``Method.plan_fields``)."""
+    t, d, s = key
+    return {"key": answer_key(run.name, run.budget, t, n, d, s), "kind": "answer", "method": run.name,
+            "budget": run.budget, "task": t, "n": n, "depth": d, "sample": s,
+            "score": string_match_all(ans.text, smp.answers), "answer": ans.text, "expected": smp.answers,
+            "prompt_tokens": len(smp.ids), "prefill_s": round(ans.prefill_s, 4), "reused_tokens": ans.reused,
+            "decode_s": round(ans.decode_s, 4), "new_tokens": ans.tokens, "beta": run.beta,
+            "kv_tokens": ans.kv_tokens, "kv_bytes": ans.kv_bytes, "kv_read_tokens": ans.kv_read_tokens,
+            "kv_store_tokens": ans.kv_store_tokens, "kv_store_bytes": ans.kv_store_bytes, **run.method.plan_fields()}
 
 
 def answer_key(name: str, budget: float, task: str, n: int, depth: float | None, sample: int) -> str:
@@ -331,7 +374,8 @@ class Run(NamedTuple):
     beta: float             # β measured: Method.prefill_fraction(n)
 
 
-def _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, calibrated: bool, progress: Progress = SILENT) -> list[Run]:
+def _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, calibrated: bool,
+                   progress: Progress = SILENT) -> list[Run]:
     """The (method, β) runs at length n with something left to measure whose method is ``calibrated`` or not, prepared
     (a run the method refuses: a skipped row)."""
     runs = [(name, b, _method(settings, name, b)) for name, b in settings.runs()]
@@ -351,7 +395,7 @@ def _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, cali
             continue
         try:
             method.prepare(model, n, cal)
-        except UserError as err:  # e.g. a budget below the method's cheapest plan: said in the results, the grid goes on
+        except UserError as err:  # a budget below the method's cheapest plan: said in the results, the grid goes on
             emit({"key": skip_key, "kind": "skipped", "method": name, "budget": budget, "n": n, "reason": str(err)})
             continue
         ready.append(Run(name, budget, method, todo, ppl, method.prefill_fraction(n)))
@@ -365,13 +409,14 @@ def _log_wall(out: Path, started: float, measured: int, reuse: bool) -> None:
                             "seconds": round(time.time() - started, 3), "rows": measured, "reuse": reuse}) + "\n")
 
 
-def _perplexity_row(model, tokenizer, settings, method, name, budget, n, beta, key) -> dict:
+def _perplexity_row(model, tokenizer, settings, run: Run, n: int) -> dict:
+    """The perplexity row of ``run`` at length n, on ``settings.ppl_windows`` windows of the ``--ppl`` text."""
     from attnlab.llm.eval.perplexity import perplexity
     from attnlab.llm.models.text_windows import token_windows
 
     windows = token_windows(tokenizer, settings.ppl, n, settings.ppl_windows)
     t0 = time.perf_counter()
-    with method.applied(model):
+    with run.method.applied(model):
         ppl = perplexity(model, windows)
-    return {"key": key, "kind": "ppl", "method": name, "budget": budget, "n": n, "ppl": ppl, "windows": len(windows),
-            "beta": beta, "seconds": round(time.perf_counter() - t0, 3)}
+    return {"key": run.ppl_key, "kind": "ppl", "method": run.name, "budget": run.budget, "n": n, "ppl": ppl,
+            "windows": len(windows), "beta": run.beta, "seconds": round(time.perf_counter() - t0, 3)}

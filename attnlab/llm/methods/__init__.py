@@ -86,11 +86,18 @@ def preset_names() -> tuple[str, ...]:
 def method_class(name: str) -> type[Method]:
     """The class a method or preset name runs (a preset: its base's; parts joined by ``+``: their composition)."""
     _discover()
-    if name not in PRESETS and name not in REGISTRY and COMPOSE in name:
+    if name not in PRESETS and name not in REGISTRY and composed(name):
         from attnlab.llm.methods.parts import composed_class
 
         return composed_class(name)
     return REGISTRY[PRESETS[name].base if name in PRESETS else name]
+
+
+def composed(name: str) -> bool:
+    """Whether ``name`` names parts: joined by ``+`` (``retrieval-tails+key-blocks``), or one part alone."""
+    from attnlab.llm.methods.parts import PARTS
+
+    return COMPOSE in name or name in PARTS
 
 
 def default_names() -> tuple[str, ...]:
@@ -132,7 +139,7 @@ def get(name: str, budget: float = 1.0, plan_file=None, **options) -> Method:
         method = cls(budget, **{**p.values, **options})
         method.name, method.preset = name, p
         return method
-    if name not in REGISTRY and COMPOSE in name:   # parts composed on the command line: retrieval-tails+key-blocks
+    if name not in REGISTRY and composed(name):   # parts composed on the command line: retrieval-tails+key-blocks
         return method_class(name)(budget, **options)
     if name not in REGISTRY:
         raise UserError(f"--method: unknown method {name!r} (known: {', '.join(sorted((*REGISTRY, *PRESETS)))}; "

@@ -16,9 +16,9 @@ equal entries:
   largest estimated mass anywhere);
 * ``duo_attention`` (Xiao et al. 2024): the fraction of heads with the largest error of the
   sink + window fit stay full, the rest keep 4 sinks + a window; window and fraction are the pair
-  of largest captured mass at the budget (DuoAttention learns its gates; here heads are ranked by
-  the fit's error, as the issue asks);
-* ``full``: every head full.
+  of largest captured mass at the budget (DuoAttention learns its gates, the ``duo-attention``
+  method; here, the ``duo-fit-error`` method, heads are ranked by the fit's error).
+Full attention is ``Plan.full`` (the ``full`` method, ``methods.full``).
 
 Sliding layers (Gemma-3: window W = 512 on 15 of 18 layers).  Every head of a sliding layer runs
 the band B_{min(w, W−1)} alone and is counted so (``plan.head_entries``), the denominator staying
@@ -37,7 +37,7 @@ from attnlab.llm.plans.calibration import Calibration
 from attnlab.llm.plans.plan import FULL, SINKS, HeadPlan, Plan, check_budget, entries_of, head_entries
 from attnlab.support import Support
 
-__all__ = ["MINFERENCE_PATTERNS", "minference_candidates", "streaming_llm", "minference", "duo_attention", "full"]
+__all__ = ["MINFERENCE_PATTERNS", "minference_candidates", "streaming_llm", "minference", "duo_attention"]
 
 MINFERENCE_PATTERNS = (("lambda", 100, 800), ("vertical-slash", 30, 800), ("vertical-slash", 100, 750),
                        ("vertical-slash", 500, 700), ("vertical-slash", 3500, 100), ("block-sparse", 1000, 6096))
@@ -184,6 +184,3 @@ def duo_attention(cal: Calibration, budget: float) -> Plan:
     return Plan(heads, cal.shape["num_kv_heads"], "duo-attention", budget, n, {"window": int(w), "full_heads": len(full_set)},
                 cal.shape.get("windows"))
 
-
-def full(shape: dict, n: int) -> Plan:
-    return Plan.full(shape, n)

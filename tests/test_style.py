@@ -1,0 +1,46 @@
+"""Style, checked by ruff with pyproject.toml's [tool.ruff] (pyflakes, import order, 120 columns): the files already
+clean stay clean, and the lines over 120 characters left in attnlab/ never grow (a ratchet: lower it as they go)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CLEAN = ["attnlab/llm/methods", "attnlab/llm/eval/eval_grid.py", "benchmarks/outputs_unchanged_2k.py",
+         "tests/test_outputs_unchanged.py", "tests/test_method_parts.py", "tests/test_style.py"]
+LONG_LINES_AT_MOST = 712   # `ruff check --select E501 attnlab --statistics` when the ratchet was set
+
+
+def ruff(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def has_ruff():
+    if subprocess.run([sys.executable, "-m", "ruff", "--version"], capture_output=True).returncode != 0:
+        pytest.fail("ruff is a test dependency (pyproject.toml) and is not installed: pip install -e '.[test]'")
+
+
+def test_the_clean_files_stay_clean():
+    out = ruff(*CLEAN)
+    assert out.returncode == 0, out.stdout[-3000:]
+
+
+def test_the_long_lines_of_attnlab_do_not_grow():
+    out = ruff("--select", "E501", "--statistics", "attnlab")
+    count = int(out.stdout.split()[0]) if out.stdout.strip() else 0
+    assert count <= LONG_LINES_AT_MOST, f"{count} lines over 120 characters in attnlab/ (at most {LONG_LINES_AT_MOST})"
+
+
+def test_the_ratchet_sees_a_long_line(tmp_path):
+    """Not vacuous: a line of 121 characters is reported."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("x = '" + "a" * 115 + "'\n")
+    out = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--config", str(ROOT / "pyproject.toml"),
+                          "--select", "E501", str(bad)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "E501" in out.stdout
