@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CLEAN = ["attnlab/llm/methods", "attnlab/llm/eval/eval_grid.py", "benchmarks/outputs_unchanged_2k.py",
          "tests/test_outputs_unchanged.py", "tests/test_method_parts.py", "tests/test_style.py"]
-LONG_LINES_AT_MOST = 712   # `ruff check --select E501 attnlab --statistics` when the ratchet was set
+LONG_LINES_AT_MOST = 668   # `ruff check --select E501 attnlab --statistics` when the ratchet was set
 
 
 def ruff(*args: str) -> subprocess.CompletedProcess:
