@@ -72,7 +72,7 @@ def part_lines() -> list[str]:
     for part in EVERY:
         lines.append(f"  {part.name}: {part.purpose}")
         lines.append(f"    β share: {part.share_rule}; sliding layer: {part.sliding}")
-        lines += [f"    needs: {key} > 0 needs {need} > 0 ({why})" for key, need, why in part.requires]
+        lines += [f"    {key} > 0 needs {need} > 0 ({why})" for key, need, why in part.requires]
         lines += option_lines(part.options)
     return lines
 
