@@ -13,7 +13,8 @@ The reference is recorded from a clean checkout of the code whose outputs are me
     PYTHONPATH=/path/to/checkout .venv/bin/python tests/test_outputs_unchanged.py --record
 
 Exact, not within a tolerance: on one thread every kernel (PyTorch's and the native one) is deterministic, while the
-same code on two threads moves logits by up to 4e-7 (a matmul's sum split otherwise), so both run on one thread.
+same code on two threads moved the tiny Gemma-3's decoding logits by up to 4.2e-7 (a matmul's sum split otherwise),
+so the record and the test both run on one thread.
 A refactor that changes no output keeps this test green; a change meant to alter an output re-records the file in
 the same commit and says which figures it moves.
 """
