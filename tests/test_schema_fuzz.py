@@ -216,6 +216,20 @@ def cases(w: Path) -> list[tuple[str, list, dict, tuple]]:
         path = w / "heads" / f"bad-{k}.json"
         path.write_text(json.dumps(edited(H, change)))
         case(f"attention --heads: {label}", [*A, "--heads", path], "--heads", path.name, *needles)
+    capture = {"layer": 0, "head": 1, "layer_type": "full_attention", "role": "positional", "label": "induction",
+               "named_by": [{"detector": "induction", "score": 0.9, "threshold": 0.4}], "entropy": 1.2, "far>64": 0.1,
+               "reach": 100, "columns": [[0, "T", 0.3]], "w": 8, "num_pos": 1, "entries": 0.1, "positional": 0.5,
+               "offset": -1, "sink": 0.3, "sink_token": "T"}
+    capture_cases = [   # a capture's heads.json carrying the detectors (attention --file --heads writes one)
+        ("a head row without its far>D", at("heads.0.far>64"), "field heads.0", "far>D"),
+        ("a head row's column beyond n", at("heads.0.columns", [[999, "T", 0.3]]), "field heads.0.columns"),
+        ("a head row's w -2", at("heads.0.w", -2), "field heads.0.w"),
+        ("a head row's role deleted", at("heads.0.role"), "field heads.0.role: required"),
+    ]
+    for k, (label, change, *needles) in enumerate(capture_cases):
+        path = w / "heads" / f"capture-{k}.json"
+        path.write_text(json.dumps(edited({**H, "heads": [capture], "summary": {}}, change)))
+        case(f"attention --heads: a capture's file, {label}", [*A, "--heads", path], "--heads", *needles)
     (w / "heads" / "nan.json").write_text(json.dumps(H).replace("0.6", "NaN", 1))
     case("attention --heads: a score NaN", [*A, "--heads", w / "heads" / "nan.json"], "field detectors.sink.0.0")
 
