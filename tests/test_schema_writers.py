@@ -135,8 +135,9 @@ def test_a_config_older_than_template_and_question_reads_with_their_defaults(tmp
 def test_a_heads_file_older_than_its_format_tag_reads_as_version_1(tmp_path):
     from attnlab.schemas import heads_file as schema
 
+    named = [{"layer": 0, "head": 0, "detector": "sink", "score": 0.5}]
     (tmp_path / "h.json").write_text(json.dumps({"model": "m", "n": 64, "detectors": {"sink": [[0.5, 0.1]]},
-                                                 "thresholds": {"sink": 0.5}}))
+                                                 "thresholds": {"sink": 0.5}, "named": named}))
     assert schema.load(tmp_path / "h.json").format == schema.FORMAT
 
 
