@@ -298,3 +298,19 @@ def test_calibrate_refuses_bad_options_before_the_model_loads(tmp_path, args, ne
                        timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and needle in r.stderr, r.stderr
     assert "loading model" not in r.stderr and not list(tmp_path.iterdir())
+
+
+def test_a_table_beyond_float16_is_kept_at_a_wider_precision(made, tmp_path):
+    """Errors above float16's range (65504; Gemma-3's reach 1e5) would be inf: that precision is not tried."""
+    import copy
+
+    from attnlab.llm.plans.calibration import Calibration
+    from attnlab.llm.plans.calibration_archive import write_compact
+
+    model, full, _, _ = made
+    big = copy.copy(full)
+    big.err = full.err * 1e9
+    done = write_compact(tmp_path / "big.safetensors", big, model, {"model": "tiny", "text": "t.txt",
+                                                                     "text_windows": 1, "mix": None, "methods": SPECS})
+    assert done["dtype"] in ("float32", "float64")
+    assert np.isfinite(Calibration.load(tmp_path / "big.safetensors").err).all()

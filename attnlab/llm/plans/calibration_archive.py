@@ -123,6 +123,12 @@ def _header(full: Calibration, meta: dict, proved) -> dict:
             "proved": [{"method": spec, "budget": float(b)} for spec, b in sorted(proved)]}
 
 
+def _fits(full: Calibration, tables: set, dtype: str) -> bool:
+    """Whether every per-option table of ``tables`` is finite as ``dtype``."""
+    with np.errstate(over="ignore"):
+        return all(np.isfinite(np.asarray(getattr(full, t)).astype(dtype)).all() for t in tables if t in PER_OPTION)
+
+
 def _write(path: Path, full: Calibration, tables: set, header: dict, dtype: str) -> None:
     """The archive at ``path`` (atomically): ``tables`` of ``full``, those of ``PER_OPTION`` as ``dtype``."""
     from safetensors.numpy import save_file
@@ -156,6 +162,8 @@ def write_compact(path, full: Calibration, model, meta: dict, budgets=()) -> dic
                         f"β = {', '.join(f'{b:g}' for b in grid)}")
     header = _header(full, meta, want)
     for dtype in PRECISIONS:
+        if not _fits(full, tables, dtype):   # a value beyond the type's range (float16: 65504) would be inf
+            continue
         _write(path, full, tables, header, dtype)
         got = _plans(read_compact(path), model, full.n, list(want))
         if got == want:
