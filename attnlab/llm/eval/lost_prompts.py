@@ -253,8 +253,9 @@ def method_of(settings, name: str, budget: float):
 
 
 def calibration_path(out, method_name: str, n: int, calibration=None) -> Path | None:
-    """The calibration the method runs on at n: ``calibration``, else the folder's ``calibration-n.npz``; None for a
-    method without one; a one-line UserError when it is missing."""
+    """The calibration the method runs on at n: ``calibration``, else the folder's ``calibration-n.npz`` (the archive
+    attnlab ships when the eval ran without ``--calibrate``); None for a method without one; a one-line UserError when
+    it is missing."""
     settings, _ = read_folder(out, method_name)
     if not method_of(settings, method_name, 1.0).calibrated:
         return None
