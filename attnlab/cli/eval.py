@@ -44,7 +44,8 @@ def eval_command(
     haystack: str = typer.Option(str(DEFAULT_HAYSTACK), "--haystack", help="'noise' (RULER's sentences) or a text "
                                  "file (plain or .gz)"),
     calibrate: Optional[Path] = typer.Option(None, "--calibrate", help="calibration text for calibrated methods "
-                                             "(never the haystack)"),
+                                             "(never the haystack) [default: the calibration attnlab ships for a "
+                                             "known model and length: attnlab calibrations]"),
     calibrate_windows: int = typer.Option(2, "--calibrate-windows", help="calibration windows per length"),
     calibrate_mix: Optional[str] = typer.Option(None, "--calibrate-mix", help="synthetic retrieval prompts added to "
                                                 "the calibration, a comma list of task:count (tasks of --task); "
