@@ -273,6 +273,17 @@ def cases(w: Path) -> list[tuple[str, list, dict, tuple]]:
     for k, (label, change, *needles) in enumerate(row_cases):
         folder = eval_folder(w / f"eval-rows-{k}", tiny, rows=change)
         case(f"eval-why: results.jsonl {label}", [*why, folder], "results.jsonl", *needles)
+    E2 = ["eval", "--hf", tiny, "--lengths", str(CONTEXT), "--depths", "1", "--samples", "1", "--haystack", "noise",
+          "--method", "streaming-llm", "--budget", "0.5", "--out"]
+    folder = eval_folder(w / "eval-continue-row", tiny, rows=row(at("score", 2.0)))
+    case("eval: continuing a results.jsonl with a score 2", [*E2, folder], "results.jsonl line 2", "field answer.score")
+    for k, wall in enumerate(({"started": "yesterday", "seconds": 1.0, "rows": 2, "reuse": True},
+                              {"started": "2026-01-05T10:00:00Z", "seconds": -1.0, "rows": 2, "reuse": True},
+                              {"started": "2026-01-05T10:00:00Z", "seconds": 1.0, "rows": 2, "reuse": "yes"})):
+        folder = eval_folder(w / f"eval-continue-wall-{k}", tiny)
+        (folder / "wall.jsonl").write_text(json.dumps(wall) + "\n")
+        field = ("started", "seconds", "reuse")[k]
+        case(f"eval: continuing a wall.jsonl with a bad {field}", [*E2, folder], "wall.jsonl line 1", f"field {field}")
     lost_cases = [
         ("a key not its fields'", at("sample", 2), "field key"),
         ("a row nosuch", at("row", "middle"), "field row"),

@@ -9,7 +9,9 @@
     the texts against the tokenizer (``run_eval``, before ``config.json``): --calibrate and --ppl hold one window of
             n tokens at every length n
 
-Each refusal is one ``UserError`` line naming the option; none of these checks writes anything.
+Each refusal is one ``UserError`` line naming the option; none of these checks writes anything.  A folder continued has
+its config.json, results rows and wall lines read through their schemas (``attnlab.schemas``) here, before the model
+loads: a hand-edited line is refused before a row is added to it.
 """
 
 from __future__ import annotations
@@ -67,6 +69,11 @@ def check_eval_folder(out, settings) -> dict | None:
     diff = sorted(k for k in cfg if k not in GROWS and old.get(k) != cfg[k])
     if diff:
         raise UserError(f"--out {out}: holds an eval run with other settings ({', '.join(diff)}); use another --out")
+    from attnlab.schemas.result_row import ROW, WALL, read_rows
+
+    for rows in [out / "results.jsonl", *sorted(out.glob("results.rank*.jsonl"))]:
+        read_rows(rows, ROW, "--out")      # the rows it continues, through their schema (a torn last one: a kill)
+    read_rows(out / "wall.jsonl", WALL, "--out")                       # nothing written before a bad line is refused
     return old
 
 
