@@ -158,7 +158,7 @@ def parse_methods(text: str) -> list[str]:
 def parse_plan_method(spec: str) -> str:
     """``attnlab plan --method NAME[:key=value…]``: a registered method that writes a plan file, with its options."""
     base, opts = parse_method(spec)
-    if base not in registry.plan_names():
+    if base not in registry.plan_names() and not registry.composed(base):   # parts composed write a plan too
         raise UserError(f"--method: expected one of {', '.join(registry.plan_names())} (options as name:key=value), "
                         f"got {spec!r}")
     registry.get(base, 1.0, **opts)

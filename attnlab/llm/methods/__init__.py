@@ -26,7 +26,8 @@ from attnlab.errors import UserError
 from attnlab.llm.methods.base import REFERENCE, Method, PlanMethod
 
 __all__ = ["COMPOSE", "DEFAULT", "Method", "PLAN_FILE", "PlanMethod", "PRESETS", "Preset", "REFERENCE", "REGISTRY",
-           "default_names", "get", "method_class", "names", "plan_names", "preset_names", "register", "register_preset"]
+           "composed", "default_names", "get", "method_class", "names", "plan_names", "preset_names", "register",
+           "register_preset"]
 
 REGISTRY: dict[str, type[Method]] = {}
 COMPOSE = "+"   # parts joined: a composed method (``parts.compose``)
