@@ -336,9 +336,10 @@ def document(runs: Path, recipes: Path, shown: Path = ROOT, here: Path = ROOT / 
         about = read_recipe(recipes / f"{n}.sh")[0] if (recipes / f"{n}.sh").is_file() else []
         head.append(f"| [{n}](#{n}) | {first_sentence(about)} |")
     table = glance(runs, shown)
-    top = headline(runs, recipes, here, draw_figure)
+    sections = "\n".join(section(n, runs, recipes, shown, here) for n in names)   # every run read before the figure:
+    top = headline(runs, recipes, here, draw_figure)                              # a refused run leaves none drawn
     head[2:2] = ["## Headline", "", top] if top else []
-    return "\n".join(head) + "\n\n" + ("## At a glance\n\n" + table + "\n" if table else "") + "\n".join(section(n, runs, recipes, shown, here) for n in names)
+    return "\n".join(head) + "\n\n" + ("## At a glance\n\n" + table + "\n" if table else "") + sections
 
 
 def _config(folder: Path) -> dict:

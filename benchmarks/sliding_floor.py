@@ -42,7 +42,7 @@ def main():
     a = p.parse_args()
     from attnlab.cli.option_values import numbers
 
-    floors = numbers(a.floors, int, "--floors")            # canonical integers, no empty or repeated item
+    floors = numbers(a.floors, int, f"--floors {a.floors!r}")   # canonical integers, no empty or repeated item
     if any(f < 0 for f in floors) or a.n < 64 or a.windows < 1 or not 0 < a.budget <= 1:
         raise UserError("--floors ≥ 0, --n ≥ 64, --windows ≥ 1, 0 < --budget ≤ 1")
     for opt, path in (("--ppl", a.ppl), ("--calibrate", a.calibrate)):

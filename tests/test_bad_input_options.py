@@ -123,6 +123,8 @@ def world(tmp_path_factory):
     for name in ("config.json", "results.jsonl", "wall.jsonl"):
         shutil.copy(w / "ev" / name, src / name)
     (w / "records").mkdir()
+    (w / "records-orphan" / "orphan").mkdir(parents=True)   # a run folder no recipe made: the document is refused
+    (w / "records-orphan" / "orphan" / "rows.jsonl").write_text('{"a": 1}\n')
     return w
 
 
@@ -237,6 +239,13 @@ def cases(w: Path) -> list[tuple[str, str, list, tuple]]:
         [*RES, "--collect", f"{w / 'src' / 'niah-2k'}=niah-2k/link/x"],
         "--collect",
         "leads outside",
+    )
+    case(
+        "results.py --collect a run into --runs holding a run of no recipe (the copy undone)",
+        "script",
+        [*RES[:1], "--runs", w / "records-orphan", *RES[3:], "--collect", f"{w / 'src' / 'niah-2k'}=niah-2k"],
+        "orphan",
+        "no recipe",
     )
     case(
         "issue: results.py --out a folder (no raw [Errno])",
