@@ -5,7 +5,8 @@ For a valid plan file and a valid ``heads.json`` (drawn by hypothesis), one fiel
 mutated: deleted, retyped (a value of another JSON type), put out of range, or given an extra key beside it.  Then
 either the reader refuses it with one ``UserError`` line that names the field (its key, as a word), or — where the
 mutation is harmless: a derived field (a plan's ``fraction``, ``full_heads``) or free-form ``meta`` given another
-value of its type — it gives exactly the valid file's result (the plan it runs, the detector scores it draws).
+value of its type — it gives exactly the valid file's result (the plan it runs, the detector scores it draws).  An
+eval folder's config.json mutated the same way is not continued by ``attnlab eval --out``, the field named.
 """
 
 from __future__ import annotations
@@ -235,3 +236,52 @@ def test_a_plan_without_windows_for_a_model_whose_layers_slide_is_refused():
         plan.check(Model())
     sliding = Plan.full({"num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "windows": [16, None]}, 64)
     assert sliding.check(Model()) is sliding
+
+
+@st.composite
+def eval_settings(draw):
+    """The settings of an eval run (``EvalSettings``), each within its rules."""
+    from attnlab.llm.eval.eval_grid import EvalSettings
+    from attnlab.llm.eval.tasks import TASKS
+
+    def some(pool, most=3):
+        return draw(st.lists(st.sampled_from(pool), unique=True, min_size=1, max_size=most))
+
+    return EvalSettings(model=draw(st.sampled_from(["smollm2-135m", "runs/tiny"])), tasks=some(sorted(TASKS)),
+                        lengths=some([512, 1024, 2048]), depths=draw(st.integers(1, 11)),
+                        samples=draw(st.integers(1, 10)), methods=some(["streaming-llm", "snapkv:window=8", "attnlab"]),
+                        budgets=some([0.1, 0.25, 0.5]), plan=draw(st.sampled_from([None, "plan.json"])),
+                        seed=draw(st.integers(0, 3)), calibrate=draw(st.sampled_from([None, "cal.txt"])),
+                        ppl=draw(st.sampled_from([None, "dev.txt"])), max_new=draw(st.sampled_from([None, 16])),
+                        template=draw(st.sampled_from(["auto", "chat", "none"])),
+                        question=draw(st.sampled_from(["after", "before"])))
+
+
+@SETTINGS
+@given(settings_=eval_settings(), pick=st.integers(0, 10**6), kind=st.sampled_from(KINDS), choice=st.integers(0, 5))
+def test_an_eval_folder_whose_config_is_mutated_is_not_continued_and_the_field_is_named(settings_, pick, kind, choice):
+    """``attnlab eval --out`` on a folder of the same run whose config.json has one field mutated: refused before the
+    model loads naming the field (by its schema, or as a setting other than the run's), or — a field the format lets
+    a file lack (``template``, ``question``: their defaults, the one migration) deleted where it held its default —
+    continued as the valid folder is."""
+    import dataclasses
+
+    from attnlab.llm.eval.eval_inputs import check_eval_folder
+    from attnlab.schemas.eval_config import FORMAT, LATER
+
+    doc = {"format": FORMAT, **dataclasses.asdict(settings_)}
+    places = fields_of(doc, "config")
+    holder, key = places[pick % len(places)]
+    bad, name = mutate(doc, holder, key, kind, choice)
+    with tempfile.TemporaryDirectory() as out:
+        (Path(out) / "config.json").write_text(json.dumps(doc))
+        assert check_eval_folder(out, settings_) == doc                       # the valid folder: continued as it is
+        (Path(out) / "config.json").write_text(json.dumps(bad))
+        try:
+            got = check_eval_folder(out, settings_)
+        except UserError as err:
+            assert "\n" not in str(err) and "--out" in str(err), str(err)
+            assert names_field(str(err), name), (kind, key, str(err))
+            return
+    assert kind == "delete" and key in LATER and doc[key] == LATER[key], (kind, key, bad)
+    assert got == doc
