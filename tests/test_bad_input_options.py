@@ -632,6 +632,7 @@ def test_torchrun_prints_an_option_error_once(world):
     r = subprocess.run(
         [
             str(torchrun),
+            "--standalone",   # a free port of its own: another torchrun on this machine does not collide
             "--nproc_per_node",
             "2",
             "-m",
