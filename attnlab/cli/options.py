@@ -331,8 +331,8 @@ def raw_numbers(kinds: dict[str, type], argv: list[str] | None = None) -> None:
         argv = sys.argv[1:]
     for param in ctx.command.params:
         kind = kinds.get(param.name)
-        if kind not in (int, float) or getattr(param, "is_flag", False):
-            continue
+        if kind not in (int, float) or getattr(param, "is_flag", False) or param.param_type_name != "option":
+            continue   # an argument has no flag to find it by (typer checks its type)
         for i, token in enumerate(argv):
             for opt in param.opts:
                 if token == opt and i + 1 < len(argv):
