@@ -26,8 +26,10 @@ from typing import Any
 
 from attnlab.errors import UserError
 
-__all__ = ["items", "method_list", "method_spec", "number", "numbers", "value_text"]
+__all__ = ["arg_items", "arg_number", "arg_numbers", "items", "method_list", "method_spec", "number", "numbers",
+           "split_method", "value_text"]
 
+DIGITS_MAX = 400   # longer is no setting (and Python refuses to read an int of more than 4,300 digits)
 INT = re.compile(r"[+-]?[0-9]+")
 FLOAT = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
@@ -48,6 +50,8 @@ def number(text: Any, kind: type, option: str) -> int | float:
     else:
         if kind is float and isinstance(text, str) and text.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
             raise UserError(f"{option}: expected a finite number, got {text!r}")
+        if isinstance(text, str) and len(text) > DIGITS_MAX:
+            raise UserError(f"{option}: expected {what}, got {len(text)} characters")
         pattern = INT if kind is int else FLOAT
         if not isinstance(text, str) or not pattern.fullmatch(text):
             raise UserError(f"{option}: expected {what} in ASCII digits (no spaces, no '_'), got {text!r}")
