@@ -61,7 +61,8 @@ def test_decoding_by_index_equals_the_dense_reference(backend, t, with_pages):
 def test_by_index_reads_only_the_table_slots():
     """A slot outside the table changes nothing, however large its score (it is never gathered)."""
     gen = torch.Generator().manual_seed(2)
-    q, k, v = torch.randn(1, 2, 1, 8, generator=gen), torch.randn(1, 1, 30, 8, generator=gen), torch.randn(1, 1, 30, 8, generator=gen)
+    q = torch.randn(1, 2, 1, 8, generator=gen)
+    k, v = torch.randn(1, 1, 30, 8, generator=gen), torch.randn(1, 1, 30, 8, generator=gen)
     table = PageTable(torch.tensor([[[[[3, 7, 20]], [[0, 29, -1]]]]]))                    # (1, 1, 2, 1, 3)
     a = read_by_index(q, k, v, 0.5, table)
     k2, v2 = k.clone(), v.clone()
@@ -86,11 +87,12 @@ def test_a_layer_hands_the_seam_a_page_table_and_the_fused_step_stays_behind_the
     heads = [HeadPlan(support=Support(w=4, columns=(0, 1))), HeadPlan.full(), HeadPlan(support=Support(w=2)),
              HeadPlan(support=Support(w=6, columns=(5,)))]
     L = 40
-    q, k, v = torch.randn(1, 4, 1, 8, generator=gen), torch.randn(1, 2, L, 8, generator=gen), torch.randn(1, 2, L, 8, generator=gen)
+    q = torch.randn(1, 4, 1, 8, generator=gen)
+    k, v = torch.randn(1, 2, L, 8, generator=gen), torch.randn(1, 2, L, 8, generator=gen)
     pos = torch.arange(L).expand(1, 2, L)
     q_pos = torch.tensor([L - 1])
     seen = Seen()
-    monkeypatch.setattr(native, "decode_read_back", lambda *a, **kw: pytest.fail("the fused step was called above the seam"))
+    monkeypatch.setattr(native, "decode_read_back", lambda *a, **kw: pytest.fail("fused step called above the seam"))
     monkeypatch.setattr(Seen, "decode_fused", lambda self, *a, **kw: None)                 # no fused step: the table
     runner = LayerRunner(heads, 0, 2, backend=seen)
     out = runner.decode(q, k, v, 0.5, q_pos, pos)

@@ -52,6 +52,7 @@ from attnlab.llm.execution.decode_step import DecodeStep
 from attnlab.llm.execution.layer_plan import estimate_columns
 from attnlab.llm.execution.pages import page_summaries
 from attnlab.llm.execution.prefill import PrefillStep
+from attnlab.llm.execution.profile_ranges import span
 from attnlab.llm.plans.plan import Plan
 from attnlab.llm.plans.slash_lines import last_query_rows
 
@@ -74,6 +75,12 @@ class LayerRunner(PrefillStep, DecodeStep):
 
 def attnlab_attention(module, query, key, value, attention_mask=None, dropout: float = 0.0, scaling=None, sliding_window=None, **kwargs):
     """transformers' attention-function signature: (B, H, n, d) q, (B, H_kv, m, d) k, v → ((B, n, H, d), None)."""
+    with span("attnlab.layer"):   # the profiler's range of one layer (``profile_ranges``)
+        return _layer_attention(module, query, key, value, scaling)
+
+
+def _layer_attention(module, query, key, value, scaling):
+    """``attnlab_attention`` of one layer: its prefill, its decoding step, its cache kept (module docstring)."""
     # query: (B, H, n, d_k), key/value: (B, H_kv, m, ·)
     scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
     runner: LayerRunner | None = getattr(module, "attnlab_layer", None)

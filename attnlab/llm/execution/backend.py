@@ -99,6 +99,7 @@ class AttentionBackend(ABC):
     """How a layer's softmax over the keys its heads read is computed on one kind of device (module docstring)."""
 
     name: str = "?"
+    indexed: bool = False   # reads per-input parts as index lists: the prefill's selection runs as one batch over heads
 
     @abstractmethod
     def prefill(self, parts: PrefillParts, q, k, v, scaling: float):

@@ -35,8 +35,9 @@ def check_backend(name: str, device, flag: str = "--backend") -> str:
         try:
             from torch.nn.attention import flex_attention  # noqa: F401
         except ImportError:
-            raise UserError(f"{flag} flex: this PyTorch ({torch.__version__}) has no FlexAttention; use {flag} cpu") from None
+            why = f"this PyTorch ({torch.__version__}) has no FlexAttention"
+            raise UserError(f"{flag} flex: {why}; use {flag} cpu") from None
         if torch.device(device).type != "cuda" and not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
-            raise UserError(f"{flag} flex on {device}: FlexAttention compiles its CPU kernel with a C++ compiler and none "
-                            f"is on PATH; use {flag} cpu")
+            raise UserError(f"{flag} flex on {device}: FlexAttention compiles its CPU kernel with a C++ compiler "
+                            f"and none is on PATH; use {flag} cpu")
     return key

@@ -29,6 +29,7 @@ from functools import lru_cache
 import torch
 
 from attnlab.llm.execution.backend import PrefillParts
+from attnlab.llm.execution.profile_ranges import span
 from attnlab.llm.plans.plan import FULL
 from attnlab.support import NO_DIAGONAL, column_mask
 
@@ -209,14 +210,19 @@ _STATIC: dict = {}   # (w, tails, n, t, device) → the BlockMask of a layer wit
 
 
 def has_input_parts(parts: PrefillParts) -> bool:
-    """Does the layer read anything chosen per input (columns, diagonals, key blocks)?"""
-    return bool(parts.columns.shape[-1] and (parts.columns >= 0).any()) or \
-        bool(parts.diagonals.shape[-1] and (lines_of(parts) != NO_DIAGONAL).any()) or \
-        bool(parts.blocks.shape[-1] and max(parts.block_counts, default=0) and (parts.blocks >= 0).any())
+    """Does the layer have slots for anything chosen per input (columns, diagonals, key blocks)?  Read from the
+    parts' shapes, never their values: no wait for the device, and a layer compiles whole (``torch.compile``)."""
+    return bool(parts.columns.shape[-1] or parts.diagonals.shape[-1] or
+                (parts.blocks.shape[-1] and max(parts.block_counts, default=0)))
 
 
 def layer_block_mask(parts: PrefillParts, n: int, device, t: int = TILE):
     """The BlockMask of a layer's prefill at length n, tiles of t (``t`` a multiple of ``parts.block``)."""
+    with span("attnlab.masks"):
+        return _layer_block_mask(parts, n, device, t)
+
+
+def _layer_block_mask(parts: PrefillParts, n: int, device, t: int):
     if t % parts.block:
         raise ValueError(f"flex tile {t} is not a multiple of the plan's key block {parts.block}")
     key = (tuple(parts.w), tuple(parts.tails), n, t, str(device))
@@ -228,7 +234,7 @@ def layer_block_mask(parts: PrefillParts, n: int, device, t: int = TILE):
 
         return _cached(key, static)
     made = lambda: tiles_to_block_mask(*layer_tiles(parts, n, t, device), support_mask_mod(parts, n, t, device), n, t)   # noqa: E731
-    if parts.fixed is not None and not (lines_of(parts) != NO_DIAGONAL).any():   # the plan's own columns: once per plan
+    if parts.fixed is not None and not parts.diagonals.shape[-1]:   # the plan's own columns: once per plan
         return _cached((*key, parts.fixed, parts.columns.shape[0]), made)
     return made()
 

@@ -18,19 +18,23 @@ The methods whose runner goes through the seam run here unchanged (attnlab's pla
 streaming heads as band + sinks, SnapKV's and Quest's decoding over allowed slots, MInference's three patterns as
 band + sink columns, columns + diagonals, key blocks: ``methods.minference_runner.pattern_parts``).
 
-The backend also runs on the CPU (FlexAttention compiles there, forward only): the tests compare it with the dense
-support there (``tests/test_flex_backend.py``).
+A layer whose every head reads every causal key (a plan's full layers) runs as one SDPA call (FlashAttention on
+CUDA), the kernel it is compared with.  The backend also runs on the CPU (FlexAttention compiles there, forward
+only): the tests compare it with the dense support there (``tests/test_flex_backend.py``).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from attnlab.llm.execution.backend import PageKeys, PrefillParts, register_backend
 from attnlab.llm.execution.block_masks import TILE
 from attnlab.llm.execution.cpu_backend import CpuBackend
 from attnlab.llm.execution.gathered_parts import flex_prefill, gathered_prefill
 from attnlab.llm.execution.page_table import PageTable, allowed_of, read_by_index
+from attnlab.llm.execution.profile_ranges import span
+from attnlab.llm.plans.plan import FULL
 from attnlab.nn.softmax import masked_softmax
 
 __all__ = ["FlexBackend"]
@@ -42,12 +46,18 @@ class FlexBackend(CpuBackend):
     """Prefill through FlexAttention with the layer's BlockMask; decoding by index (module docstring)."""
 
     name = "flex"
+    indexed = True   # the layer's selection as one batch over heads (``indexed_selection``), handed over as indices
 
     def __init__(self, tile: int = TILE, gather: bool = True):
         self.tile = tile
         self.gather = gather   # columns and key blocks gathered beside the band (``gathered_parts``), else all in the BlockMask
 
     def prefill(self, parts: PrefillParts, q, k, v, scaling):
+        n = q.shape[2]
+        if all(w == FULL or w >= n - 1 for w in parts.w):   # a full layer: every causal key, FlashAttention's kernel
+            with span("attnlab.kernel"):
+                gqa = k.shape[1] != q.shape[1]
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, enable_gqa=gqa)
         if self.gather:
             return gathered_prefill(parts, q, k, v, scaling, self.tile)
         return flex_prefill(parts, q, k, v, scaling, self.tile)

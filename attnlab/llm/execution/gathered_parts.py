@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from attnlab.llm.execution.backend import PrefillParts
 from attnlab.llm.execution.block_masks import TILE, head_limits, layer_block_mask, lines_of
+from attnlab.llm.execution.profile_ranges import span
 from attnlab.llm.plans.plan import FULL
 from attnlab.support import NO_DIAGONAL, column_mask
 
@@ -74,7 +75,8 @@ def flex_prefill(parts: PrefillParts, q, k, v, scaling: float, tile: int = TILE)
 
     n = q.shape[2]
     block_mask = layer_block_mask(parts, n, q.device, tile)
-    return flex_attention_compiled(q, k, v, block_mask, scale=scaling, enable_gqa=k.shape[1] != q.shape[1])
+    with span("attnlab.kernel"):
+        return flex_attention_compiled(q, k, v, block_mask, scale=scaling, enable_gqa=k.shape[1] != q.shape[1])
 
 
 def band_part(parts: PrefillParts, q, k, v, scaling: float, t: int = TILE):
@@ -84,7 +86,9 @@ def band_part(parts: PrefillParts, q, k, v, scaling: float, t: int = TILE):
 
     n = q.shape[2]
     a = parts._replace(columns=parts.columns[..., :0], blocks=parts.blocks[..., :0])        # A: no columns, no blocks
-    return flex_attention_lse(q, k, v, layer_block_mask(a, n, q.device, t), scale=scaling, enable_gqa=k.shape[1] != q.shape[1])
+    block_mask = layer_block_mask(a, n, q.device, t)
+    with span("attnlab.kernel"):
+        return flex_attention_lse(q, k, v, block_mask, scale=scaling, enable_gqa=k.shape[1] != q.shape[1])
 
 
 def column_part(parts: PrefillParts, q, k, v, scaling: float):
@@ -171,10 +175,12 @@ def gathered_prefill(parts: PrefillParts, q, k, v, scaling: float, t: int = TILE
         return flex_prefill(parts, q, k, v, scaling, t)
     o_a, lse_a = band_part(parts, q, k, v, scaling, t)
     more = []
-    if parts.columns.shape[-1]:
-        o_c, lse_c = column_part(parts, q, k, v, scaling)
-        more.append((o_c, lse_c, None))
-    o_k, lse_k, heads = block_part(parts, q, k, v, scaling)
-    if heads is not None:
-        more.append((o_k, lse_k, heads))
-    return merge_parts(o_a, lse_a, more) if more else o_a
+    with span("attnlab.parts"):
+        if parts.columns.shape[-1]:
+            o_c, lse_c = column_part(parts, q, k, v, scaling)
+            more.append((o_c, lse_c, None))
+        o_k, lse_k, heads = block_part(parts, q, k, v, scaling)
+        if heads is not None:
+            more.append((o_k, lse_k, heads))
+    with span("attnlab.merge"):
+        return merge_parts(o_a, lse_a, more) if more else o_a

@@ -36,6 +36,7 @@ class InputState:
     cache: Callable[[], Any] | None = None   # weakref to the PlanCache of this input
     recorder: Any = None                     # a calibration recorder while calibrating
 
-    def for_input(self) -> "InputState":
-        """A fresh state for the next input: nothing chosen yet, the same cache and recorder attached."""
-        return InputState(cache=self.cache, recorder=self.recorder)
+    def for_input(self, **chosen) -> "InputState":
+        """A fresh state for the next input: what its prefill ``chosen`` (columns, diagonals, blocks; nothing else
+        yet), the same cache and recorder attached."""
+        return InputState(cache=self.cache, recorder=self.recorder, **chosen)

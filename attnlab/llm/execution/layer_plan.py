@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from attnlab.llm.execution.backend import AttentionBackend, PrefillParts, backend_for
+from attnlab.llm.execution.indexed_selection import head_table
 from attnlab.llm.execution.input_state import InputState
 from attnlab.llm.plans.key_blocks import BLOCK, block_means, top_pooled_blocks
 from attnlab.llm.plans.plan import FULL, LAST_Q
@@ -41,6 +42,7 @@ class LayerPlan:
         self.H, self.H_kv = len(heads), num_kv_heads
         self.kv_of = torch.arange(self.H) // (self.H // self.H_kv)                    # (H,) KV head of each query head
         self.w = torch.tensor([h.w for h in heads], dtype=torch.long)                 # (H,) FULL = −1
+        self.w_list = [int(h.w) for h in heads]                                       # the same, read without a tensor
         self.fixed = [h.columns for h in heads]
         self.dynamic = [0 if h.is_full else h.dynamic for h in heads]
         self.tail = [0 if h.is_full or sliding_window is not None else getattr(h, "tail", 0) for h in heads]
@@ -142,7 +144,7 @@ class LayerPlan:
 
     def effective_w(self, h: int, n: int) -> int:
         """Half-width actually run: the plan's w, capped by the model's sliding window (FULL → window − 1)."""
-        w = int(self.w[h])
+        w = self.w_list[h]
         if self.sliding is not None:
             return self.sliding - 1 if w == FULL else min(w, self.sliding - 1)
         return w
@@ -196,6 +198,15 @@ class LayerPlan:
         out = torch.full((B, H, *best.shape[2:]), -1, dtype=torch.long, device=q.device)
         out[:, bi] = best
         return out
+
+    def head_table(self, device, n: int):
+        """This layer's plan at length n as tensors on ``device`` (``indexed_selection.HeadTable``), built once."""
+        key = (str(device), n)
+        if getattr(self, "_tables", None) is None or len(self._tables) > 8:
+            self._tables = {}
+        if key not in self._tables:
+            self._tables[key] = head_table(self, device, n, LAST_Q, BLOCK)
+        return self._tables[key]
 
     def parts(self, columns, blocks, n: int) -> PrefillParts:
         """The seam's ``PrefillParts`` of this layer at length n: columns (B, H, g), blocks (B, H, T, K), the diagonals

@@ -3,7 +3,7 @@
 For query i of head h (KV head g = h // r) the step reads S_h(i), a set of slots of g's cache (band, columns, pages
 read back, chosen above the seam: ``decode_step``).  The seam receives it as indices, as paged attention does:
 
-    slots[β, g, ρ, i, :] = (j₁, j₂, …, j_S)   the slots of S_h(i) in ascending order, −1 past the last   (S = max |S_h(i)|)
+    slots[β, g, ρ, i, :] = (j₁, j₂, …, j_S)   the slots of S_h(i) in ascending order, −1 past the last, S = max |S_h(i)|
 
     out_i = Σ_{x : j_x ≥ 0} α_ix v_{j_x},   α_ix = softmax_x(q_i·k_{j_x} · scaling)   (∪ the keys of read-back pages)
 
@@ -23,7 +23,7 @@ __all__ = ["PageTable", "allowed_of", "read_by_index", "table_of"]
 
 
 class PageTable(NamedTuple):
-    """slots (B, H_s, r, t, S) long: the cache slots each query of each query head reads, −1: none (module docstring)."""
+    """slots (B, H_s, r, t, S) long: the cache slots each query of each query head reads, −1: none (module docstring)"""
 
     slots: torch.Tensor
 
@@ -62,7 +62,7 @@ def read_by_index(q, k, v, scaling: float, table: PageTable, pages=None):
     v_s = v.gather(2, flat.expand(-1, -1, -1, v.shape[-1])).view(B, H_s, r, t, S, -1)
     s = (k_s.float() @ q.float().view(B, H_s, r, t, d, 1)).squeeze(-1) * scaling           # (B, H_s, r, t, S)
     ok = slots >= 0
-    if pages is not None:                                                                    # the read-back's keys, t = 1
+    if pages is not None:                                                                  # the read-back's keys, t = 1
         s_p = (pages.keys.float() @ q.float().view(B, H, d, 1)).view(B, H_s, r, 1, -1) * scaling
         s = torch.cat([s, s_p], -1)
         ok = torch.cat([ok, pages.ok.view(B, H_s, r, 1, -1)], -1)

@@ -2,6 +2,8 @@
 
     1. T_h, Δ_h   columns and slashes from the last queries' rows          (``LayerPlan.choose_columns``)
     2. U_h(t)     key blocks of every query block                         (``LayerPlan.choose_blocks``)
+                  (1–2 as one batch over every head, ``indexed_selection``, where the backend reads index lists:
+                  ``AttentionBackend.indexed``, and the layer has no slashes)
     3. out        the seam's backend over ``PrefillParts``                (``backend.AttentionBackend.prefill``)
     4. held       a head with key blocks keeps, for decoding, the keys of the blocks its last query block chose
     5. voted      a head with a tail and ``kept`` = P keeps the ⌈P/b⌉ blocks of b keys its tail rows attended most:
@@ -21,10 +23,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from attnlab.llm.execution import indexed_selection
 from attnlab.llm.execution.backend import tail_scores
 from attnlab.llm.execution.layer_plan import LayerPlan
+from attnlab.llm.execution.profile_ranges import span
 from attnlab.llm.plans.key_blocks import BLOCK, block_keys
-from attnlab.support import column_mask
+from attnlab.support import NO_DIAGONAL, column_mask
 
 __all__ = ["PrefillStep"]
 
@@ -35,17 +39,36 @@ class PrefillStep(LayerPlan):
     def prefill(self, q, k, v, scaling):
         """q: (B, H, n, d_k), k, v: (B, H_kv, n, ·) → (B, H, n, d_v), each head with its support."""
         n = q.shape[2]
-        self.state = state = self.state.for_input()                                       # this input's choice
-        state.columns = self.choose_columns(q, k, scaling)                                 # (B, H, g) T_h; Δ_h in state.diagonals
+        prior, backend = self.state, self.backend_of(q)
+        with span("attnlab.selection"):
+            columns, diagonals, blocks, batched = self.select(q, k, scaling, n, prior, backend)
+            # this input's choice: a new state, never an earlier input's changed; written whole before the kernel (in
+            # a compiled layer, a state written after FlexAttention's call was lost)
+            self.state = prior.for_input(columns=columns, diagonals=diagonals, blocks=blocks)
+            held = indexed_selection.held_keys(blocks, n, BLOCK) if batched else self.held(blocks, n)   # (B, H, K·b)
+            voted = self.vote(q, k, scaling, held, n)                                      # (B, H, ⌈P/b⌉·b)
+            if held.shape[-1] or voted.shape[-1]:                                       # (B, H, g + K·b + P), −1: empty
+                self.state = prior.for_input(columns=torch.cat([columns, held, voted], -1), diagonals=diagonals,
+                                             blocks=blocks)
+        return backend.prefill(self.parts(columns, blocks, n), q, k, v, scaling)
+
+    def select(self, q, k, scaling, n: int, prior, backend):
+        """Steps 1–2: (T_h (B, H, g), Δ_h (B, H, s), U_h(t) (B, H, T, K), batched) — as one batch over heads where
+        the backend reads index lists and the layer has no slashes (``indexed_selection``), else head by head."""
+        batched = backend.indexed and not any(self.slashes)
+        if batched:
+            table = self.head_table(q.device, n)
+            columns = indexed_selection.choose_columns(q, k, scaling, table)               # (B, H, F + D) T_h
+            diagonals = torch.full((q.shape[0], self.H, 0), NO_DIAGONAL, dtype=torch.long, device=q.device)
+            blocks = indexed_selection.choose_blocks(q, k, table, n, BLOCK)                # (B, H, T, K) U_h(t)
+        else:
+            self.state = prior.for_input()                                                 # Δ_h written there
+            columns = self.choose_columns(q, k, scaling)                                   # (B, H, g) T_h
+            diagonals = self.diagonals                                                     # (B, H, s) Δ_h
+            blocks = self.choose_blocks(q, k, n)                                           # (B, H, T, K) U_h(t)
         if self.sliding is not None:  # a sliding layer's columns would be masked by the model: band only
-            state.columns = state.columns[..., :0]
-        state.blocks = self.choose_blocks(q, k, n)                                         # (B, H, T, K) U_h(t)
-        out = self.backend_of(q).prefill(self.parts(state.columns, state.blocks, n), q, k, v, scaling)
-        held = self.held(state.blocks, n)                                                  # (B, H, K·b)
-        voted = self.vote(q, k, scaling, held, n)                                          # (B, H, ⌈P/b⌉·b)
-        if held.shape[-1] or voted.shape[-1]:
-            state.columns = torch.cat([state.columns, held, voted], -1)                    # (B, H, g + K·b + P), −1: empty
-        return out
+            columns = columns[..., :0]
+        return columns, diagonals, blocks, batched
 
     def held(self, blocks, n: int):
         """The keys of the blocks each head's last query block chose (B, H, K_max·b), −1: empty (read at decoding: the
