@@ -40,7 +40,9 @@ def test_every_plan_maker_writes_what_the_schema_reads(tmp_path):
     from attnlab.llm.plans.selection import choose_plan
     from attnlab.schemas import plan as schema
     from attnlab.support import Support
+    from attnlab.llm import methods
     from test_llm_plan import tiny_model
+    from test_llm_retrieval_plan import scored_calibration
 
     model = tiny_model()
     shape = model_shape(model)
@@ -62,6 +64,10 @@ def test_every_plan_maker_writes_what_the_schema_reads(tmp_path):
                            mean_pages=2, decode_band=64, group_vote=1),
         "capped to a window": Plan([row, row], 2, "attnlab", 0.4, n, windows=[16, None]),
     }
+    scored = scored_calibration()        # retrieval scores: the retrieval method and the parts it composes
+    opts = {"retrieval_heads": 2, "tail": 8, "blocks": 2, "tail_keep": 32, "pages": 4}
+    for name in ("attnlab-retrieval", "retrieval-tails+key-blocks+voted-cache+read-back"):
+        plans[name] = methods.get(name, 0.5, **opts).make_plan(None, scored.n, scored)
     for name, p in plans.items():
         path = p.save(tmp_path / "plan.json")
         assert schema.load(path).format == schema.FORMAT, name

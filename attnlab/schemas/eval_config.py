@@ -6,8 +6,8 @@
      "ppl_windows": p, "max_new": m | null, "template": "auto" | "chat" | "none", "question": "after" | "before"}
 
 The fields are ``EvalSettings``'s (``attnlab.llm.eval.eval_grid``), one each; the rules: tasks of ``TASKS``, lengths
-n ≥ 64, budgets β ∈ (0, 1], each list non-empty (methods may be) with no item twice; a method's name (before its
-options) registered; depths, samples, windows, max_new ≥ 1, seed ≥ 0.
+64 ≤ n ≤ N_MAX, budgets β ∈ (0, 1], each list non-empty (methods may be) with no item twice; a method's name (before its
+options) registered, or parts the registry composes; depths, samples, windows, max_new ≥ 1, seed ≥ 0.
 
 Versions: ``template`` and ``question`` came later; a config without them was run with their defaults (``auto``,
 ``after``), and is read so (``LATER``, the one migration).
@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from attnlab.schemas.plan import N_MAX
 from attnlab.schemas.schema_file import Strict, load_json
 
 __all__ = ["FORMAT", "LATER", "EvalConfig", "load"]
@@ -77,8 +78,9 @@ class EvalConfig(Strict):
     @field_validator("lengths")
     @classmethod
     def _lengths(cls, lengths: list[int]) -> list[int]:
-        if min(lengths) < MIN_LENGTH:
-            raise ValueError(f"every length >= {MIN_LENGTH} tokens, got {min(lengths)}")
+        if min(lengths) < MIN_LENGTH or max(lengths) > N_MAX:
+            bad = min(lengths) if min(lengths) < MIN_LENGTH else max(lengths)
+            raise ValueError(f"every length in [{MIN_LENGTH}, {N_MAX}] tokens, got {bad}")
         return _distinct(lengths, "length")
 
     @field_validator("budgets")
@@ -92,12 +94,12 @@ class EvalConfig(Strict):
     @field_validator("methods")
     @classmethod
     def _methods(cls, specs: list[str]) -> list[str]:
-        from attnlab.llm import methods
+        from attnlab.schemas.plan import registered
 
-        known = set(methods.names()) | set(methods.preset_names())
-        bad = [s for s in specs if s.split(":", 1)[0] not in known]
+        bad = [s for s in specs if not registered(s.split(":", 1)[0])]
         if bad:
-            raise ValueError(f"{bad[0]!r}: not a registered method or preset (`attnlab methods` lists them)")
+            raise ValueError(f"{bad[0]!r}: not a registered method, preset or composition of parts "
+                             "(`attnlab methods --all` lists them)")
         return _distinct(specs, "method")
 
 

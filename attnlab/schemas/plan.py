@@ -9,7 +9,8 @@
 The rules, each checked here once (``Plan.load`` reads a file only through ``load``):
 
 * H is a multiple of H_kv (a KV head serves H / H_kv query heads); the head table is L rows of H heads;
-* β ∈ (0, 1]; n ≥ 1, the length the budget and the columns refer to; ``method`` a registered method or preset;
+* β ∈ (0, 1]; n ≥ 1, the length the budget and the columns refer to; ``method`` a registered method or preset
+  (or parts the registry composes);
 * a head: w ≥ −1 (−1: full), offset 0 and residual 0 (the only band executed: causal, ending on the diagonal),
   distinct columns 0 ≤ t < n, |T| + D ≤ n, w + 1 ≤ n, tail, kept and slashes ≤ n; kept > 0 only with a tail,
   vote_next > 0 only with kept;
@@ -37,7 +38,7 @@ from attnlab.llm.plans.limits import BLOCKS_MAX
 from attnlab.schemas.schema_file import Strict, load_json
 
 __all__ = ["DECODE_BAND_MAX", "FORMAT", "FORMATS", "N_MAX", "PAGES_MAX", "PAGE_MAX", "SLASHES_MAX", "HeadFile",
-           "PlanFile", "load", "migrate_v1"]
+           "PlanFile", "load", "migrate_v1", "registered"]
 
 FORMAT = "attnlab-plan/2"
 FORMATS = ("attnlab-plan/1", FORMAT)   # every version read (the older through ``migrate_v1``)
@@ -119,11 +120,9 @@ class PlanFile(Strict):
     @field_validator("method")
     @classmethod
     def _registered(cls, name: str) -> str:
-        from attnlab.llm import methods
-
-        known = set(methods.names()) | set(methods.preset_names())
-        if name not in known:
-            raise ValueError(f"{name!r} is not a registered method or preset (`attnlab methods` lists them)")
+        if not registered(name):
+            raise ValueError(f"{name!r} is not a registered method, preset or composition of parts "
+                             "(`attnlab methods --all` lists them)")
         return name
 
     @field_validator("windows")
@@ -179,6 +178,18 @@ def migrate_v1(doc: dict) -> dict:
     if isinstance(heads, list) and all(isinstance(row, list) for row in heads):
         heads = [[{**V1_HEAD, **h} if isinstance(h, dict) else h for h in row] for row in heads]
     return {**V1_PLAN, **doc, "format": FORMAT, **({"heads": heads} if "heads" in doc else {})}
+
+
+def registered(name: str) -> bool:
+    """Whether ``name`` is a method or preset of the registry, or parts it composes (``retrieval-tails+key-blocks``)."""
+    from attnlab.errors import UserError
+    from attnlab.llm import methods
+
+    try:
+        methods.method_class(name)
+    except (KeyError, UserError):
+        return False
+    return True
 
 
 def load(path, option: str | None = None) -> PlanFile:
