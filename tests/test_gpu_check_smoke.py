@@ -68,6 +68,7 @@ def test_smoke_runs_every_section_on_the_cpu_and_names_its_commit(tmp_path):
     assert r.returncode == 0, out[-3000:] + r.stderr[-3000:]
     assert "commit " in out.splitlines()[0] and "every section passed" in out
     for part in ("## (b)", "## (c)", "one layer compiled whole", "one decoding step's attention",
-                 "whole-model prefill", "profile of one prefill", "| selection |", "against its sliding-window baseline"):
+                 "whole-model prefill", "profile of one prefill", "| selection |",
+                 "against its sliding-window baseline"):
         assert part in out, part
     assert not errors.exists()

@@ -100,3 +100,34 @@ def test_a_layer_hands_the_seam_a_page_table_and_the_fused_step_stays_behind_the
     allowed = runner.allowed(q_pos, pos)
     assert torch.equal(allowed_of(seen.tables[0], L), allowed)
     torch.testing.assert_close(out, dense(q, k, v, 0.5, allowed), atol=1e-5, rtol=1e-5)
+
+
+def test_the_hosts_bound_on_a_steps_slots_holds_after_a_prefill():
+    """Off the CPU the table's width comes from the plan (band + columns + pages), never read back from the device:
+    after a real prefill into a PlanCache and decoding steps, every query reads at most that many slots."""
+    import numpy as np
+
+    from attnlab.llm.execution.attention import apply_plan, attention_modules
+    from attnlab.llm.execution.kv_cache import PlanCache
+    from attnlab.llm.plans.plan import HeadPlan, Plan
+    from attnlab.support import Support
+    from tiny_llama import tiny_model
+
+    model = tiny_model()
+    row = [HeadPlan(support=Support(w=8, columns=np.array([0, 1])), dynamic=3),
+           HeadPlan(support=Support(w=20), dynamic=2), HeadPlan(support=Support(w=4)), HeadPlan(support=Support(w=12))]
+    apply_plan(model, Plan([list(row) for _ in range(2)], 2, "t", 0.5, 200))
+    ids = torch.randint(0, 100, (1, 200), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        cache = PlanCache(model)
+        model.generate(ids, past_key_values=cache, max_new_tokens=5, do_sample=False)
+    narrower = 0
+    for mod, layer in zip(attention_modules(model), cache.layers):
+        runner = mod.attnlab_layer
+        for part in layer.parts():   # the KV heads of a ragged cache apart
+            L = part.positions.shape[-1]
+            counts = runner.allowed(torch.tensor([int(layer.seen)]), part.positions, part.flags, part.kv).sum(-1)
+            bound = runner.reads_at_most(part.kv, L, device="cuda")
+            assert int(counts.max()) <= bound <= L
+            narrower += bound < L
+    assert narrower   # the table is narrower than the cache somewhere (the keys since the last compaction)

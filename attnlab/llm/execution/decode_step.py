@@ -86,7 +86,21 @@ class DecodeStep(LayerPlan):
             reads = self.reads if kv is None else self.per_kv(self.reads, kv).reshape(-1)
             allowed, self.fetched = read_back(q, k, k_pos, q_pos, allowed, reads, self.page, self.pages, flags, summaries,
                                               self.mean_pages)
-        return backend.decode(q, k, v, scaling, table_of(allowed))                         # by index: the page table
+        table = table_of(allowed, self.reads_at_most(kv, k.shape[2], device=q.device))   # by index: the page table
+        return backend.decode(q, k, v, scaling, table)
+
+    def reads_at_most(self, kv, L: int, pages: bool = True, device=None) -> int | None:
+        """How many cached slots one decoding query of the KV heads ``kv`` (None: all) reads at most, known on the host:
+        its band's w + 1, every column of the input's prefill (a column's position is one slot of a KV head's cache),
+        the pages it reads back (``pages``) — L where a head reads them all.  None on the CPU: the exact count costs no
+        wait for a device there (``page_table.table_of``)."""
+        if device is not None and torch.device(device).type == "cpu":
+            return None
+        w = self.per_kv(self.w_decode, kv)
+        if bool((w == FULL).any()):
+            return L
+        g = self.columns.shape[-1] if self.columns is not None and self.sliding is None else 0
+        return min(L, int(w.max()) + 1 + g + (self.pages * self.page if pages else 0))
 
     def decode_parts(self, q, parts, scaling, q_pos, summaries=None):
         """q: (B, H, n, d_k) over a cache's ``parts`` (``kv_cache.Part``: KV heads with their keys) → (out (B, H, n, d_v),
@@ -189,7 +203,9 @@ class DecodeStep(LayerPlan):
                           k_r.reshape(B, H_s * L, d)[b, row_r])                              # (B, Hq, K·page, d)
         v_p = torch.where(from_store[..., None], p.store.store_values.reshape(B, H_s * S, -1)[b, row_s],
                           v_r.reshape(B, H_s * L, -1)[b, row_r])
-        o = self.backend_of(q).decode(q, k_r, v_r, scaling, table_of(allowed[:, :, :, None]), PageKeys(k_p, v_p, ok))
+        bound = self.reads_at_most(p.kv, L, pages=False, device=dev)                        # band ∪ columns
+        table = table_of(allowed[:, :, :, None], bound)
+        o = self.backend_of(q).decode(q, k_r, v_r, scaling, table, PageKeys(k_p, v_p, ok))
         read = torch.zeros(B, H_s, S + 1, dtype=torch.bool, device=dev)                     # [S]: none
         read.view(B, H_s * (S + 1)).scatter_(-1, torch.where(from_store, kv_local.view(1, Hq, 1) * (S + 1) + slot_s, S).flatten(1), True)
         read[..., S] = False

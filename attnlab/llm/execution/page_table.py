@@ -28,15 +28,19 @@ class PageTable(NamedTuple):
     slots: torch.Tensor
 
 
-def table_of(allowed) -> PageTable:
-    """The page table of a mask over cached slots: allowed (B, H_s, r, t, L) bool → slots (B, H_s, r, t, S), S the
-    largest count of a row (each row's slots in ascending order, −1 after them).  One scatter, no sort."""
+def table_of(allowed, S: int | None = None) -> PageTable:
+    """The page table of a mask over cached slots: allowed (B, H_s, r, t, L) bool → slots (B, H_s, r, t, S) (each
+    row's slots in ascending order, −1 after them).  One scatter, no sort.  S: a bound on every row's count known on
+    the host (the decoding step's: band + columns + pages read back), so that no value is read back from the device;
+    None: the largest count, read back."""
     L = allowed.shape[-1]
-    S = int(allowed.sum(-1).max()) if allowed.numel() else 0
+    if S is None:
+        S = int(allowed.sum(-1).max()) if allowed.numel() else 0
+    S = min(S, L)
     rank = allowed.long().cumsum(-1) - 1                                                     # x of slot j in its row
     slots = torch.full((*allowed.shape[:-1], S + 1), -1, dtype=torch.long, device=allowed.device)
     j = torch.arange(L, device=allowed.device).expand(allowed.shape)
-    return PageTable(slots.scatter_(-1, torch.where(allowed, rank, S), j)[..., :S])
+    return PageTable(slots.scatter_(-1, torch.where(allowed, rank.clamp_max(S), S), j)[..., :S])
 
 
 def allowed_of(table: PageTable, L: int):
