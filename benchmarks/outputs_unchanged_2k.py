@@ -7,6 +7,13 @@ against another's, as tests/test_outputs_unchanged.py does on the tiny models (t
 The calibration is measured by each checkout (2 windows of 2,048 tokens of the train plays, the retrieval scores on 6
 needle prompts of 512 tokens, seed 7, and read-back's page ranking at K = 16, as ``attnlab eval`` makes them); the
 prompt is the first 2,048 tokens of the dev plays; β = 0.1.  Prints, per method, whether every tensor is equal.
+
+Run once (2026-12-07, one thread each): the reference baefbff (before the default was composed of parts) against the
+working tree of 983b131 — every method equal, all of its tensors (65 a method; 35 for full and quest, whose caches
+keep every key):
+
+    full, streaming-llm, snapkv, quest, minference-mass, attnlab-band, attnlab-retrieval, attnlab, attnlab-bound,
+    attnlab-other-blocks, attnlab-key-blocks: equal
 """
 
 from __future__ import annotations
