@@ -123,7 +123,8 @@ def calibrations_command(
         proved = {}
         for p in h.proved:
             proved.setdefault(p.method, []).append(f"{p.budget:g}")
-        typer.echo(f"{path}: {h.model} at n = {h.n}, {h.text_windows} windows of {h.text}"
+        windows = f"{h.text_windows} window" + ("s" if h.text_windows != 1 else "")
+        typer.echo(f"{path}: {h.model} at n = {h.n}, {windows} of {h.text}"
                    + (f" + {h.mix}" if h.mix else "") + f"; {path.stat().st_size / 2**20:.2f} MiB, tables "
                    + ", ".join(sorted(a.tables)) + f" ({', '.join(kinds)}); plans proved identical to the full "
                    "calibration's: " + "; ".join(f"{m} at β = {', '.join(bs)}" for m, bs in proved.items()))
