@@ -38,8 +38,10 @@ __all__ = ["TILE", "block_mask_bytes", "dense_of", "head_limits", "layer_block_m
 TILE = 128   # t: FlexAttention's query and key tile on CUDA (its kernels' default BLOCK_SIZE)
 
 
+@lru_cache(maxsize=64)
 def _rows(T: int, t: int, n: int, device):
-    """First and last index of each of T tiles of t, the last clipped to n − 1: two (T,) long tensors."""
+    """First and last index of each of T tiles of t, the last clipped to n − 1: two (T,) long tensors (built once, read
+    only)."""
     first = torch.arange(T, device=device) * t
     return first, (first + t - 1).clamp_max(n - 1)
 
@@ -51,7 +53,12 @@ def _inside(T: int, t: int, n: int, device):
 
 def head_limits(w, tails, n: int, none: int, device):
     """(w_run (H,), start (H,)) on ``device``: each head's band half-width as read (``none`` for FULL or a band that
-    covers every row) and its first tail row (``none`` without a tail)."""
+    covers every row) and its first tail row (``none`` without a tail); built once per (plan, n), read only."""
+    return _head_limits(tuple(w), tuple(tails), n, none, device)
+
+
+@lru_cache(maxsize=256)
+def _head_limits(w: tuple[int, ...], tails: tuple[int, ...], n: int, none: int, device):
     w_run = torch.tensor([none if x == FULL or x >= n - 1 else x for x in w], device=device)
     start = torch.tensor([n - min(r, n) if r > 0 else none for r in tails], device=device)
     return w_run, start
@@ -101,28 +108,37 @@ def diagonal_tiles(diagonals, n: int, t: int):
     return out[..., :T]
 
 
+@lru_cache(maxsize=64)
+def _block_constants(counts: tuple[int, ...], P: int, K: int, n: int, b: int, t: int, device: str):
+    """The constants of ``key_block_tiles`` at one (plan, n), built once: mine (H, K) the slots head h reads (its first
+    counts[h]), last (P, 1) each query block's last row, base (P, K) its row tile's offset in (T, T + 1)."""
+    T = -(-n // t)
+    p = torch.arange(P, device=device)[:, None]                                          # (P, 1)
+    mine = torch.arange(K, device=device) < torch.tensor(counts, device=device)[:, None]
+    return mine, ((p + 1) * b - 1).clamp_max(n - 1), (p * b // t * (T + 1)).expand(P, K).contiguous()
+
+
 def key_block_tiles(blocks, counts: tuple[int, ...], n: int, b: int, t: int):
     """Tiles of the key blocks each query block chose: blocks (B, H, ⌈n/b⌉, K) (−1: none; head h reads its first
-    counts[h]) → (any, full), each (B, H, T, T) bool.  Needs b | t."""
+    counts[h]) → (any, full), each (B, H, T, T) bool (full: None where b < t, no tile is read whole).  Needs b | t."""
     B, H, P, K = blocks.shape
     T = -(-n // t)
     dev = blocks.device
-    any_ = torch.zeros(B, H, T, T + 1, dtype=torch.bool, device=dev)
-    full = torch.zeros(B, H, T, T + 1, dtype=torch.bool, device=dev)
+    any_ = torch.zeros(B, H, T, T + 1, dtype=torch.bool, device=dev)                     # [.., T]: the empty slots
     if K == 0:
-        return any_[..., :T], full[..., :T]
-    mine = torch.arange(K, device=dev) < torch.tensor(counts, device=dev)[:, None]     # (H, K): the head's first K_h
-    p = torch.arange(P, device=dev)[:, None]                                             # (P, 1)
-    ok = mine[:, None, :] & (blocks >= 0) & (blocks * b <= ((p + 1) * b - 1).clamp_max(n - 1))   # (B, H, P, K)
-    row = (p * b // t).expand(P, K)                                                      # (P, K) the row tile
+        return any_[..., :T], None
+    mine, last, base = _block_constants(tuple(counts), P, K, n, b, t, str(dev))
+    ok = mine[:, None, :] & (blocks >= 0) & (blocks * b <= last)                          # (B, H, P, K)
     col = torch.where(ok, blocks * b // t, T)
-    flat = (row * (T + 1) + col).flatten(-2)                                             # (B, H, P·K) into (T, T + 1)
-    any_.view(B, H, -1).scatter_(-1, flat, True)
-    if b == t:   # a whole block of queries reads a whole earlier block of keys: the tile is read whole
-        inside = _inside(T, t, n, dev)
-        whole = ok & (blocks < p) & inside[p] & inside[blocks.clamp_min(0)]
-        full.view(B, H, -1).scatter_(-1, (row * (T + 1) + torch.where(whole, col, T)).flatten(-2), True)
-    any_[..., T] = False
+    any_.view(B, H, -1).scatter_(-1, (base + col).flatten(-2), True)                     # (B, H, P·K) into (T, T + 1)
+    if b < t:
+        return any_[..., :T], None
+    # b = t: a whole block of queries reads a whole earlier block of keys: the tile is read whole
+    full = torch.zeros(B, H, T, T + 1, dtype=torch.bool, device=dev)
+    p = torch.arange(P, device=dev)[:, None]
+    inside = _inside(T, t, n, dev)
+    whole = ok & (blocks < p) & inside[p] & inside[blocks.clamp_min(0)]
+    full.view(B, H, -1).scatter_(-1, (base + torch.where(whole, col, T)).flatten(-2), True)
     return any_[..., :T], full[..., :T]
 
 
@@ -202,7 +218,8 @@ def layer_tiles(parts: PrefillParts, n: int, t: int, device):
         any_ = any_ | diagonal_tiles(lines_of(parts).to(device), n, t)
     if parts.blocks.shape[-1] and max(parts.block_counts, default=0):
         k_any, k_full = key_block_tiles(parts.blocks.to(device), parts.block_counts, n, parts.block, t)
-        any_, full = any_ | k_any, full | k_full
+        any_ = any_ | k_any
+        full = full if k_full is None else full | k_full
     return any_, full
 
 
