@@ -81,20 +81,27 @@ class ModelConfig:
             (self.scoring in SCORINGS, f"scoring: must be one of {', '.join(SCORINGS)}, got {self.scoring!r}"),
             (self.vocab_size > 0, f"vocab_size: must be positive, got {self.vocab_size}"),
             (self.d_model > 0 and self.heads > 0, "d_model, heads: must be positive"),
-            (self.heads > 0 and (self.model == "gru" or self.d_model % self.heads == 0), f"d_model: {self.d_model} must be divisible by heads ({self.heads})"),
-            (self.model == "gru" or self.d_model % 2 == 0, f"d_model: must be even for the sinusoidal encoding, got {self.d_model}"),
+            (self.heads > 0 and (self.model == "gru" or self.d_model % self.heads == 0),
+             f"d_model: {self.d_model} must be divisible by heads ({self.heads})"),
+            (self.model == "gru" or self.d_model % 2 == 0,
+             f"d_model: must be even for the sinusoidal encoding, got {self.d_model}"),
             (self.layers > 0 and self.dec_layers >= 0, "layers: must be positive"),
             (self.ff > 0, f"ff: must be positive, got {self.ff}"),
             (0.0 <= self.dropout < 1.0, f"dropout: must be in [0, 1), got {self.dropout}"),
             (self.max_len > 1, f"max_len: must be > 1, got {self.max_len}"),
-            (0 <= self.value_rank <= self.d_model, f"value_rank: must be in [0, d_model = {self.d_model}], got {self.value_rank}"),
+            (0 <= self.value_rank <= self.d_model,
+             f"value_rank: must be in [0, d_model = {self.d_model}], got {self.value_rank}"),
             (self.sigma > 0, f"sigma: must be positive, got {self.sigma}"),
-            (self.attention_on == "all" or (bool(self.attention_on.strip()) and set(map(str.strip, self.attention_on.split(","))) <= set(ATTENTION_SITES)),
+            (self.attention_on == "all"
+             or (bool(self.attention_on.strip())
+                 and set(map(str.strip, self.attention_on.split(","))) <= set(ATTENTION_SITES)),
              f"attention_on: must be all or a comma list of {', '.join(ATTENTION_SITES)}, got {self.attention_on!r}"),
         ]
-        if self.model == "lm" and self.attention_on != "all" and "decoder" not in map(str.strip, self.attention_on.split(",")):
-            checks.append((False, f"attention_on: got {self.attention_on!r}, but a language model has decoder self-attention only "
-                                  f"(give decoder or all)"))
+        if (self.model == "lm" and self.attention_on != "all"
+                and "decoder" not in map(str.strip, self.attention_on.split(","))):
+            checks.append((False,
+                           f"attention_on: got {self.attention_on!r}, but a language model has decoder self-attention "
+                           "only (give decoder or all)"))
         # a mechanism's widths are counts of keys: none can exceed the sequence (w = max_len already spans it all)
         if self.attention != "full":
             for name in ("w", "num_pos", "num_random", "sparse"):
@@ -163,7 +170,8 @@ class TrainConfig:
         ]
         for ok, name, want in checks:
             if not ok:
-                raise ValueError(f"TrainConfig.{name} must be {want}, got {', '.join(str(getattr(self, n.strip())) for n in name.split(','))}")
+                raise ValueError(f"TrainConfig.{name} must be {want}, got "
+                                 f"{', '.join(str(getattr(self, n.strip())) for n in name.split(','))}")
         return self
 
 

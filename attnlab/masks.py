@@ -22,7 +22,6 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-
 NEG_INF = -1e30  # finite "−∞": exp underflows to 0, and 0·NEG_INF stays finite in gradients (the kernel's masked logit)
 
 __all__ = ["NEG_INF", "MaskMod", "Predicate", "causal", "hidden", "in_band", "in_window", "near", "visible"]

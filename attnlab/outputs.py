@@ -64,7 +64,7 @@ def _head(path: Path, size: int = 4096) -> bytes:
 def _is_plan(path: Path) -> bool:
     import json
 
-    from attnlab.schemas.plan import FORMATS as PLAN_FORMATS   # every version of the plan file
+    from attnlab.schemas.plan import FORMATS as PLAN_FORMATS  # every version of the plan file
 
     try:
         return json.loads(path.read_text(encoding="utf-8")).get("format") in PLAN_FORMATS
@@ -87,7 +87,8 @@ def _is_skipgram(path: Path) -> bool:
 
 
 def _is_calibration(path: Path) -> bool:
-    """A calibration archive of ``attnlab calibrate`` (safetensors whose metadata holds an attnlab-calibration header)."""
+    """A calibration archive of ``attnlab calibrate`` (safetensors whose metadata holds an attnlab-calibration
+    header)."""
     import json
 
     try:
@@ -104,9 +105,11 @@ def _is_calibration(path: Path) -> bool:
 FILE_KINDS = {
     "plan": ("an attnlab plan file (no format 'attnlab-plan/…')", _is_plan),
     "embeddings": ("an attnlab embeddings file (no 'attnlab-skipgram' metadata)", _is_skipgram),
-    "png": ("a PNG image drawn by attnlab (matplotlib)", lambda p: _head(p).startswith(b"\x89PNG") and b"Matplotlib" in _head(p)),
+    "png": ("a PNG image drawn by attnlab (matplotlib)",
+            lambda p: _head(p).startswith(b"\x89PNG") and b"Matplotlib" in _head(p)),
     "calibration": ("an attnlab calibration archive (no 'attnlab-calibration/1' header)", _is_calibration),
-    "sweep-csv": ("an attnlab sweep table (its header is not w,num_pos,...)", lambda p: _head(p, 64).startswith(b"w,num_pos,")),
+    "sweep-csv": ("an attnlab sweep table (its header is not w,num_pos,...)",
+                  lambda p: _head(p, 64).startswith(b"w,num_pos,")),
 }
 
 Inputs = Iterable[tuple[str, os.PathLike | str | None]]  # (option naming it, path) pairs
@@ -178,7 +181,8 @@ def claim_folder(path: os.PathLike | str, *, kind: str, inputs: Inputs = (), for
         raise UserError(f"--force: {path} is the current folder or one of its ancestors; refusing to delete it")
     for name, inp in _existing_inputs(inputs):
         if where in inp.parents:
-            raise UserError(f"--force: {path} contains {inp.relative_to(where)}, the input of {name}; refusing to delete it")
+            raise UserError(f"--force: {path} contains {inp.relative_to(where)}, the input of {name}; "
+                            "refusing to delete it")
     what, is_kind = FOLDER_KINDS[kind]
     if not is_kind(path):
         raise UserError(f"--force: {path} is not {what}; refusing to delete it")

@@ -41,7 +41,8 @@ import torch
 
 from attnlab.masks import NEG_INF, MaskMod, in_band
 
-__all__ = ["FULL", "NO_DIAGONAL", "Support", "diagonal_mask", "band_of", "check_num_pos", "check_w", "column_mask", "top_columns"]
+__all__ = ["FULL", "NO_DIAGONAL", "Support", "diagonal_mask", "band_of", "check_num_pos", "check_w", "column_mask",
+           "top_columns"]
 
 FULL = -1  # w = FULL: the head keeps every entry of its rows (an untouched / "full" head)
 NO_DIAGONAL = 1 << 40  # an empty diagonal slot: an offset no key of any real input lies on
@@ -200,7 +201,8 @@ class Support:
         inside it fails there: "Buffers cannot be created while lowering a pointwise subgraph").
         """
         if device is None:
-            device = next((x.device for x in (self.columns, self.w, self.offset, self.diagonals) if isinstance(x, torch.Tensor)), "cpu")
+            device = next((x.device for x in (self.columns, self.w, self.offset, self.diagonals)
+                           if isinstance(x, torch.Tensor)), "cpu")
 
         def table(x):   # a scalar stays a Python int (a constant of the kernel), an array becomes a tensor on device
             if not isinstance(x, torch.Tensor) and np.ndim(x) == 0:
@@ -274,7 +276,8 @@ class Support:
         def plain(x):
             return x.tolist() if hasattr(x, "tolist") else x
 
-        d = {"w": plain(self.w), "offset": plain(self.offset), "columns": plain(self.columns), "residual": int(self.residual)}
+        d = {"w": plain(self.w), "offset": plain(self.offset), "columns": plain(self.columns),
+             "residual": int(self.residual)}
         if self.diagonals.shape[-1]:
             d["diagonals"] = plain(self.diagonals)
         return d
@@ -286,7 +289,8 @@ class Support:
             raise ValueError(f"support: unknown field(s) {sorted(unknown)}")
         return cls(
             w=np.asarray(d.get("w", 0), dtype=np.int64) if not isinstance(d.get("w", 0), int) else d.get("w", 0),
-            offset=np.asarray(d.get("offset", 0), dtype=np.int64) if not isinstance(d.get("offset", 0), int) else d.get("offset", 0),
+            offset=(np.asarray(d.get("offset", 0), dtype=np.int64) if not isinstance(d.get("offset", 0), int)
+                    else d.get("offset", 0)),
             columns=np.asarray(d.get("columns", []), dtype=np.int64),
             residual=int(d.get("residual", 0)),
             diagonals=np.asarray(d.get("diagonals", []), dtype=np.int64),

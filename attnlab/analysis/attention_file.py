@@ -61,7 +61,8 @@ def load_heads(path: str | os.PathLike) -> tuple[np.ndarray, list[str]]:
             keys = list(data.keys())
             key = keys[0] if len(keys) == 1 else next((k for k in ("attention", "weights") if k in keys), None)
             if key is None:
-                raise UserError(f"{path}: {len(keys)} arrays ({', '.join(keys) or 'none'}); expected one, or one named 'attention' or 'weights'")
+                raise UserError(f"{path}: {len(keys)} arrays ({', '.join(keys) or 'none'}); expected one, "
+                                "or one named 'attention' or 'weights'")
             arr = data[key]
     else:
         arr = data

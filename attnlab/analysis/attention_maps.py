@@ -101,7 +101,8 @@ class AttentionMaps:
         self.kinds: tuple[str, ...] = tuple(k for k in KINDS if k in self.sentences[0].weights)
         for i, s in enumerate(self.sentences):
             if tuple(k for k in KINDS if k in s.weights) != self.kinds:
-                raise ValueError(f"sentences[{i}]: kinds {sorted(s.weights)} differ from sentence 0's {list(self.kinds)}")
+                raise ValueError(f"sentences[{i}]: kinds {sorted(s.weights)} differ from sentence 0's "
+                                 f"{list(self.kinds)}")
             for kind in self.kinds:
                 if s.weights[kind].shape[:2] != self.shape(kind):
                     raise ValueError(

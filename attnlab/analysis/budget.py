@@ -61,7 +61,8 @@ class BudgetChoice:
     reached: np.ndarray         # (...) bool
 
 
-def error_budget_curve(a, ws=range(0, 11), num_pos_values=range(0, 5), s: int | None = None, **fit_kw) -> ErrorBudgetCurve:
+def error_budget_curve(a, ws=range(0, 11), num_pos_values=range(0, 5), s: int | None = None,
+                       **fit_kw) -> ErrorBudgetCurve:
     """``structured_fit`` of every head for every (w, num_pos) of the grid.
 
     ``ws`` values ≥ max(n, m) are an error (``w``); ``fit_kw`` goes to
@@ -113,7 +114,8 @@ def choose_budget(curve: ErrorBudgetCurve, target: float, metric: str = "mean_er
     return _choose(curve.stored_entries, curve.error(metric), target, curve.w, curve.num_pos)
 
 
-def choose_model_budget(curve: ErrorBudgetCurve, target: float, metric: str = "mean_error", reduce: str = "max") -> BudgetChoice:
+def choose_model_budget(curve: ErrorBudgetCurve, target: float, metric: str = "mean_error",
+                        reduce: str = "max") -> BudgetChoice:
     """One (w, num_pos) for all heads: smallest total budget with reduced error ≤ ``target``.
 
     ``reduce``: "max" (every head reaches the target) or "mean".

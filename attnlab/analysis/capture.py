@@ -67,7 +67,8 @@ def fit_length(ids: list[int], max_len: int | None, i: int, truncate: bool, keep
             f"sentence {i + 1} has {len(ids)} tokens, more than the model maximum of {max_len}; "
             "shorten it or truncate (truncate=True, --truncate)"
         )
-    warnings.warn(f"sentence {i + 1}: {len(ids)} tokens truncated to the model maximum {max_len}", UserWarning, stacklevel=3)
+    warnings.warn(f"sentence {i + 1}: {len(ids)} tokens truncated to the model maximum {max_len}", UserWarning,
+                  stacklevel=3)
     return ids[: max_len - 1] + ids[-1:] if keep_last else ids[:max_len]
 
 
@@ -166,11 +167,13 @@ def capture(
             else:
                 src = pad_batch(src_ids[sl], pad)  # (B, n)
                 batch_src = src_ids[sl]
-                batch_tgt = tgt_ids[sl] if targets is not None else _greedy(model, src, bos, eos, pad, max_len or 2 * src.shape[1] + 10)
+                batch_tgt = tgt_ids[sl] if targets is not None else _greedy(model, src, bos, eos, pad,
+                                                                            max_len or 2 * src.shape[1] + 10)
                 _, attn = model(src, pad_batch(batch_tgt, pad), need_weights=True)
             for b, (s_ids, t_ids) in enumerate(zip(batch_src, batch_tgt)):
                 k = start + b
-                tokens = {"src": [tokenizer.id_to_piece(t) for t in s_ids], "tgt": [tokenizer.id_to_piece(t) for t in t_ids]}
+                tokens = {"src": [tokenizer.id_to_piece(t) for t in s_ids],
+                          "tgt": [tokenizer.id_to_piece(t) for t in t_ids]}
                 special = {"src": [t in (pad, bos, eos) for t in s_ids], "tgt": [t in (pad, bos, eos) for t in t_ids]}
                 if lm:
                     tokens.pop("src"), special.pop("src")

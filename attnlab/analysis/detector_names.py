@@ -16,7 +16,8 @@ __all__ = ["COPIES", "DETECTORS", "REPEAT_DETECTORS", "THRESHOLDS", "parse_detec
 
 REPEAT_DETECTORS = ("previous-token", "duplicate-token", "induction", "sink")  # on repeated random tokens
 DETECTORS = REPEAT_DETECTORS + ("retrieval",)                               # retrieval: on needle prompts
-THRESHOLDS: dict[str, float] = {"previous-token": 0.4, "duplicate-token": 0.4, "induction": 0.4, "sink": 0.5, "retrieval": 0.1}
+THRESHOLDS: dict[str, float] = {"previous-token": 0.4, "duplicate-token": 0.4, "induction": 0.4, "sink": 0.5,
+                                "retrieval": 0.1}
 COPIES = ("duplicate-token", "induction")  # patterns that only the rows of the second and later copies can hold
 
 
@@ -26,7 +27,8 @@ def thresholds(R: int = 2) -> dict[str, float]:
 
 
 def parse_detectors(text: str | Sequence[str] | None) -> tuple[str, ...]:
-    """'previous-token,induction' → the names in ``DETECTORS`` order (None or 'all': every one); ValueError naming --detectors."""
+    """'previous-token,induction' → the names in ``DETECTORS`` order (None or 'all': every one);
+    ValueError naming --detectors."""
     if text is None:
         return DETECTORS
     from attnlab.cli.option_values import items as comma_items

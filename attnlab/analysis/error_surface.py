@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from attnlab.atomic import write_atomic
 from attnlab.analysis.budget import ErrorBudgetCurve, error_budget_curve
 from attnlab.analysis.inputs import check_attention, check_num_pos, check_w
+from attnlab.atomic import write_atomic
 
 __all__ = ["CSV_FIELDS", "sweep", "surface_rows"]
 
@@ -60,7 +60,8 @@ def _heat_map(curve: ErrorBudgetCurve, rows: list[dict], tmp: str) -> None:
     ax.set_ylabel("w (band half-width)")
     ax.set_title(f"optimal fit, s = {curve.s}: mean error\n(numbers: stored entries per head)", fontsize=9)
     for (i, j), b in np.ndenumerate(budget):
-        ax.text(j, i, f"{b:.0f}", ha="center", va="center", fontsize=7, color="white" if z[i, j] > z.mean() else "black")
+        ax.text(j, i, f"{b:.0f}", ha="center", va="center", fontsize=7,
+                color="white" if z[i, j] > z.mean() else "black")
     fig.colorbar(im, ax=ax, label="‖A − X‖₁ / n²")
     fig.tight_layout()
     fig.savefig(tmp, format="png", dpi=120)

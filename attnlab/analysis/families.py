@@ -68,7 +68,8 @@ def sparse_error(shape: tuple[int, ...], density: float, eps: float, rng=None) -
     if k == 0 or eps == 0:
         return e.reshape(shape)
     where = np.argsort(rng.random(e.shape), axis=-1)[..., :k]  # k distinct cells per matrix
-    values = np.maximum(eps * (1.0 - rng.random(where.shape)), np.nextafter(0.0, 1.0))  # (0, eps], even for a subnormal eps
+    values = np.maximum(eps * (1.0 - rng.random(where.shape)), np.nextafter(0.0, 1.0))  # (0, eps],
+                                                                                        # even for a subnormal eps
     np.put_along_axis(e, where, values, axis=-1)
     return e.reshape(shape)
 
@@ -84,7 +85,8 @@ def _compose(weights: np.ndarray, density: float, eps: float, rng, parts: bool):
     return (x, p, e) if parts else x
 
 
-def sigma1(n: int, m: int | None = None, *, size=(), offset: int = 0, density: float = 0.0, eps: float = 0.0, rng=None, parts: bool = False):
+def sigma1(n: int, m: int | None = None, *, size=(), offset: int = 0, density: float = 0.0, eps: float = 0.0, rng=None,
+           parts: bool = False):
     """Σ1: (shifted) identity, p_{i,i+offset} = 1, plus Ẽ; shape ``(*size, n, m)``.
 
     With ``parts=True`` returns ``(X, P, Ẽ)``.
@@ -97,7 +99,8 @@ def sigma1(n: int, m: int | None = None, *, size=(), offset: int = 0, density: f
     return _compose(weights, density, eps, rng, parts)
 
 
-def sigma2(n: int, m: int | None = None, *, w: int, p: float = 0.0, block: int = 1, size=(), density: float = 0.0, eps: float = 0.0, rng=None, parts: bool = False):
+def sigma2(n: int, m: int | None = None, *, w: int, p: float = 0.0, block: int = 1, size=(), density: float = 0.0,
+           eps: float = 0.0, rng=None, parts: bool = False):
     """Σ2(w, p): random weights on the band |i − j| ≤ w, blocks dropped with probability p, plus Ẽ.
 
     ``block``: side of the square tiles of band cells dropped together (1 = single cells).
@@ -119,7 +122,8 @@ def sigma2(n: int, m: int | None = None, *, w: int, p: float = 0.0, block: int =
     return _compose(weights, density, eps, rng, parts)
 
 
-def sigma3(n: int, m: int | None = None, *, num_pos: int = 1, T=None, W=None, size=(), density: float = 0.0, eps: float = 0.0, rng=None, parts: bool = False):
+def sigma3(n: int, m: int | None = None, *, num_pos: int = 1, T=None, W=None, size=(), density: float = 0.0,
+           eps: float = 0.0, rng=None, parts: bool = False):
     """Σ3(T, W): identity plus columns t_i attended by windows of w_i queries, plus Ẽ.
 
     ``T``, ``W``: arrays ``(*size, k)`` (or ``(k,)``) of key columns and window
@@ -190,7 +194,8 @@ def planted_heads(
     np.put_along_axis(in_t, cols, True, axis=-1)
     s[3] = np.maximum(0.6 * (j == i), in_t[:, None, :])
     s[4] = (j == np.clip(i + 1, 0, n - 1))
-    scores = sharpness * np.take_along_axis(s, kind[None, :, None, None], axis=0)[0] + noise * rng.standard_normal((num_heads, n, n))
+    scores = (sharpness * np.take_along_axis(s, kind[None, :, None, None], axis=0)[0]
+              + noise * rng.standard_normal((num_heads, n, n)))
     scores -= scores.max(-1, keepdims=True)
     a = np.exp(scores)
     return a / a.sum(-1, keepdims=True)

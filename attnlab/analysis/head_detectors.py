@@ -66,10 +66,12 @@ __all__ = ["DETECTORS", "REPEAT_DETECTORS", "THRESHOLDS", "thresholds", "Detecto
 
 def repeated_random_tokens(vocab: Sequence[int], T: int, R: int = 2, count: int = 1, *, bos: int | None = None,
                            seed: int = 0) -> np.ndarray:
-    """``count`` sequences [bos] + x + x + … (R copies of x, T random ids drawn uniformly from ``vocab``): (count, [1] + R·T)."""
+    """``count`` sequences [bos] + x + x + … (R copies of x, T random ids drawn uniformly from ``vocab``):
+    (count, [1] + R·T)."""
     vocab = np.asarray(list(vocab), dtype=np.int64)
     if T < 1 or R < 1 or count < 1 or vocab.size < 2:
-        raise ValueError(f"repeated_random_tokens: need T, R, count >= 1 and 2+ ids, got T={T}, R={R}, count={count}, {vocab.size} ids")
+        raise ValueError(f"repeated_random_tokens: need T, R, count >= 1 and 2+ ids, got T={T}, R={R}, count={count}, "
+                         f"{vocab.size} ids")
     rng = np.random.default_rng(seed)
     x = vocab[rng.integers(0, vocab.size, size=(count, T))]  # (count, T)
     ids = np.tile(x, (1, R))  # (count, R·T)
@@ -185,10 +187,12 @@ def detect_heads(maps, detectors: Sequence[str] = REPEAT_DETECTORS, *, kind: str
     kinds = [k for k in maps.kinds if KIND_SIDES[k][0] == KIND_SIDES[k][1]]
     kind = kind or ("decoder" if "decoder" in kinds else (kinds[0] if kinds else None))
     if kind not in kinds:
-        raise ValueError(f"kind: detectors need self-attention (encoder or decoder) in the maps, got {kind!r} (kinds: {', '.join(maps.kinds)})")
+        raise ValueError(f"kind: detectors need self-attention (encoder or decoder) in the maps, got {kind!r} (kinds: "
+                         f"{', '.join(maps.kinds)})")
     names = tuple(detectors)
     if "retrieval" in names:
-        raise ValueError("detectors: retrieval needs needle prompts (attnlab.llm.heads.head_scan.retrieval_scores), not captured maps")
+        raise ValueError("detectors: retrieval needs needle prompts (attnlab.llm.heads.head_scan.retrieval_scores), "
+                         "not captured maps")
     L, H = maps.shape(kind)
     total = {d: np.zeros((L, H)) for d in names}
     for s in maps:
@@ -205,7 +209,8 @@ def detect_heads(maps, detectors: Sequence[str] = REPEAT_DETECTORS, *, kind: str
 
 def named_heads(scores: dict[str, np.ndarray], thresholds: dict[str, float] = THRESHOLDS,
                 layers: Sequence[int] | None = None) -> list[dict]:
-    """The heads whose score reaches their detector's threshold: [{layer, head, detector, score}], best first per detector."""
+    """The heads whose score reaches their detector's threshold: [{layer, head, detector, score}],
+    best first per detector."""
     out = []
     for d, s in scores.items():
         s = np.asarray(s)

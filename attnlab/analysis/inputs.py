@@ -73,7 +73,10 @@ def valid_mask(shape: tuple[int, ...], lengths=None, key_lengths=None, name: str
     n, m = shape[-2], shape[-1]
     batch = shape[:-2]
     q_len = np.full(batch, n) if lengths is None else np.asarray(lengths)
-    k_len = (q_len if n == m and lengths is not None else np.full(batch, m)) if key_lengths is None else np.asarray(key_lengths)
+    if key_lengths is None:
+        k_len = q_len if n == m and lengths is not None else np.full(batch, m)
+    else:
+        k_len = np.asarray(key_lengths)
     for arg, val, top in ((name, q_len, n), ("key_lengths", k_len, m)):
         if not np.issubdtype(val.dtype, np.integer):
             raise ValueError(f"{arg}: expected integers, got dtype {val.dtype}")
@@ -120,7 +123,8 @@ def check_attention(
     if worst > atol:
         if renormalize:
             if ((row_sum == 0) & real_rows).any():
-                raise ValueError(f"{name}: {int(((row_sum == 0) & real_rows).sum())} rows are all zero and cannot be renormalised")
+                raise ValueError(f"{name}: {int(((row_sum == 0) & real_rows).sum())} rows are all zero and cannot be "
+                                 "renormalised")
             arr = np.where(real_rows[..., None], arr / np.where(row_sum == 0, 1.0, row_sum)[..., None], 0.0)
         else:
             idx = np.unravel_index(int(dev.argmax()), dev.shape)

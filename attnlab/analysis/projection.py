@@ -113,7 +113,8 @@ def band_mass_by_offset(a, w: int = 0, *, lengths=None, key_lengths=None) -> tup
     return np.arange(-(n - 1), m), band.reshape(*batch, n_diag)
 
 
-def best_offsets(a, w: int = 0, k: int = 1, *, max_shift: int | None = None, lengths=None, key_lengths=None) -> np.ndarray:
+def best_offsets(a, w: int = 0, k: int = 1, *, max_shift: int | None = None, lengths=None,
+                 key_lengths=None) -> np.ndarray:
     """The ``k`` diagonal offsets whose band of half-width ``w`` carries the most mass.
 
     Returns integers of shape ``(..., k)`` (``(...)`` when ``k == 1``), best first;

@@ -57,8 +57,13 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from attnlab.analysis.attention_maps import KIND_SIDES, AttentionMaps
-from attnlab.analysis.gold_relations import (SUBWORD_MARKERS, corpus_relations, read_conllu, token_relations,  # noqa: F401
-                                             word_of_tokens)   # re-exported: the syntactic role's gold relations
+from attnlab.analysis.gold_relations import (  # re-exported: the syntactic role's gold relations
+    SUBWORD_MARKERS,
+    corpus_relations,
+    read_conllu,
+    token_relations,
+    word_of_tokens,
+)
 
 __all__ = [
     "HeadRole", "RoleThresholds", "head_roles", "token_frequencies", "is_punctuation", "ROLES",
@@ -256,7 +261,8 @@ class Positional:
 
 
 class RareToken:
-    """rare_token (rare_token_2): fraction of sentences where most word queries point at the rarest (two rarest) word."""
+    """rare_token (rare_token_2): fraction of sentences where most word queries point at the rarest
+    (two rarest) word."""
 
     def __init__(self, L: int, H: int, rare1: np.ndarray, rare2: np.ndarray):
         S = rare1.shape[0]
@@ -266,7 +272,8 @@ class RareToken:
     def update(self, c: Chunk) -> None:
         B, M = len(c.idx), c.w.shape[-1]
         for hits, rare in zip(self.hits, self.rare):
-            on_rare = np.take_along_axis(np.broadcast_to(rare[c.idx][:, None, None, :], (B, self.L, self.H, M)), c.arg, -1)  # (B, L, H, N)
+            rare_keys = np.broadcast_to(rare[c.idx][:, None, None, :], (B, self.L, self.H, M))
+            on_rare = np.take_along_axis(rare_keys, c.arg, -1)  # (B, L, H, N)
             frac = (on_rare & c.qw[:, None, None, :]).sum(-1) / np.maximum(c.qw.sum(-1), 1)[:, None, None]
             hits[c.idx] = frac > 0.5
 
@@ -289,16 +296,19 @@ class Sink:
 
     def update(self, c: Chunk) -> None:
         B, M = len(c.idx), c.w.shape[-1]
-        col = (c.w * c.q_real[:, None, None, :, None]).sum(3) / np.maximum(c.q_len, 1)[:, None, None, None]  # (B, L, H, M)
+        # (B, L, H, M)
+        col = (c.w * c.q_real[:, None, None, :, None]).sum(3) / np.maximum(c.q_len, 1)[:, None, None, None]
         col = np.where((self.cand[c.idx] & c.k_real)[:, None, None, :], col, -1.0)
         jbest = col.argmax(-1)  # (B, L, H)
         self.mass[c.idx] = np.clip(np.take_along_axis(col, jbest[..., None], -1)[..., 0], 0, None)
-        tok = np.take_along_axis(np.broadcast_to(self.k_ids[c.idx][:, None, None, :], (B, self.L, self.H, M)), jbest[..., None], -1)[..., 0]
+        k_ids = np.broadcast_to(self.k_ids[c.idx][:, None, None, :], (B, self.L, self.H, M))
+        tok = np.take_along_axis(k_ids, jbest[..., None], -1)[..., 0]
         self.token_votes += np.bincount((c.lh[..., 0] * self.V + tok).ravel(), minlength=self.L * self.H * self.V)
 
     def scores(self) -> dict:
         if self.V:
-            token = np.asarray(self.id_to_token, dtype=object)[self.token_votes.reshape(self.L, self.H, self.V).argmax(-1)]
+            votes = self.token_votes.reshape(self.L, self.H, self.V)
+            token = np.asarray(self.id_to_token, dtype=object)[votes.argmax(-1)]
         else:
             token = np.full((self.L, self.H), "", object)
         return {"sink": self.mass.mean(0), "sink_token": token}
@@ -321,7 +331,8 @@ class Entropy:
             visible = np.broadcast_to(c.k_len[:, None], (B, N))
         norm_ok = c.q_real & (visible > 1)
         self.total += np.where(c.q_real[:, None, None, :], ent, 0).sum((0, 3))
-        self.total_norm += np.where(norm_ok[:, None, None, :], ent / np.log(np.maximum(visible, 2))[:, None, None, :], 0).sum((0, 3))
+        self.total_norm += np.where(norm_ok[:, None, None, :],
+                                    ent / np.log(np.maximum(visible, 2))[:, None, None, :], 0).sum((0, 3))
         self.count += int(c.q_real.sum())
         self.count_norm += int(norm_ok.sum())
 

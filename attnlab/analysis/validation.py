@@ -98,7 +98,8 @@ def random_search(
             d = np.abs(flat - x).sum((-2, -1))  # (B, c)
             best = np.minimum(best, d.min(-1))
         family_min[:, f] = best
-    entries = (np.full(flat.shape[0], n * m) if mask is None else mask.reshape(-1, n, m).sum((-2, -1))).astype(np.float64)
+    entries = (np.full(flat.shape[0], n * m) if mask is None
+               else mask.reshape(-1, n, m).sum((-2, -1))).astype(np.float64)
     min_distance = family_min.min(-1)
     return RandomSearch(
         min_distance=min_distance.reshape(batch),

@@ -15,8 +15,20 @@ import random
 from dataclasses import dataclass, field
 
 from attnlab.data.lexicon import (
-    ADJECTIVES, Adj, LOCATIVE, NAMES, NOUNS, NUMBERS, Noun, POSSESSIVES, PREP_STEM, articulated, definite_article,
-    demonstrative, indefinite_article, vowel_initial,
+    ADJECTIVES,
+    LOCATIVE,
+    NAMES,
+    NOUNS,
+    NUMBERS,
+    POSSESSIVES,
+    PREP_STEM,
+    Adj,
+    Noun,
+    articulated,
+    definite_article,
+    demonstrative,
+    indefinite_article,
+    vowel_initial,
 )
 
 

@@ -118,7 +118,8 @@ def load_corpus(spec: str, split: str = "train", src_lang: str | None = None,
         raise UserError(f"--split: unknown split {split!r} (choose train, dev or test)")
     spec = str(spec)
     if spec == "synthetic" or spec.startswith("synthetic:"):
-        return load_synthetic(split, **{**kw, **synthetic_options(spec)})  # what the spec says wins over callers' defaults
+        # what the spec says wins over callers' defaults
+        return load_synthetic(split, **{**kw, **synthetic_options(spec)})
     if spec.startswith("hf:"):
         from attnlab.data.hf import read_hf  # imports datasets only when needed
 

@@ -38,11 +38,31 @@ from dataclasses import dataclass
 from attnlab.data.alignment import reorder_distance
 from attnlab.data.corpus import Pair
 from attnlab.data.lexicon import (
-    DITRANSITIVE, FREQ_ADV, INTRANSITIVE, LOCATIVE, MOTION, NAMES, PREPOSITIONAL, PRONOUNS, TIME_ADV, TRANSITIVE, conjugate,
-    english_3sg, vowel_initial,
+    DITRANSITIVE,
+    FREQ_ADV,
+    INTRANSITIVE,
+    LOCATIVE,
+    MOTION,
+    NAMES,
+    PREPOSITIONAL,
+    PRONOUNS,
+    TIME_ADV,
+    TRANSITIVE,
+    conjugate,
+    english_3sg,
+    vowel_initial,
 )
 from attnlab.data.noun_phrases import (  # the phrases the clauses are made of
-    _Ctx, _E, _I, _MOTION_TO, _STATIC, _adjectives_for, _locative, _name_np, _noun_np, _prep_phrase_it,
+    _E,
+    _I,
+    _MOTION_TO,
+    _STATIC,
+    _adjectives_for,
+    _Ctx,
+    _locative,
+    _name_np,
+    _noun_np,
+    _prep_phrase_it,
 )
 
 

@@ -91,7 +91,8 @@ def text_files(spec: str, split: str = "train") -> list[Path]:
         if not files:
             raise UserError(f"{path}: no .txt or .txt.gz file in this folder")
         return files
-    raise UserError(f"{path}: no {split}.txt[.gz] in this folder (and the folder is not named train with a {split}/ sibling)")
+    raise UserError(f"{path}: no {split}.txt[.gz] in this folder (and the folder is not named train with a {split}/ "
+                    "sibling)")
 
 
 def split_label(spec: str, split: str) -> str:
