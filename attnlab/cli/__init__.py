@@ -102,7 +102,8 @@ def main() -> None:
             raise
         raise SystemExit(fail(as_flags(str(err), sys.argv[1:])).exit_code) from None
     except (MemoryError, RuntimeError) as err:  # an allocation past the estimates of attnlab.train.resources
-        out_of_memory = isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or "allocate" in str(err)
+        out_of_memory = (isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError"
+                         or "allocate" in str(err))
         if os.environ.get("ATTNLAB_DEBUG") or not out_of_memory:
             raise
         raise SystemExit(fail(f"out of memory ({str(err).splitlines()[0] if str(err) else type(err).__name__}); "

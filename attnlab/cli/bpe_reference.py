@@ -41,7 +41,8 @@ def bpe_steps_command(
         c_t = r.corpus(t)
         n = sum(len(w) for w in c_t)
         shown = " | ".join(" ".join(w) for w in c_t) if n <= show_corpus else f"({n} symbols)"
-        typer.echo(f"merge {t}: {s.pair[0]} + {s.pair[1]} → {s.symbol}  (count {s.count}{', tie: first occurrence' if s.tie else ''})  C_{t} = {shown}")
+        typer.echo(f"merge {t}: {s.pair[0]} + {s.pair[1]} → {s.symbol}  "
+                   f"(count {s.count}{', tie: first occurrence' if s.tie else ''})  C_{t} = {shown}")
     typer.echo(f"V_{len(r.steps)} = {{{', '.join(r.vocabulary())}}}")
 
 

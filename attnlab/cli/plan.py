@@ -1,6 +1,7 @@
 """``attnlab plan`` and ``attnlab plan-run``: per-head structured plans of a real LLM.
 
-    attnlab plan --hf MODEL --calibrate train.txt.gz --budget 0.1 [--n 2048] [--windows 2] [--method attnlab-band|attnlab|…] [--pages K] [--slashes S] [--out PLAN.json]
+    attnlab plan --hf MODEL --calibrate train.txt.gz --budget 0.1 [--n 2048] [--windows 2]
+        [--method attnlab-band|attnlab|…] [--pages K] [--slashes S] [--out PLAN.json]
     attnlab plan-run --hf MODEL --plan PLAN.json --file test.txt.gz [--n 2048] [--windows 1]
 
 ``plan`` calibrates on the text (exact attention, streamed in blocks of rows), chooses one
@@ -27,23 +28,25 @@ from attnlab.outputs import claim_file
 
 
 def check_model_fits(model, n: int, device, what: str, batch: int = 1) -> None:
-    """Refuse before the run (one line: bytes needed and free) a length whose caches and masks will not fit the device."""
+    """Refuse before the run (one line: bytes needed and free) a length whose caches and masks will not fit the
+    device."""
     from attnlab.llm.models.device import check_fits, plan_bytes
     from attnlab.llm.plans.plan import model_shape
 
     check_fits(plan_bytes(model_shape(model), n, batch, next(model.parameters()).element_size()), device, what)
 
 
-def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows: int, method: str, mix: str | None = None,
-              slashes: int = 0, progress=None):
+def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows: int, method: str,
+              mix: str | None = None, slashes: int = 0, progress=None):
     """The plan of the registered ``method`` at ``budget`` and length n; a calibrated method first calibrates
     ``model`` on ``windows`` windows of n tokens of ``calibrate`` (with the candidates and gradients it asks for),
     and on the synthetic retrieval prompts of ``mix`` (``calibration_mix``), written into the plan's meta.
-    ``slashes`` > 0: the method's option ``slashes`` (a method without it refuses); ``progress``: the calibration's bar."""
+    ``slashes`` > 0: the method's option ``slashes`` (a method without it refuses); ``progress``:
+    the calibration's bar."""
     from attnlab.llm import methods
     from attnlab.llm.eval.eval_grid import parse_method
-    from attnlab.llm.plans.calibration_build import build_calibration
     from attnlab.llm.models.text_windows import token_windows
+    from attnlab.llm.plans.calibration_build import build_calibration
     from attnlab.progress import SILENT
 
     name, opts = parse_method(method)
@@ -61,19 +64,32 @@ def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows:
 
 @checked("plan")
 def plan_command(
-    hf: str = typer.Option(..., "--hf", help="model: a HF folder, a .gguf file or a known name (smollm2-135m, gemma3-270m)"),
+    hf: str = typer.Option(..., "--hf",
+                           help="model: a HF folder, a .gguf file or a known name (smollm2-135m, gemma3-270m)"),
     calibrate: Path = typer.Option(..., "--calibrate", help="calibration text (plain or .gz)"),
     budget: float = typer.Option(0.1, "--budget", help="fraction of causal attention entries kept, in (0, 1]"),
     n: int = typer.Option(2048, "--n", help="window length in tokens (the length the budget refers to)"),
     windows: int = typer.Option(2, "--windows", help="calibration windows"),
-    calibrate_mix: Optional[str] = typer.Option(None, "--calibrate-mix", help="synthetic retrieval prompts added to the calibration, a comma list of task:count (tasks of --task); errors on their answer rows"),
-    method: str = typer.Option("attnlab-band", "--method", help="a registered method or preset with a plan file, options as name:key=value, e.g. attnlab (the recommended default) or attnlab-retrieval:tail=T"),
-    pages: int = typer.Option(0, "--pages", help="pages of 16 evicted keys each planned head reads back per decoding query (0 = none)"),
-    slashes: int = typer.Option(0, "--slashes", help="diagonals beyond its band each planned head reads at the prefill, chosen per input from the last queries; their entries come out of the budget (0 = none)"),
+    calibrate_mix: Optional[str] = typer.Option(None, "--calibrate-mix",
+                                                help="synthetic retrieval prompts added to the calibration, "
+                                                     "a comma list of task:count (tasks of --task); "
+                                                     "errors on their answer rows"),
+    method: str = typer.Option("attnlab-band", "--method",
+                               help="a registered method or preset with a plan file, options as name:key=value, "
+                                    "e.g. attnlab (the recommended default) or attnlab-retrieval:tail=T"),
+    pages: int = typer.Option(0, "--pages",
+                              help="pages of 16 evicted keys each planned head reads back per decoding query "
+                                   "(0 = none)"),
+    slashes: int = typer.Option(0, "--slashes",
+                                help="diagonals beyond its band each planned head reads at the prefill, "
+                                     "chosen per input from the last queries; their entries come out of the budget "
+                                     "(0 = none)"),
     out: Optional[Path] = typer.Option(None, "--out", help="plan file (.json) [default: next to the model]"),
     force: bool = typer.Option(False, "--force", help="replace an existing plan file"),
-    device: str = typer.Option("cpu", "--device", help="cpu (float32), cuda (bfloat16, FlexAttention) or auto (cuda when one is visible)"),
-    quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
+    device: str = typer.Option("cpu", "--device",
+                               help="cpu (float32), cuda (bfloat16, FlexAttention) or auto (cuda when one is visible)"),
+    quiet: bool = typer.Option(False, "--quiet",
+                               help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Choose one structured support per (layer, head) from calibration text under a budget; write it as JSON."""
     from attnlab.llm.eval.eval_grid import parse_method
@@ -101,7 +117,8 @@ def plan_command(
         except UserError as e:
             flag = "--pages" if pages and "pages" in str(e) else "--slashes" if slashes else "--pages"
             raise ValueError(f"{flag}: {str(e).removeprefix('--option ').removeprefix('--method ')}") from None
-    dev = check_device(device)                # cuda without CUDA: one line, before anything is read or written (torch: cuda, auto)
+    dev = check_device(device)                # cuda without CUDA:
+                                              # one line, before anything is read or written (torch: cuda, auto)
     from attnlab.llm.eval.eval_inputs import check_input_file
     from attnlab.llm.models.loading import resolve_spec
 
@@ -113,7 +130,8 @@ def plan_command(
     from attnlab.cli.option_paths import output_file
 
     output_file("--out", out)                 # a folder, a FIFO or device, an unwritable folder: named, one line
-    claim_file(out, kind="plan", inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)  # refused before the model loads
+    # refused before the model loads
+    claim_file(out, kind="plan", inputs=[("--calibrate", calibrate), ("--hf", hf)], force=force)
     check_length(hf, n, "--n")  # from the model's configuration: no weights loaded, no text read
     from attnlab.progress import Progress
 
@@ -126,8 +144,10 @@ def plan_command(
     if pages:
         p.pages = pages
     p.save(out)
-    lines = f"{p.slash_heads()} with {max(h.slashes for r in p.heads for h in r)} slash lines, " if p.slash_heads() else ""
-    counts = Counter(h.blocks for r in p.heads for h in r if h.blocks and not h.is_full)   # K → heads (retrieval, others)
+    most = max(h.slashes for r in p.heads for h in r) if p.slash_heads() else 0
+    lines = f"{p.slash_heads()} with {most} slash lines, " if p.slash_heads() else ""
+    # K → heads (retrieval, others)
+    counts = Counter(h.blocks for r in p.heads for h in r if h.blocks and not h.is_full)
     lines += "".join(f"{c} with {K} key blocks, " for K, c in sorted(counts.items(), reverse=True))
     voting = [h.kept for r in p.heads for h in r if h.kept]   # retrieval heads decoding from their tail's voted keys
     lines += f"{len(voting)} decoding from {max(voting)} voted keys, " if voting else ""
@@ -143,16 +163,20 @@ def plan_run_command(
     file: Path = typer.Option(..., "--file", help="text to score (plain or .gz)"),
     n: int = typer.Option(2048, "--n", help="window length in tokens"),
     windows: int = typer.Option(1, "--windows", help="windows scored"),
-    device: str = typer.Option("cpu", "--device", help="cpu (float32), cuda (bfloat16, FlexAttention) or auto (cuda when one is visible)"),
-    backend: str = typer.Option("auto", "--backend", help="the execution seam's backend: auto (the device's own: cpu on the CPU, flex on CUDA), cpu or flex"),
-    quiet: bool = typer.Option(False, "--quiet", help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
+    device: str = typer.Option("cpu", "--device",
+                               help="cpu (float32), cuda (bfloat16, FlexAttention) or auto (cuda when one is visible)"),
+    backend: str = typer.Option("auto", "--backend",
+                                help="the execution seam's backend: auto (the device's own: cpu on the CPU, "
+                                     "flex on CUDA), cpu or flex"),
+    quiet: bool = typer.Option(False, "--quiet",
+                               help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Perplexity of the model with a plan applied, beside the full model's."""
     import math
 
+    from attnlab.llm.methods.attnlab_plan import PlanFile
     from attnlab.llm.models.device import check_device
     from attnlab.llm.models.loading import check_length
-    from attnlab.llm.methods.attnlab_plan import PlanFile
     from attnlab.llm.models.text_windows import token_windows
 
     dev = check_device(device)                # cuda without CUDA: one line, before the plan is read (torch: cuda, auto)
@@ -182,7 +206,8 @@ def plan_run_command(
     check_model_fits(model, n, dev, f"--plan {plan} at --n {n} on {dev}")
     method.prepare(model, n)   # refuses a plan made for another model
     ids = token_windows(tokenizer, file, n, windows)
-    with torch.no_grad(), progress.bar(f"perplexity n={n}, full then the plan", total=2 * len(ids), unit="windows") as bar:
+    with torch.no_grad(), progress.bar(f"perplexity n={n}, full then the plan", total=2 * len(ids),
+                                       unit="windows") as bar:
         def loss(x):
             value = model(x, labels=x).loss.item()
             bar.advance()

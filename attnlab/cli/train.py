@@ -27,7 +27,8 @@ IGNORED_BY = {
 def _given(ctx: typer.Context) -> set[str]:
     """The options the user wrote on the command line (or in the environment), not left at their defaults."""
     sources = {name: ctx.get_parameter_source(name) for name in ctx.params}  # typer may carry its own click: by name
-    return {name for name, source in sources.items() if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")}
+    return {name for name, source in sources.items()
+            if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")}
 
 
 def _check_resume(out: Path, given: set[str], values: dict) -> None:
@@ -46,8 +47,8 @@ def _check_resume(out: Path, given: set[str], values: dict) -> None:
             continue
         saved = getattr(cfg, field)
         if values[name] != saved:
-            raise UserError(f"--resume: --{name.replace('_', '-')} {values[name]} differs from the run's {field} = {saved!r} "
-                            f"in {out / 'config.toml'}; leave it out to continue the run, or start a new one")
+            raise UserError(f"--resume: --{name.replace('_', '-')} {values[name]} differs from the run's {field} = "
+                            f"{saved!r} in {out / 'config.toml'}; leave it out to continue the run, or start a new one")
 
 
 def _readers(option: str) -> str:
@@ -58,7 +59,9 @@ def _readers(option: str) -> str:
 @checked("train")
 def train_command(
     ctx: typer.Context,
-    data: str = typer.Option("synthetic", help="Corpus: synthetic, a TSV/Moses path, hf:NAME:CONFIG, or plain text (.txt[.gz] file or folder; --model lm)."),
+    data: str = typer.Option("synthetic",
+                             help="Corpus: synthetic, a TSV/Moses path, hf:NAME:CONFIG, or plain text "
+                                  "(.txt[.gz] file or folder; --model lm)."),
     out: Path = typer.Option(..., help="Run folder (config.toml, tokenizer.json, checkpoints/, metrics.jsonl)."),
     model: str = typer.Option("transformer", help="transformer | gru | lm"),
     layers: int = typer.Option(3, help="Encoder (and decoder) layers."),
@@ -67,13 +70,20 @@ def train_command(
     d_model: int = typer.Option(256, help="Model width d."),
     ff: int = typer.Option(1024, help="FFN inner width d_ff."),
     dropout: float = typer.Option(0.1, help="Dropout after embeddings and every sublayer."),
-    max_len: Optional[int] = typer.Option(None, help="Longest sequence in tokens (longer sentences are truncated, with a count); default 128, or --context for text."),
+    max_len: Optional[int] = typer.Option(None,
+                                          help="Longest sequence in tokens (longer sentences are truncated, "
+                                               "with a count); default 128, or --context for text."),
     norm: str = typer.Option("post", help="post (Vaswani) | pre (nanoGPT) LayerNorm."),
     scoring: str = typer.Option("dot", help="dot | additive | gaussian."),
     value_rank: int = typer.Option(0, help="Rank r of W_V = V_u V_d (0 = full)."),
     tie: bool = typer.Option(True, "--tie/--no-tie", help="Tie source/target embeddings and output projection."),
-    attention: str = typer.Option("full", help="Attention mechanism: " + "; ".join(f"{name}: {spec.summary}" for name, spec in MECHANISMS.items()) + "."),
-    attention_on: str = typer.Option("all", help="Which attentions use --attention: all, or a comma list of encoder,decoder,cross."),
+    attention: str = typer.Option("full",
+                                  help="Attention mechanism: "
+                                       + "; ".join(f"{name}: {spec.summary}" for name, spec in MECHANISMS.items())
+                                       + "."),
+    attention_on: str = typer.Option("all",
+                                     help="Which attentions use --attention: all, or a comma list of "
+                                          "encoder,decoder,cross."),
     w: int = typer.Option(8, help=f"Band half-width w ({_readers('w')})."),
     num_pos: int = typer.Option(0, help=f"Key columns g ({_readers('num_pos')})."),
     sparse: int = typer.Option(0, help=f"Sparse residual entries per row s ({_readers('sparse')})."),
@@ -83,12 +93,20 @@ def train_command(
     tokenizer: str = typer.Option("bpe", help="bpe | word | char."),
     vocab_size: int = typer.Option(8000, help="Tokenizer vocabulary size."),
     max_tokens: int = typer.Option(4096, help="Tokens per (global) batch."),
-    lr: float = typer.Option(7e-4, help="Peak learning rate (AdamW; with --optimizer muon, of the embeddings, head, biases and norms)."),
-    optimizer: str = typer.Option("adamw", help="adamw | muon (Muon for the hidden weight matrices at --muon-lr, AdamW for the rest at --lr)."),
+    lr: float = typer.Option(7e-4,
+                             help="Peak learning rate (AdamW; with --optimizer muon, of the embeddings, head, "
+                                  "biases and norms)."),
+    optimizer: str = typer.Option("adamw",
+                                  help="adamw | muon (Muon for the hidden weight matrices at --muon-lr, "
+                                       "AdamW for the rest at --lr)."),
     muon_lr: float = typer.Option(0.02, help="Peak learning rate of Muon (--optimizer muon)."),
     warmup: int = typer.Option(1000, help="Warm-up steps."),
-    label_smoothing: Optional[float] = typer.Option(None, help="Label smoothing ε_ls (default 0.1; 0 for a language model on text)."),
-    schedule: str = typer.Option("inverse_sqrt", help="inverse_sqrt | cosine (warm-up, then cosine decay to lr/10 over --max-steps or --minutes)."),
+    label_smoothing: Optional[float] = typer.Option(None,
+                                                    help="Label smoothing ε_ls (default 0.1; "
+                                                         "0 for a language model on text)."),
+    schedule: str = typer.Option("inverse_sqrt",
+                                 help="inverse_sqrt | cosine (warm-up, then cosine decay to lr/10 over --max-steps or "
+                                      "--minutes)."),
     context: int = typer.Option(0, help="Text LM: tokens per training window (default --max-len)."),
     batch_size: int = typer.Option(0, help="Text LM: windows per batch (default --max-tokens // --context)."),
     eval_every: int = typer.Option(0, help="Text LM: steps between dev evaluations (default --checkpoint-every)."),
@@ -101,8 +119,10 @@ def train_command(
     seed: int = typer.Option(0, help="Seed of initialisation, data order and dropout."),
     synthetic_pairs: int = typer.Option(20000, help="Pairs drawn from the synthetic grammar."),
     dev_limit: int = typer.Option(500, help="Distinct dev sources scored at the end (0 = skip)."),
-    precision: str = typer.Option("fp32", help="fp32 | bf16 (autocast forward; faster on CPUs with AVX512-BF16 and on GPUs)."),
-    init_embeddings: Optional[Path] = typer.Option(None, help="Skip-gram vectors (attnlab embeddings) to initialise W_E."),
+    precision: str = typer.Option("fp32",
+                                  help="fp32 | bf16 (autocast forward; faster on CPUs with AVX512-BF16 and on GPUs)."),
+    init_embeddings: Optional[Path] = typer.Option(None,
+                                                   help="Skip-gram vectors (attnlab embeddings) to initialise W_E."),
     resume: bool = typer.Option(False, help="Continue the run in --out from its last checkpoint."),
     force: bool = typer.Option(False, help="Replace an existing --out."),
     device: Optional[str] = typer.Option(None, help="cpu, cuda, cuda:1 … (default: cuda when available)."),
@@ -111,12 +131,12 @@ def train_command(
     """Train a model; the same command runs under torchrun --nproc_per_node N."""
     from attnlab.config import ModelConfig, TrainConfig
     from attnlab.data.spec import synthetic_options
+    from attnlab.data.text import is_text_spec
     from attnlab.train.loop import train as run_training
 
-    from attnlab.data.text import is_text_spec
-
     text = is_text_spec(data)
-    for name, value in (("--context", context), ("--batch-size", batch_size), ("--eval-every", eval_every), ("--eval-tokens", eval_tokens)):
+    for name, value in (("--context", context), ("--batch-size", batch_size), ("--eval-every", eval_every),
+                        ("--eval-tokens", eval_tokens)):
         if value and not text:
             raise UserError(f"{name} applies to a language model on plain text (--data a .txt[.gz] file or folder)")
     if max_len is None:
@@ -124,7 +144,8 @@ def train_command(
     if label_smoothing is None:
         label_smoothing = 0.0 if text else 0.1
     given = _given(ctx)
-    if "muon_lr" in given and optimizer != "muon" and not resume:  # on --resume, _check_resume compares it with the run's
+    if "muon_lr" in given and optimizer != "muon" and not resume:  # on --resume,
+                                                                   # _check_resume compares it with the run's
         raise UserError("--muon-lr applies to --optimizer muon (it would be ignored)")
     ignored = sorted(given & IGNORED_BY.get(model, set()))
     if ignored:
@@ -137,13 +158,14 @@ def train_command(
     if data.split(":")[0] == "synthetic":
         n = synthetic_options(data).get("n")
         if n is not None and "synthetic_pairs" in given and n != synthetic_pairs:
-            raise UserError(f"--data {data} asks for n={n} pairs but --synthetic-pairs is {synthetic_pairs}; give one of them")
+            raise UserError(f"--data {data} asks for n={n} pairs but --synthetic-pairs is {synthetic_pairs}; "
+                            "give one of them")
         synthetic_pairs = n or synthetic_pairs
     mcfg = ModelConfig(
         model=model, d_model=d_model, heads=heads, layers=layers, dec_layers=dec_layers, ff=ff, dropout=dropout,
         max_len=max_len, norm=norm, scoring=scoring, value_rank=value_rank, tie_embeddings=tie, attention=attention,
-        attention_on=attention_on, w=w, num_pos=num_pos, sparse=sparse, proj_len=proj_len, dilation=dilation, num_random=num_random,
-        seed=seed, vocab_size=1,
+        attention_on=attention_on, w=w, num_pos=num_pos, sparse=sparse, proj_len=proj_len, dilation=dilation,
+        num_random=num_random, seed=seed, vocab_size=1,
     )
     mcfg.validate()
     if init_embeddings is not None and not init_embeddings.is_file():
@@ -163,7 +185,8 @@ def train_command(
 
     typer.echo(f"stopped: {stop_reason(result.steps, tcfg.max_steps, tcfg.minutes)}", err=True)
     typer.echo(f"trained {result.steps} steps ({result.epochs_done:.2f} epochs, {result.tokens:,} target tokens) "
-               f"in {result.seconds / 60:.1f} min; last loss {result.final_loss:.3f}{best}; run folder {result.out}", err=True)
+               f"in {result.seconds / 60:.1f} min; last loss {result.final_loss:.3f}{best}; run folder {result.out}",
+               err=True)
 
 
 @checked("translate")
@@ -185,7 +208,8 @@ def translate_command(
         try:
             lines.append(raw.decode("utf-8").rstrip("\r\n"))
         except UnicodeDecodeError as err:
-            raise UserError(f"stdin:{number}: not UTF-8 (byte {raw[err.start]:#04x} at column {err.start + 1})") from None
+            raise UserError(f"stdin:{number}: not UTF-8 "
+                            f"(byte {raw[err.start]:#04x} at column {err.start + 1})") from None
     for hyp in run_translate(run.model, run.tokenizer, lines, beam, length_penalty):
         typer.echo(hyp)
 
@@ -198,7 +222,8 @@ def evaluate_command(
     beam: int = typer.Option(1, help="Beam size K (1 = greedy)."),
     length_penalty: float = typer.Option(1.0, help="α in score / |y|^α."),
     limit: int = typer.Option(0, help="Evaluate the first N distinct sources (language model: tokens) only (0 = all)."),
-    context: int = typer.Option(0, help="Language model: window length in tokens (default: the run's training context)."),
+    context: int = typer.Option(0,
+                                help="Language model: window length in tokens (default: the run's training context)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """BLEU and chrF (sacrebleu, all references of each source) of a run on a corpus split;
@@ -215,9 +240,11 @@ def evaluate_command(
     corpus = load_corpus(data, split=split)
     result = evaluate_pairs(run.model, run.tokenizer, corpus, beam, length_penalty, limit or None)
     if as_json:
-        typer.echo(json.dumps({"bleu": round(result["bleu"], 2), "chrf": round(result["chrf"], 2), "sentences": result["sentences"]}))
+        typer.echo(json.dumps({"bleu": round(result["bleu"], 2), "chrf": round(result["chrf"], 2),
+                               "sentences": result["sentences"]}))
     else:
-        typer.echo(f"BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  ({result['sentences']} sentences, {data} {split}, beam {beam})")
+        typer.echo(f"BLEU {result['bleu']:.2f}  chrF {result['chrf']:.2f}  ({result['sentences']} sentences, "
+                   f"{data} {split}, beam {beam})")
 
 
 def register(app: typer.Typer) -> None:
@@ -240,12 +267,14 @@ def _evaluate_lm(run, data: str, split: str, context: int, limit: int, as_json: 
         raise UserError(f"--context {n} is longer than the model's maximum ({run.cfg.max_len} tokens)")
     shared = shared_files(data, split, run.train_cfg.data) if split != "train" else []
     if shared:
-        raise UserError(f"--split {split}: {shared[0]} is the run's training text (--data {run.train_cfg.data}; a file not named "
-                        f"train/dev/test.txt is every split); give held-out text: a {split}.txt beside train.txt, or another file")
+        raise UserError(f"--split {split}: {shared[0]} is the run's training text (--data {run.train_cfg.data}; "
+                        "a file not named train/dev/test.txt is every split); "
+                        f"give held-out text: a {split}.txt beside train.txt, or another file")
     stream = load_text(data, split, run.tokenizer)
     r = evaluate_lm(run.model, stream, n, limit)
     if as_json:
-        typer.echo(json.dumps({"loss": round(r["loss"], 5), "bpc": round(r["bpc"], 5), "perplexity": round(r["perplexity"], 4),
+        typer.echo(json.dumps({"loss": round(r["loss"], 5), "bpc": round(r["bpc"], 5),
+                               "perplexity": round(r["perplexity"], 4),
                                "tokens": r["tokens"], "chars": r["chars"], "unknown": r["unknown"], "context": n,
                                "split": split_label(data, split)}))
     else:
