@@ -13,10 +13,15 @@ commands' token tensors, built on the host, need not know where the model lies.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from attnlab.errors import UserError
 
-__all__ = ["DEVICES", "DEVICE_HELP", "check_device", "check_fits", "device_dtype", "place_model", "plan_bytes", "resolve_device"]
+if TYPE_CHECKING:   # the annotations only: torch is imported inside the functions that need it
+    import torch
+
+__all__ = ["DEVICES", "DEVICE_HELP", "check_device", "check_fits", "device_dtype", "place_model", "plan_bytes",
+           "resolve_device"]
 
 DEVICES = ("cpu", "cuda", "auto")
 DEVICE_HELP = "cpu (float32), cuda (bfloat16, FlexAttention) or auto (cuda when one is visible, else cpu)"
@@ -33,7 +38,8 @@ def check_device(option: str, flag: str = "--device") -> str:
 
 
 def resolve_device(option: str, flag: str = "--device") -> torch.device:
-    """The device of ``--device`` (``DEVICES``); a CUDA request on a machine without CUDA is a one-line ``UserError``."""
+    """The device of ``--device`` (``DEVICES``); a CUDA request on a machine without CUDA is a one-line
+    ``UserError``."""
     import torch
 
     name = str(option).strip().lower()
@@ -67,7 +73,8 @@ def _to_device(device):
 
 
 def place_model(model, device):
-    """``model`` on ``device`` in its dtype there (``device_dtype``); its inputs (ids, labels) moved there on each call."""
+    """``model`` on ``device`` in its dtype there (``device_dtype``); its inputs (ids,
+    labels) moved there on each call."""
     import torch
 
     device = torch.device(device)
