@@ -7,8 +7,8 @@ probability the model gives the token full attention writes there when it runs X
     M ⊕ l                   the method's plan with every head of layer l FULL (a sliding layer: its window, the model's
                             own attention there), every other layer as planned; prefill, cache and decoding steps as M's
     r_l = (ℓ_{M⊕l} − ℓ_M) / (ℓ_F − ℓ_M)        the share of the gap restoring layer l alone closes (causal tracing's
-                            restoration, Meng et al. 2022, here on the support instead of the hidden state: r_l ≈ 1, that
-                            layer's sparse support alone loses the prompt; Σ_l r_l ≪ 1, no one layer does)
+                            restoration, Meng et al. 2022, here on the support instead of the hidden state: r_l ≈ 1,
+                            that layer's sparse support alone loses the prompt; Σ_l r_l ≪ 1, no one layer does)
     R = {l_1, …, l_k}       the fewest layers, taken in order of r_l, restored together under which v_t is the method's
                             argmax at row q (tried up to ``most`` layers; none: no such set among them)
 
@@ -16,11 +16,11 @@ With ``heads`` = k, the same one head at a time inside the k layers of largest r
 FULL, its KV head's cache then whole): r_{l.h} = (ℓ_{M⊕(l,h)} − ℓ_M) / (ℓ_F − ℓ_M), each head named by its part of
 the plan (band w, columns, retrieval tail) — which head's support, and what it kept, lost the prompt.
 
-One run of the method per layer (L runs) and up to ``most`` more (and one per head restored); each run is the method's own prefill of the prompt
-and its decoding steps of v_<t (``method_row``'s loop, without reading the heads).  Only a method whose layers run its
-plan's heads as written (``check_restorable``: a ``PlanMethod`` with the plain ``LayerRunner`` — attnlab's plans, plan files,
-StreamingLLM, DuoAttention); MInference's patterns, SnapKV's eviction, Quest's pages and the oracle live in their own
-runners, where a FULL head in the plan would not restore the layer.
+One run of the method per layer (L runs) and up to ``most`` more (and one per head restored); each run is the method's
+own prefill of the prompt and its decoding steps of v_<t (``method_row``'s loop, without reading the heads).  Only a
+method whose layers run its plan's heads as written (``check_restorable``: a ``PlanMethod`` with the plain
+``LayerRunner`` — attnlab's plans, plan files, StreamingLLM, DuoAttention); MInference's patterns, SnapKV's eviction,
+Quest's pages and the oracle live in their own runners, where a FULL head in the plan would not restore the layer.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def with_full_heads(method, heads):
 def with_full_layers(method, layers):
     """A copy of the prepared ``method`` whose plan runs every head of ``layers`` with full attention (M ⊕ layers)."""
     full = set(layers)
-    return with_full_heads(method, [(l, h) for l, row in enumerate(method.plan.heads) if l in full for h in range(len(row))])
+    return with_full_heads(method,
+                           [(l, h) for l, row in enumerate(method.plan.heads) if l in full for h in range(len(row))])
 
 
 def head_words(hp) -> str:
@@ -111,14 +112,15 @@ def restored(model, method, forced: list[int], q: int, n: int, token: int, top: 
     together = None
     if am != token:
         for k in range(1, min(most, L) + 1):
-            got, arg = (lp[order[0]] if k == 1 else row_logprob(model, with_full_layers(method, order[:k]), forced, q, n,
-                                                                   token))
+            got, arg = (lp[order[0]] if k == 1
+                        else row_logprob(model, with_full_layers(method, order[:k]), forced, q, n, token))
             if arg == token:
                 together = {"layers": sorted(order[:k]), "logp": round(got, 4)}
                 break
     out = {"logp_full": round(lf, 4), "logp_method": round(lm, 4), "argmax_method": am,
            "half": sum(1 for x, _ in lp if (share(x) or 0) >= 0.5), "of": L,
-           "layers": [{"layer": l, "logp": round(lp[l][0], 4), "share": share(lp[l][0]), "argmax_is_value": lp[l][1] == token}
+           "layers": [{"layer": l, "logp": round(lp[l][0], 4), "share": share(lp[l][0]),
+                       "argmax_is_value": lp[l][1] == token}
                       for l in order[:top]],
            "together": together, "tried": min(most, L) if am != token else 0}
     if heads:

@@ -148,9 +148,9 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
     import torch
 
     from attnlab.llm.eval.lost_reads import full_row, method_row
-    from attnlab.schemas.result_row import LOST, read_rows
     from attnlab.llm.eval.tasks import TASKS, Haystack
     from attnlab.llm.plans.calibration import Calibration
+    from attnlab.schemas.result_row import LOST, read_rows
 
     out = Path(out)
     settings, rows = read_folder(out, method_name)

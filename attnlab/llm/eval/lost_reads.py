@@ -14,8 +14,8 @@
                         bound far below K is lost to the bound's looseness, not to K
 
 The method runs as it does in ``attnlab eval`` (``Method.applied``, its cache); each layer's runner is given the
-subclass ``_reading(its class)``, which keeps what the seam was asked to read (``_Capture``: the backend of the step with
-its ``allowed`` kept) and runs the step unchanged.  ``method_row`` turns that into a verdict per head
+subclass ``_reading(its class)``, which keeps what the seam was asked to read (``_Capture``: the backend of the step
+with its ``allowed`` kept) and runs the step unchanged.  ``method_row`` turns that into a verdict per head
 (``lost_prompts`` writes them).
 """
 
@@ -81,7 +81,8 @@ def prefill_row_reads(parts, i: int, n: int) -> dict[str, torch.Tensor]:
     if parts.blocks.shape[-1]:
         K_h = torch.tensor(parts.block_counts, device=dev).view(1, H, 1)
         own = torch.arange(parts.blocks.shape[-1], device=dev).view(1, 1, -1) < K_h                      # (1, H, K)
-        chosen = torch.where(own & (parts.blocks[:, :, i // parts.block] >= 0), parts.blocks[:, :, i // parts.block], -1)
+        chosen = torch.where(own & (parts.blocks[:, :, i // parts.block] >= 0),
+                             parts.blocks[:, :, i // parts.block], -1)
         blk = torch.zeros(B, H, -(-n // parts.block) + 1, dtype=torch.bool, device=dev)
         blk.scatter_(-1, torch.where(chosen >= 0, chosen, blk.shape[-1] - 1), True)
         out["key block"] = blk[..., j // parts.block] & causal
@@ -124,7 +125,8 @@ def _reading(cls: type) -> type:
         watch = False
 
         def prefill(self, q, k, v, scaling):
-            self.seen_qk = (q[:, :, -1:], k, scaling)                                        # the last row's query, the keys
+            # the last row's query, the keys
+            self.seen_qk = (q[:, :, -1:], k, scaling)
             return super().prefill(q, k, v, scaling)
 
         def parts(self, columns, blocks, n):
@@ -164,16 +166,20 @@ def _reading(cls: type) -> type:
             r, i, page = q.shape[1] // H_s, self.m - 1, self.page
             P = -(-self.m // page)
             hq = self.query_heads(kv).tolist()
-            w = self.per_kv(self.w_decode, kv).reshape(-1).tolist()                           # (H_s·r,) band per query head
-            cols = self.columns[:, hq] if self.columns is not None else None                   # (B, H_s·r, g), −1: empty
+            # (H_s·r,) band per query head
+            w = self.per_kv(self.w_decode, kv).reshape(-1).tolist()
+            # (B, H_s·r, g), −1: empty
+            cols = self.columns[:, hq] if self.columns is not None else None
             for x, h in enumerate(hq):
-                pos = k_pos[:, x // r]                                                          # (B, L) its KV head's keys
+                # (B, L) its KV head's keys
+                pos = k_pos[:, x // r]
                 if cols is not None:                                                             # U over P ∖ T_h
                     is_col = column_mask(cols[:, x : x + 1].to(pos.device), self.m)[:, 0]       # (B, m)
                     pos = torch.where((pos >= 0) & is_col.gather(-1, pos.clamp_min(0)), -1, pos)
                 at = torch.where(pos >= 0, pos // page, P).cpu()                                # (B, L) page, P: none
                 U = torch.full((B, P), float("-inf"))
-                Ux = page_upper_bound(q[:, x : x + 1, -1:].float(), k[:, x // r : x // r + 1].float(), pos[:, None], page)
+                Ux = page_upper_bound(q[:, x : x + 1, -1:].float(), k[:, x // r : x // r + 1].float(),
+                                      pos[:, None], page)
                 U[:, : Ux.shape[-1]] = Ux[:, 0, 0, :P].cpu()                                    # (B, P) U_P
                 sx = s[:, x // r, x % r].cpu()                                                   # (B, L)
                 S = torch.full((B, P + 1), float("-inf")).scatter_reduce(-1, at, sx, "amax")[:, :P]   # (B, P) max q·k
@@ -197,14 +203,18 @@ def _reading(cls: type) -> type:
             if self.cache is None:   # no PlanCache (a method's DynamicCache): every key is resident
                 at = torch.where(k_pos >= 0, k_pos, self.m)
                 g = slice(None) if kv is None else kv.cpu()
-                self.resident[:, g] |= torch.zeros(B, H_s, self.m + 1, dtype=torch.bool).scatter_(-1, at, True)[..., : self.m]
-            s = (q[:, :, -1:].view(B, H_s, r, 1, -1).float() @ k.float()[:, :, None].transpose(-1, -2)).squeeze(-2) * scaling
+                hit = torch.zeros(B, H_s, self.m + 1, dtype=torch.bool).scatter_(-1, at, True)   # (B, H_s, m + 1)
+                self.resident[:, g] |= hit[..., : self.m]
+            s = (q[:, :, -1:].view(B, H_s, r, 1, -1).float()
+                 @ k.float()[:, :, None].transpose(-1, -2)).squeeze(-2) * scaling
             ok = (k_pos >= 0)[:, :, None].expand(B, H_s, r, L)
             ok = ok & (allowed[..., -1, :] if allowed is not None else True)                  # (B, H_s, r, L)
             p = torch.softmax(s.masked_fill(~ok, float("-inf")), -1).nan_to_num(0.0)
             pos = torch.where(ok, k_pos[:, :, None].expand_as(ok), self.m).reshape(B, H_s * r, L)
-            self.read[:, hq] |= torch.zeros(B, len(hq), self.m + 1, dtype=torch.bool).scatter_(-1, pos, True)[..., : self.m]
-            self.probs[:, hq] += torch.zeros(B, len(hq), self.m + 1).scatter_add_(-1, pos, p.reshape(B, H_s * r, L))[..., : self.m]
+            hit = torch.zeros(B, len(hq), self.m + 1, dtype=torch.bool).scatter_(-1, pos, True)   # (B, |hq|, m + 1)
+            self.read[:, hq] |= hit[..., : self.m]
+            mass = torch.zeros(B, len(hq), self.m + 1).scatter_add_(-1, pos, p.reshape(B, H_s * r, L))
+            self.probs[:, hq] += mass[..., : self.m]
             return s
 
         def decode_parts(self, q, parts, scaling, q_pos, summaries=None):
@@ -217,7 +227,8 @@ def _reading(cls: type) -> type:
                         hit = torch.zeros(at.shape[0], at.shape[1], self.m + 1, dtype=torch.bool).scatter_(-1, at, True)
                         into[:, p.kv.cpu()] |= hit[..., : self.m]
                     mine = summaries.of_heads(p.kv.to(q.device), hq) if summaries is not None else None
-                    self.decode(q[:, hq], p.keys, p.values, scaling, q_pos, p.positions, p.flags, kv=p.kv, summaries=mine)
+                    self.decode(q[:, hq], p.keys, p.values, scaling, q_pos, p.positions, p.flags, kv=p.kv,
+                                summaries=mine)
             watch, self.watch = self.watch, False
             try:
                 return super().decode_parts(q, parts, scaling, q_pos, summaries)
@@ -244,7 +255,8 @@ def role_of(runner, h: int, pages: int) -> str:
     words += [f"{runner.slashes[h]} slashes"] if runner.slashes[h] else []
     words += [f"voted P={runner.kept[h]}"] if runner.kept[h] else ["whole cache at decoding"] if runner.tail[h] else []
     k_mean = getattr(runner, "mean_pages", 0)
-    words += ([f"{pages} pages read back" + (f" ({pages - k_mean} by the bound, {k_mean} by the mean key)" if k_mean else "")]
+    words += ([f"{pages} pages read back"
+               + (f" ({pages - k_mean} by the bound, {k_mean} by the mean key)" if k_mean else "")]
               if pages and bool(runner.reads[h]) else [])
     words += [f"sliding window {runner.sliding}"] if runner.sliding else []
     return ", ".join(words) + own
@@ -297,7 +309,8 @@ def _layer_verdicts(l: int, r, q: int, n: int, V, pages: int, O=None) -> dict:
     if q < n:                                              # a prompt row: the prefill's support
         parts = prefill_row_reads(r.seen_parts, q, n)
         read = torch.stack(list(parts.values())).any(0)[0]                                  # (H, n)
-        q_last, k, scaling = r.seen_qk                                                      # (B, H, 1, d_k), (B, H_kv, n, d_k)
+        # (B, H, 1, d_k), (B, H_kv, n, d_k)
+        q_last, k, scaling = r.seen_qk
         s = (q_last.float() @ k[:, r.kv_of].float().transpose(-1, -2))[0, :, 0] * scaling   # (H, n)
         probs = torch.softmax(s.masked_fill(~read, float("-inf")), -1)
         resident = stored = None
@@ -339,12 +352,14 @@ def _ordinal(x: int) -> str:
 
 
 def _rank(r, h: int, j: int) -> str:
-    """" (page P: its bound rank of |C| by Quest's bound, its score rank by q·k, its rank by q·k̄_P)" for the key j of head h, or "" when the
+    """" (page P: its bound rank of |C| by Quest's bound, its score rank by q·k,
+    its rank by q·k̄_P)" for the key j of head h, or "" when the
     step noted no ranks (module docstring, rank_h(P))."""
     got = getattr(r, "page_ranks", {}).get(h)
     if got is None or not int(got[0][j // r.page]):
         return ""
     bound, score, mean, C = got
     P = j // r.page
-    return (f" (page {P}: {_ordinal(int(bound[P]))} of {C} by Quest's bound, {_ordinal(int(score[P]))} by its best q·k, "
+    return (f" (page {P}: {_ordinal(int(bound[P]))} of {C} by Quest's bound, "
+            f"{_ordinal(int(score[P]))} by its best q·k, "
             f"{_ordinal(int(mean[P]))} by its mean key)")

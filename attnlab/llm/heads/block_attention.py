@@ -50,7 +50,8 @@ def key_range(allowed: torch.Tensor) -> tuple[int, int]:
 _key_range = key_range  # the name block_attention calls (tests replace it)
 
 
-def softmax_rows(s: torch.Tensor, allowed: torch.Tensor, with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def softmax_rows(s: torch.Tensor, allowed: torch.Tensor,
+                 with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """p = softmax_j(s) of masked scores (−∞ where not allowed; ``s`` is overwritten) and, if asked, each row's entropy.
 
     The softmax written out, to get the entropy from the logits:
@@ -87,7 +88,8 @@ def block_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch
 
         attention_mask = LazyMask(causal_mask_function, B, n, m, m - n, 0, query.device)
     elif not isinstance(attention_mask, LazyMask):  # a dense mask (bool, or additive float)
-        dense = attention_mask if attention_mask.dtype == torch.bool else attention_mask > torch.finfo(attention_mask.dtype).min / 2
+        dense = (attention_mask if attention_mask.dtype == torch.bool
+                 else attention_mask > torch.finfo(attention_mask.dtype).min / 2)
         attention_mask = _DenseRows(dense)
     observer, r = _ACTIVE["observer"], _ACTIVE["block_rows"]
     layer = getattr(module, "layer_idx", None)
@@ -105,7 +107,8 @@ def block_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch
         s = s.float().masked_fill(~allowed, float("-inf"))
         p, entropy = softmax_rows(s, allowed, observer is not None)
         del s
-        o = torch.matmul(p.reshape(B, H_kv, g, i1 - i0, j1 - j0).to(value.dtype), value[:, :, None, j0:j1])  # (B, H_kv, g, r, d_v)
+        # (B, H_kv, g, r, d_v)
+        o = torch.matmul(p.reshape(B, H_kv, g, i1 - i0, j1 - j0).to(value.dtype), value[:, :, None, j0:j1])
         out[:, i0:i1] = o.reshape(B, H, i1 - i0, -1).transpose(1, 2)
         if observer is not None:
             observer(layer, i0, j0, p, allowed, entropy)

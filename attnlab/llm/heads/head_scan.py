@@ -1,4 +1,5 @@
-"""Run any model attnlab captures on token ids and score every head with the detectors of ``attnlab.analysis.head_detectors``.
+"""Run any model attnlab captures on token ids and score every head with the detectors of
+``attnlab.analysis.head_detectors``.
 
     detector_scores(model, tokenizer, n=512) -> HeadScores        # repeated random tokens
     retrieval_scores(model, tokenizer, prompts) -> (L, H)         # needle prompts (Wu et al. 2024)
@@ -20,12 +21,19 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from attnlab.analysis.head_detectors import REPEAT_DETECTORS, DetectorSums, named_heads, repeated_random_tokens, thresholds
+from attnlab.analysis.head_detectors import (
+    REPEAT_DETECTORS,
+    DetectorSums,
+    named_heads,
+    repeated_random_tokens,
+    thresholds,
+)
 from attnlab.errors import UserError
 from attnlab.llm.heads.needle_prompts import CopyPrompt, needle_prompts, start_ids
 from attnlab.progress import SILENT, Bar, Progress
 
-__all__ = ["HeadScores", "detector_scores", "retrieval_scan", "retrieval_scores", "model_shape", "random_vocab", "context_of"]
+__all__ = ["HeadScores", "detector_scores", "retrieval_scan", "retrieval_scores", "model_shape", "random_vocab",
+           "context_of"]
 
 
 def _is_hf(model) -> bool:
@@ -143,7 +151,8 @@ def detector_scores(model, tokenizer, n: int = 512, *, detectors: Sequence[str] 
     start = start_ids(tokenizer)
     T = (n - len(start)) // repeats
     if T < 2:
-        raise UserError(f"--length {n}: too short for {repeats} copies of a random segment (at least {len(start) + 2 * repeats} tokens)")
+        raise UserError(f"--length {n}: too short for {repeats} copies of a random segment "
+                        f"(at least {len(start) + 2 * repeats} tokens)")
     ids = repeated_random_tokens(random_vocab(tokenizer), T, repeats + 1, samples, seed=seed)[:, : n - len(start)]
     ids = np.concatenate([np.tile(np.asarray(start, np.int64), (samples, 1)), ids], 1)  # (samples, n)
     x = torch.as_tensor(ids)
@@ -165,8 +174,8 @@ def detector_scores(model, tokenizer, n: int = 512, *, detectors: Sequence[str] 
 
 def retrieval_scan(model, tokenizer, prompts: Sequence, *, block_rows: int | None = None,
                    progress: Progress = SILENT) -> tuple[np.ndarray, np.ndarray]:
-    """Per prompt: retrieval score (P, L, H) and the copy accuracy (P,) = share of answer tokens the model predicts (argmax).
-    ``progress``: a bar over the prompts."""
+    """Per prompt: retrieval score (P, L, H) and the copy accuracy (P,) = share of answer tokens the model predicts
+    (argmax). ``progress``: a bar over the prompts."""
     from attnlab.llm.heads.needle_prompts import from_sample
 
     L, H = model_shape(model)

@@ -113,7 +113,8 @@ class HeadStatistics:
 
     def observe(self, layer: int, i0: int, j0: int, p: torch.Tensor, allowed: torch.Tensor,
                 entropy: torch.Tensor | None = None) -> None:
-        """Add the block p = P[:, i0:i0+r, j0:j0+m'] of ``layer`` (batch of one text); ``entropy`` its rows' (if known)."""
+        """Add the block p = P[:, i0:i0+r, j0:j0+m'] of ``layer`` (batch of one text); ``entropy`` its rows'
+        (if known)."""
         # p: (1, H, r, m')  allowed: (1, 1, r, m')  entropy: (1, H, r)
         p = p[0]
         H, r, m = p.shape
@@ -164,7 +165,8 @@ class HeadStatistics:
             t0, t1 = max(a, i0), min(b, i0 + r)
             k0, k1 = max(a, j0), min(b, j0 + m)
             if t0 < t1 and k0 < k1:
-                self.window_maps[layer, :, t0 - a : t1 - a, k0 - a : k1 - a] = p[:, t0 - i0 : t1 - i0, k0 - j0 : k1 - j0]
+                self.window_maps[layer, :, t0 - a : t1 - a, k0 - a : k1 - a] = (
+                    p[:, t0 - i0 : t1 - i0, k0 - j0 : k1 - j0])
         if self.tiles is not None:
             self.tiles.observe(layer, i0, j0, p, allowed[0, 0].sum(-1))  # keys each row sees
         if self.pool is not None:

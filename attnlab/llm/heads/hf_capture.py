@@ -70,7 +70,8 @@ def load_hf(name_or_path: str | os.PathLike) -> HFModel:
         model, tokenizer = load_causal_lm(name, attn_implementation="eager")
         return HFModel(name, model, tokenizer, "decoder", model_max_len(model))
     local = Path(name).expanduser()
-    looks_local = local.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep == "\\" and "\\" in name
+    looks_local = (local.exists() or name.startswith((".", "/", "~")) or name.count("/") > 1
+                   or os.sep == "\\" and "\\" in name)
     if not looks_local:   # a hub name: its folder in the local HF cache, never downloaded (unknown: one line at once)
         from attnlab.llm.models.loading import hub_snapshot
 
@@ -82,16 +83,21 @@ def load_hf(name_or_path: str | os.PathLike) -> HFModel:
         raise UserError(f"model folder {name} does not exist")
     import transformers
     from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
 
     try:
         cfg = AutoConfig.from_pretrained(str(local))
     except (OSError, ValueError) as err:
-        raise UserError(f"{name} is not a transformers model folder (no usable config.json): {str(err).splitlines()[0]}") from None
+        raise UserError(f"{name} is not a transformers model folder (no usable config.json): "
+                        f"{str(err).splitlines()[0]}") from None
     path = str(local)
     if cfg.is_encoder_decoder:
         arch, auto = "encoder-decoder", AutoModelForSeq2SeqLM
-    elif cfg.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and cfg.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+    elif (cfg.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+          and cfg.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES):
         arch, auto = "decoder", AutoModel
     else:
         arch, auto = "encoder", AutoModel
@@ -139,13 +145,15 @@ def _call(hf: HFModel, **inputs):
     try:
         return hf.model(**inputs, output_attentions=True, return_dict=True)
     except (TypeError, ValueError, NotImplementedError) as err:
-        raise UserError(f"model '{hf.name}' ({type(hf.model).__name__}) cannot return attention weights: {str(err).splitlines()[0]}") from None
+        raise UserError(f"model '{hf.name}' ({type(hf.model).__name__}) cannot return attention weights: "
+                        f"{str(err).splitlines()[0]}") from None
     except (RuntimeError, MemoryError) as err:  # the allocator: n x n weights of every layer did not fit
         text = str(err).splitlines()[0] if str(err) else type(err).__name__
         if isinstance(err, MemoryError) or "alloc" in text.lower() or "memory" in text.lower():
             n = inputs["input_ids"].shape[-1]
             raise UserError(f"out of memory capturing every n x n attention matrix of '{hf.name}' at {n} tokens; "
-                            f"pass fewer tokens, or stream the statistics: attnlab attention --hf MODEL --file TEXT ({text})") from None
+                            "pass fewer tokens, or stream the statistics: attnlab attention --hf MODEL --file TEXT "
+                            f"({text})") from None
         raise
 
 
@@ -202,7 +210,8 @@ def capture_hf(
         if hf.arch == "encoder-decoder":
             start_id = m.config.decoder_start_token_id if m.config.decoder_start_token_id is not None else pad
             if targets is not None:
-                tgt = [_shift_right(tok, t, start_id, hf.max_len, start + b, truncate) for b, t in enumerate(targets[start : start + batch_size])]
+                tgt = [_shift_right(tok, t, start_id, hf.max_len, start + b, truncate)
+                       for b, t in enumerate(targets[start : start + batch_size])]
             else:
                 limit = min(hf.max_len or 512, 2 * x.shape[1] + 10)
                 gen = m.generate(input_ids=x, attention_mask=mask, max_new_tokens=limit, do_sample=False, num_beams=1)
@@ -228,7 +237,8 @@ def capture_hf(
             attn = {("decoder" if hf.arch == "decoder" else "encoder"): getattr(o, "attentions", None)}
             sides = [(s, s) for s in batch]
         if any(not v for v in attn.values()) or any(a is None for v in attn.values() for a in v):
-            raise UserError(f"model '{hf.name}' ({type(m).__name__}) cannot return attention weights (output_attentions gives none)")
+            raise UserError(f"model '{hf.name}' ({type(m).__name__}) cannot return attention weights "
+                            "(output_attentions gives none)")
         for b, (s_ids, t_ids) in enumerate(sides):
             k = start + b
             if hf.arch == "encoder-decoder":
@@ -243,6 +253,8 @@ def capture_hf(
                 target = None
                 w = cut_padding(attn, b, len(s_ids), len(s_ids))
             out.append(SentenceAttention(text=sentences[k], target=target, tokens=tokens, special=special, weights=w))
-    display = hf.name if not Path(hf.name).expanduser().is_dir() else "/".join(Path(hf.name).expanduser().resolve().parts[-2:])
-    meta = {"name": display, "path": hf.name, "source": "transformers", "class": type(m).__name__, "arch": hf.arch, "max_len": hf.max_len}
+    local = Path(hf.name).expanduser()
+    display = hf.name if not local.is_dir() else "/".join(local.resolve().parts[-2:])
+    meta = {"name": display, "path": hf.name, "source": "transformers", "class": type(m).__name__, "arch": hf.arch,
+            "max_len": hf.max_len}
     return AttentionMaps(out, meta)

@@ -128,7 +128,8 @@ class LongAttention:
         n = self.n
         causal = not np.any(self.profile[..., : n - 1])  # no mass at j > i
         arrays = {
-            ("profile.causal" if causal else "profile"): (self.profile[..., n - 1 :] if causal else self.profile).astype(np.float32),
+            ("profile.causal" if causal else "profile"):
+                (self.profile[..., n - 1 :] if causal else self.profile).astype(np.float32),
             "column": self.column.astype(np.float32),
             "fit.mass_captured": self.fit.mass_captured, "fit.l1": self.fit.l1, "fit.entries": self.fit.entries,
             "fit.columns": self.fit.columns.astype(np.int32), "entropy": self.entropy,  # key positions < 2^31
@@ -141,16 +142,19 @@ class LongAttention:
                 arrays[name + ".log8"] = np.frombuffer(zlib.compress(q.tobytes(), 6), dtype=np.uint8)
                 maps[name] = {"shape": list(q.shape), "lo": MAP_RANGE[0], "hi": MAP_RANGE[1]}
         if self.tiles is not None:
-            arrays.update({"tiles.pos": self.tile_pos.astype(np.int64), "tiles.score": self.tile_score.astype(np.float64)})
+            arrays.update({"tiles.pos": self.tile_pos.astype(np.int64),
+                           "tiles.score": self.tile_score.astype(np.float64)})
         meta = {
             "name": self.name, "tokens": self.tokens, "special": self.special, "layers": self.layers,
             "layer_types": self.layer_types, "sliding_window": self.sliding_window, "ws": list(self.fit.ws),
-            "num_pos": list(self.fit.num_pos), "roles": [r.to_dict() for r in self.roles], "block_rows": self.block_rows,
+            "num_pos": list(self.fit.num_pos), "roles": [r.to_dict() for r in self.roles],
+            "block_rows": self.block_rows,
             "seconds": self.seconds, "peak_bytes": self.peak_bytes, "estimate_bytes": self.estimate_bytes,
             "window": list(self.window) if self.window else None, "pool": self.pool, "meta": self.meta, "maps": maps,
         }
         arrays = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
-        return write_atomic(path, lambda tmp: save_file(arrays, tmp, metadata={"format": FORMAT, "json": json.dumps(meta)}))
+        return write_atomic(path,
+                            lambda tmp: save_file(arrays, tmp, metadata={"format": FORMAT, "json": json.dumps(meta)}))
 
     @staticmethod
     def is_file(path: str | os.PathLike) -> bool:
@@ -181,7 +185,8 @@ class LongAttention:
             raise
         except Exception as err:
             raise UserError(f"{path}: not a long-attention file ({type(err).__name__}: {err})") from None
-        fit = FitTable(tuple(meta["ws"]), tuple(meta["num_pos"]), a["fit.mass_captured"], a["fit.l1"], a["fit.entries"], a["fit.columns"])
+        fit = FitTable(tuple(meta["ws"]), tuple(meta["num_pos"]), a["fit.mass_captured"], a["fit.l1"], a["fit.entries"],
+                       a["fit.columns"])
         profile, column = _profile(a, len(meta["tokens"])), a["column"].astype(np.float64)
         for name, rec in (meta.get("maps") or {}).items():  # the maps stored as log bytes
             from attnlab.viz.log_bytes import log_dequantise

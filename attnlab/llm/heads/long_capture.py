@@ -36,9 +36,9 @@ from attnlab.errors import UserError
 from attnlab.llm.heads.block_attention import streaming
 from attnlab.llm.heads.head_statistics import DEFAULT_WS, HeadStatistics, TokenInfo
 from attnlab.llm.heads.long_attention import LongAttention
-from attnlab.llm.models.memory import check_fits, estimate_streamed, gib
 from attnlab.llm.heads.streamed_fit import fit_table
 from attnlab.llm.heads.zoom_tiles import TILE, TILES
+from attnlab.llm.models.memory import check_fits, estimate_streamed, gib
 from attnlab.progress import SILENT, Progress
 
 __all__ = ["LongAttention", "capture_long", "token_info", "DEFAULT_NUM_POS", "default_block_rows", "layer_types"]
@@ -71,7 +71,8 @@ def token_info(tokens: Sequence[str], special: Sequence[bool], frequencies=None)
 
 
 def layer_types(model) -> list[str]:
-    """Per layer "sliding_attention" / "full_attention" as the config says (all "full_attention" when it says nothing)."""
+    """Per layer "sliding_attention" / "full_attention" as the config says
+    (all "full_attention" when it says nothing)."""
     cfg = getattr(model.config, "text_config", None) or model.config
     types = getattr(cfg, "layer_types", None)
     if types:
@@ -97,7 +98,8 @@ def _tokens(tokenizer, text: str, max_tokens: int | None, max_len: int | None,
     ids = list(tokenizer(text, add_special_tokens=True, verbose=False)["input_ids"])
     total = len(ids)
     if max_tokens is not None and max_len is not None and max_tokens > max_len:
-        raise UserError(f"--tokens {max_tokens}: longer than the model's context of {max_len}; pass --tokens {max_len} or less")
+        raise UserError(f"--tokens {max_tokens}: longer than the model's context of {max_len}; "
+                        f"pass --tokens {max_len} or less")
     if max_tokens is not None:
         if len(ids) < max_tokens:
             raise UserError(f"--file: the text has {len(ids)} tokens, fewer than --tokens {max_tokens}")
@@ -105,13 +107,16 @@ def _tokens(tokenizer, text: str, max_tokens: int | None, max_len: int | None,
     elif truncate and max_len is not None:
         ids = ids[:max_len]
     if max_len is not None and len(ids) > max_len:
-        raise UserError(f"the text has {len(ids)} tokens, more than the model's context of {max_len}; pass fewer tokens (--tokens {max_len})")
+        raise UserError(f"the text has {len(ids)} tokens, more than the model's context of {max_len}; "
+                        f"pass fewer tokens (--tokens {max_len})")
     specials = set(tokenizer.all_special_ids)
     return ids, tokenizer.convert_ids_to_tokens(ids), [t in specials for t in ids], total
 
 
-def _lm_tokens(tokenizer, text: str, max_tokens: int | None, max_len: int, truncate: bool = False) -> tuple[list[int], list[str], list[bool], int]:
-    """Ids, pieces, special flags of ``text`` and its token count under an attnlab run's tokenizer (the ids its training read).
+def _lm_tokens(tokenizer, text: str, max_tokens: int | None, max_len: int,
+               truncate: bool = False) -> tuple[list[int], list[str], list[bool], int]:
+    """Ids, pieces, special flags of ``text`` and its token count under an attnlab run's tokenizer
+    (the ids its training read).
 
     ``max_tokens`` keeps the first tokens; it may not exceed ``max_len`` nor the text.  Without it the
     text must fit in ``max_len``.  ``UserError`` (one line) otherwise.
@@ -119,7 +124,8 @@ def _lm_tokens(tokenizer, text: str, max_tokens: int | None, max_len: int, trunc
     if not text or not text.strip():
         raise UserError("the text is empty: give at least one word")
     if max_tokens is not None and max_tokens > max_len:
-        raise UserError(f"--tokens {max_tokens}: more than the run's max_len of {max_len} (its positions end there); pass --tokens {max_len}")
+        raise UserError(f"--tokens {max_tokens}: more than the run's max_len of {max_len} (its positions end there); "
+                        f"pass --tokens {max_len}")
     ids = tokenizer.encode(text)  # the ids training read (attnlab.data.text.encode_text gives the same, tested there)
     if len(ids) < 2:
         raise UserError("--file: the text gives fewer than 2 tokens")
@@ -130,7 +136,8 @@ def _lm_tokens(tokenizer, text: str, max_tokens: int | None, max_len: int, trunc
         ids = ids[:max_tokens]
     elif len(ids) > max_len:
         if not truncate:
-            raise UserError(f"the text has {len(ids)} tokens, more than the run's max_len of {max_len}; pass --tokens {max_len}")
+            raise UserError(f"the text has {len(ids)} tokens, more than the run's max_len of {max_len}; "
+                            f"pass --tokens {max_len}")
         ids = ids[:max_len]
     ids = [int(i) for i in ids]
     specials = {tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id}
@@ -138,12 +145,15 @@ def _lm_tokens(tokenizer, text: str, max_tokens: int | None, max_len: int, trunc
 
 
 def _as_lm(model, tokenizer, name):
-    """(DecoderLM, attnlab tokenizer, name) when ``model`` is an attnlab run (``load_run``) or ``DecoderLM``; else None."""
+    """(DecoderLM, attnlab tokenizer, name) when ``model`` is an attnlab run (``load_run``) or ``DecoderLM``;
+    else None."""
     from attnlab.nn.lm import DecoderLM
 
-    if all(hasattr(model, a) for a in ("path", "model", "tokenizer", "cfg")):  # an attnlab.train.checkpoint.Run (not imported: layers)
+    if all(hasattr(model, a) for a in ("path", "model", "tokenizer", "cfg")):  # an attnlab.train.checkpoint.Run
+                                                                               # (not imported: layers)
         if not isinstance(model.model, DecoderLM):
-            raise UserError(f"{model.path}: a {model.cfg.model} run (translation); --file needs a language-model run (--model lm)")
+            raise UserError(f"{model.path}: a {model.cfg.model} run (translation); --file needs a language-model run "
+                            "(--model lm)")
         return model.model, model.tokenizer, name or model.path.name
     if isinstance(model, DecoderLM):
         if tokenizer is None:
@@ -152,8 +162,10 @@ def _as_lm(model, tokenizer, name):
     return None
 
 
-def _roles(stats: HeadStatistics, info: TokenInfo, tokens: list[str], layers: list[int], th: RoleThresholds) -> list[HeadRole]:
-    """``HeadRole`` per head from the streamed accumulators (the formulas of ``attnlab.analysis.roles``, one sentence)."""
+def _roles(stats: HeadStatistics, info: TokenInfo, tokens: list[str], layers: list[int],
+           th: RoleThresholds) -> list[HeadRole]:
+    """``HeadRole`` per head from the streamed accumulators (the formulas of ``attnlab.analysis.roles``,
+    one sentence)."""
     n = stats.n
     n_word = max(int(info.word.sum()), 1)
     out = []
@@ -226,8 +238,8 @@ def capture_long(
     ``max_tokens`` keeps the first tokens; ``layers`` analyses only those
     layers (the model stops after the last); ``rows=(a, b)`` keeps the exact
     maps of rows a:b over keys a:b ("auto": the middle ``AUTO_ROWS`` rows); ``tiles=(T, K)`` keeps per head the K
-    exact T × T tiles of most off-band mass (``attnlab.llm.heads.zoom_tiles``; None: none); ``pool`` keeps pooled maps of groups of
-    ``pool`` tokens ("auto": at most 256 groups).  Without ``max_tokens``,
+    exact T × T tiles of most off-band mass (``attnlab.llm.heads.zoom_tiles``; None: none);
+    ``pool`` keeps pooled maps of groups of ``pool`` tokens ("auto": at most 256 groups).  Without ``max_tokens``,
     ``truncate`` keeps the first context-length tokens of a longer text
     (``meta["truncated_from"]``: the text's token count).  Raises ``UserError`` (one line) when the input is
     longer than the model's context or would not fit in memory
@@ -280,7 +292,8 @@ def capture_long(
     row_of = {l: k for k, l in enumerate(chosen)}
     last = chosen[-1]
 
-    blocks = progress.start(f"capture of {n} tokens, {len(chosen)} layers", total=(last + 1) * math.ceil(n / r), unit="blocks")
+    blocks = progress.start(f"capture of {n} tokens, {len(chosen)} layers", total=(last + 1) * math.ceil(n / r),
+                            unit="blocks")
 
     def observe(layer, i0, j0, p, allowed, entropy=None):
         blocks.advance(note=f"layer {layer}")
@@ -305,8 +318,8 @@ def capture_long(
     except (RuntimeError, MemoryError) as err:
         text_err = str(err).splitlines()[0] if str(err) else type(err).__name__
         if isinstance(err, MemoryError) or "alloc" in text_err.lower() or "memory" in text_err.lower():
-            raise UserError(f"out of memory on {n} tokens (estimated {gib(estimate.total)}): pass a smaller --block-rows "
-                            f"(now {r}), fewer --layers or fewer --tokens ({text_err})") from None
+            raise UserError(f"out of memory on {n} tokens (estimated {gib(estimate.total)}): pass a smaller "
+                            f"--block-rows (now {r}), fewer --layers or fewer --tokens ({text_err})") from None
         raise
     finally:
         blocks.close()
@@ -323,7 +336,8 @@ def capture_long(
     if lm is not None:  # per layer its mechanism ("structured_attention", ...): no sliding window in the config
         types = [f"{block.self_attn.mechanism.name}_attention" for block in model.blocks]
         window = None
-        meta.update(attention=cfg.attention, w=cfg.w, num_pos=cfg.num_pos, max_len=cfg.max_len, tokenizer=tokenizer.kind)
+        meta.update(attention=cfg.attention, w=cfg.w, num_pos=cfg.num_pos, max_len=cfg.max_len,
+                    tokenizer=tokenizer.kind)
     else:
         types = layer_types(model)
         window = getattr(cfg, "sliding_window", None)
@@ -339,8 +353,8 @@ def capture_long(
         seconds=seconds, peak_bytes=_peak_rss(), estimate_bytes=estimate.total,
         window=stats.window, window_maps=None if stats.window is None else stats.window_maps.numpy(),
         pool=stats.pool, pooled=pooled,
-        meta={**meta, "threads": torch.get_num_threads(), "n": n, "cpu_seconds": round(cpu_seconds, 1), "num_layers": L_all,
-              "num_heads": H, "num_kv_heads": num_kv},
+        meta={**meta, "threads": torch.get_num_threads(), "n": n, "cpu_seconds": round(cpu_seconds, 1),
+              "num_layers": L_all, "num_heads": H, "num_kv_heads": num_kv},
         **({} if stats.tiles is None else {"tiles": stats.tiles.maps.numpy(), "tile_pos": stats.tiles.pos.numpy(),
                                            "tile_score": stats.tiles.score.numpy()}),
     )

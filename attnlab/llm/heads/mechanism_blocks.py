@@ -54,10 +54,12 @@ def check_streamable(mechanism: Mechanism) -> None:
     """``UserError`` (one line) unless the mechanism's weights can be computed on a block of rows."""
     name = getattr(mechanism, "name", type(mechanism).__name__)
     if isinstance(mechanism, Structured) and mechanism.sparse > 0:
-        raise UserError(f"attention structured with sparse = {mechanism.sparse}: the residual is chosen from every score of a row; "
+        raise UserError(f"attention structured with sparse = {mechanism.sparse}: "
+                        "the residual is chosen from every score of a row; "
                         f"--file streams {STREAMABLE}")
     if not isinstance(mechanism, (Full, SparsePattern, Structured)):
-        raise UserError(f"attention {name}: its weights are not a softmax over a support of keys; --file streams {STREAMABLE}")
+        raise UserError(f"attention {name}: its weights are not a softmax over a support of keys; "
+                        f"--file streams {STREAMABLE}")
 
 
 def block_scores(mechanism: Mechanism, q: Tensor, k: Tensor, mask: Mask, i0: int, n: int) -> tuple[Tensor, Tensor]:
@@ -132,7 +134,8 @@ class BlockRows(nn.Module):
 
 @contextlib.contextmanager
 def streaming_lm(model, observer: Callable | None, block_rows: int = 256):
-    """Within the block, every self-attention of ``model`` (a ``DecoderLM``) runs ``BlockRows`` (rows of ``block_rows``)."""
+    """Within the block, every self-attention of ``model`` (a ``DecoderLM``) runs ``BlockRows``
+    (rows of ``block_rows``)."""
     if block_rows < 1:
         raise ValueError(f"block_rows: expected an integer >= 1, got {block_rows!r}")
     attns = [block.self_attn for block in model.blocks]

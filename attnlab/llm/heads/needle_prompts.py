@@ -1,4 +1,5 @@
-"""Needle prompts of an exact token length, for retrieval heads: ``needle_prompts(tokenizer, n, count) -> [CopyPrompt]``.
+"""Needle prompts of an exact token length, for retrieval heads:
+``needle_prompts(tokenizer, n, count) -> [CopyPrompt]``.
 
 A prompt of n tokens (teacher forcing: the answer is already in the input)::
 
@@ -63,9 +64,11 @@ def start_ids(tokenizer) -> list[int]:
 
 
 def needle_prompts(tokenizer, n: int, count: int = 4, *, digits: int = 7, seed: int = 0) -> list[CopyPrompt]:
-    """``count`` prompts of exactly ``n`` tokens (module docstring); ``UserError`` when n is too short for a haystack."""
+    """``count`` prompts of exactly ``n`` tokens (module docstring);
+    ``UserError`` when n is too short for a haystack."""
     rng = np.random.default_rng(seed)
-    start, needle_head, dot, question = start_ids(tokenizer), encode(tokenizer, NEEDLE), encode(tokenizer, "."), encode(tokenizer, QUESTION)
+    start, needle_head = start_ids(tokenizer), encode(tokenizer, NEEDLE)
+    dot, question = encode(tokenizer, "."), encode(tokenizer, QUESTION)
     hay_unit = encode(tokenizer, HAYSTACK)
     out = []
     for k in range(count):

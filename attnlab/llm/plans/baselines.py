@@ -65,13 +65,15 @@ def streaming_window(budget: float, n: int, sinks: int = SINKS) -> int:
 
 
 def streaming_llm(shape: dict, budget: float, n: int) -> Plan:
-    """4 sinks + the largest window w such that the plan (sliding layers capped at their window) keeps ≤ β of the entries."""
+    """4 sinks + the largest window w such that the plan (sliding layers capped at their window) keeps ≤ β of the
+    entries."""
     w = streaming_window(budget, n)
     if shape.get("windows"):  # sliding layers cost less than w: the largest uniform w whose capped plan fits
         lo, hi = w, n - 1
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if Plan.uniform(shape, HeadPlan(support=Support(w=mid, columns=_sinks(SINKS))), "streaming-llm", budget, n).fraction(n) <= budget:
+            capped = HeadPlan(support=Support(w=mid, columns=_sinks(SINKS)))
+            if Plan.uniform(shape, capped, "streaming-llm", budget, n).fraction(n) <= budget:
                 lo = mid
             else:
                 hi = mid - 1
@@ -128,7 +130,8 @@ def minference(cal: Calibration, budget: float, by: str = "mass") -> Plan:
     windows = cal.shape.get("windows") or [None] * cal.shape["num_layers"]
     missing = [c for c in cands if c not in cal.candidates]
     if missing:
-        raise ValueError(f"cal: calibrated without MInference's candidates at budget {budget} ({missing}); pass them to calibrate")
+        raise ValueError(f"cal: calibrated without MInference's candidates at budget {budget} ({missing}); "
+                         "pass them to calibrate")
     z = [cal.candidates.index(c) for c in cands]
     if by == "mass":
         best = np.argmax(cal.mean("cand_mass")[..., z], -1)
@@ -144,8 +147,8 @@ def minference(cal: Calibration, budget: float, by: str = "mass") -> Plan:
                 continue
             w, f, d = cands[int(best[l, h])]
             heads[l][h] = HeadPlan(support=Support(w=int(w), columns=_sinks(f)), dynamic=int(d))
-    return Plan(heads, cal.shape["num_kv_heads"], f"minference-{by}", budget, n, {"candidates": cands, "sliding_band": band},
-                cal.shape.get("windows"))
+    return Plan(heads, cal.shape["num_kv_heads"], f"minference-{by}", budget, n,
+                {"candidates": cands, "sliding_band": band}, cal.shape.get("windows"))
 
 
 def duo_attention(cal: Calibration, budget: float) -> Plan:
@@ -165,7 +168,8 @@ def duo_attention(cal: Calibration, budget: float) -> Plan:
             continue
         order = np.argsort(sink[..., x].reshape(-1), kind="stable")  # largest error first
         spent, chosen = base.sum(), []
-        for o in order:  # full heads the budget pays for, in order of error (a sliding head at its window gains nothing)
+        for o in order:  # full heads the budget pays for,
+                         # in order of error (a sliding head at its window gains nothing)
             extra = full_cost[o] - base[o]
             if extra <= 0:
                 continue
@@ -180,7 +184,8 @@ def duo_attention(cal: Calibration, budget: float) -> Plan:
     if best is None:
         raise UserError(f"budget {budget}: below DuoAttention's cheapest plan at n = {n}")
     _, w, full_set = best
-    heads = [[HeadPlan.full() if l * H + h in full_set else HeadPlan(support=Support(w=int(w), columns=_sinks(SINKS))) for h in range(H)] for l in range(L)]
-    return Plan(heads, cal.shape["num_kv_heads"], "duo-attention", budget, n, {"window": int(w), "full_heads": len(full_set)},
-                cal.shape.get("windows"))
+    heads = [[HeadPlan.full() if l * H + h in full_set else HeadPlan(support=Support(w=int(w), columns=_sinks(SINKS)))
+              for h in range(H)] for l in range(L)]
+    return Plan(heads, cal.shape["num_kv_heads"], "duo-attention", budget, n,
+                {"window": int(w), "full_heads": len(full_set)}, cal.shape.get("windows"))
 

@@ -42,7 +42,8 @@ def block_means(x, b: int = BLOCK):
     """x̄_t = mean_{i ∈ I_t} x_i: (B, H, n, d) at any strides → (B, H, ⌈n/b⌉, d) (the last block may be short).
 
     Reduced in the order x lies in memory: transformers' queries are (B, n, H, d) seen as (B, H, n, d), and averaging
-    them head by head read them at a stride (SmolLM2's queries at 8K, one thread: 5.6 ms a layer; token by token 2.5 ms)."""
+    them head by head read them at a stride (SmolLM2's queries at 8K, one thread: 5.6 ms a layer;
+    token by token 2.5 ms)."""
     B, H, n, d = x.shape
     T = -(-n // b)
     full = n // b

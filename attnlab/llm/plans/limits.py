@@ -23,6 +23,7 @@ WIDTHS = ("all", "own")   # choose_plan's bands: every width calibrated, or attn
 
 def check_budget(budget: float) -> float:
     """β ∈ (0, 1]: the fraction of causal attention entries a plan may keep."""
-    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not math.isfinite(budget) or not 0 < budget <= 1:
+    if (isinstance(budget, bool) or not isinstance(budget, (int, float)) or not math.isfinite(budget)
+            or not 0 < budget <= 1):
         raise ValueError(f"budget: must be a fraction in (0, 1], got {budget!r}")
     return float(budget)

@@ -116,12 +116,14 @@ def apply_oracle(model, beta: float):
 
     beta = check_budget(beta)
 
-    def oracle_attention(module, query, key, value, attention_mask=None, dropout: float = 0.0, scaling=None, sliding_window=None, **kwargs):
+    def oracle_attention(module, query, key, value, attention_mask=None, dropout: float = 0.0, scaling=None,
+                         sliding_window=None, **kwargs):
         # query: (B, H, n, d), key/value: (B, H_kv, m, d) → ((B, n, H, d), None)
         scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
         window = int(sliding_window) if sliding_window else None
         if key.shape[2] != query.shape[2]:  # decoding: the oracle bounds the prefill; a new token reads the whole cache
-            return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, sliding_window=sliding_window, **kwargs)
+            return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
+                                          sliding_window=sliding_window, **kwargs)
         out = topk_attention(query, key, value, scaling, beta, window)                # GQA grouped inside
         return out.transpose(1, 2).contiguous(), None
 

@@ -1,18 +1,20 @@
 """How well a page summary ranks the pages a decoding query reads: Quest's bound against the page's mean key.
 
 Read-back (``attnlab.llm.execution.pages``) reads, at a decoding query q_i, the K pages of 16 keys of largest score
-among those its band misses.  Here full attention runs on a window of text (``rank_pages``); for each of its last R rows i (the
-queries a decoding step asks), each head of each layer without a sliding window (read-back runs there only), the
+among those its band misses.  Here full attention runs on a window of text (``rank_pages``); for each of its last R rows
+i (the queries a decoding step asks), each head of each layer without a sliding window (read-back runs there only), the
 candidate pages are those wholly before the band of w keys, past the first page (the sinks: a column, read anyway):
 
-    U_P(q_i) = Σ_d max(q_d·m_{P,d}, q_d·M_{P,d})     Quest's bound, the order read-back chooses by (``page_upper_bound``)
+    U_P(q_i) = Σ_d max(q_d·m_{P,d}, q_d·M_{P,d})     Quest's bound, the order read-back chooses by
+                                                     (``page_upper_bound``)
     μ_P(q_i) = q_i · k̄_P                              the page's mean key
     A_P(i)   = Σ_{j ∈ P} a_ij                          the mass full attention puts on P
 
     recall@K(score) = Σ_{P ∈ top_K score} A_P / Σ_{P ∈ top_K A} A_P    (1: the K pages hold what the best K hold)
     hit@K(score)    = [argmax_P A_P ∈ top_K score]                      (the page the head reads most is among them)
 
-for score = U ("bound"), μ ("mean"), and "half": the K/2 pages of largest U, then the K − K/2 of largest μ among the rest.
+for score = U ("bound"), μ ("mean"), and "half": the K/2 pages of largest U,
+then the K − K/2 of largest μ among the rest.
 
 averaged over the (layer, head, row) whose candidates hold ≥ ``far`` of the row's mass (a head that reads far: the
 rows that read nothing there rank noise).  ``benchmarks/page_ranking.py`` prints them on dev text; the calibration
@@ -34,10 +36,12 @@ RANKED = ("recall_bound", "recall_mean", "recall_half", "hit_bound", "hit_mean",
 
 
 def ranking_array(row: dict):
-    """``rank_pages``' row as the calibration keeps it (``Calibration.page_ranking``): [K, far_rows, *RANKED] (NaN: none)."""
+    """``rank_pages``' row as the calibration keeps it (``Calibration.page_ranking``):
+    [K, far_rows, *RANKED] (NaN: none)."""
     import numpy as np
 
-    return np.asarray([row["K"], row["far_rows"], *(np.nan if row[k] is None else row[k] for k in RANKED)], dtype=np.float64)
+    return np.asarray([row["K"], row["far_rows"], *(np.nan if row[k] is None else row[k] for k in RANKED)],
+                      dtype=np.float64)
 
 
 def ranking_row(a) -> dict:
@@ -60,7 +64,8 @@ def add_page_ranking(cal, model, tokenizer, text_path, n: int, K: int) -> bool:
 
 
 class Recording(LayerRunner):
-    """A full layer that keeps its last R queries and every key of its prefill (the seam's subclass of ``LayerRunner``)."""
+    """A full layer that keeps its last R queries and every key of its prefill
+    (the seam's subclass of ``LayerRunner``)."""
 
     def __init__(self, *args, rows: int, **kwargs):
         super().__init__(*args, **kwargs)
@@ -68,7 +73,8 @@ class Recording(LayerRunner):
 
     def prefill(self, q, k, v, scaling):
         if self.sliding is None:
-            self.seen = (q[:, :, -self.R :].float().contiguous(), k.float().contiguous(), scaling)   # (B, H, R, d), (B, H_kv, n, d)
+            # (B, H, R, d), (B, H_kv, n, d)
+            self.seen = (q[:, :, -self.R :].float().contiguous(), k.float().contiguous(), scaling)
         return super().prefill(q, k, v, scaling)
 
 
@@ -77,7 +83,8 @@ def page_scores(q, k, page: int = PAGE):
     the scores q·k (H, R, n) they come from (μ_P = q·k̄_P = the mean of its keys' scores)."""
     H, R, d = q.shape
     H_kv, n, _ = k.shape
-    s = (q.reshape(H_kv, (H // H_kv) * R, d) @ k.transpose(-1, -2)).view(H, R, n)            # GQA: h reads KV head h // r
+    # GQA: h reads KV head h // r
+    s = (q.reshape(H_kv, (H // H_kv) * R, d) @ k.transpose(-1, -2)).view(H, R, n)
     U = page_upper_bound(q[None], k[None], torch.arange(n).expand(1, H_kv, n), page)[0]     # (H, R, P)
     P = U.shape[-1]
     mu = torch.nn.functional.pad(s, (0, P * page - n)).view(H, R, P, page).sum(-1)
@@ -90,16 +97,20 @@ def rank_layer(q, k, scaling: float, w: int, K: int, far: float, page: int = PAG
     H, R, _ = q.shape
     n = k.shape[1]
     i = torch.arange(n - R, n)                                                              # the rows' positions
-    U, mu, s = page_scores(q, k, page)                                                      # (H, R, P), (H, R, P), (H, R, n)
-    a = torch.softmax((s * scaling).masked_fill(torch.arange(n) > i[:, None], float("-inf")), -1)   # (H, R, n) full attention
+    # (H, R, P), (H, R, P), (H, R, n)
+    U, mu, s = page_scores(q, k, page)
+    # (H, R, n) full attention
+    a = torch.softmax((s * scaling).masked_fill(torch.arange(n) > i[:, None], float("-inf")), -1)
     P = -(-n // page)
     K = min(K, P)
     A = torch.nn.functional.pad(a, (0, P * page - n)).view(H, R, P, page).sum(-1)         # (H, R, P) A_P(i)
     start = torch.arange(P) * page
-    cand = (start[None, :] + page - 1 < (i[:, None] - w)) & (start[None, :] > 0)           # (R, P) before the band, not the sinks'
+    # (R, P) before the band, not the sinks'
+    cand = (start[None, :] + page - 1 < (i[:, None] - w)) & (start[None, :] > 0)
     A = A.masked_fill(~cand, 0.0)
     reads_far = A.sum(-1) >= far                                                            # (H, R)
-    best = torch.topk(A, K, -1).values.sum(-1).clamp_min(1e-30)                            # (H, R) the best K pages' mass
+    # (H, R) the best K pages' mass
+    best = torch.topk(A, K, -1).values.sum(-1).clamp_min(1e-30)
     top_page = A.argmax(-1, keepdim=True)                                                   # (H, R, 1)
 
     def top(score, count):   # (H, R, P) bool: the ``count`` candidate pages of largest score
@@ -108,7 +119,8 @@ def rank_layer(q, k, scaling: float, w: int, K: int, far: float, page: int = PAG
 
     out = {}
     by_bound = top(U, K // 2)
-    half = by_bound | top(mu.masked_fill(by_bound, float("-inf")), K - K // 2)           # K/2 by the bound, the rest by the mean
+    # K/2 by the bound, the rest by the mean
+    half = by_bound | top(mu.masked_fill(by_bound, float("-inf")), K - K // 2)
     for name, sel in (("bound", top(U, K)), ("mean", top(mu, K)), ("half", half)):
         sel = sel & cand                                                                   # (H, R, P)
         recall = (A * sel).sum(-1) / best
@@ -131,7 +143,8 @@ def rank_pages(model, ids, rows: int = 32, w: int = 128, K: int = 16, far: float
         runners = [mod.attnlab_layer for mod in attention_modules(model)]
         model(ids.to(model.device), use_cache=False, logits_to_keep=1)
         totals: dict[str, list[float]] = {}
-        seen = [r.seen for r in runners if hasattr(r, "seen")]                                 # the layers without a window
+        # the layers without a window
+        seen = [r.seen for r in runners if hasattr(r, "seen")]
         for q, k, scaling in seen:
             for key, (x, c) in rank_layer(q[0], k[0], scaling, w, K, far).items():
                 t = totals.setdefault(key, [0.0, 0])
@@ -141,7 +154,8 @@ def rank_pages(model, ids, rows: int = 32, w: int = 128, K: int = 16, far: float
         remove_plan(model)
         model.set_attn_implementation(before)
     row = {"n": n, "d": int(seen[0][1].shape[-1]), "layers": len(seen), "rows": rows,
-           "band": w, "K": K, "page": PAGE, "far": far, "far_rows": int(totals["rows"][0]), "all_rows": int(totals["rows"][1])}
+           "band": w, "K": K, "page": PAGE, "far": far, "far_rows": int(totals["rows"][0]),
+           "all_rows": int(totals["rows"][1])}
     for key in RANKED:
         x, c = totals[key]
         row[key] = round(x / c, 4) if c else None

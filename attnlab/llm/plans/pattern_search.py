@@ -37,7 +37,8 @@ def head_recall(a, q, k, scaling: float, K: int, rows_from: int | None = None) -
     r0 = n // 2 if rows_from is None else rows_from
     lam = sp.settings("lambda", K)
     vs = sp.settings("vs", K)
-    w, cols, diags = sp.vertical_slash(None, None, scaling, vs["vertical"], vs["slash"], a=a[None, n - min(sp.LAST_Q, n):])
+    w, cols, diags = sp.vertical_slash(None, None, scaling, vs["vertical"], vs["slash"],
+                                       a=a[None, n - min(sp.LAST_Q, n):])
     rows_only = Support(w=w, offset=r0, columns=cols[0], diagonals=diags[0] + r0)  # rows i = r0 + i′: |j − i′ − r0| ≤ w
     masks = (sp.lambda_mask(n, lam["sinks"], lam["w"], a.device)[r0:],
              torch.as_tensor(rows_only.dense(n - r0, n)).to(a.device),             # (n − r0, n), no (n, n) mask
@@ -66,7 +67,8 @@ class PatternRecorder:
         far = hidden(i[:, None], i[None, :], sliding)                                # (n, n) the model's own mask
         for b in range(B):
             for h in range(H):
-                a = torch.softmax(((q[b, h] @ k[b, h].T) * scaling).float().masked_fill(far, float("-inf")), -1)  # (n, n)
+                # (n, n)
+                a = torch.softmax(((q[b, h] @ k[b, h].T) * scaling).float().masked_fill(far, float("-inf")), -1)
                 out[b, h] = (a @ v[b, h].float()).to(out.dtype)
                 for x, K in enumerate(self.keys):
                     self.recall[layer, h, x] += head_recall(a, q[b, h], k[b, h], scaling, K)
@@ -114,7 +116,8 @@ def measure(model, windows, keys: list[int], progress: Progress = SILENT) -> np.
 
 
 def add_patterns(cal, model, windows, keys: list[int], progress: Progress = SILENT) -> None:
-    """Measure the recall table at ``keys`` on ``windows`` and add it to the calibration ``cal`` (its other keys kept)."""
+    """Measure the recall table at ``keys`` on ``windows`` and add it to the calibration ``cal``
+    (its other keys kept)."""
     new = measure(model, windows, keys, progress)                                            # (L, H, len(keys), 3)
     cal.pattern_recall = np.concatenate([cal.pattern_recall, new], axis=2)
     cal.pattern_keys = list(cal.pattern_keys) + list(keys)

@@ -42,8 +42,8 @@ import numpy as np
 from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
 from attnlab.llm.plans.key_blocks import BLOCK
-from attnlab.llm.plans.limits import check_budget   # β ∈ (0, 1], checked before torch loads
-from attnlab.schemas.plan import DECODE_BAND_MAX, PAGE_MAX, PAGES_MAX, SLASHES_MAX   # the plan file's ranges
+from attnlab.llm.plans.limits import check_budget  # β ∈ (0, 1], checked before torch loads
+from attnlab.schemas.plan import DECODE_BAND_MAX, PAGE_MAX, PAGES_MAX, SLASHES_MAX  # the plan file's ranges
 from attnlab.schemas.plan import FORMAT as PLAN_FORMAT
 from attnlab.support import FULL, Support
 

@@ -45,7 +45,8 @@ def sample_rows(n: int, count: int) -> torch.Tensor:
 
 
 def head_gradients(weight: torch.Tensor | None, grads: torch.Tensor | None, num_heads: int, head_dim: int):
-    """u (H, R, d): u_hr = W_hᵀ g_r, the gradient g_r = ∂L/∂x_r (R, hidden) as seen by head h's output; None if absent."""
+    """u (H, R, d): u_hr = W_hᵀ g_r, the gradient g_r = ∂L/∂x_r (R, hidden) as seen by head h's output;
+    None if absent."""
     if weight is None or grads is None:
         return None
     W = weight.detach().double().reshape(weight.shape[0], num_heads, head_dim)      # (hidden, H, d)
@@ -76,7 +77,8 @@ def _columns(est_scores: torch.Tensor, n: int, w: int, s: int, gmax: int) -> tor
 
 @torch.no_grad()
 def option_errors(q, k, v, scaling: float, est_scores, rows, w_grid, g_grid, sinks: int, U=None, u=None, sliding=None):
-    """Mean ε(s, w, g), mean executed mass and mean δ(s, w, g) over ``rows`` for s ∈ (0, sinks): three (H, 2, Gw, Gg) tables.
+    """Mean ε(s, w, g), mean executed mass and mean δ(s, w, g) over ``rows`` for s ∈ (0, sinks):
+    three (H, 2, Gw, Gg) tables.
 
     q, k: (H, n, d_k), v: (H, n, d) of one window (GQA expanded); est_scores: (H, n); rows: (R,) long;
     U: (H, d, d) from ``projection_factor`` (identity if None); u: (H, R, d) the loss gradient seen by
@@ -94,7 +96,8 @@ def option_errors(q, k, v, scaling: float, est_scores, rows, w_grid, g_grid, sin
     far = hidden(rows[:, None], j[None, :], sliding)                                  # (R, n) the model's own mask
     s = s.masked_fill(far[None], float("-inf"))
     e = torch.exp(s - s.amax(-1, keepdim=True))                                     # (H, R, n), 0 beyond the diagonal
-    p = torch.zeros(H, R, n, dtype=torch.float64) if u is None else u.double() @ v.double().transpose(-1, -2)  # (H, R, n) u_hi · v_j
+    # (H, R, n) u_hi · v_j
+    p = torch.zeros(H, R, n, dtype=torch.float64) if u is None else u.double() @ v.double().transpose(-1, -2)
     w_t = torch.tensor([int(w) for w in w_grid])
     t = rows[:, None] - w_t[None, :] - 1                                             # (R, Gw) last key left of the band
     # band sums from the diagonal backwards, Σ_{j = i−w}^{i} e_ij v'_j (suffix sums: no cancellation)
@@ -105,7 +108,8 @@ def option_errors(q, k, v, scaling: float, est_scores, rows, w_grid, g_grid, sin
     P_band = torch.empty(H, R, Gw, dtype=torch.float64)
     P_full = torch.empty(H, R, dtype=torch.float64)
     for r, i in enumerate(rows.tolist()):
-        j0 = 0 if sliding is None else max(0, i - sliding + 1)                      # keys a row can read (e = 0 before j0)
+        # keys a row can read (e = 0 before j0)
+        j0 = 0 if sliding is None else max(0, i - sliding + 1)
         at = w_t.clamp_max(i - j0)                                                  # (Gw,) w ≥ i − j0: the whole row
         rev = e[:, r, j0 : i + 1].flip(-1)                                          # (H, i + 1 − j0) key i − u at u
         num = (rev[..., None] * vp[:, j0 : i + 1].flip(1)).cumsum(1)               # (H, i + 1 − j0, d)

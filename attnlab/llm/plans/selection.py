@@ -28,7 +28,7 @@ import numpy as np
 
 from attnlab.errors import UserError
 from attnlab.llm.plans.calibration import W_GRID, Calibration
-from attnlab.llm.plans.limits import WIDTHS  # choose_plan's bands: every width calibrated, or attnlab's grid W_GRID alone
+from attnlab.llm.plans.limits import WIDTHS  # choose_plan's bands: every width calibrated, or attnlab's W_GRID alone
 from attnlab.llm.plans.plan import FULL, SINKS, HeadPlan, Plan, check_budget, head_entries
 from attnlab.support import Support
 
@@ -74,7 +74,8 @@ def knapsack(gain: np.ndarray, cost: np.ndarray, limit: float) -> np.ndarray:
                 extra = cost[l, h] - cost[l, h, cur]
                 ok = (extra > 0) & (spent + extra <= limit) & (gain[l, h] > gain[l, h, cur])
                 if ok.any():
-                    ratio = np.where(ok, (np.where(ok, gain[l, h], 0) - gain[l, h, cur]) / np.where(extra > 0, extra, 1), -1)
+                    per_cost = (np.where(ok, gain[l, h], 0) - gain[l, h, cur]) / np.where(extra > 0, extra, 1)
+                    ratio = np.where(ok, per_cost, -1)
                     o = int(np.argmax(ratio))
                     if best is None or ratio[o] > best[0]:
                         best = (ratio[o], l, h, o)
@@ -86,8 +87,10 @@ def knapsack(gain: np.ndarray, cost: np.ndarray, limit: float) -> np.ndarray:
     return choice
 
 
-def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: str | None = None, method: str = "attnlab",
-                keep_full: np.ndarray | None = None, sliding_floor: int = 0, widths: str = "all", band_floor: int = 0) -> Plan:
+def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: str | None = None,
+                method: str = "attnlab",
+                keep_full: np.ndarray | None = None, sliding_floor: int = 0, widths: str = "all",
+                band_floor: int = 0) -> Plan:
     """The plan of best total objective with Σ entries ≤ β · L·H·n(n+1)/2 (module docstring), by ``table``
     (default: ``err-rel`` when the calibration holds option errors, else ``fit``):
 
@@ -107,8 +110,8 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
     per-head errors does not see what short bands in several sliding layers cost together); a floor β cannot afford
     (no plan fits) is lowered to the grid's next band below it, down to none (``meta["sliding_floor"]``: the one used).
     ``band_floor`` f: every head is offered only bands w ≥ f (in a sliding layer, ≥ min(f, window − 1)): a head planned
-    with w = 0 reads itself and its columns, no neighbour, and a per-head error small on calibration text may still tip a
-    copy downstream (``attnlab eval-why --layers``); ``meta["band_floor"]``.
+    with w = 0 reads itself and its columns, no neighbour, and a per-head error small on calibration text may still tip
+    a copy downstream (``attnlab eval-why --layers``); ``meta["band_floor"]``.
     ``widths``: ``"all"`` offers every band the calibration measured — attnlab's grid ``W_GRID`` and the candidate
     widths of the other methods it was made for (MInference's), so the plan depends on which methods were
     calibrated together; ``"own"`` offers ``W_GRID`` alone: the same plan whatever else the calibration holds.
@@ -138,7 +141,8 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
         if table in ("err-grad", "delta") and not cal.gsq.any():
             raise UserError(f"table {table}: the calibration has no loss gradients (calibrate with grads=True)")
         err = cal.mean("delta" if table == "delta" else "err").reshape(L, H, -1)   # (L, H, 2·Gw·Gg)
-        post = cal.mean("out_scale")  # a layer that normalises its attention output: the change as it reaches the stream
+        post = cal.mean("out_scale")  # a layer that normalises its attention output:
+                                      # the change as it reaches the stream
         err = err * np.where(post > 0, post, 1.0)[:, None, None]
         if table == "err-rel":
             err = err / np.maximum(cal.mean("resid"), 1e-30)[:, None, None]
@@ -146,13 +150,15 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
             err = err * cal.mean("gsq")[:, None, None]
         gain = -err
     if not np.isfinite(gain).all():
-        raise UserError(f"table {table}: the calibration holds non-finite values ({int((~np.isfinite(gain)).sum())}); recalibrate")
+        raise UserError(f"table {table}: the calibration holds non-finite values ({int((~np.isfinite(gain)).sum())}); "
+                        "recalibrate")
     full_gain = 1.0 if table in ("fit", "est") else 0.0
     sinks = (0, SINKS)
     windows = cal.shape.get("windows") or [None] * L
     # cost[l, o]: entries a head of layer l runs with option o (a sliding layer's band capped at its window)
     cost = np.array([[head_entries(cal.w_grid[x], sinks[z], cal.g_grid[y], n, win) for z, x, y in options]
-                     + [head_entries(FULL, 0, 0, n, win)] for win in windows], dtype=np.float64)    # (L, options + full)
+                     # (L, options + full)
+                     + [head_entries(FULL, 0, 0, n, win)] for win in windows], dtype=np.float64)
     gain = np.concatenate([gain, np.full((L, H, 1), full_gain)], -1)   # (L, H, options + full)
     columned = np.array([z > 0 or y > 0 for z, _, y in options] + [False])
     for l, win in enumerate(windows):
@@ -160,7 +166,8 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
         if win is not None:  # a sliding layer runs its band alone: options with columns are not offered
             gain[l][:, columned] = -np.inf
         if floor:
-            short = np.array([cal.w_grid[x] < min(floor, win - 1 if win is not None else n) for _, x, _ in options] + [False])
+            short = np.array([cal.w_grid[x] < min(floor, win - 1 if win is not None else n) for _, x, _ in options]
+                             + [False])
             gain[l][:, short] = -np.inf
     if widths not in WIDTHS:
         raise ValueError(f"widths: expected one of {', '.join(WIDTHS)}, got {widths!r}")
@@ -169,15 +176,17 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
         gain[:, :, foreign] = -np.inf
     if keep_full is not None:
         gain[np.asarray(keep_full, dtype=bool), :-1] = -np.inf
-    order = np.argsort(cost, axis=-1, kind="stable")[:, None, :].repeat(H, 1)   # (L, H, O) cheapest first: ties go to the cheaper
+    order = np.argsort(cost, axis=-1, kind="stable")[:, None, :].repeat(H, 1)   # (L, H, O) cheapest first:
+                                                                                # ties go to the cheaper
     cost = np.take_along_axis(cost[:, None, :].repeat(H, 1), order, -1)
     choice = knapsack(np.take_along_axis(gain, order, -1), cost, budget * L * H * n * (n + 1) / 2)
     if choice is None and sliding_floor:   # a floor β cannot afford: the next band of the grid below it, down to none
         lower = max((int(w) for w in cal.w_grid if 0 < w < sliding_floor), default=0)
-        return choose_plan(cal, budget, n, table=table, keep_full=keep_full, method=method, sliding_floor=lower, widths=widths,
-                           band_floor=band_floor)
+        return choose_plan(cal, budget, n, table=table, keep_full=keep_full, method=method, sliding_floor=lower,
+                           widths=widths, band_floor=band_floor)
     if choice is None:
-        cheapest = np.where(np.isfinite(np.take_along_axis(gain, order, -1)), cost, np.inf).min(-1).sum() / (L * H * n * (n + 1) / 2)
+        cheapest = (np.where(np.isfinite(np.take_along_axis(gain, order, -1)), cost, np.inf).min(-1).sum()
+                    / (L * H * n * (n + 1) / 2))
         kept = f" with {int(np.sum(keep_full))} heads kept full" if keep_full is not None and np.any(keep_full) else ""
         raise UserError(f"budget {budget}: below the cheapest plan{kept} ({cheapest:.4f} of the entries at n = {n})")
     choice = np.take_along_axis(order, choice[..., None], -1)[..., 0]
@@ -193,9 +202,11 @@ def choose_plan(cal: Calibration, budget: float, n: int | None = None, table: st
             w, g = cal.w_grid[x], cal.g_grid[y]
             if table in ("fit", "est"):
                 fixed = cal.fixed_columns(l, h, x, y)[:g]
-                row.append(HeadPlan(support=Support(w=int(w), columns=np.asarray(fixed, dtype=np.int64)), dynamic=g - len(fixed)))
+                row.append(HeadPlan(support=Support(w=int(w), columns=np.asarray(fixed, dtype=np.int64)),
+                                    dynamic=g - len(fixed)))
             else:
-                row.append(HeadPlan(support=Support(w=int(w), columns=np.arange(sinks[z], dtype=np.int64)), dynamic=int(g)))
+                row.append(HeadPlan(support=Support(w=int(w), columns=np.arange(sinks[z], dtype=np.int64)),
+                                    dynamic=int(g)))
         heads.append(row)
     value = float(np.take_along_axis(gain, choice[..., None], -1).mean())
     key = "captured_mass" if full_gain == 1.0 else "mean_error"

@@ -2,8 +2,10 @@
 how the chunked kernel reads them beside a band and columns.
 
     σ_d = Σ_{r among the last queries} â_{r, p_r − d}          (d = −δ ≥ 0: the distance of the key before its query;
-                                                                â_r: the causal softmax row of the query at position p_r)
-    Δ(x) = the s offsets δ = −d with d > w of largest σ_d > 0   (the band B_w holds d ≤ w; a line of no mass is left empty)
+                                                                â_r: the causal softmax row of the query at
+                                                                position p_r)
+    Δ(x) = the s offsets δ = −d with d > w of largest σ_d > 0   (the band B_w holds d ≤ w;
+                                                                a line of no mass is left empty)
 
 One estimate serves both users: ``sparse_patterns.vertical_slash`` (MInference's vertical-slash pattern, on the
 rows as they are) and ``attention.LayerRunner`` (a plan head's ``HeadPlan.slashes``, from the same last-query rows as
@@ -25,7 +27,8 @@ from attnlab.support import NO_DIAGONAL, Support
 
 __all__ = ["SLASH_CHUNK", "kernel_extras", "last_query_mass", "last_query_rows", "slash_mass", "top_slashes"]
 
-SLASH_CHUNK = 8    # queries per kernel chunk when diagonals are read: each diagonal costs c scores per query (one owned)
+SLASH_CHUNK = 8    # queries per kernel chunk when diagonals are read:
+                   # each diagonal costs c scores per query (one owned)
 
 
 def last_query_rows(q, k, scaling: float, last_q: int = LAST_Q, kv=None):
@@ -40,12 +43,14 @@ def last_query_rows(q, k, scaling: float, last_q: int = LAST_Q, kv=None):
     if kv is None:   # every KV head's query heads stacked: one product for the layer
         qg = q[:, :, n - nq :].reshape(B, H_kv, (H // H_kv) * nq, d)
         return _causal_softmax(qg, k, scaling, nq).view(B, H, nq, m)
-    return torch.cat([_causal_softmax(q[:, h0 : h0 + r, n - nq :].reshape(B, 1, r * nq, d), k[:, j : j + 1], scaling, nq)
-                      .view(B, r, nq, m) for j, h0, r in _kv_groups(kv, H, H_kv)], 1)
+    return torch.cat([_causal_softmax(q[:, h0 : h0 + r, n - nq :].reshape(B, 1, r * nq, d), k[:, j : j + 1],
+                                      scaling, nq).view(B, r, nq, m)
+                      for j, h0, r in _kv_groups(kv, H, H_kv)], 1)
 
 
 def last_query_mass(q, k, scaling: float, last_q: int = LAST_Q, kv=None):
-    """σ_t = Σ_{i among the last ``last_q`` queries} a_it, the columns' estimate (MInference's vertical lines): ``(B, H, m)``.
+    """σ_t = Σ_{i among the last ``last_q`` queries} a_it, the columns' estimate (MInference's vertical lines):
+    ``(B, H, m)``.
 
     q, k, kv as ``last_query_rows``, summed over i one KV head at a time in one reused buffer: the (B, H, nq, m) rows
     are never held at once (at 8K they are 19 MB a layer, a fresh allocation each time).  On the CPU in float32 the
@@ -60,10 +65,12 @@ def last_query_mass(q, k, scaling: float, last_q: int = LAST_Q, kv=None):
     buf = q.new_empty(B * max(r for _, _, r in groups) * nq * m)
     fused = q.device.type == "cpu" and q.dtype == torch.float32 and native.available()
     for j, h0, r in groups:
-        qg = q[:, h0 : h0 + r, n - nq :].reshape(B, 1, r * nq, d)                # (B, 1, r·nq, d): its query heads stacked
+        qg = q[:, h0 : h0 + r, n - nq :].reshape(B, 1, r * nq, d)                # (B, 1, r·nq, d):
+                                                                                 # its query heads stacked
         s = buf[: B * r * nq * m].view(B, 1, r * nq, m)
         if fused:   # σ from the scores: the row's softmax and the sum over rows in one native pass
-            native.column_mass(torch.matmul(qg * scaling, k[:, j : j + 1].transpose(-1, -2), out=s), mass[:, h0 : h0 + r])
+            native.column_mass(torch.matmul(qg * scaling, k[:, j : j + 1].transpose(-1, -2), out=s),
+                               mass[:, h0 : h0 + r])
             continue
         a = _causal_softmax(qg, k[:, j : j + 1], scaling, nq, out=s)
         torch.sum(a.view(B, r, nq, m), -2, out=mass[:, h0 : h0 + r])
@@ -71,7 +78,8 @@ def last_query_mass(q, k, scaling: float, last_q: int = LAST_Q, kv=None):
 
 
 def _kv_groups(kv, H: int, H_kv: int) -> list[tuple[int, int, int]]:
-    """(j, h0, r): KV head j read by the r query heads h0 … h0 + r − 1 of q; kv (H,) ascending (None: h // (H / H_kv))."""
+    """(j, h0, r): KV head j read by the r query heads h0 … h0 + r − 1 of q;
+    kv (H,) ascending (None: h // (H / H_kv))."""
     kv = torch.arange(H) // (H // H_kv) if kv is None else kv.cpu()
     js, rs = (x.tolist() for x in torch.unique_consecutive(kv, return_counts=True))
     starts = [sum(rs[:x]) for x in range(len(rs))]
@@ -83,11 +91,14 @@ def _causal_softmax(qg, k, scaling: float, nq: int, out=None):
     positions m − nq … m − 1) against k (B, G, m, d): ``(B, G, R, m)``, computed in ``out`` when given."""
     B, G, R, _ = qg.shape
     m = k.shape[2]
-    s = torch.matmul(qg * scaling, k.transpose(-1, -2), out=out)               # (B, G, R, m); the scale on the few queries
+    s = torch.matmul(qg * scaling, k.transpose(-1, -2), out=out)               # (B, G, R, m);
+                                                                               # the scale on the few queries
     a = torch.arange(nq, device=qg.device)
-    future = hidden(a[:, None], a[None, :])                                      # (nq, nq) key m − nq + b after query m − nq + a
+    # (nq, nq) key m − nq + b after query m − nq + a
+    future = hidden(a[:, None], a[None, :])
     s.view(B, G, R // nq, nq, m)[..., m - nq :].masked_fill_(future, float("-inf"))
-    return torch.softmax(s, dim=-1, out=s)                                       # in place: no second (B, G, R, m) tensor
+    return torch.softmax(s, dim=-1, out=s)                                       # in place:
+                                                                                 # no second (B, G, R, m) tensor
 
 
 def slash_mass(a):
@@ -96,7 +107,8 @@ def slash_mass(a):
     The nq queries sit at the last positions p_r = m − nq + r; entries with j > p_r (masked, 0) add nothing.
     """
     *lead, nq, m = a.shape
-    p = torch.arange(m - nq, m, device=a.device)                                      # (nq,) positions of the last queries
+    # (nq,) positions of the last queries
+    p = torch.arange(m - nq, m, device=a.device)
     dist = p[:, None] - torch.arange(m, device=a.device)[None, :]                     # (nq, m): d = p_r − j
     vals = torch.where(dist >= 0, a, 0.0).reshape(*lead, nq * m)                      # (…, nq·m)
     idx = dist.clamp_min(0).reshape(-1).expand(*lead, nq * m)
@@ -116,7 +128,8 @@ def top_slashes(mass, w, s):
     k = min(int(s_.max()) if s_.numel() else 0, m)
     if k == 0:
         return torch.zeros(*mass.shape[:-1], 0, dtype=torch.long, device=mass.device)
-    top = torch.topk(mass.masked_fill(d <= w_, -1.0), k, -1)                           # (…, k): the band's distances never
+    top = torch.topk(mass.masked_fill(d <= w_, -1.0), k, -1)                           # (…, k):
+                                                                                       # the band's distances never
     keep = (top.values > 0) & (torch.arange(k, device=mass.device) < s_)
     return torch.where(keep, -top.indices, torch.full_like(top.indices, NO_DIAGONAL))
 
@@ -133,7 +146,8 @@ def kernel_extras(support: Support, n: int, chunk: int):
     lead, g, c, T = cols.shape[:-1], cols.shape[-1], chunk, -(-n // chunk)
     c_idx = support.kernel_extra_idx(n, c)                                             # (…, T, g)
     c_own = support.kernel_extra_own().expand(*lead, 1, c, g)
-    d_idx, d_own, d_logit = support.kernel_diagonal_extras(n, n, c)                    # (…, T, s·c), (1, 1, 1, c, s·c), (…, T, s·c)
+    d_idx, d_own, d_logit = support.kernel_diagonal_extras(n, n, c)                    # (…, T, s·c), (1, 1, 1,
+                                                                                       # c, s·c), (…, T, s·c)
     d_own = d_own.reshape(c, -1).expand(*lead, 1, c, d_own.shape[-1])
     idx = torch.cat([c_idx, d_idx.to(c_idx.device)], -1)
     own = torch.cat([c_own, d_own.to(c_own.device)], -1)

@@ -6,19 +6,20 @@ Tasks: ``niah`` (one needle: key a word, value a 7-digit number), ``niah-words``
 (values of those kinds), ``niah-multikey`` (3 distractor needles), ``niah-multivalue`` (4 values of one
 key), ``niah-multiquery`` (4 keys asked), ``vt`` (variable tracking, 1 chain of 4 hops), ``cwe``
 (common words extraction); ``passkey`` (Mohtashami & Jaggi's pass key) and its variants ``passkey-once``,
-``passkey-bare``, ``passkey-varied`` (``passkey.py``).  Haystacks (``haystack.Haystack``): RULER's noise sentences or any text file.
+``passkey-bare``, ``passkey-varied`` (``passkey.py``).  Haystacks (``haystack.Haystack``):
+RULER's noise sentences or any text file.
 """
 
 from attnlab.llm.eval.tasks.common_words import CommonWords
 from attnlab.llm.eval.tasks.haystack import NOISE, Haystack
 from attnlab.llm.eval.tasks.niah import NIAH
 from attnlab.llm.eval.tasks.passkey import EVAL_INSTRUCTIONS, EVAL_PHRASINGS, PassKey
-from attnlab.llm.eval.tasks.prompt import TEMPLATES, QUESTIONS, PromptFormat, Sample, assemble, chat_parts, sample_key
+from attnlab.llm.eval.tasks.prompt import QUESTIONS, TEMPLATES, PromptFormat, Sample, assemble, chat_parts, sample_key
 from attnlab.llm.eval.tasks.scoring import string_match_all
 from attnlab.llm.eval.tasks.variable_tracking import VariableTracking
 
-__all__ = ["NOISE", "QUESTIONS", "TASKS", "TEMPLATES", "Haystack", "PromptFormat", "Sample", "assemble", "chat_parts", "sample_key",
-           "string_match_all"]
+__all__ = ["NOISE", "QUESTIONS", "TASKS", "TEMPLATES", "Haystack", "PromptFormat", "Sample", "assemble", "chat_parts",
+           "sample_key", "string_match_all"]
 
 TASKS = {
     "niah": NIAH("niah"),

@@ -15,7 +15,6 @@ from __future__ import annotations
 import random
 
 from attnlab.errors import UserError
-
 from attnlab.llm.eval.tasks.haystack import Haystack
 from attnlab.llm.eval.tasks.prompt import PromptFormat, Sample
 from attnlab.llm.eval.tasks.values import word_pool
@@ -44,10 +43,12 @@ class CommonWords:
         opening, closing = fmt.opening_closing(tokenizer)
         ask, after = (QUESTION + "\n", "") if fmt.question == "before" else ("", QUESTION)
         text = opening + INSTRUCTION + ask + "\n".join(f"{i + 1}. {w}" for i, w in enumerate(listed)) + after + closing
-        ids = tokenizer(text, add_special_tokens=False).input_ids + tokenizer(ANSWER, add_special_tokens=False).input_ids
+        ids = (tokenizer(text, add_special_tokens=False).input_ids
+               + tokenizer(ANSWER, add_special_tokens=False).input_ids)
         return ([tokenizer.bos_token_id] if not opening and tokenizer.bos_token_id is not None else []) + ids
 
-    def make(self, tokenizer, hay: Haystack, length: int, depth, index: int, seed: int, fmt: PromptFormat | None = None) -> Sample:
+    def make(self, tokenizer, hay: Haystack, length: int, depth, index: int, seed: int,
+             fmt: PromptFormat | None = None) -> Sample:
         fmt = fmt or PromptFormat()
         rng = random.Random(f"{self.name}|{length}|{index}|{seed}")
         words = rng.sample(word_pool(), len(word_pool()))
@@ -63,6 +64,6 @@ class CommonWords:
         rng.setstate(state)
         ids = self._ids(tokenizer, words, lo, rng, fmt)
         if len(ids) > length:
-            raise UserError(f"--lengths: {length} tokens cannot hold the cwe list ({self.num_cw} words × {self.freq_cw} "
-                            f"take {len(ids)} tokens)")
+            raise UserError(f"--lengths: {length} tokens cannot hold the cwe list "
+                            f"({self.num_cw} words × {self.freq_cw} take {len(ids)} tokens)")
         return Sample(self.name, length, None, index, ids, words[: self.num_cw], [], self.max_new)

@@ -47,7 +47,8 @@ class Haystack:
             reps = (start + count) // self.period + 1
             return (self.ids * reps)[start : start + count]
         if start + count > len(self.ids):
-            raise UserError(f"{option} {self.source}: {len(self.ids)} tokens, shorter than the {start + count} a prompt needs")
+            raise UserError(f"{option} {self.source}: {len(self.ids)} tokens, "
+                            f"shorter than the {start + count} a prompt needs")
         return self.ids[start : start + count]
 
     def boundaries(self, ids: list[int], tokenizer) -> list[int]:

@@ -45,7 +45,8 @@ class NIAH:
         self.name, self.k, self.v, self.q = name, keys, values, queries
         self.key_kind, self.value_kind, self.max_new = key_kind, value_kind, max_new
 
-    def make(self, tokenizer, hay: Haystack, length: int, depth: float, index: int, seed: int, fmt: PromptFormat | None = None) -> Sample:
+    def make(self, tokenizer, hay: Haystack, length: int, depth: float, index: int, seed: int,
+             fmt: PromptFormat | None = None) -> Sample:
         rng = random.Random(f"{self.name}|{length}|{depth:.4f}|{index}|{seed}")
         keys: list[str] = []
         while len(keys) < self.k:  # distinct keys
@@ -64,9 +65,11 @@ class NIAH:
         query = keys[0] if self.q == 1 else ", ".join(keys[: self.q - 1]) + ", and " + keys[self.q - 1]
         instruction, question, answer = INSTRUCTION, QUESTION, ANSWER
         if self.q * self.v == 1:
-            instruction, question, answer, vname = _singular(instruction), _singular(question), _singular(answer), vname[:-1]
+            instruction, question, answer = _singular(instruction), _singular(question), _singular(answer)
+            vname = vname[:-1]
         start = rng.randrange(max(1, len(hay.ids) - 8 * length)) if not hay.period else rng.randrange(hay.period)
-        ids, spans = assemble(tokenizer, hay, length, instruction.format(v=vname), question.format(v=vname, query=query),
+        ids, spans = assemble(tokenizer, hay, length, instruction.format(v=vname),
+                              question.format(v=vname, query=query),
                               answer.format(v=vname, query=query), pieces, start=start, task=self.name, fmt=fmt)
         expected = [val for x in asked for val in values[x]]
         asked_spans = [s for s, x in zip(spans, owner) if x in asked]                  # the needles the answer copies

@@ -45,19 +45,23 @@ EVAL_PHRASINGS = (
              "What is the secret code?", " The secret code is"),
     Phrasing("Remember this access number: {key}.", "Remember this access number: {key}. The access number is {key}.",
              "What is the access number?", " The access number is"),
-    Phrasing("The password for the vault is {key}.", "The password for the vault is {key}. I repeat, the vault password is {key}.",
+    Phrasing("The password for the vault is {key}.",
+             "The password for the vault is {key}. I repeat, the vault password is {key}.",
              "What is the password for the vault?", " The password for the vault is"),
 )
 CALIBRATION_PHRASINGS = (   # never in an evaluation prompt (tests/test_llm_passkey.py)
     Phrasing("The hidden number is {key}.", "The hidden number is {key}. Do not forget it. {key} is the hidden number.",
              "Which number was hidden in the text?", " The hidden number is"),
-    Phrasing("Your PIN is {key}.", "Your PIN is {key}. Write it down. {key} is your PIN.", "What is your PIN?", " Your PIN is"),
-    Phrasing("The locker combination is {key}.", "The locker combination is {key}. Memorize it. {key} is the locker combination.",
+    Phrasing("Your PIN is {key}.", "Your PIN is {key}. Write it down. {key} is your PIN.", "What is your PIN?",
+             " Your PIN is"),
+    Phrasing("The locker combination is {key}.",
+             "The locker combination is {key}. Memorize it. {key} is the locker combination.",
              "What is the locker combination?", " The locker combination is"),
 )
 INSTRUCTION = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
                "I will quiz you about the important information there.")
-EVAL_INSTRUCTIONS = (INSTRUCTION, "Read the text below carefully: a number is hidden in it, and you will be asked for it.")
+EVAL_INSTRUCTIONS = (INSTRUCTION,
+                     "Read the text below carefully: a number is hidden in it, and you will be asked for it.")
 CALIBRATION_INSTRUCTIONS = ("Somewhere in the following document is a number worth remembering.",)
 
 
@@ -86,7 +90,8 @@ class PassKey:
         twice = rng.random() < 0.5 if self.twice is None else self.twice
         instruction = rng.choice(self.instructions) + "\n" if with_instruction else ""
         needle = (say.twice if twice else say.once).format(key=key)
-        start = rng.randrange(max(1, len(hay.ids) - 8 * length)) if not hay.period else 0   # the filler from a sentence's start
+        # the filler from a sentence's start
+        start = rng.randrange(max(1, len(hay.ids) - 8 * length)) if not hay.period else 0
         fmt = fmt or PromptFormat()
         # after: the question right after the context, then the answer prefix ("What is the pass key? The pass key is");
         # before: the question on its own line before the context

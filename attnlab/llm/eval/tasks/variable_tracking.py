@@ -26,7 +26,8 @@ class VariableTracking:
     def __init__(self, chains: int = 1, hops: int = 4):
         self.chains, self.hops = chains, hops
 
-    def make(self, tokenizer, hay: Haystack, length: int, depth, index: int, seed: int, fmt: PromptFormat | None = None) -> Sample:
+    def make(self, tokenizer, hay: Haystack, length: int, depth, index: int, seed: int,
+             fmt: PromptFormat | None = None) -> Sample:
         rng = random.Random(f"{self.name}|{length}|{index}|{seed}")
         names: list[str] = []
         while len(names) < self.chains * (self.hops + 1):
@@ -44,8 +45,10 @@ class VariableTracking:
         chain, value = first
         start = rng.randrange(max(1, len(hay.ids) - 8 * length)) if not hay.period else rng.randrange(hay.period)
         ids, spans = assemble(
-            tokenizer, hay, length, "Memorize and track the chain(s) of variable assignment hidden in the following text.\n",
+            tokenizer, hay, length,
+            "Memorize and track the chain(s) of variable assignment hidden in the following text.\n",
             f"\nQuestion: Find all variables that are assigned the value {value} in the text above.",
-            f" Answer: According to the chain(s) of variable assignment in the text above, {self.hops + 1} variables are "
-            f"assigned the value {value}, they are: ", pieces, start=start, task=self.name, fmt=fmt)
+            " Answer: According to the chain(s) of variable assignment in the text above, "
+            f"{self.hops + 1} variables are assigned the value {value}, they are: ",
+            pieces, start=start, task=self.name, fmt=fmt)
         return Sample(self.name, length, None, index, ids, list(chain), spans, self.max_new)
