@@ -40,7 +40,8 @@ class MultiHeadAttention(nn.Module):
         B, n, _ = x.shape
         return x.view(B, n, self.H, self.d_k).transpose(1, 2)
 
-    def forward(self, x_q: Tensor, x_kv: Tensor, mask: Mask, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x_q: Tensor, x_kv: Tensor, mask: Mask,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         # x_q: (B, n, d), x_kv: (B, m, d) → out (B, n, d), A (B, H, n, m) or None
         q = self.split_heads(self.W_q(x_q))  # (B, H, n, d_k)
         k = self.split_heads(self.W_k(x_kv))  # (B, H, m, d_k)

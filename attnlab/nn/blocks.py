@@ -53,18 +53,21 @@ class EncoderBlock(nn.Module):
 
 class DecoderBlock(nn.Module):
     def __init__(
-        self, d: int, heads: int, d_ff: int, self_mechanism, cross_mechanism, dropout: float, pre_norm: bool, value_rank: int = 0
+        self, d: int, heads: int, d_ff: int, self_mechanism, cross_mechanism, dropout: float, pre_norm: bool,
+        value_rank: int = 0
     ):
         super().__init__()
         self.self_attn = MultiHeadAttention(d, heads, self_mechanism, value_rank)
         self.res_self = Residual(d, dropout, pre_norm)
-        self.cross_attn = MultiHeadAttention(d, heads, cross_mechanism, value_rank) if cross_mechanism is not None else None
+        self.cross_attn = (MultiHeadAttention(d, heads, cross_mechanism, value_rank) if cross_mechanism is not None
+                           else None)
         self.res_cross = Residual(d, dropout, pre_norm) if cross_mechanism is not None else None
         self.ffn = FeedForward(d, d_ff)
         self.res_ffn = Residual(d, dropout, pre_norm)
 
     def forward(
-        self, y: Tensor, self_mask: Mask, memory: Tensor | None = None, cross_mask: Mask | None = None, need_weights: bool = False
+        self, y: Tensor, self_mask: Mask, memory: Tensor | None = None, cross_mask: Mask | None = None,
+        need_weights: bool = False
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         # y: (B, m, d), memory: (B, n, d) → (B, m, d), A_self (B, H, m, m), A_cross (B, H, m, n)
         y, a_self = self.res_self(y, lambda z: self.self_attn(z, z, self_mask, need_weights))

@@ -27,7 +27,8 @@ class DecoderLM(nn.Module):
         embed = TokenEmbedding(cfg.vocab_size, d, cfg.pad_id)
         self.input = TransformerInput(embed, cfg.max_len, cfg.pos_base, cfg.dropout)
         self.blocks = nn.ModuleList(
-            DecoderBlock(d, cfg.heads, cfg.ff, build_mechanism(cfg, "decoder", cfg.d_k), None, cfg.dropout, pre, cfg.value_rank)
+            DecoderBlock(d, cfg.heads, cfg.ff, build_mechanism(cfg, "decoder", cfg.d_k), None, cfg.dropout, pre,
+                         cfg.value_rank)
             for _ in range(cfg.layers)
         )
         self.norm = nn.LayerNorm(d) if pre else nn.Identity()

@@ -32,7 +32,8 @@ class Seq2SeqTransformer(nn.Module):
         self.src_input = TransformerInput(src_embed, cfg.max_len, cfg.pos_base, cfg.dropout)
         self.tgt_input = TransformerInput(tgt_embed, cfg.max_len, cfg.pos_base, cfg.dropout)
         self.encoder = nn.ModuleList(
-            EncoderBlock(d, cfg.heads, cfg.ff, build_mechanism(cfg, "encoder", cfg.d_k), cfg.dropout, pre, cfg.value_rank)
+            EncoderBlock(d, cfg.heads, cfg.ff, build_mechanism(cfg, "encoder", cfg.d_k), cfg.dropout, pre,
+                         cfg.value_rank)
             for _ in range(cfg.layers)
         )
         self.decoder = nn.ModuleList(

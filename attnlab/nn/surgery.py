@@ -103,7 +103,9 @@ def attention_modules(model: nn.Module) -> dict[tuple[str, int], nn.Module]:
     return out
 
 
-def apply_surgery(model: nn.Module, choices: Mapping[tuple[str, int], tuple[Sequence[int], Sequence[int]]]) -> dict[tuple[str, int], StructuredSurgery]:
+def apply_surgery(
+    model: nn.Module, choices: Mapping[tuple[str, int], tuple[Sequence[int], Sequence[int]]],
+) -> dict[tuple[str, int], StructuredSurgery]:
     """Swap ``module.mechanism`` for a ``StructuredSurgery`` at each (kind, layer) of ``choices``.
 
     ``choices[(kind, layer)] = (w per head, num_pos per head)``.  Returns the new mechanisms.

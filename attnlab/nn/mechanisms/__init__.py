@@ -39,8 +39,8 @@ class MechanismSpec:
     build:   ``build(cfg, kind, d_k)`` → the mechanism (``kind``: "encoder", "decoder", "cross");
     class_name: its class (``cls.supports_causal``: may it run under a causal mask?);
     options: the ``ModelConfig`` fields it reads (the CLI's ``--w``, ``--num-pos``, …);
-    cost:    keys per query (multiply-adds of one row of A V over d_v), ``cost(n, w=, g=, r=, s=, d_k=, proj_len=, causal=)``
-             (causal: the average over rows of a causal mask);
+    cost:    keys per query (multiply-adds of one row of A V over d_v),
+             ``cost(n, w=, g=, r=, s=, d_k=, proj_len=, causal=)`` (causal: the average over rows of a causal mask);
     summary: one line for the help.
     """
 
@@ -65,7 +65,8 @@ class MechanismSpec:
 def _global_count(cfg) -> int:
     # g = num_pos global tokens / key columns; more than max_len can never fit
     if cfg.num_pos > cfg.max_len:
-        raise UserError(f"num_pos: must be <= max_len = {cfg.max_len} (more global tokens than positions), got {cfg.num_pos}")
+        raise UserError(f"num_pos: must be <= max_len = {cfg.max_len} (more global tokens than positions), "
+                        f"got {cfg.num_pos}")
     return cfg.num_pos
 
 
@@ -106,8 +107,10 @@ MECHANISMS: dict[str, MechanismSpec] = {
     "full": MechanismSpec(_full, "Full",
                           ("scoring",), lambda n, causal=False, **_: (n + 1) / 2 if causal else n, "every key"),
     "band": MechanismSpec(lambda cfg, kind, d_k: __getattr__("Band")(cfg.w, cfg.dilation), "Band", ("w", "dilation"),
-                          lambda n, w=0, causal=False, **_: _band_keys(n, w, causal=causal), "|i − j| ≤ w, every δ-th key with dilation δ"),
-    "global": MechanismSpec(lambda cfg, kind, d_k: __getattr__("Global")(cfg.w, _global_count(cfg)), "Global", ("w", "num_pos"),
+                          lambda n, w=0, causal=False, **_: _band_keys(n, w, causal=causal),
+                          "|i − j| ≤ w, every δ-th key with dilation δ"),
+    "global": MechanismSpec(lambda cfg, kind, d_k: __getattr__("Global")(cfg.w, _global_count(cfg)), "Global",
+                            ("w", "num_pos"),
                             lambda n, **kw: _band_keys(n, **kw), "band + g global tokens, columns and rows"),
     "structured": MechanismSpec(_structured("fixed"), "Structured", ("w", "num_pos", "sparse"),
                                 lambda n, **kw: _band_keys(n, **kw), "band + g key columns + top-s residual"),
@@ -116,8 +119,10 @@ MECHANISMS: dict[str, MechanismSpec] = {
                                         "band + g learned key columns + top-s residual"),
     "bigbird": MechanismSpec(_bigbird, "BigBird", ("w", "num_pos", "num_random"),
                              lambda n, **kw: _band_keys(n, **kw), "band + g global + r random keys"),
-    "linear": MechanismSpec(lambda cfg, kind, d_k: __getattr__("Linear")(), "Linear", (), lambda n, d_k=64, **_: d_k, "φ(q)·φ(k), elu + 1"),
-    "taylor": MechanismSpec(lambda cfg, kind, d_k: __getattr__("Taylor")(), "Taylor", (), lambda n, d_k=64, **_: d_k + 1, "1 + q·k, first-order Taylor"),
+    "linear": MechanismSpec(lambda cfg, kind, d_k: __getattr__("Linear")(), "Linear", (), lambda n, d_k=64, **_: d_k,
+                            "φ(q)·φ(k), elu + 1"),
+    "taylor": MechanismSpec(lambda cfg, kind, d_k: __getattr__("Taylor")(), "Taylor", (),
+                            lambda n, d_k=64, **_: d_k + 1, "1 + q·k, first-order Taylor"),
     "linformer": MechanismSpec(_linformer, "Linformer", ("proj_len",), lambda n, proj_len=64, **_: 2 * min(proj_len, n),
                                "keys and values projected to k' rows, not causal"),
 }
@@ -157,10 +162,12 @@ def build_mechanism(cfg, kind: str, d_k: int) -> "Mechanism":
         raise UserError(f"dilation: must be >= 1, got {cfg.dilation}")
     if cfg.dilation != 1 and "dilation" not in MECHANISMS.get(cfg.attention, spec).options:
         # cfg.attention: the attentions not in attention_on fall back to full
-        raise UserError(f"dilation: applies to attention {', '.join(mechanisms_reading('dilation'))} only, got attention {cfg.attention}")
+        raise UserError(f"dilation: applies to attention {', '.join(mechanisms_reading('dilation'))} only, "
+                        f"got attention {cfg.attention}")
     if kind == "decoder" and not spec.causal:
         raise UserError(
-            f"attention: {name} cannot be used with a causal mask (decoder self-attention); use attention_on = encoder,cross"
+            f"attention: {name} cannot be used with a causal mask (decoder self-attention); "
+            "use attention_on = encoder,cross"
         )
     return spec.build(cfg, kind, d_k)
 

@@ -31,7 +31,8 @@ class Band(SparsePattern):
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
         # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
-        out = dilated_sliding_window_attention(q, k, v, self.w, self.dilation, causal=mask.causal, key_keep=mask.key_keep)
+        out = dilated_sliding_window_attention(q, k, v, self.w, self.dilation, causal=mask.causal,
+                                               key_keep=mask.key_keep)
         return out
 
     def extra_repr(self) -> str:

@@ -42,7 +42,8 @@ class Mechanism(nn.Module):
         # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v)
         return self.mix(self.weights(q, k, mask), v)
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Mask,
+                need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         # q: (B, H, n, d_k), k: (B, H, m, d_k), v: (B, H, m, d_v) → (B, H, n, d_v), A or None
         if need_weights:
             a = self.weights(q, k, mask)

@@ -21,7 +21,6 @@ from torch import Tensor
 from attnlab.nn.mask import Mask
 from attnlab.nn.mechanisms.mask_mods import MaskMod, causal, padding
 
-
 RECOMPILE_LIMIT = 64  # one compilation per (shape, mask kind): dynamo's default 8 is too few for a sweep over n
 
 
@@ -50,13 +49,16 @@ def flex_available() -> bool:
     return torch.cuda.is_available() or shutil.which("g++") is not None or shutil.which("c++") is not None
 
 
-def flex_attention_compiled(q: Tensor, k: Tensor, v: Tensor, block_mask, scale: float | None = None, enable_gqa: bool = False) -> Tensor:
-    """Compiled FlexAttention with a BlockMask (differentiable on CUDA); ``enable_gqa``: k, v with H_kv | H heads, read in place."""
+def flex_attention_compiled(q: Tensor, k: Tensor, v: Tensor, block_mask, scale: float | None = None,
+                            enable_gqa: bool = False) -> Tensor:
+    """Compiled FlexAttention with a BlockMask (differentiable on CUDA); ``enable_gqa``: k, v with H_kv | H heads,
+    read in place."""
     # q: (B, H, n, d_k), k: (B, H or H_kv, m, d_k), v: (B, H or H_kv, m, d_v) → (B, H, n, d_v)
     return _compiled()(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa)
 
 
-def flex_attention_lse(q: Tensor, k: Tensor, v: Tensor, block_mask, scale: float | None = None, enable_gqa: bool = False):
+def flex_attention_lse(q: Tensor, k: Tensor, v: Tensor, block_mask, scale: float | None = None,
+                       enable_gqa: bool = False):
     """(out, ℓ): FlexAttention's output and each row's log-sum-exp ℓ_i = log Σ_{j read} exp(q_i·k_j · scale) (natural
     log, fp32), compiled on CUDA; eager on the CPU, where the compiled kernel returns no ℓ (small inputs: tests)."""
     # q: (B, H, n, d_k), k: (B, H or H_kv, m, d_k), v: (B, H or H_kv, m, d_v) → (B, H, n, d_v), (B, H, n)
@@ -68,7 +70,8 @@ def flex_attention_lse(q: Tensor, k: Tensor, v: Tensor, block_mask, scale: float
     with warnings.catch_warnings():   # on the CPU eager on purpose: "called without torch.compile()"
         warnings.simplefilter("ignore", UserWarning)
         if hasattr(fa, "AuxRequest"):   # torch ≥ 2.9: return_lse is deprecated
-            out, aux = run(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa, return_aux=fa.AuxRequest(lse=True))
+            out, aux = run(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa,
+                           return_aux=fa.AuxRequest(lse=True))
             return out, aux.lse
         return run(q, k, v, block_mask=block_mask, scale=scale, enable_gqa=enable_gqa, return_lse=True)
 

@@ -32,7 +32,8 @@ def row_attention(q: Tensor, k: Tensor, v: Tensor, mask: Mask) -> Tensor:
     rows, m = q.shape[-2], k.shape[-2]
     allowed = None
     if mask.causal:
-        allowed = (torch.arange(m, device=q.device)[None, :] <= torch.arange(rows, device=q.device)[:, None])[None, None]
+        allowed = (torch.arange(m, device=q.device)[None, :]
+                   <= torch.arange(rows, device=q.device)[:, None])[None, None]
     if mask.key_keep is not None:
         keep = mask.key_keep[:, None, None, :]
         allowed = keep if allowed is None else allowed & keep
@@ -59,7 +60,8 @@ class Global(SparsePattern):
         n, m = q.shape[-2], k.shape[-2]
         c = kernel_chunk(self.w)
         idx = self.support(m).kernel_extra_idx(n, c).to(q.device)[None, None]  # (1, 1, T, g)
-        out = sliding_window_attention(q, k, v, self.w, causal=mask.causal, key_keep=mask.key_keep, extra_idx=idx, chunk=c)
+        out = sliding_window_attention(q, k, v, self.w, causal=mask.causal, key_keep=mask.key_keep, extra_idx=idx,
+                                       chunk=c)
         rows = min(self.g, n) if self.global_rows else 0
         if rows > 0:
             out = torch.cat([row_attention(q[:, :, :rows], k, v, mask), out[:, :, rows:]], dim=2)

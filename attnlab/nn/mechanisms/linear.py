@@ -64,7 +64,8 @@ class FeatureMapAttention(Mechanism):
         # phi_q: (B, H, n, D), phi_k: (B, H, n, D), v: (B, H, n, d_v) → (B, H, n, d_v)
         B, H, n, D = phi_q.shape
         if phi_k.shape[-2] != n:
-            raise ValueError(f"causal linear attention needs as many keys as queries, got {n} queries and {phi_k.shape[-2]} keys")
+            raise ValueError("causal linear attention needs as many keys as queries, "
+                             f"got {n} queries and {phi_k.shape[-2]} keys")
         c = min(CAUSAL_CHUNK, n)
         T = -(-n // c)
 

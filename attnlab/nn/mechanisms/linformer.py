@@ -41,9 +41,11 @@ class Linformer(Mechanism):
     def _check(self, k: Tensor, mask: Mask) -> int:
         m = k.shape[-2]
         if mask.causal:
-            raise ValueError("linformer cannot be used with a causal mask (decoder self-attention): E K mixes future keys into every projected key")
+            raise ValueError("linformer cannot be used with a causal mask (decoder self-attention): "
+                             "E K mixes future keys into every projected key")
         if m > self.max_len:
-            raise ValueError(f"linformer: a sequence of {m} keys is longer than its projection (max_len = {self.max_len}); build it with a larger max_len")
+            raise ValueError(f"linformer: a sequence of {m} keys is longer than its projection "
+                             f"(max_len = {self.max_len}); build it with a larger max_len")
         return m
 
     def _projected(self, k: Tensor, v: Tensor, mask: Mask) -> tuple[Tensor, Tensor]:

@@ -31,7 +31,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnlab.masks import MaskMod, Predicate, causal as is_causal, in_band
+from attnlab.masks import MaskMod, Predicate, in_band
+from attnlab.masks import causal as is_causal
 from attnlab.support import Support, check_num_pos, check_w
 
 __all__ = ["MaskMod", "Predicate", "band", "causal", "global_", "global_rows", "padding", "random_", "random_table"]
@@ -65,7 +66,8 @@ def global_rows(g: int) -> MaskMod:
 def random_(table: Tensor, block: int) -> MaskMod:
     """j ∈ R_{⌊i/c⌋}: the r random keys of query block ⌊i/c⌋; table: (n_blocks, r) long."""
     # table: (n_blocks, r)
-    return MaskMod(lambda b, h, q, kv: (table[q // block] == kv[..., None]).any(-1), f"random({table.shape[-1]}, c={block})")
+    return MaskMod(lambda b, h, q, kv: (table[q // block] == kv[..., None]).any(-1),
+                   f"random({table.shape[-1]}, c={block})")
 
 
 def random_table(n: int, m: int, r: int, block: int, seed: int) -> Tensor:

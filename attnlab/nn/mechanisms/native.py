@@ -6,13 +6,13 @@
     E(i): e extra keys (V_E of query i's chunk ⌊i/c⌋) with their scores given, S_E[i, x] = τ q_i·K_E[x] + b_E[i, x]
 
 The C source is compiled once per machine (``cc -O3 -march=native -ffast-math -fopenmp -c``, linked apart without
--ffast-math so that loading it leaves the process's denormals alone) into
-``$XDG_CACHE_HOME/attnlab/native/`` (default ``~/.cache``), named by a hash of the sources (``band_kernel.c``,
-``band_backward.c``, ``block_topk.c`` and ``column_mass.c``, linked into one library: ``BAND_SOURCES``) and the headers beside them
-(``band_tiles.h``, ``vector_math.h``), the flags, the compiler and the CPU's feature flags; the build writes a temporary file and renames it, so
-concurrent first uses are safe.  With no C compiler, or ``ATTNLAB_NATIVE=0``, ``available()`` is
-False and callers use PyTorch's flash kernel instead (``sliding_window.WindowAttention``); the
-reason is kept in ``unavailable_reason()``.
+-ffast-math so that loading it leaves the process's denormals alone) into ``$XDG_CACHE_HOME/attnlab/native/`` (default
+``~/.cache``), named by a hash of the sources (``band_kernel.c``, ``band_backward.c``, ``block_topk.c`` and
+``column_mass.c``, linked into one library: ``BAND_SOURCES``) and the headers beside them (``band_tiles.h``,
+``vector_math.h``), the flags, the compiler and the CPU's feature flags; the build writes a temporary file and renames
+it, so concurrent first uses are safe.  With no C compiler, or ``ATTNLAB_NATIVE=0``, ``available()`` is False and
+callers use PyTorch's flash kernel instead (``sliding_window.WindowAttention``); the reason is kept in
+``unavailable_reason()``.
 
 ``band_backward`` is the band's share of the gradients, flash style (P recomputed from the saved
 L of the whole softmax); the extras' share stays in ``sliding_window.WindowAttention.backward``.
@@ -26,12 +26,12 @@ or from the store, in one softmax; ``ATTNLAB_NATIVE_DECODE=0`` leaves decoding t
 from __future__ import annotations
 
 import ctypes
-from array import array
 import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
+from array import array
 from functools import lru_cache
 from pathlib import Path
 
@@ -48,7 +48,8 @@ FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11"]
 # flush-to-zero / denormals-are-zero in the whole process that loads the library (PyTorch's and NumPy's arithmetic too)
 LINK = ["-shared", "-fopenmp"]
 # where the CPU has AVX-512: the compiler's own loops (softmax, exp via libmvec, masks) 16 floats wide as well — GCC
-# prefers 256-bit ones on Intel by default; measured on the 8K plan's kernel calls: 1.54 → 1.42 s (docs/archive/earlier-results-speed.md)
+# prefers 256-bit ones on Intel by default; measured on the 8K plan's kernel calls: 1.54 → 1.42 s
+# (docs/archive/earlier-results-speed.md)
 AVX512_FLAGS = ["-mprefer-vector-width=512"]
 VEC = 16  # floats per vector in band_kernel.c: keys are padded by 2·VEC columns
 TILE = 8  # R in band_kernel.c: query rows per tile (a chunk of per-chunk columns holds whole tiles)
@@ -99,8 +100,9 @@ def compiled(sources: Path | list[Path], reasons: list[str]) -> ctypes.CDLL | No
         reasons.append(f"{cc} --version failed: {err}")
         return None
     flags = compile_flags()
-    key = hashlib.sha256(b"\0".join([*texts, " ".join(flags).encode(), b"-c, then " + " ".join(LINK).encode(), version.encode(),
-                                     _cpu_flags().encode()])).hexdigest()[:16]
+    parts = [*texts, " ".join(flags).encode(), b"-c, then " + " ".join(LINK).encode(), version.encode(),
+             _cpu_flags().encode()]
+    key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
     name = sources[0].name
     path = cache_dir() / f"{sources[0].stem}-{key}.so"
     if not path.exists():
@@ -114,14 +116,18 @@ def compiled(sources: Path | list[Path], reasons: list[str]) -> ctypes.CDLL | No
         objs = [f"{tmp[: -len('.so')]}-{x}.o" for x in range(len(sources))]
         try:
             for src, obj in zip(sources, objs):
-                done = subprocess.run([cc, *flags, "-c", str(src), "-o", obj], capture_output=True, text=True, timeout=300)
-                if done.returncode != 0 and flags != FLAGS:   # a compiler without the AVX-512 preference: the plain flags
-                    done = subprocess.run([cc, *FLAGS, "-c", str(src), "-o", obj], capture_output=True, text=True, timeout=300)
+                done = subprocess.run([cc, *flags, "-c", str(src), "-o", obj], capture_output=True, text=True,
+                                      timeout=300)
+                # a compiler without the AVX-512 preference: the plain flags
+                if done.returncode != 0 and flags != FLAGS:
+                    done = subprocess.run([cc, *FLAGS, "-c", str(src), "-o", obj], capture_output=True, text=True,
+                                          timeout=300)
                 if done.returncode != 0:
                     name = src.name
                     break
             if done.returncode == 0:   # linked apart: -ffast-math at the link would add crtfastmath, which flushes the
-                done = subprocess.run([cc, *LINK, *objs, "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)   # process's denormals
+                # process's denormals
+                done = subprocess.run([cc, *LINK, *objs, "-o", tmp, "-lm"], capture_output=True, text=True, timeout=300)
         except (OSError, subprocess.SubprocessError) as err:
             os.unlink(tmp)
             reasons.append(f"compiling {name} failed: {err}")
@@ -154,10 +160,12 @@ def library() -> ctypes.CDLL | None:
         return None
     f = lib.attnlab_band_forward
     p, i64 = ctypes.c_void_p, ctypes.c_long
-    f.argtypes = [p, p, p, p, p, p, i64, i64, i64, p, i64, p, i64, i64, i64, p, p] + [i64] * 15 + [ctypes.c_int, ctypes.c_float, ctypes.c_int, p, p, i64]
+    f.argtypes = ([p, p, p, p, p, p, i64, i64, i64, p, i64, p, i64, i64, i64, p, p] + [i64] * 15
+                  + [ctypes.c_int, ctypes.c_float, ctypes.c_int, p, p, i64])
     f.restype = ctypes.c_int
     f = lib.attnlab_band_backward
-    f.argtypes = [p, p, p, p, p, p, p, p, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int, ctypes.c_float, ctypes.c_int]
+    f.argtypes = [p, p, p, p, p, p, p, p, p, p, i64, i64, i64, i64, i64, i64, i64, i64, i64, ctypes.c_int,
+                  ctypes.c_float, ctypes.c_int]
     f.restype = ctypes.c_int
     f = lib.attnlab_block_topk
     f.argtypes = [p, i64, i64, p, i64, i64, p, ctypes.c_int]
@@ -223,17 +231,16 @@ def band_forward(
     first_row: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """(O, L) over N heads: q (N, n, d), k, v (N, m, d) float32 CPU (q, k, v and O may be views at any head and row
-    stride whose rows are d contiguous floats); keep (N / heads_per_keep, m) bool or None; extras (S_E, V_E, c): S_E (N, n, e) the extra keys'
-    scores (NEG_INF where not allowed), V_E (N, T|1, e, d) their values, c the rows per chunk;
-    columns: (N, g) int64 key positions every row may read (−1: empty; ascending with the empty slots last reads
-    least), read from k, v where they lie (once per head), scored and masked (off the band, causal, kept) inside the
-    kernel; blocks: (N, T, g_b) int64 a key set per chunk of ``chunk``
-    rows (a multiple of the kernel's tile, ``TILE``: key blocks chosen per query block), distinct in each set (a key of a
-    set that is a column is read once, as the column), in any order, read from k, v where they lie (once per head and chunk);
-    heads (h_q, h_kv): N int64 rows each — head x reads q row h_q[x] and k, v row h_kv[x], and writes
-    ``out`` = (O, L) at row h_q[x] (q, O: (R, n, d), k, v: (R_kv, m, d), L: (R, n); the other rows untouched);
-    first_row (with ``heads``): rows i < first_row are left as they are in ``out`` (computed elsewhere).
-    Returns O (N, n, d), L (N, n) (with ``heads``: ``out``)."""
+    stride whose rows are d contiguous floats); keep (N / heads_per_keep, m) bool or None; extras (S_E, V_E, c): S_E (N,
+    n, e) the extra keys' scores (NEG_INF where not allowed), V_E (N, T|1, e, d) their values, c the rows per chunk;
+    columns: (N, g) int64 key positions every row may read (−1: empty; ascending with the empty slots last reads least),
+    read from k, v where they lie (once per head), scored and masked (off the band, causal, kept) inside the kernel;
+    blocks: (N, T, g_b) int64 a key set per chunk of ``chunk`` rows (a multiple of the kernel's tile, ``TILE``: key
+    blocks chosen per query block), distinct in each set (a key of a set that is a column is read once, as the column),
+    in any order, read from k, v where they lie (once per head and chunk); heads (h_q, h_kv): N int64 rows each — head x
+    reads q row h_q[x] and k, v row h_kv[x], and writes ``out`` = (O, L) at row h_q[x] (q, O: (R, n, d), k, v: (R_kv, m,
+    d), L: (R, n); the other rows untouched); first_row (with ``heads``): rows i < first_row are left as they are in
+    ``out`` (computed elsewhere). Returns O (N, n, d), L (N, n) (with ``heads``: ``out``)."""
     lib = _library_or_raise()
     N, n, d = q.shape
     m = k.shape[1]
@@ -242,7 +249,8 @@ def band_forward(
         h_q, h_kv = (x.to(torch.int64).contiguous() for x in heads)
         N = h_q.shape[0]
         if out is None or out[0].stride(2) != 1 or not out[1].is_contiguous():
-            raise ValueError("band_forward: heads= writes into out=(O, L): O with rows of d contiguous floats, L contiguous")
+            raise ValueError("band_forward: heads= writes into out=(O, L): O with rows of d contiguous floats, "
+                             "L contiguous")
     if d % VEC:
         raise ValueError(f"band_forward: d must be a multiple of {VEC}, got {d}")
     if first_row and heads is None:
@@ -263,8 +271,8 @@ def band_forward(
     if blocks is not None:   # a set per chunk, read from k, v in place
         blocks = blocks.to(torch.int64).contiguous()
         if chunk <= 0 or chunk % TILE or blocks.dim() != 3 or blocks.shape[1] != -(-n // chunk):
-            raise ValueError(f"band_forward: blocks need {-(-n // chunk) if chunk > 0 else '?'} chunks of a multiple of {TILE} "
-                             f"rows, got chunk = {chunk}, blocks {tuple(blocks.shape)}")
+            raise ValueError(f"band_forward: blocks need {-(-n // chunk) if chunk > 0 else '?'} chunks of a multiple "
+                             f"of {TILE} rows, got chunk = {chunk}, blocks {tuple(blocks.shape)}")
         if first_row % TILE:
             raise ValueError(f"band_forward: blocks need first_row a multiple of {TILE}, got {first_row}")
         Tb, gb = blocks.shape[1], blocks.shape[2]
@@ -272,7 +280,8 @@ def band_forward(
     failed = lib.attnlab_band_forward(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), _ptr(keep_u8), _ptr(s_e), _ptr(v_e), e, Te, c,
         _ptr(p_c), g, _ptr(blocks), gb, Tb, int(chunk) if gb else 1,
-        O.data_ptr(), L.data_ptr(), N, n, m, d, *q.stride()[:2], *k.stride()[:2], *v.stride()[:2], *O.stride()[:2], heads_per_keep,
+        O.data_ptr(), L.data_ptr(), N, n, m, d, *q.stride()[:2], *k.stride()[:2], *v.stride()[:2], *O.stride()[:2],
+        heads_per_keep,
         int(w), int(offset), int(bool(causal)), float(scale), torch.get_num_threads(), _ptr(h_q), _ptr(h_kv),
         min(int(first_row), n),
     )
@@ -314,7 +323,8 @@ def block_topk(s: Tensor, w, K: int, b: int) -> Tensor:
     s = s.contiguous()
     w_ = torch.as_tensor(w, dtype=torch.long).view(1, H).expand(B, H).contiguous()              # (B·H,)
     out = torch.empty(B, H, T, K, dtype=torch.long)
-    lib.attnlab_block_topk(s.data_ptr(), B * H, T, w_.data_ptr(), int(b), int(K), out.data_ptr(), torch.get_num_threads())
+    lib.attnlab_block_topk(s.data_ptr(), B * H, T, w_.data_ptr(), int(b), int(K), out.data_ptr(),
+                           torch.get_num_threads())
     return out
 
 
@@ -324,14 +334,16 @@ def column_mass(s: Tensor, sigma: Tensor) -> None:
     ``slash_lines.last_query_mass``'s sum of the causal softmax rows, each row through the cache once."""
     lib = _library_or_raise()
     B, r, m = sigma.shape
-    assert s.is_contiguous() and s.shape == (B, 1, s.shape[2], m) and s.shape[2] % r == 0 and sigma.stride()[1:] == (m, 1)
+    assert (s.is_contiguous() and s.shape == (B, 1, s.shape[2], m) and s.shape[2] % r == 0
+            and sigma.stride()[1:] == (m, 1))
     lib.attnlab_column_mass(s.data_ptr(), B * r, s.shape[2] // r, m, sigma.data_ptr(), r, sigma.stride(0),
                             torch.get_num_threads())
 
 
 # ---- the fused decoding step (``decode_kernel.c``) ----------------------------------------------------------------
 DECODE_SOURCE = Path(__file__).with_name("decode_kernel.c")
-DECODE_CHUNK = 128   # the fewest resident slots in one part of a decoding query's keys split across threads (decode_kernel.c)
+# the fewest resident slots in one part of a decoding query's keys split across threads (decode_kernel.c)
+DECODE_CHUNK = 128
 _decode_reason: list[str] = []
 
 
@@ -365,7 +377,8 @@ def decode_unavailable_reason() -> str:
 
 def decode_ready(*xs: Tensor | None) -> bool:
     """Whether the fused step takes these tensors (CPU float32, or index tensors on the CPU) and is built."""
-    return all(x is None or x.device.type == "cpu" for x in xs) and xs[0].dtype == torch.float32 and decode_library() is not None
+    return (all(x is None or x.device.type == "cpu" for x in xs) and xs[0].dtype == torch.float32
+            and decode_library() is not None)
 
 
 def _last(x: Tensor, dtype=None) -> Tensor:
@@ -382,7 +395,8 @@ def _dense(x: Tensor, dtype=None) -> Tensor:
 
 
 def decode_read_back(q, k, v, positions, flags, w, reads, summaries, store, i: int, *, sliding, page: int, pages: int,
-                     scale: float, rows: tuple[Tensor, Tensor] | None = None, mean_pages: int = 0) -> tuple[Tensor, Tensor]:
+                     scale: float, rows: tuple[Tensor, Tensor] | None = None,
+                     mean_pages: int = 0) -> tuple[Tensor, Tensor]:
     """One decoding query per head (``decode_kernel.c``): band ∪ columns over the resident slots, and the ``pages``
     candidate pages of largest Quest bound read back (``mean_pages`` of them by the mean key's score instead,
     ``pages.choose_pages``), resident or from the store, in one softmax.
@@ -392,7 +406,8 @@ def decode_read_back(q, k, v, positions, flags, w, reads, summaries, store, i: i
     ``pages.PageSummaries`` (m, M (B, V, P', d) with P' ≥ i // page + 1; None with pages = 0), of these heads, or the
     layer's with ``rows`` = (each KV head's row of m, M (Hs,), each query head's row of the column pages (Hq,)) (no
     copy); store: (keys, values (B, Hs, S, ·), table (B, Hs, J) position → store slot, −1: not stored) or None;
-    sliding: the layer's window or None.  Returns out (B, Hq, 1, dv), read (B, Hs) int64 the distinct store slots read."""
+    sliding: the layer's window or None.  Returns out (B, Hq, 1, dv), read (B,
+    Hs) int64 the distinct store slots read."""
     lib = decode_library()
     if lib is None:
         raise RuntimeError(f"the native decoding step is unavailable: {decode_unavailable_reason()}")
@@ -411,7 +426,8 @@ def decode_read_back(q, k, v, positions, flags, w, reads, summaries, store, i: i
         if not m.stride() == M.stride() == sm.stride():
             m, M, sm = m.contiguous(), M.contiguous(), sm.contiguous()
         if mean_pages:
-            extra = [sm, _dense(summaries.count, torch.float32), _dense(summaries.column_sum), _dense(summaries.column_count, torch.float32)]
+            extra = [sm, _dense(summaries.count, torch.float32), _dense(summaries.column_sum),
+                     _dense(summaries.column_count, torch.float32)]
         pc, mc, Mc = (_dense(x) for x in summaries[2:5])
         if m.shape[2] < i // page + 1:
             raise ValueError(f"decode_read_back: summaries of {m.shape[2]} pages, position {i} needs {i // page + 1}")
@@ -430,9 +446,10 @@ def decode_read_back(q, k, v, positions, flags, w, reads, summaries, store, i: i
         ptrs += [None] * 3
         args += [0] * 10
     ptrs += [out, read, *extra]
-    args += [B, Hs, Hq // Hs, L, d, dv, int(i), int(sliding or 0), int(page), int(pages), torch.get_num_threads(), int(mean_pages),
-             DECODE_CHUNK]
-    p = array("Q", [0 if x is None else x.data_ptr() for x in ptrs])   # packed: one conversion (a ctypes array: 20× slower)
+    args += [B, Hs, Hq // Hs, L, d, dv, int(i), int(sliding or 0), int(page), int(pages), torch.get_num_threads(),
+             int(mean_pages), DECODE_CHUNK]
+    p = array("Q", [0 if x is None else x.data_ptr() for x in ptrs])   # packed:
+                                                                       # one conversion (a ctypes array: 20× slower)
     a = array("q", args)
     if lib.attnlab_decode_read_back_packed(p.buffer_info()[0], a.buffer_info()[0], float(scale)):
         raise MemoryError(f"decode kernel: no memory for its per-thread scratch (position {i})")

@@ -70,7 +70,8 @@ FLASH = True  # False: the plain-torch path on CPU too (tests compare both)
 NATIVE = True  # False: PyTorch's flash kernel for the band's forward even where the native kernel builds
 # A causal band at least this wide runs its first w + 1 rows — where it holds every key j ≤ i — as SDPA's causal
 # attention (band_heads_attention): the kernel's 8-row tile reads its ≈ w keys and values afresh, 2·w·d·4 bytes
-# that outgrow a core's L2 here (one head of w = 6,144 at 8K: 110 → 72 ms as SDPA; docs/archive/earlier-results-speed.md)
+# that outgrow a core's L2 here (one head of w = 6,144 at 8K: 110 → 72 ms as SDPA;
+# docs/archive/earlier-results-speed.md)
 WIDE_BAND = 2048
 FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
 
@@ -101,7 +102,8 @@ def band_window(w: int, offset: int, c: int, causal: bool) -> tuple[int, int]:
     return lo, hi - lo + 1
 
 
-def band_bias(w: int, offset: int, lo: int, W: int, c: int, causal: bool, n: int, key_ok: Tensor, dtype) -> tuple[Tensor, Tensor]:
+def band_bias(w: int, offset: int, lo: int, W: int, c: int, causal: bool, n: int, key_ok: Tensor,
+              dtype) -> tuple[Tensor, Tensor]:
     """The additive band mask of every chunk and which queries see a band key.
 
         bias[b, t, a, x] = 0 if |j − i − o| ≤ w ∧ (j ≤ i if causal) ∧ key_ok[b, j] else NEG_INF
@@ -162,7 +164,8 @@ def extra_allowed(
     """
     # extra_idx: (B|1, H|1, T, e) → (B|1, H|1, T, c, e) bool
     T, e = extra_idx.shape[-2:]
-    i = (torch.arange(T, device=extra_idx.device)[:, None] * c + torch.arange(c, device=extra_idx.device))[..., None]  # (T, c, 1)
+    # (T, c, 1)
+    i = (torch.arange(T, device=extra_idx.device)[:, None] * c + torch.arange(c, device=extra_idx.device))[..., None]
     j = extra_idx[..., None, :]  # (·, ·, T, 1, e)
     # |j − i − o| > w ⇔ j < i + o − w ∨ j > i + o + w: comparisons against (T, c, 1) bounds, no (·, T, c, e) differences
     ok = j < i + (offset - w)
@@ -210,7 +213,8 @@ def _plain(q4, kp, vp, k_e, v_e, e_bias, bias, empty, T, c, start, W, scale):
     outs = []
     for t0 in range(0, T, tb):
         t1 = min(T, t0 + tb)
-        k_w = _windows(kp.reshape(B * H, P, d), t1 - t0, c, start + t0 * c, W).view(B, H, t1 - t0, W, d)  # (B, H, tb, W, d)
+        # (B, H, tb, W, d)
+        k_w = _windows(kp.reshape(B * H, P, d), t1 - t0, c, start + t0 * c, W).view(B, H, t1 - t0, W, d)
         v_w = _windows(vp.reshape(B * H, P, d_v), t1 - t0, c, start + t0 * c, W).view(B, H, t1 - t0, W, d_v)
         s = (q4[:, :, t0:t1] @ k_w.transpose(-1, -2)) * scale + bias[:, None, t0:t1]  # (B, H, tb, c, W)
         if k_e is not None:
@@ -280,15 +284,19 @@ def sliding_window_attention(
         if extra_idx.shape[-2] != T:
             raise ValueError(f"extra_idx: expected {T} chunks of {c} queries, got {extra_idx.shape[-2]}")
         if int(extra_idx.max()) >= m or int(extra_idx.min()) < 0:
-            raise ValueError(f"extra_idx: key positions must lie in [0, {m}), got {int(extra_idx.min())}..{int(extra_idx.max())}")
+            raise ValueError(f"extra_idx: key positions must lie in [0, {m}), "
+                             f"got {int(extra_idx.min())}..{int(extra_idx.max())}")
         Te = 1 if T == 1 or extra_idx.stride(-2) == 0 else T  # the same keys for every chunk (columns): gathered once
-        if use_native and Te == 1 and unique and extra_logit is None and _per_slot(extra_own) and not _needs_grad(q, k, v):
+        if (use_native and Te == 1 and unique and extra_logit is None and _per_slot(extra_own)
+                and not _needs_grad(q, k, v)):
             return _native_columns(q, k, v, w, offset, causal, key_keep, extra_idx[..., 0, :], extra_own, scale)
         idx = extra_idx[..., :Te, :].expand(B, H, Te, e).reshape(B, H, Te * e, 1)
         k_e = _gather_rows(k, idx[..., 0]).view(B, H, Te, e, d)  # (B, H, T|1, e, d)
         v_e = _gather_rows(v, idx[..., 0]).view(B, H, Te, e, d_v)
-        ok = extra_allowed(extra_idx, n, w, c, causal=causal, key_keep=key_keep, own=extra_own, unique=unique, offset=offset)
-        e_bias = torch.where(ok, torch.zeros((), dtype=q.dtype, device=q.device), torch.full((), NEG_INF, dtype=q.dtype, device=q.device))
+        ok = extra_allowed(extra_idx, n, w, c, causal=causal, key_keep=key_keep, own=extra_own, unique=unique,
+                           offset=offset)
+        e_bias = torch.where(ok, torch.zeros((), dtype=q.dtype, device=q.device),
+                             torch.full((), NEG_INF, dtype=q.dtype, device=q.device))
         if extra_logit is not None:
             e_bias = e_bias + extra_logit[..., None, :]
         any_key = any_key | ok.any(-1)
@@ -348,11 +356,13 @@ def _flash_takes(q: Tensor, k: Tensor, v: Tensor) -> bool:
 
 def _native_takes(q: Tensor, k: Tensor, v: Tensor) -> bool:
     """The native kernel takes these (``_flash_takes``, float32, d_k a multiple of its vector) and is built here."""
-    return _flash_takes(q, k, v) and NATIVE and q.dtype == torch.float32 and q.shape[-1] % native.VEC == 0 and native.available()
+    return (_flash_takes(q, k, v) and NATIVE and q.dtype == torch.float32 and q.shape[-1] % native.VEC == 0
+            and native.available())
 
 
 def native_heads_ready(q: Tensor, k: Tensor, v: Tensor) -> bool:
-    """``band_heads_attention`` can run: the native kernel takes q, k, v (``_native_takes``) and no gradient is asked."""
+    """``band_heads_attention`` can run: the native kernel takes q, k, v
+    (``_native_takes``) and no gradient is asked."""
     return _native_takes(q, k, v) and not _needs_grad(q, k, v)
 
 
@@ -369,8 +379,8 @@ def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor,
     (transformers' (B, n, H, d) views are read and written in place); heads: (G,) query heads, kv_heads: (G,) the KV
     head each reads (GQA); columns: (B, G, g) key positions T per head, distinct (−1: empty); blocks: (B, G, ⌈n/c⌉, g_b)
     a key set per chunk of c = ``chunk`` rows (key blocks chosen per query block), distinct in each chunk (one that is a
-    column is read once, as the column), in any order (the columns are read once per head, the blocks once per chunk); key_keep: (B, m) bool.
-    Writes out[:, heads]; q, k, v are read where they lie (no copies) — the group's calls of
+    column is read once, as the column), in any order (the columns are read once per head, the blocks once per chunk);
+    key_keep: (B, m) bool. Writes out[:, heads]; q, k, v are read where they lie (no copies) — the group's calls of
     ``sliding_window_attention`` without its gathers.  A causal band of w ≥ ``WIDE_BAND`` holds every key j ≤ i of its
     rows i ≤ w (i − w ≤ 0; a column there is inside the band): those rows are SDPA's causal attention, the kernel
     does the rest.  lse: (B, H, n) float32, contiguous, or None: L_i = log Σ_{j ∈ N(i)} e^{τ q_i·k_j} of the heads'
@@ -383,18 +393,20 @@ def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor,
         for i in range(B):
             band_heads_attention(q[i : i + 1], k[i : i + 1], v[i : i + 1], w, heads, kv_heads, out[i : i + 1],
                                  columns=None if columns is None else columns[i : i + 1],
-                                 blocks=None if blocks is None else blocks[i : i + 1], chunk=chunk, offset=offset, causal=causal,
-                                 key_keep=None if key_keep is None else key_keep[i : i + 1], scale=scale,
+                                 blocks=None if blocks is None else blocks[i : i + 1], chunk=chunk, offset=offset,
+                                 causal=causal, key_keep=None if key_keep is None else key_keep[i : i + 1], scale=scale,
                                  lse=None if lse is None else lse[i : i + 1])
         return
     per_chunk = blocks is not None and blocks.shape[-1] > 0
     r0 = 0
-    if causal and offset == 0 and key_keep is None and w >= WIDE_BAND and lse is None:   # rows i ≤ w: every causal key, SDPA
+    # rows i ≤ w: every causal key, SDPA
+    if causal and offset == 0 and key_keep is None and w >= WIDE_BAND and lse is None:
         r0 = min(w + 1, n)
         if per_chunk:   # the kernel starts on a whole chunk (its first rows, i ≤ w, read every causal key all the same)
             r0 -= r0 % chunk if r0 < n else 0
         hq, hk = heads.to(q.device), kv_heads.to(q.device)
-        out[:, hq, :r0] = F.scaled_dot_product_attention(q[:, hq, :r0], k[:, hk, :r0], v[:, hk, :r0], is_causal=True, scale=scale)
+        out[:, hq, :r0] = F.scaled_dot_product_attention(q[:, hq, :r0], k[:, hk, :r0], v[:, hk, :r0], is_causal=True,
+                                                         scale=scale)
         if r0 == n:
             return
     b = torch.arange(B)[:, None]
@@ -405,8 +417,10 @@ def band_heads_attention(q: Tensor, k: Tensor, v: Tensor, w: int, heads: Tensor,
     if columns is not None and columns.shape[-1]:
         cols = _sorted_columns(columns.reshape(B * G, -1), m)
     L = q.new_empty(B * H, n) if lse is None else lse.view(B * H, n)
-    native.band_forward(q.reshape(B * H, n, d), k2, v2, w, offset=offset, causal=causal, keep=key_keep, heads_per_keep=G,
-                        scale=scale, columns=cols, blocks=blocks.reshape(B * G, blocks.shape[2], -1) if per_chunk else None,
+    native.band_forward(q.reshape(B * H, n, d), k2, v2, w, offset=offset, causal=causal, keep=key_keep,
+                        heads_per_keep=G,
+                        scale=scale, columns=cols,
+                        blocks=blocks.reshape(B * G, blocks.shape[2], -1) if per_chunk else None,
                         chunk=chunk if per_chunk else 0, heads=(h_q, h_kv),
                         out=(out.view(B * H, n, -1), L), first_row=r0)
 
@@ -432,7 +446,8 @@ def dilated_sliding_window_attention(
         return x.view(B, H, folded, dilation, -1).permute(0, 3, 1, 2, 4).reshape(B * dilation, H, folded, -1)
 
     keep = torch.ones(B, m, dtype=torch.bool, device=q.device) if key_keep is None else key_keep
-    keep = F.pad(keep, (0, m2 * dilation - m), value=False).view(B, m2, dilation).transpose(1, 2).reshape(B * dilation, m2)
+    keep = F.pad(keep, (0, m2 * dilation - m), value=False).view(B, m2, dilation).transpose(1, 2)
+    keep = keep.reshape(B * dilation, m2)
     out = sliding_window_attention(fold(q, n, n2), fold(k, m, m2), fold(v, m, m2), w, causal=causal, key_keep=keep)
     out = out.view(B, dilation, H, n2, d_v).permute(0, 2, 3, 1, 4).reshape(B, H, n2 * dilation, d_v)
     return out[:, :, :n]

@@ -37,14 +37,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.masks import hidden
 from attnlab.nn.mask import Mask
 from attnlab.nn.mechanisms.base import Mechanism
 from attnlab.nn.mechanisms.flex import flex_attention_compiled, flex_available, flex_block_mask
+from attnlab.nn.mechanisms.mask_mods import MaskMod
 from attnlab.nn.mechanisms.sliding_window import kernel_chunk, sliding_window_attention
 from attnlab.nn.mechanisms.sparse import scaled_scores
 from attnlab.nn.softmax import masked_softmax
-from attnlab.nn.mechanisms.mask_mods import MaskMod
-from attnlab.masks import hidden
 from attnlab.support import Support, band_of, check_num_pos, check_w
 
 COLUMN_MODES = ("fixed", "learned")
@@ -64,11 +64,14 @@ class Structured(Mechanism):
             raise ValueError(f"sparse: residual entries per row must be >= 0, got {sparse}")
         if columns not in COLUMN_MODES:
             raise ValueError(f"columns must be one of {', '.join(COLUMN_MODES)}, got {columns!r}")
-        if positions is not None and (len(positions) != num_pos or len(set(positions)) != num_pos or min(positions, default=0) < 0):
+        if positions is not None and (len(positions) != num_pos or len(set(positions)) != num_pos
+                                      or min(positions, default=0) < 0):
             raise ValueError(f"positions: expected {num_pos} distinct non-negative key positions, got {positions}")
-        self.w, self.num_pos, self.sparse, self.columns, self.offset = int(w), int(num_pos), int(sparse), columns, int(offset)
+        self.w, self.num_pos, self.sparse = int(w), int(num_pos), int(sparse)
+        self.columns, self.offset = columns, int(offset)
         self._block_masks: dict = {}
-        self.register_buffer("positions", torch.tensor(positions if positions is not None else list(range(num_pos)), dtype=torch.long), persistent=False)
+        self.register_buffer("positions", torch.tensor(positions if positions is not None else list(range(num_pos)),
+                                                       dtype=torch.long), persistent=False)
         self.u = nn.Parameter(torch.randn(heads, d_k) / math.sqrt(d_k)) if columns == "learned" else None
 
     # --- the support S and the gate G -------------------------------------------------
@@ -82,7 +85,8 @@ class Structured(Mechanism):
         Only a support fixed before the scores are seen has one: fixed columns and no residual.
         """
         if self.sparse:
-            raise ValueError(f"sparse: the residual R_s is chosen from the scores, no FlexAttention pattern (got sparse={self.sparse})")
+            raise ValueError("sparse: the residual R_s is chosen from the scores, no FlexAttention pattern "
+                             f"(got sparse={self.sparse})")
         if self.u is not None:
             raise ValueError("columns: learned columns are chosen from the keys and gated, no FlexAttention pattern")
         return self.support(m).mask_mod()
@@ -94,7 +98,8 @@ class Structured(Mechanism):
         if self.u is None:
             return self.support(m).columns.view(1, 1, -1), None
         if k.shape[1] != self.u.shape[0] or k.shape[-1] != self.u.shape[1]:
-            raise ValueError(f"k: learned columns were built for {self.u.shape[0]} heads of size {self.u.shape[1]}, got k of shape {tuple(k.shape)}")
+            raise ValueError(f"k: learned columns were built for {self.u.shape[0]} heads of size {self.u.shape[1]}, "
+                             f"got k of shape {tuple(k.shape)}")
         g = min(self.num_pos, m)
         r = torch.einsum("bhmd,hd->bhm", k, self.u) / math.sqrt(k.shape[-1])  # salience r_j
         ranked = r if mask.key_keep is None else r.masked_fill(~mask.key_keep[:, None, :], float("-inf"))
@@ -114,7 +119,8 @@ class Structured(Mechanism):
             is_col = S.column_mask(m)[..., None, :]  # (B|1, H|1, 1, m)
             for i0 in range(0, n, RESIDUAL_BLOCK):
                 i = torch.arange(i0, min(n, i0 + RESIDUAL_BLOCK), device=q.device)[:, None]
-                out = band_of(i.shape[0], m, self.w, i0 + self.offset, like=q) | is_col  # (·, ·, b, m) already in S: rows i0… of the band
+                # (·, ·, b, m) already in S: rows i0… of the band
+                out = band_of(i.shape[0], m, self.w, i0 + self.offset, like=q) | is_col
                 if mask.causal:
                     out = out | hidden(i, j)
                 if mask.key_keep is not None:
@@ -130,7 +136,8 @@ class Structured(Mechanism):
         B, H, n, _ = q.shape
         m = k.shape[-2]
         cols, gate = self.key_columns(k, mask)
-        S = Support(w=self.w, offset=self.offset, columns=cols, residual=self.sparse)  # attnlab.support: band ∪ columns ∪ R_s
+        S = Support(w=self.w, offset=self.offset, columns=cols, residual=self.sparse)  # attnlab.support:
+                                                                                       # band ∪ columns ∪ R_s
         in_band = S.band(n, m)  # (n, m)
         is_col = S.column_mask(m)[..., None, :]  # (B|1, H|1, 1, m)
         res = None
@@ -165,7 +172,8 @@ class Structured(Mechanism):
             s = r_idx.shape[-1]
             r_idx = F.pad(r_idx, (0, 0, 0, T * c - n)).view(B, H, T, c * s)  # the chunk's picks, side by side
             valid = F.pad(valid, (0, 0, 0, T * c - n)).view(B, H, T, 1, c * s)
-            mine = torch.eye(c, dtype=torch.bool, device=q.device).repeat_interleave(s, dim=1)  # (c, c·s): query a owns its s slots
+            # (c, c·s): query a owns its s slots
+            mine = torch.eye(c, dtype=torch.bool, device=q.device).repeat_interleave(s, dim=1)
             idx = torch.cat([idx.expand(B, H, T, g), r_idx], dim=-1)
             own = torch.cat([torch.ones(B, H, T, c, g, dtype=torch.bool, device=q.device), mine & valid], dim=-1)
             if logit is not None:

@@ -70,11 +70,13 @@ def _chunk_mm_add(out: Tensor, x: Tensor, y: Tensor, alpha: float = 1.0) -> None
     if y.shape[2] == 1 and T > 1:
         out.view(B * H, T * c, b).baddbmm_(x.reshape(B * H, T * c, a), y.reshape(B * H, a, b), alpha=alpha)
     else:
-        out.view(B * H * T, c, b).baddbmm_(x.reshape(B * H * T, c, a), y.expand(B, H, T, a, b).reshape(B * H * T, a, b), alpha=alpha)
+        out.view(B * H * T, c, b).baddbmm_(x.reshape(B * H * T, c, a),
+                                           y.expand(B, H, T, a, b).reshape(B * H * T, a, b), alpha=alpha)
 
 
 def _chunk_tmm(x: Tensor, y: Tensor, shared: bool) -> Tensor:
-    # xᵀ y per chunk: x: (B, H, T, c, a), y: (B, H, T, c, b) → (B, H, T, a, b), or Σ over chunks (B, H, 1, a, b) if shared
+    # xᵀ y per chunk: x: (B, H, T, c, a), y: (B, H, T, c, b) → (B, H, T, a, b), or Σ over chunks (B, H, 1, a,
+    # b) if shared
     B, H, T, c, a = x.shape
     if shared:
         return (x.reshape(B, H, T * c, a).transpose(-1, -2) @ y.reshape(B, H, T * c, -1))[:, :, None]
@@ -96,7 +98,8 @@ def _flash_forward(q4, k, v, bias, T, c, front, back, lo, W, scale):
     for b in range(B) if bias.shape[0] > 1 else [slice(None)]:
         bb = bias[b][None] if bias.shape[0] > 1 else bias
         qb = q4[b].reshape(-1, T, c, d)
-        O_b, L_b = _flash(qb, _windows(kp[b].reshape(-1, P, d), T, c, start, W), _windows(vp[b].reshape(-1, P, d), T, c, start, W), bb, scale)
+        O_b, L_b = _flash(qb, _windows(kp[b].reshape(-1, P, d), T, c, start, W),
+                          _windows(vp[b].reshape(-1, P, d), T, c, start, W), bb, scale)
         O_parts.append(O_b)
         L_parts.append(L_b)
     O = torch.cat(O_parts).view(B, H, T, c, d) if len(O_parts) > 1 else O_parts[0].view(B, H, T, c, d)
@@ -107,7 +110,8 @@ def _flash_forward(q4, k, v, bias, T, c, front, back, lo, W, scale):
 def _flash_backward(q4, k, v, dO, O, L, bias, T, c, front, back, lo, W, scale):
     # PyTorch's flash backward over the strided windows, in blocks of chunks; the window gradients are
     # folded back onto the keys (the windows overlap).  Returns dq (B, H, T, c, d), dk, dv (B, H, m, d).
-    kp, vp = _padded(k, front, back), _padded(v, front, back)  # the windows' rows: padded here, not kept since the forward
+    kp, vp = _padded(k, front, back), _padded(v, front, back)  # the windows' rows:
+                                                               # padded here, not kept since the forward
     B, H, _, _, d = q4.shape
     P, m, start = kp.shape[2], k.shape[2], front + lo
     dq = torch.empty_like(q4)
@@ -145,7 +149,8 @@ class WindowAttention(torch.autograd.Function):
         ctx.geom = (T, c, front, back, lo, W, scale)
         ctx.band = band
         s_e = None if k_e is None else _extras_scores(q4, k_e, e_bias, scale)  # (B, H, T, c, e): τ q·k_E + b_E
-        if band is not None:  # the fused C kernel (native.py): tiles of rows × their own band, extras in the same softmax
+        if band is not None:  # the fused C kernel (native.py):
+                              # tiles of rows × their own band, extras in the same softmax
             w, offset, causal, key_keep = band
             e = None if k_e is None else k_e.shape[-2]
             extras = None if k_e is None else (s_e.view(B * H, T * c, e), v_e.reshape(B * H, k_e.shape[2], e, d), c)
