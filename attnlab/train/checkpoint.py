@@ -66,7 +66,8 @@ def check_tensors(path: Path, tensors: dict[str, torch.Tensor], meta: dict) -> N
     saved = meta.get(CHECKSUM)
     if saved is not None:
         if tensors_sha256(tensors) != saved:
-            raise UserError(f"{path}: corrupted checkpoint (the SHA-256 of its tensors does not match the one it was written with)")
+            raise UserError(f"{path}: corrupted checkpoint (the SHA-256 of its tensors does not match the one it was "
+                            "written with)")
         return
     for name, t in tensors.items():
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
@@ -126,7 +127,8 @@ class TrainState:
         return json.dumps(dataclasses.asdict(self))
 
 
-def save_checkpoint(run_dir: Path, model: torch.nn.Module, cfg: ModelConfig, optimizer: torch.optim.Optimizer, state: TrainState) -> Path:
+def save_checkpoint(run_dir: Path, model: torch.nn.Module, cfg: ModelConfig, optimizer: torch.optim.Optimizer,
+                    state: TrainState) -> Path:
     """Write step_N.safetensors then step_N.state.safetensors; keep the last two."""
     ckpt = Path(run_dir) / "checkpoints"
     ckpt.mkdir(parents=True, exist_ok=True)
@@ -160,11 +162,13 @@ def list_checkpoints(run_dir: Path) -> list[int]:
 def latest_weights(run_dir: Path) -> Path:
     steps = list_checkpoints(run_dir)
     if not steps:
-        raise UserError(f"{run_dir}: no checkpoint in {Path(run_dir) / 'checkpoints'} (is this a run folder of attnlab train?)")
+        raise UserError(f"{run_dir}: no checkpoint in {Path(run_dir) / 'checkpoints'} "
+                        "(is this a run folder of attnlab train?)")
     return Path(run_dir) / "checkpoints" / f"step_{steps[-1]:07d}.safetensors"
 
 
-def load_checkpoint(run_dir: Path, model: torch.nn.Module, cfg: ModelConfig, optimizer: torch.optim.Optimizer | None) -> TrainState:
+def load_checkpoint(run_dir: Path, model: torch.nn.Module, cfg: ModelConfig,
+                    optimizer: torch.optim.Optimizer | None) -> TrainState:
     """Restore weights, optimiser moments and RNG of the last complete checkpoint."""
     weights = latest_weights(run_dir)
     load_weights(weights, model, cfg)

@@ -23,7 +23,8 @@ def encode_sources(tokenizer, sources: Sequence[str], max_len: int, batch_size: 
     encoded = tokenizer.encode_batch(list(sources))
     truncated = sum(len(x) > max_len - 1 for x in encoded)
     if truncated:
-        print(f"warning: {truncated} source sentence(s) longer than max_len {max_len} tokens were truncated", file=sys.stderr)
+        print(f"warning: {truncated} source sentence(s) longer than max_len {max_len} tokens were truncated",
+              file=sys.stderr)
     ids = [x[: max_len - 1] + [tokenizer.eos_id] for x in encoded]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths together
     batches, positions = [], []
@@ -38,10 +39,12 @@ def encode_sources(tokenizer, sources: Sequence[str], max_len: int, batch_size: 
     return batches, positions
 
 
-def translate(model, tokenizer, sources: Sequence[str], beam: int = 1, length_penalty: float = 1.0, batch_size: int = 128) -> list[str]:
+def translate(model, tokenizer, sources: Sequence[str], beam: int = 1, length_penalty: float = 1.0,
+              batch_size: int = 128) -> list[str]:
     """Translations of ``sources`` (same order)."""
     model.eval()
-    batches, positions = encode_sources(tokenizer, sources, model.max_len, batch_size if beam <= 1 else max(1, batch_size // beam))
+    batches, positions = encode_sources(tokenizer, sources, model.max_len,
+                                        batch_size if beam <= 1 else max(1, batch_size // beam))
     out: list[str] = [""] * len(sources)
     for src, rows in zip(batches, positions):
         bos, eos = tokenizer.bos_id, tokenizer.eos_id
@@ -51,7 +54,8 @@ def translate(model, tokenizer, sources: Sequence[str], beam: int = 1, length_pe
     return out
 
 
-def evaluate_pairs(model, tokenizer, corpus, beam: int = 1, length_penalty: float = 1.0, limit: int | None = None) -> dict:
+def evaluate_pairs(model, tokenizer, corpus, beam: int = 1, length_penalty: float = 1.0,
+                   limit: int | None = None) -> dict:
     """{"bleu", "chrf", "sentences", "samples"} on a parallel corpus, multi-reference."""
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0 (0 or None = all), got {limit}")
@@ -59,5 +63,7 @@ def evaluate_pairs(model, tokenizer, corpus, beam: int = 1, length_penalty: floa
     if limit:
         sources, references = sources[:limit], references[:limit]
     hyps = translate(model, tokenizer, sources, beam, length_penalty)
-    samples = [{"source": s, "hypothesis": h, "references": list(r)} for s, h, r in list(zip(sources, hyps, references))[:5]]
-    return {"bleu": bleu(hyps, references), "chrf": chrf(hyps, references), "sentences": len(sources), "samples": samples}
+    samples = [{"source": s, "hypothesis": h, "references": list(r)}
+               for s, h, r in list(zip(sources, hyps, references))[:5]]
+    return {"bleu": bleu(hyps, references), "chrf": chrf(hyps, references), "sentences": len(sources),
+            "samples": samples}

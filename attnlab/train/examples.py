@@ -61,14 +61,15 @@ def train_tokenizer(kind: str, texts: list[str], vocab_size: int) -> Tokenizer:
 
 
 def prepare_examples(
-    model_cfg: ModelConfig, train_cfg: TrainConfig, out: Path, reuse_tokenizer: bool = False, log: Callable | None = None,
-    world_size: int = 1,
+    model_cfg: ModelConfig, train_cfg: TrainConfig, out: Path, reuse_tokenizer: bool = False,
+    log: Callable | None = None, world_size: int = 1,
 ) -> Examples:
     """Load the corpus, train (or reload) the tokenizer, encode, and report truncations."""
     kw = {"n": train_cfg.synthetic_pairs} if train_cfg.data.split(":")[0] == "synthetic" else {}
     corpus = load_corpus(train_cfg.data, split="train", **kw)
     if len(corpus) < MIN_PAIRS:
-        raise UserError(f"--data {train_cfg.data}: {len(corpus)} training pairs; at least {MIN_PAIRS} are needed to train")
+        raise UserError(f"--data {train_cfg.data}: {len(corpus)} training pairs; "
+                        f"at least {MIN_PAIRS} are needed to train")
     try:
         dev = load_corpus(train_cfg.data, split="dev")
     except UserError:
@@ -80,7 +81,9 @@ def prepare_examples(
         tokenizer = train_tokenizer(train_cfg.tokenizer, texts, train_cfg.vocab_size)
     encoded, truncated = encode_pairs(corpus, tokenizer, model_cfg.max_len)
     if truncated and log:
-        log(f"[yellow]warning:[/] {truncated} of {len(corpus)} pairs longer than max_len {model_cfg.max_len} tokens were truncated")
+        log(f"[yellow]warning:[/] {truncated} of {len(corpus)} pairs longer than max_len {model_cfg.max_len} tokens "
+            "were truncated")
     if log:
-        log(f"corpus {train_cfg.data}: {len(corpus):,} training pairs; tokenizer {tokenizer.kind}, {tokenizer.vocab_size:,} tokens")
+        log(f"corpus {train_cfg.data}: {len(corpus):,} training pairs; tokenizer {tokenizer.kind}, "
+            f"{tokenizer.vocab_size:,} tokens")
     return Examples(tokenizer, encoded, train_cfg.max_tokens, train_cfg.seed, world_size, dev)

@@ -43,13 +43,20 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from attnlab.config import ModelConfig, TrainConfig, load_config, save_config
+from attnlab.data.text import is_text_spec
 from attnlab.errors import UserError
 from attnlab.lock import FolderLock
 from attnlab.nn import build_model
 from attnlab.outputs import Claim, claim_folder
 from attnlab.train import distributed
-from attnlab.data.text import is_text_spec
-from attnlab.train.checkpoint import BEST_WEIGHTS, TrainState, list_checkpoints, load_checkpoint, save_checkpoint, save_weights
+from attnlab.train.checkpoint import (
+    BEST_WEIGHTS,
+    TrainState,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+    save_weights,
+)
 from attnlab.train.examples import Examples, prepare_examples
 from attnlab.train.optimizers import build_optimizer, peak_lrs
 from attnlab.train.schedule import inverse_sqrt, warmup_cosine
@@ -124,7 +131,8 @@ def train(
         check_fits(dataclasses.replace(model_cfg, vocab_size=5), 0, ctx.device)  # the parameters, before the tokenizer
         if lock is not None:
             lock.acquire()
-            claim = check_out_dir(out, resume, force, inputs)  # again, under the lock: another writer may have finished meanwhile
+            claim = check_out_dir(out, resume, force, inputs)  # again, under the lock:
+                                                               # another writer may have finished meanwhile
 
         prepare = prepare_text_examples if is_text_spec(train_cfg.data) else prepare_examples
         examples = prepare(model_cfg, train_cfg, out, reuse_tokenizer=resume,
@@ -134,7 +142,8 @@ def train(
         if hasattr(examples, "context"):  # text: batch_size windows of context tokens per step
             step_tokens = examples.batch_size * examples.context
         else:
-            corpus_tokens = int(examples.encoded.src.offsets[-1] + examples.encoded.tgt.offsets[-1] + 2 * len(examples.encoded))
+            encoded = examples.encoded
+            corpus_tokens = int(encoded.src.offsets[-1] + encoded.tgt.offsets[-1] + 2 * len(encoded))
             step_tokens = min(train_cfg.max_tokens, corpus_tokens)
         check_fits(model_cfg, step_tokens, ctx.device)
         torch.manual_seed(train_cfg.seed)
@@ -142,7 +151,8 @@ def train(
         if init_embeddings and not resume:
             from attnlab.train.skipgram import init_embeddings as _init
 
-            weights = {id(p): p for n, p in model.named_parameters() if n.endswith("embedding.weight") or n == "embed.weight"}
+            weights = {id(p): p for n, p in model.named_parameters()
+                       if n.endswith("embedding.weight") or n == "embed.weight"}
             matched = max(_init(w.data, examples.tokenizer, init_embeddings) for w in weights.values())
             if ctx.is_main:
                 console.print(f"initialised {matched} embedding rows from {init_embeddings}")
@@ -159,7 +169,8 @@ def train(
         ctx.barrier()
         net = model
         if ctx.distributed:
-            net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
+            device_ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+            net = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
         final_loss = _loop(net, model, model_cfg, train_cfg, optimizer, examples, state, out, ctx, quiet)
         dev = {}
         if hasattr(examples, "dev_score"):
@@ -169,7 +180,8 @@ def train(
 
             model.eval()
             dev = evaluate_pairs(model, examples.tokenizer, examples.dev, limit=train_cfg.dev_limit)
-            console.print(f"dev: BLEU {dev['bleu']:.2f}  chrF {dev['chrf']:.2f}  ({dev['sentences']} sentences, greedy)")
+            console.print(f"dev: BLEU {dev['bleu']:.2f}  chrF {dev['chrf']:.2f}  "
+                          f"({dev['sentences']} sentences, greedy)")
             with open(out / "metrics.jsonl", "a", encoding="utf-8") as f:
                 f.write(json.dumps({"step": state.step, "dev_bleu": dev["bleu"], "dev_chrf": dev["chrf"]}) + "\n")
         epochs_done = state.epoch + state.batch_in_epoch / max(len(examples.batches(state.epoch)), 1)
@@ -196,8 +208,8 @@ def _dev_check(model, cfg: ModelConfig, examples, state: TrainState, out: Path, 
     score = examples.dev_score(model, device)
     if score is None:
         return
-    line = {"step": state.step, "dev_loss": score["loss"], "dev_bpc": score["bpc"], "dev_perplexity": score["perplexity"],
-            "dev_tokens": score["tokens"], "elapsed": state.elapsed}
+    line = {"step": state.step, "dev_loss": score["loss"], "dev_bpc": score["bpc"],
+            "dev_perplexity": score["perplexity"], "dev_tokens": score["tokens"], "elapsed": state.elapsed}
     if state.best_dev is None or score["loss"] < state.best_dev:
         state.best_dev = score["loss"]
         save_weights(out / "checkpoints" / BEST_WEIGHTS, model, cfg)
@@ -208,7 +220,8 @@ def _dev_check(model, cfg: ModelConfig, examples, state: TrainState, out: Path, 
                   f"perplexity {score['perplexity']:.2f}{'  (best)' if line.get('best') else ''}")
 
 
-def _loop(net, model, cfg: ModelConfig, tc: TrainConfig, optimizer, examples: Examples, state: TrainState, out: Path, ctx, quiet: bool) -> float:
+def _loop(net, model, cfg: ModelConfig, tc: TrainConfig, optimizer, examples: Examples, state: TrainState, out: Path,
+          ctx, quiet: bool) -> float:
     pad = cfg.pad_id
     start = time.perf_counter() - state.elapsed
     total_steps = tc.max_steps or (tc.epochs * len(examples.batches(0)) if tc.epochs else 0)
@@ -262,7 +275,8 @@ def _loop(net, model, cfg: ModelConfig, tc: TrainConfig, optimizer, examples: Ex
                     raise UserError(f"training diverged at step {state.step} (loss {last_loss}); lower --lr")
                 if metrics is not None and (state.step % tc.log_every == 0 or state.step == 1):
                     tps = window_tokens / max(time.perf_counter() - window_start, 1e-9)
-                    metrics.write(json.dumps({"step": state.step, "epoch": state.epoch, "loss": last_loss, "lr": lr, "tokens_per_s": tps, "elapsed": state.elapsed}) + "\n")
+                    metrics.write(json.dumps({"step": state.step, "epoch": state.epoch, "loss": last_loss, "lr": lr,
+                                              "tokens_per_s": tps, "elapsed": state.elapsed}) + "\n")
                     metrics.flush()
                     progress.update(task, completed=state.step, loss=last_loss, tps=tps)
                     window_tokens, window_start = 0, time.perf_counter()
@@ -286,7 +300,8 @@ def _loop(net, model, cfg: ModelConfig, tc: TrainConfig, optimizer, examples: Ex
     ctx.barrier()
     if interrupted.signal is not None:
         if ctx.is_main:
-            console.print(f"interrupted at step {state.step}: checkpoint written to {out / 'checkpoints'}; `--resume` continues")
+            console.print(f"interrupted at step {state.step}: checkpoint written to {out / 'checkpoints'}; "
+                          "`--resume` continues")
         raise KeyboardInterrupt
     return last_loss
 

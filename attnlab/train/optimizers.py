@@ -34,7 +34,8 @@ OPTIMIZERS = ("adamw", "muon")
 
 
 def hidden_matrices(model: nn.Module) -> list[nn.Parameter]:
-    """The weights of the model's ``nn.Linear`` layers except the output head ``out`` and any weight tied to another module."""
+    """The weights of the model's ``nn.Linear`` layers except the output head ``out`` and any weight tied to another
+    module."""
     seen: dict[int, int] = {}
     for _, p in model.named_parameters(remove_duplicate=False):  # a tied weight is met once per module that holds it
         seen[id(p)] = seen.get(id(p), 0) + 1
@@ -48,11 +49,13 @@ def hidden_matrices(model: nn.Module) -> list[nn.Parameter]:
 def _adamw_groups(params: list[nn.Parameter], weight_decay: float) -> list[dict]:
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
-    return [g for g in ({"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
+    return [g for g in ({"params": decay, "weight_decay": weight_decay},
+                        {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
 
 
 class MuonAdamW:
-    """Muon on ``hidden_matrices(model)`` at ``muon_lr``, AdamW on every other parameter at ``lr``; one optimiser to the loop."""
+    """Muon on ``hidden_matrices(model)`` at ``muon_lr``, AdamW on every other parameter at ``lr``;
+    one optimiser to the loop."""
 
     def __init__(self, model: nn.Module, lr: float, muon_lr: float, betas: tuple[float, float], weight_decay: float):
         hidden = hidden_matrices(model)
@@ -99,7 +102,8 @@ class MuonAdamW:
 def build_optimizer(model: nn.Module, tc: TrainConfig):
     """AdamW (``tc.optimizer == "adamw"``) or ``MuonAdamW``."""
     if tc.optimizer == "adamw":
-        return torch.optim.AdamW(_adamw_groups(list(model.parameters()), tc.weight_decay), lr=tc.lr, betas=tuple(tc.betas))
+        return torch.optim.AdamW(_adamw_groups(list(model.parameters()), tc.weight_decay), lr=tc.lr,
+                                 betas=tuple(tc.betas))
     if tc.optimizer == "muon":
         return MuonAdamW(model, tc.lr, tc.muon_lr, tuple(tc.betas), tc.weight_decay)
     raise UserError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {tc.optimizer!r}")

@@ -26,7 +26,8 @@ EVAL_TOKENS_PER_BATCH = 8192  # windows per forward pass: as many as fit in this
 
 
 @torch.no_grad()
-def evaluate_lm(model, stream: TextStream, context: int, limit: int = 0, device: str | torch.device | None = None) -> dict:
+def evaluate_lm(model, stream: TextStream, context: int, limit: int = 0,
+                device: str | torch.device | None = None) -> dict:
     """{"loss", "bpc", "perplexity", "tokens", "chars", "unknown"} of ``model`` on ``stream``.
 
     ``context`` is n, the window length (at most the model's ``max_len``);
@@ -53,7 +54,8 @@ def evaluate_lm(model, stream: TextStream, context: int, limit: int = 0, device:
         pieces.append((ids[full * context : N][None], ids[full * context + 1 : N + 1][None]))
     for x, y in pieces:
         logits = model(x.to(device))  # (b, n, V)
-        loss_sum += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1).to(device), reduction="sum"))
+        loss_sum += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1).to(device),
+                                          reduction="sum"))
     model.train(was_training)
     chars = N * stream.chars_per_token
     loss = loss_sum / N

@@ -73,11 +73,13 @@ def available_bytes(device: torch.device) -> int:
 
 
 def check_bytes(need: int, what: str, hint: str, device: torch.device | str = "cpu") -> None:
-    """Refuse (``UserError``) ``need`` bytes that ``device`` does not have; ``what`` needs them, ``hint`` says what to lower."""
+    """Refuse (``UserError``) ``need`` bytes that ``device`` does not have; ``what`` needs them,
+    ``hint`` says what to lower."""
     device = torch.device(device)
     have = available_bytes(device)
     if need > have:
-        raise UserError(f"{what} needs about {need / GB:.1f} GB but {device.type} has {have / GB:.1f} GB available; {hint}")
+        raise UserError(f"{what} needs about {need / GB:.1f} GB but {device.type} has {have / GB:.1f} GB available; "
+                        f"{hint}")
 
 
 def check_fits(cfg: ModelConfig, tokens: int, device: torch.device | str = "cpu") -> int:

@@ -92,7 +92,8 @@ class WordVectors:
         return cls(vectors, words, counts, {k: json.loads(v) for k, v in meta.items()})
 
 
-def sentences_to_ids(sentences: Sequence[list[str]], min_count: int) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+def sentences_to_ids(sentences: Sequence[list[str]],
+                     min_count: int) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """Vocabulary (words with count ≥ min_count, most frequent first) and the text as ids.
 
     Returns words, counts (V,), ids (T,) and sentence (T,) — the sentence number
@@ -115,7 +116,8 @@ def sentences_to_ids(sentences: Sequence[list[str]], min_count: int) -> tuple[li
     return [str(w) for w in uniq[kept_ids]], counts[kept_ids].astype(np.int64), ids[ok], sent[ok]
 
 
-def epoch_pairs(ids: np.ndarray, sent: np.ndarray, keep_prob: np.ndarray, window: int, rng: np.random.Generator) -> np.ndarray:
+def epoch_pairs(ids: np.ndarray, sent: np.ndarray, keep_prob: np.ndarray, window: int,
+                rng: np.random.Generator) -> np.ndarray:
     """All (centre, context) pairs of one epoch, shuffled: (P, 2) int64.
 
     Subsampling keeps token t with probability keep_prob[w_t]; then every centre
@@ -185,7 +187,8 @@ def train_skipgram(
     # W_in, W_out: (V, d) fp32 each, with their gradients and Adam's two moments
     check_bytes(2 * V * dim * 4 * 4, f"skip-gram of {V:,} words × dim {dim}", "lower dim or raise min_count")
     model = SkipGram(V, dim, sparse=k > 0)
-    opt = torch.optim.SparseAdam(list(model.parameters()), lr=lr) if k > 0 else torch.optim.Adam(model.parameters(), lr=lr)
+    opt = (torch.optim.SparseAdam(list(model.parameters()), lr=lr) if k > 0
+           else torch.optim.Adam(model.parameters(), lr=lr))
     expected_pairs = len(epoch_pairs(ids, sent, keep_prob, window, np.random.default_rng(seed + 1)))
     if expected_pairs == 0:
         raise ValueError("the corpus gives no (centre, context) pairs: sentences of one word, or subsample too small")
@@ -249,7 +252,8 @@ def pca_2d(vectors: torch.Tensor) -> torch.Tensor:
     return (x @ vh[:2].T).float()
 
 
-def plot_pca(file: str | Path | WordVectors, png: str | Path, words: Sequence[str] | None = None, top: int = 80) -> Path:
+def plot_pca(file: str | Path | WordVectors, png: str | Path, words: Sequence[str] | None = None,
+             top: int = 80) -> Path:
     """Scatter the words on the 2-D PCA plane, each labelled (matplotlib, Agg).
 
     words: the words to show (default: the ``top`` most frequent).
@@ -319,7 +323,8 @@ def init_embeddings(weight: torch.Tensor, tokenizer, file: str | Path | WordVect
     return len(rows)
 
 
-def corpus_sentences(spec: str, side: str = "src", split: str = "train", tokenizer: str | Path | None = None, unique: bool = True) -> list[list[str]]:
+def corpus_sentences(spec: str, side: str = "src", split: str = "train", tokenizer: str | Path | None = None,
+                     unique: bool = True) -> list[list[str]]:
     """The tokenised sentences of one side ("src" or "tgt") of a corpus spec.
 
     ``unique``: each distinct sentence once (a TSV side often repeats a sentence
@@ -345,8 +350,10 @@ def corpus_sentences(spec: str, side: str = "src", split: str = "train", tokeniz
     return sentences
 
 
-def train_embeddings(spec: str, side: str = "src", out: str | Path = "embeddings.safetensors", plot: str | Path | None = None,
-                     tokenizer: str | Path | None = None, progress: Callable[[str], None] | None = None, **kw) -> WordVectors:
+def train_embeddings(spec: str, side: str = "src", out: str | Path = "embeddings.safetensors",
+                     plot: str | Path | None = None,
+                     tokenizer: str | Path | None = None, progress: Callable[[str], None] | None = None,
+                     **kw) -> WordVectors:
     """Read one side of a corpus, train skip-gram (``train_skipgram`` options in kw), save, optionally plot."""
     sentences = corpus_sentences(spec, side, tokenizer=tokenizer)
     wv = train_skipgram(sentences, progress=progress, **kw)

@@ -57,12 +57,13 @@ class TextExamples:
 
 
 def prepare_text_examples(
-    model_cfg: ModelConfig, train_cfg: TrainConfig, out: Path, reuse_tokenizer: bool = False, log: Callable | None = None,
-    world_size: int = 1,
+    model_cfg: ModelConfig, train_cfg: TrainConfig, out: Path, reuse_tokenizer: bool = False,
+    log: Callable | None = None, world_size: int = 1,
 ) -> TextExamples:
     """Read the text, train (or reload) the tokenizer, encode train and dev."""
     if model_cfg.model != "lm":
-        raise UserError(f"--data {train_cfg.data} is plain text: train a language model on it (--model lm), got --model {model_cfg.model}")
+        raise UserError(f"--data {train_cfg.data} is plain text: train a language model on it (--model lm), "
+                        f"got --model {model_cfg.model}")
     context = train_cfg.context or model_cfg.max_len
     if context > model_cfg.max_len:
         raise UserError(f"--context {context} is longer than the model's maximum --max-len {model_cfg.max_len}")

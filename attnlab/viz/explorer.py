@@ -34,8 +34,8 @@ from typing import Sequence
 
 import numpy as np
 
-from attnlab.atomic import write_text_atomic
 from attnlab.analysis.attention_maps import KIND_SIDES, AttentionMaps
+from attnlab.atomic import write_text_atomic
 from attnlab.viz.labels import display_tokens
 
 __all__ = ["explorer_payload", "render_explorer", "write_explorer", "pool_tokens"]
@@ -128,8 +128,11 @@ def render_explorer(payload: dict, page: str = "explorer") -> str:
     lines name) and ``payload`` inlined (deterministic text)."""
     data = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     data = data.replace("</", "<\\/").replace("<!--", "<\\!--")  # cannot close the <script> element
-    html = re.sub(r"/\*JS:([\w.]+)\*/", lambda m: _asset(m.group(1)), _asset(f"{page}.html"))  # a page's further scripts
-    return (html.replace("/*CSS*/", _asset(f"{page}.css")).replace("/*DOM*/", _asset("dom.js")).replace("/*JS*/", _asset(f"{page}.js"))
+    # a page's further scripts
+    html = re.sub(r"/\*JS:([\w.]+)\*/", lambda m: _asset(m.group(1)), _asset(f"{page}.html"))
+    return (html.replace("/*CSS*/", _asset(f"{page}.css"))
+            .replace("/*DOM*/", _asset("dom.js"))
+            .replace("/*JS*/", _asset(f"{page}.js"))
             .replace("/*DATA*/", data))
 
 

@@ -20,8 +20,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from attnlab.atomic import write_atomic
 from attnlab.analysis.attention_maps import AttentionMaps
+from attnlab.atomic import write_atomic
 from attnlab.viz.labels import display_tokens
 
 __all__ = ["plot_head", "plot_grid", "save_figure", "draw_head"]
@@ -107,7 +107,8 @@ def plot_grid(maps: AttentionMaps, sentence: int = 0, kind: str | None = None, *
     vmax = float(sub.max()) if shared_scale else None
     cell = 1.9
     margin = 0.075 * max(len(t) for t in q_tok + k_tok) + 0.4 if labels else 0.2
-    fig = Figure(figsize=(cell * len(heads) + margin + (0.8 if shared_scale else 0.0), cell * len(layers) + margin + 0.5),
+    fig = Figure(figsize=(cell * len(heads) + margin + (0.8 if shared_scale else 0.0),
+                          cell * len(layers) + margin + 0.5),
                  dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     axes = np.asarray(fig.subplots(len(layers), len(heads), squeeze=False))

@@ -53,7 +53,8 @@ def model_layers(res) -> int:
 def check_plan(plan, res, name: str = "--plan"):
     """UserError (one line) unless ``plan`` was made for the captured model and length."""
     H = int(res.profile.shape[1])
-    got = {"num_layers": model_layers(res), "num_heads": H, "num_kv_heads": int(res.meta.get("num_kv_heads") or plan.num_kv_heads)}
+    got = {"num_layers": model_layers(res), "num_heads": H,
+           "num_kv_heads": int(res.meta.get("num_kv_heads") or plan.num_kv_heads)}
     mine = plan.shape()
     diff = [f"{k} {mine[k]} vs {got[k]}" for k in mine if mine[k] != got[k]]
     if diff:
@@ -61,7 +62,8 @@ def check_plan(plan, res, name: str = "--plan"):
     if plan.windows is not None:
         want = [res.sliding_window if t.startswith("sliding") else None for t in res.layer_types]
         if [plan.windows[l] for l in res.layers] != want:
-            raise UserError(f"{name}: made for another model (sliding windows {plan.windows} vs the capture's layer types)")
+            raise UserError(f"{name}: made for another model (sliding windows {plan.windows} vs the capture's layer "
+                            "types)")
     if plan.n and plan.n != res.n:
         raise UserError(f"{name}: made for {plan.n} tokens; this capture has {res.n} (plan one for --tokens {res.n})")
     return plan
@@ -97,8 +99,9 @@ def _fit(res, target: float):
 
 
 def long_explorer_payload(res, detectors=None, plan=None, *, target: float = 0.95, overview_factor: int = 1) -> dict:
-    """The page's data (module docstring).  ``detectors``: ``DetectorScores`` or None; ``plan``: a checked ``Plan`` or None;
-    ``overview_factor`` f pools the capture's pooled map further, f × f groups per cell (``pool_tokens``: rows keep their sum)."""
+    """The page's data (module docstring).  ``detectors``: ``DetectorScores`` or None; ``plan``: a checked ``Plan`` or
+    None; ``overview_factor`` f pools the capture's pooled map further, f × f groups per cell (``pool_tokens``: rows
+    keep their sum)."""
 
     L, H, n = res.column.shape
     roles = [[None] * H for _ in range(L)]
@@ -112,12 +115,14 @@ def long_explorer_payload(res, detectors=None, plan=None, *, target: float = 0.9
     reach = res.reach()
     top_cols, top_share = res.top_columns(4)
     scores = {
-        "sink": {"label": "sink mass (mean share on the best sink token)", "values": _grid([[r["sink"] for r in row] for row in roles])},
+        "sink": {"label": "sink mass (mean share on the best sink token)",
+                 "values": _grid([[r["sink"] for r in row] for row in roles])},
         "band": {"label": f"band mass within |i − j| ≤ {BAND_W if BAND_W in ws else ws[-1]}", "values": _grid(band)},
         "w": {"label": f"fitted band w for {target:.0%} of the mass (log; full = n)", "log": True,
               "values": _grid([[n if f["w"] < 0 else f["w"] for f in row] for row in fit])},
         "far": {"label": f"share of mass beyond distance {far_d}", "values": _grid(res.far_share(far_d))},
-        "entropy": {"label": "entropy / ln(keys seen) (1: uniform)", "values": _grid([[r["entropy_norm"] for r in row] for row in roles])},
+        "entropy": {"label": "entropy / ln(keys seen) (1: uniform)",
+                    "values": _grid([[r["entropy_norm"] for r in row] for row in roles])},
         "positional": {"label": "positional (share of rows whose argmax is at the head's offset)",
                        "values": _grid([[r["positional"] for r in row] for row in roles])},
     }
@@ -128,10 +133,13 @@ def long_explorer_payload(res, detectors=None, plan=None, *, target: float = 0.9
             scores["det:" + name] = {"label": f"detector {name}" + (f" (threshold {th:g})" if th is not None else ""),
                                      "values": _grid(a[res.layers]), "threshold": th, "detector": True}
         named = [x for x in detectors.named if x.get("layer") in row_of]
-    heads = [[{**{k: roles[l][h][k] for k in ("role", "offset", "sink", "sink_token", "positional", "entropy", "entropy_norm", "confidence")},
+    heads = [[{**{k: roles[l][h][k] for k in ("role", "offset", "sink", "sink_token", "positional", "entropy",
+                                              "entropy_norm", "confidence")},
                "sink_token": display_token(roles[l][h]["sink_token"]), "fit": fit[l][h], "reach": int(reach[l, h]),
-               "label": roles[l][h]["role"] if detectors is None else detectors.label(res.layers[l], h, roles[l][h]["role"]),
-               "named_by": [] if detectors is None else [[d, round(v, 4), th] for d, v, th in detectors.named_by(res.layers[l], h)],
+               "label": (roles[l][h]["role"] if detectors is None
+                         else detectors.label(res.layers[l], h, roles[l][h]["role"])),
+               "named_by": ([] if detectors is None
+                            else [[d, round(v, 4), th] for d, v, th in detectors.named_by(res.layers[l], h)]),
                "top_columns": [[int(j), round(float(s), 4)] for j, s in zip(top_cols[l, h], top_share[l, h])]}
               for h in range(H)] for l in range(L)]
     if plan is not None:
@@ -171,7 +179,8 @@ def long_explorer_payload(res, detectors=None, plan=None, *, target: float = 0.9
         "pool": pool, "window": list(res.window) if res.window else None,
         "tile": None if res.tiles is None else int(res.tiles.shape[-1]), "tile_pos": tiles,
         "profile_edges": edges.tolist(), "column_group": cg,
-        "heads": heads, "scores": scores, "named": named, "detectors": [] if detectors is None else sorted(detectors.scores),
+        "heads": heads, "scores": scores, "named": named,
+        "detectors": [] if detectors is None else sorted(detectors.scores),
         "plan": None if plan is None else {"method": plan.method, "budget": plan.budget, "n": plan.n},
         "blobs": blobs,
     }

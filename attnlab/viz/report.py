@@ -63,18 +63,22 @@ def pct(x: float | None) -> str:
 # ----------------------------------------------------------------------------------- renderers
 CSS = """
 :root{--fg:#1d2430;--muted:#5b6576;--line:#e3e7ee;--bg:#f6f8fb;--accent:#2f6fdd;--card:#fff}
-*{box-sizing:border-box}body{margin:0;font:15px/1.5 -apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;color:var(--fg);background:var(--bg)}
+*{box-sizing:border-box}
+body{margin:0;font:15px/1.5 -apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;
+  color:var(--fg);background:var(--bg)}
 header{background:linear-gradient(120deg,#1f3b73,#2f6fdd);color:#fff;padding:28px 40px}
 header h1{margin:0 0 4px;font-size:26px}header p{margin:0;opacity:.85}
 main{max-width:1240px;margin:0 auto;padding:20px 40px 60px}
 h2{margin:36px 0 10px;padding-bottom:6px;border-bottom:2px solid var(--line);font-size:21px}
 h3{margin:22px 0 8px;font-size:16px;color:#263a5e}
 .cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(190px,1fr));gap:14px;margin:8px 0 16px}
-.card{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:14px 16px;box-shadow:0 1px 2px rgba(0,0,0,.04)}
+.card{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:14px 16px;
+  box-shadow:0 1px 2px rgba(0,0,0,.04)}
 .card .label{color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.04em}
 .card .value{font-size:26px;font-weight:700;color:var(--accent);margin:2px 0}
 .card .sub{color:var(--muted);font-size:12.5px}
-table{border-collapse:collapse;width:100%;margin:6px 0 14px;background:#fff;border:1px solid var(--line);font-size:13.5px}
+table{border-collapse:collapse;width:100%;margin:6px 0 14px;background:#fff;border:1px solid var(--line);
+  font-size:13.5px}
 th{background:#eef2f8;text-align:left;font-weight:600;padding:6px 9px;border-bottom:1px solid var(--line)}
 td{padding:5px 9px;border-bottom:1px solid #eef0f4;vertical-align:top}
 tr:nth-child(even) td{background:#fafbfd}
@@ -105,7 +109,8 @@ def render_html(blocks: list[Block], out: Path, title: str, subtitle: str) -> st
         elif b.kind == "pre":
             parts.append(f"<pre>{html.escape(b.text)}</pre>")
         elif b.kind == "cards":
-            cards = "".join(f"<div class='card'><div class='label'>{html.escape(l)}</div><div class='value'>{html.escape(v)}</div>"
+            cards = "".join(f"<div class='card'><div class='label'>{html.escape(l)}</div><div "
+                            f"class='value'>{html.escape(v)}</div>"
                             f"<div class='sub'>{html.escape(sub)}</div></div>" for l, v, sub in b.rows)
             parts.append(f"<div class='cards'>{cards}</div>")
         elif b.kind == "table":
@@ -169,7 +174,8 @@ def render_markdown(blocks: list[Block], title: str, subtitle: str) -> str:
 
 
 
-def write_report(blocks: list[Block], out: str | os.PathLike, title: str, subtitle: str, data: dict | None = None) -> dict[str, Path]:
+def write_report(blocks: list[Block], out: str | os.PathLike, title: str, subtitle: str,
+                 data: dict | None = None) -> dict[str, Path]:
     """Write ``report.html``, ``report.md`` (and ``results.json`` = ``data``) into the folder ``out``."""
     out = Path(out)
     paths = {

@@ -12,7 +12,8 @@ from attnlab.analysis.capture import capture
 __all__ = ["capture_run"]
 
 
-def capture_run(run_dir: str | os.PathLike, sentences: Sequence[str], targets: Sequence[str] | None = None, **kw) -> AttentionMaps:
+def capture_run(run_dir: str | os.PathLike, sentences: Sequence[str], targets: Sequence[str] | None = None,
+                **kw) -> AttentionMaps:
     """``capture`` with the model and tokenizer of a run folder (``attnlab.train.checkpoint.load_run``)."""
     from attnlab.train.checkpoint import load_run  # the training stack (torch models, checkpoints)
 

@@ -24,10 +24,9 @@ from collections import Counter
 from typing import Sequence
 
 from attnlab.analysis.capture import capture
-from attnlab.llm.heads.hf_capture import capture_hf, load_hf
-from attnlab.analysis.roles import (RoleThresholds, corpus_relations, head_roles, read_conllu,
-                                   token_relations)
+from attnlab.analysis.roles import RoleThresholds, corpus_relations, head_roles, read_conllu, token_relations
 from attnlab.errors import UserError
+from attnlab.llm.heads.hf_capture import capture_hf, load_hf
 
 __all__ = ["classify_heads"]
 
@@ -99,7 +98,8 @@ def classify_heads(
 
         run = load_run(run_dir)
         lm = "DecoderLM" in type(run.model).__name__
-        maps = capture(run.model, run.tokenizer, sentences, None if lm else targets, truncate=truncate, name=str(run_dir))
+        maps = capture(run.model, run.tokenizer, sentences, None if lm else targets, truncate=truncate,
+                       name=str(run_dir))
         tokenize = run.tokenizer.pieces
     frequencies = Counter(t for text in freq_texts for t in tokenize(text))
 
