@@ -1,5 +1,6 @@
-"""Style, checked by ruff with pyproject.toml's [tool.ruff] (pyflakes, import order, 120 columns): the files already
-clean stay clean, and the lines over 120 characters left in attnlab/ never grow (a ratchet: lower it as they go)."""
+"""Style, checked by ruff with pyproject.toml's [tool.ruff] (pyflakes, import order, 120 columns): every file of
+attnlab/ is clean but those of ``PENDING`` (named one by one, so the list can only shrink: a file cleaned leaves it),
+and the lines over 120 characters left in them never grow (a ratchet: lower it as they go)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,31 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CLEAN = ["attnlab/llm/methods", "attnlab/llm/eval/eval_grid.py", "benchmarks/outputs_unchanged_2k.py",
          "tests/test_outputs_unchanged.py", "tests/test_method_parts.py", "tests/test_style.py"]
-LONG_LINES_AT_MOST = 668   # `ruff check --select E501 attnlab --statistics` when the ratchet was set
+# the files of attnlab/ that still have findings (lines over 120 characters only), each owned by work in progress
+PENDING = [
+    "attnlab/experiment/attention.py",
+    "attnlab/experiment/choices.py",
+    "attnlab/experiment/display.py",
+    "attnlab/experiment/estimate_w.py",
+    "attnlab/experiment/mechanisms_compare.py",
+    "attnlab/experiment/spectra.py",
+    "attnlab/experiment/stages.py",
+    "attnlab/experiment/tables.py",
+    "attnlab/llm/execution/attention.py",
+    "attnlab/llm/execution/backend.py",
+    "attnlab/llm/execution/block_masks.py",
+    "attnlab/llm/execution/cpu_backend.py",
+    "attnlab/llm/execution/decode_step.py",
+    "attnlab/llm/execution/flex_backend.py",
+    "attnlab/llm/execution/gathered_parts.py",
+    "attnlab/llm/execution/kv_cache.py",
+    "attnlab/llm/execution/layer_plan.py",
+    "attnlab/llm/execution/pages.py",
+    "attnlab/llm/execution/prefill.py",
+    "attnlab/llm/execution/prefix_cache.py",
+    "attnlab/llm/execution/sparse_patterns.py",
+]
+LONG_LINES_AT_MOST = 172   # `ruff check --select E501 attnlab --statistics` when the ratchet was set (all in PENDING)
 
 
 def ruff(*args: str) -> subprocess.CompletedProcess:
@@ -29,6 +54,23 @@ def has_ruff():
 def test_the_clean_files_stay_clean():
     out = ruff(*CLEAN)
     assert out.returncode == 0, out.stdout[-3000:]
+
+
+def _files_with_findings(*args: str) -> set[str]:
+    out = ruff("--output-format", "concise", *args)
+    return {line.split(":", 1)[0].replace("\\", "/") for line in out.stdout.splitlines() if ":" in line}
+
+
+def test_attnlab_is_clean_but_the_pending_files():
+    found = _files_with_findings("attnlab")
+    assert found <= set(PENDING), f"ruff findings outside PENDING: {sorted(found - set(PENDING))}"
+
+
+def test_the_pending_list_only_shrinks():
+    """A pending file made clean (or gone) leaves PENDING, so that it stays clean."""
+    found = _files_with_findings(*[p for p in PENDING if (ROOT / p).is_file()])
+    done = sorted(set(PENDING) - found)
+    assert not done, f"clean now: remove {done} from PENDING in tests/test_style.py"
 
 
 def test_the_long_lines_of_attnlab_do_not_grow():
