@@ -85,6 +85,15 @@ def test_results_hold_the_measured_numbers(quick):
     assert {"full", "band", "structured", "linear"} <= names
 
 
+def test_training_stops_on_steps_and_the_report_says_so(quick):
+    res = json.loads((quick / "results.json").read_text(encoding="utf-8"))
+    for name in ("h1", "h8"):
+        train = res[f"train-{name}"]
+        assert train["steps"] == train["max_steps"] == 60 and train["stopped"] == "all 60 steps"
+    md = (quick / "report.md").read_text(encoding="utf-8")
+    assert "| stopped |" in md and "all 60 steps" in md and "cut short" not in md
+
+
 def test_resume_skips_finished_stages(quick):
     report = quick / "report.html"
     before = report.stat().st_mtime_ns
