@@ -23,21 +23,8 @@ PENDING = [
     "attnlab/experiment/spectra.py",
     "attnlab/experiment/stages.py",
     "attnlab/experiment/tables.py",
-    "attnlab/llm/execution/attention.py",
-    "attnlab/llm/execution/backend.py",
-    "attnlab/llm/execution/block_masks.py",
-    "attnlab/llm/execution/cpu_backend.py",
-    "attnlab/llm/execution/decode_step.py",
-    "attnlab/llm/execution/flex_backend.py",
-    "attnlab/llm/execution/gathered_parts.py",
-    "attnlab/llm/execution/kv_cache.py",
-    "attnlab/llm/execution/layer_plan.py",
-    "attnlab/llm/execution/pages.py",
-    "attnlab/llm/execution/prefill.py",
-    "attnlab/llm/execution/prefix_cache.py",
-    "attnlab/llm/execution/sparse_patterns.py",
 ]
-LONG_LINES_AT_MOST = 172   # `ruff check --select E501 attnlab --statistics` when the ratchet was set (all in PENDING)
+LONG_LINES_AT_MOST = 18    # `ruff check --select E501 attnlab --statistics` when the ratchet was set (all in PENDING)
 
 
 def ruff(*args: str) -> subprocess.CompletedProcess:

@@ -56,8 +56,8 @@ from attnlab.llm.execution.profile_ranges import span
 from attnlab.llm.plans.plan import Plan
 from attnlab.llm.plans.slash_lines import last_query_rows
 
-__all__ = ["NAME", "LayerRunner", "apply_plan", "attnlab_attention", "attention_modules", "estimate_columns", "last_query_rows",
-           "plan_reference", "register", "remove_plan"]
+__all__ = ["NAME", "LayerRunner", "apply_plan", "attnlab_attention", "attention_modules", "estimate_columns",
+           "last_query_rows", "plan_reference", "register", "remove_plan"]
 
 NAME = "attnlab"
 RAGGED = 1.0625    # a layer's cache splits by KV head when padding them to one length would hold > 1/16 more slots
@@ -73,7 +73,8 @@ class LayerRunner(PrefillStep, DecodeStep):
     """
 
 
-def attnlab_attention(module, query, key, value, attention_mask=None, dropout: float = 0.0, scaling=None, sliding_window=None, **kwargs):
+def attnlab_attention(module, query, key, value, attention_mask=None, dropout: float = 0.0, scaling=None,
+                      sliding_window=None, **kwargs):
     """transformers' attention-function signature: (B, H, n, d) q, (B, H_kv, m, d) k, v → ((B, n, H, d), None)."""
     with span("attnlab.layer"):   # the profiler's range of one layer (``profile_ranges``)
         return _layer_attention(module, query, key, value, scaling)
@@ -85,7 +86,8 @@ def _layer_attention(module, query, key, value, scaling):
     scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
     runner: LayerRunner | None = getattr(module, "attnlab_layer", None)
     if runner is None:
-        raise RuntimeError(f"attnlab attention: layer {getattr(module, 'layer_idx', '?')} has no plan; use attnlab.llm.apply_plan(model, plan)")
+        raise RuntimeError(f"attnlab attention: layer {getattr(module, 'layer_idx', '?')} has no plan; "
+                           "use attnlab.llm.apply_plan(model, plan)")
     n, m = query.shape[2], key.shape[2]
     cache = runner.cache() if runner.cache is not None else None
     layer = None
@@ -103,17 +105,19 @@ def _layer_attention(module, query, key, value, scaling):
         q_pos = torch.arange(seen - n, seen, device=query.device)
         if layer is not None and m == n == seen:   # first prefill into a PlanCache: the kernel, then compress
             out = runner.prefill(query, key, value, scaling)
-            layer.state = runner.state                                                    # this input's choice, for its steps
-            layer.flags = runner.column_flags(layer.positions)                            # the columns' slots, once
-            layer.page = runner.page if runner.pages else None                             # read-back: a store, page summaries
-            if runner.pages:   # each query head's, its own columns left out (stored sparsely); folded as keys arrive
+            layer.state = runner.state                              # this input's choice, for its steps
+            layer.flags = runner.column_flags(layer.positions)      # the columns' slots, once
+            layer.page = runner.page if runner.pages else None      # read-back: a store, page summaries
+            # each query head's, its own columns left out (stored sparsely); folded as keys arrive
+            if runner.pages:
                 layer.summaries = page_summaries(key, runner.columns, runner.kv_of, runner.page, runner.reads,
-                                                 sums=runner.mean_pages > 0)   # the mean key's sums: a split choice only
+                                                 sums=runner.mean_pages > 0)  # the mean key's sums: a split choice only
         elif layer is not None:   # each part of the cache with its query heads (the store's slots joined last)
-            if layer.state is not None:   # the columns this input's own prefill chose (another input may have run since)
+            # the columns this input's own prefill chose (another input may have run since)
+            if layer.state is not None:
                 runner.state = layer.state
-            out, fetched = runner.decode_parts(query, layer.parts(resident=bool(runner.pages) and n == 1), scaling, q_pos,
-                                               layer.summaries)
+            out, fetched = runner.decode_parts(query, layer.parts(resident=bool(runner.pages) and n == 1), scaling,
+                                               q_pos, layer.summaries)
             if runner.pages:
                 layer.count_read(fetched)
         else:   # queries after keys from elsewhere (no PlanCache): every key at its position
@@ -121,16 +125,18 @@ def _layer_attention(module, query, key, value, scaling):
             out = runner.decode(query, key, value, scaling, q_pos, k_pos)
     if layer is not None and layer.due():
         store = bool(runner.pages)
-        if layer.evicted_at is None and len(layer.slabs) == 1:   # the first compaction: ragged by KV head, if heads differ
-            keep = runner.keep(layer.positions, layer.seen, layer.flags)                  # (B, H_kv, L), once: keep may consume state
-            kept = keep.sum(-1).amax(0)                                                   # (H_kv,) slots each KV head keeps
+        # the first compaction: ragged by KV head, if heads differ
+        if layer.evicted_at is None and len(layer.slabs) == 1:
+            keep = runner.keep(layer.positions, layer.seen, layer.flags)   # (B, H_kv, L), once: keep may consume state
+            kept = keep.sum(-1).amax(0)                                    # (H_kv,) slots each KV head keeps
             if int(kept.max()) * len(kept) > RAGGED * int(kept.sum()):
                 layer.split(runner.whole_kv())
                 layer.compact(lambda slab: keep[:, slab.kv.to(keep.device)], store)
             else:
                 layer.evict(keep, store)
         else:
-            layer.compact(lambda slab: runner.keep(slab.positions, layer.seen, slab.flags, slab.kv if len(layer.slabs) > 1 else None),
+            layer.compact(lambda slab: runner.keep(slab.positions, layer.seen, slab.flags,
+                                                   slab.kv if len(layer.slabs) > 1 else None),
                           store)
     return out.transpose(1, 2).contiguous(), None
 
@@ -176,7 +182,8 @@ def apply_plan(model, plan: Plan, runner: Callable[..., LayerRunner] = LayerRunn
 
 
 def remove_plan(model) -> None:
-    """Undo ``apply_plan``'s attributes: each layer's runner and the model's plan (the caller sets the implementation back)."""
+    """Undo ``apply_plan``'s attributes: each layer's runner and the model's plan (the caller sets the implementation
+    back)."""
     for mod in attention_modules(model):
         if hasattr(mod, "attnlab_layer"):
             del mod.attnlab_layer

@@ -125,31 +125,34 @@ def dense_support(parts: PrefillParts, n: int):
     device = parts.columns.device
     i = torch.arange(n, device=device)[:, None]
     j = torch.arange(n, device=device)[None, :]
-    causal = j <= i                                                                          # (n, n)
+    causal = j <= i                                                                    # (n, n)
     w = torch.tensor(parts.w, device=device).view(1, H, 1, 1)
-    s = ((w == FULL) | (i - j <= w)) & causal                                              # band
+    s = ((w == FULL) | (i - j <= w)) & causal                                          # band
     hit = torch.zeros(B, H, n + 1, dtype=torch.bool, device=device)
     hit.scatter_(-1, torch.where((parts.columns >= 0) & (parts.columns < n), parts.columns, n), True)
-    s = s | (hit[:, :, None, :n] & causal)                                                   # columns
-    lines = torch.tensor([not k for k in parts.block_counts], device=device).view(1, H, 1, 1)   # no diagonals with blocks
-    for x in range(parts.diagonals.shape[-1]):                                               # diagonals j − i = δ
+    s = s | (hit[:, :, None, :n] & causal)                                             # columns
+    lines = torch.tensor([not k for k in parts.block_counts],                          # no diagonals with blocks
+                         device=device).view(1, H, 1, 1)
+    for x in range(parts.diagonals.shape[-1]):                                         # diagonals j − i = δ
         s = s | ((j - i) == parts.diagonals[:, :, x].view(B, H, 1, 1)) & causal & lines
     K = parts.blocks.shape[-1]
-    if K:                                                                                    # key blocks of i's query block
+    if K:                                                                              # key blocks of i's query block
         b = parts.block
-        own = torch.arange(K, device=device).view(1, 1, 1, K) < torch.tensor(parts.block_counts, device=device).view(1, H, 1, 1)
-        chosen = torch.where(own & (parts.blocks >= 0), parts.blocks, -1)                    # (B, H, T, K)
+        own = (torch.arange(K, device=device).view(1, 1, 1, K)
+               < torch.tensor(parts.block_counts, device=device).view(1, H, 1, 1))
+        chosen = torch.where(own & (parts.blocks >= 0), parts.blocks, -1)              # (B, H, T, K)
         T = chosen.shape[2]
         table = torch.zeros(B, H, T, T + 1, dtype=torch.bool, device=device)
-        table.scatter_(-1, torch.where(chosen >= 0, chosen, T), True)                        # [t, u]: block u read by block t
+        table.scatter_(-1, torch.where(chosen >= 0, chosen, T), True)                  # [t, u]: block u read by block t
         s = s | (table[:, :, i[:, 0] // b][..., j[0] // b] & causal)
     R = torch.tensor(parts.tails, device=device).view(1, H, 1, 1)
-    return s | ((i >= n - R) & causal)                                                       # tails
+    return s | ((i >= n - R) & causal)                                                 # tails
 
 
 def tail_scores(q, k, kv_of, idx, R: int, scaling: float):
     """The scores q_i·k_j · scaling of the last R rows of the query heads ``idx`` over every key, j > i at −inf:
-    q (B, H, n, d_k), k (B, H_kv, n, d_k), kv_of (H,), idx (G,) → (B, G, R, n) (a tail's rows; the vote reads their softmax)."""
+    q (B, H, n, d_k), k (B, H_kv, n, d_k), kv_of (H,), idx (G,) → (B, G, R, n) (a tail's rows; the vote reads their
+    softmax)."""
     n = q.shape[2]
     s = (q[:, idx, n - R :] @ k[:, kv_of[idx]].transpose(-1, -2)) * scaling                  # (B, G, R, n)
     s[..., n - R :].masked_fill_(torch.ones(R, R, dtype=torch.bool, device=q.device).triu(1), float("-inf"))   # j > i
@@ -179,7 +182,8 @@ def use_backend(name: str, device) -> AttentionBackend:
 
 
 def register_backend(device_type: str, factory: Callable[[], AttentionBackend]) -> None:
-    """Make ``factory()`` the backend of devices of ``device_type`` ("cpu", "cuda", …); a module registers itself on import."""
+    """Make ``factory()`` the backend of devices of ``device_type`` ("cpu", "cuda", …); a module registers itself on
+    import."""
     _FACTORIES[device_type] = factory
     _MADE.pop(device_type, None)
 
@@ -194,7 +198,8 @@ def backend_for(device) -> AttentionBackend:
         if kind not in _FACTORIES and kind in _MODULES:
             try:
                 import_module(_MODULES[kind])
-            except ModuleNotFoundError as e:   # no backend of its own (yet): the CPU backend's PyTorch paths run anywhere
+            except ModuleNotFoundError as e:
+                # no backend of its own (yet): the CPU backend's PyTorch paths run anywhere
                 if e.name != _MODULES[kind]:
                     raise
         if kind not in _FACTORIES:

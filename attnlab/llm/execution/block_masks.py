@@ -1,4 +1,5 @@
-"""A layer's prefill parts as one FlexAttention ``BlockMask``: the tiles read, the tiles read whole, the predicate of the rest.
+"""A layer's prefill parts as one FlexAttention ``BlockMask``: the tiles read, the tiles read whole, the predicate of
+the rest.
 
 For query tile a (rows I_a = [a·t, (a+1)·t) ∩ [0, n), first / last row a₀, a₁), key tile c (keys J_c, c₀, c₁), head h
 and batch row β, with S_βh(i) the seam's support (``backend``: j ≤ i and i − j ≤ w_h ∨ j ∈ T_βh ∨ j − i ∈ Δ_βh ∨
@@ -13,8 +14,10 @@ Each part's tiles are written straight from its indices, never by evaluating a p
     band   i − j ≤ w:   any ⇔ c₀ ≤ a₁ ∧ c₁ ≥ a₀ − w        full ⇔ c₁ ≤ a₀ ∧ c₀ ≥ a₁ − w
     tail   i ≥ n − R:   any ⇔ a₁ ≥ n − R ∧ c₀ ≤ a₁          full ⇔ a₀ ≥ n − R ∧ c₁ ≤ a₀
     column τ:           any ⇔ τ ∈ J_c ∧ τ ≤ a₁             (each key tile's smallest column: one scatter)
-    diagonal δ:         any ⇔ c ∈ {⌊max(0, a₀+δ)/t⌋, ⌊(a₁+δ)/t⌋} ∧ a₁ + δ ≥ 0   (a line crosses ≤ 2 key tiles of a row tile)
-    key block u of query block p (b | t): any at (⌊p·b/t⌋, ⌊u·b/t⌋) when u·b ≤ p's last row;  full when b = t ∧ u < p
+    diagonal δ:         any ⇔ c ∈ {⌊max(0, a₀+δ)/t⌋, ⌊(a₁+δ)/t⌋} ∧ a₁ + δ ≥ 0
+                                                       (a line crosses ≤ 2 key tiles of a row tile)
+    key block u of query block p (b | t): any at (⌊p·b/t⌋, ⌊u·b/t⌋) when u·b ≤ p's last row;
+                                          full when b = t ∧ u < p
 
 A full tile lies inside [0, n)² (the boundary tiles always go through the predicate).  The band and the tails are
 the plan's own (w_h, R_h, n): their tiles are built once per (plan, n, t, device) and cached (``static_tiles``); a
@@ -33,7 +36,8 @@ from attnlab.llm.execution.profile_ranges import span
 from attnlab.llm.plans.plan import FULL
 from attnlab.support import NO_DIAGONAL, column_mask
 
-__all__ = ["TILE", "block_mask_bytes", "dense_of", "head_limits", "layer_block_mask", "static_tiles", "tiles_to_block_mask"]
+__all__ = ["TILE", "block_mask_bytes", "dense_of", "head_limits", "layer_block_mask", "static_tiles",
+           "tiles_to_block_mask"]
 
 TILE = 128   # t: FlexAttention's query and key tile on CUDA (its kernels' default BLOCK_SIZE)
 
@@ -100,7 +104,8 @@ def diagonal_tiles(diagonals, n: int, t: int):
         return out[..., :T]
     a0, a1 = _rows(T, t, n, dev)
     d = diagonals[:, :, None, :]                                                         # (B, H, 1, s)
-    ok = (diagonals != NO_DIAGONAL)[:, :, None, :] & (a1[:, None] + d >= 0) & (a0[:, None] + d <= n - 1)   # (B, H, T, s)
+    ok = ((diagonals != NO_DIAGONAL)[:, :, None, :] & (a1[:, None] + d >= 0)           # (B, H, T, s)
+          & (a0[:, None] + d <= n - 1))
     lo = ((a0[:, None] + d).clamp_min(0) // t).clamp_max(T - 1)
     hi = ((a1[:, None] + d).clamp(0, n - 1) // t)
     for c in (lo, hi):
@@ -150,7 +155,8 @@ def _indices(tiles):
 
 
 def tiles_to_block_mask(any_, full, mask_mod, n: int, t: int):
-    """FlexAttention's ``BlockMask`` from tile sets (``BlockMask.from_kv_blocks``): partial = any ∖ full via the predicate."""
+    """FlexAttention's ``BlockMask`` from tile sets (``BlockMask.from_kv_blocks``): partial = any ∖ full via the
+    predicate."""
     from torch.nn.attention.flex_attention import BlockMask
 
     num, idx = _indices(any_ & ~full)
@@ -163,14 +169,14 @@ def support_mask_mod(parts: PrefillParts, n: int, t: int, device):
     """mask_mod(β, h, i, j) = 1[(i, j) ∈ S_βh] (module docstring), every table placed on ``device`` here, once."""
     B, H = parts.columns.shape[:2]
     T = -(-n // t)
-    N = T * t                                                                            # FlexAttention may ask padded rows
-    w_run, start = head_limits(parts.w, parts.tails, n, N, device)                      # (H,) each
+    N = T * t                                                                        # FlexAttention may ask padded rows
+    w_run, start = head_limits(parts.w, parts.tails, n, N, device)                   # (H,) each
     cols = parts.columns.to(device)
-    colmap = column_mask(cols, N) if cols.shape[-1] else None                            # (B, H, N)
+    colmap = column_mask(cols, N) if cols.shape[-1] else None                        # (B, H, N)
     diagmap = None
     lines = lines_of(parts)
     if lines.shape[-1] and bool((lines != NO_DIAGONAL).any()):
-        d = lines.to(device)                                                             # δ = j − i: index i − j + N
+        d = lines.to(device)                                                         # δ = j − i: index i − j + N
         ok = (d != NO_DIAGONAL) & (d > -N) & (d < N)
         diagmap = torch.zeros(B, H, 2 * N + 1, dtype=torch.bool, device=device)
         diagmap.scatter_(-1, torch.where(ok, N - d, 2 * N), True)
@@ -245,7 +251,8 @@ def _layer_block_mask(parts: PrefillParts, n: int, device, t: int):
     key = (tuple(parts.w), tuple(parts.tails), n, t, str(device))
     if not has_input_parts(parts):   # band and tails only: the plan's own, one BlockMask per (plan, n)
         def static():
-            none = parts._replace(columns=parts.columns[:1, :, :0], diagonals=parts.diagonals[:1, :, :0], blocks=parts.blocks[:1, :, :, :0])
+            none = parts._replace(columns=parts.columns[:1, :, :0], diagonals=parts.diagonals[:1, :, :0],
+                                  blocks=parts.blocks[:1, :, :, :0])
             any_, full = static_tiles(*key)
             return tiles_to_block_mask(any_[None], full[None], support_mask_mod(none, n, t, device), n, t)
 
@@ -279,8 +286,8 @@ def dense_of(block_mask, B: int, H: int, n: int):
         return out.scatter_(-1, torch.where(on, idx.long(), idx.shape[-1]), True)[..., :-1]
 
     part = tiles(block_mask.kv_num_blocks, block_mask.kv_indices)
-    full = tiles(block_mask.full_kv_num_blocks, block_mask.full_kv_indices) if block_mask.full_kv_num_blocks is not None \
-        else torch.zeros_like(part)
+    full = (tiles(block_mask.full_kv_num_blocks, block_mask.full_kv_indices)
+            if block_mask.full_kv_num_blocks is not None else torch.zeros_like(part))
     grid = lambda x: x.repeat_interleave(t_q, 2).repeat_interleave(t_k, 3)[:, :, :n, :n]   # noqa: E731
     b = torch.arange(B, device=dev).view(B, 1, 1, 1)
     h = torch.arange(H, device=dev).view(1, H, 1, 1)
@@ -295,6 +302,6 @@ def block_mask_bytes(B: int, H: int, n: int, t: int = TILE, K: int = 0, b: int =
     (int32) for the partial and the full tiles, the column and diagonal tables, the key blocks (the memory check)."""
     T = -(-n // t)
     N = T * t
-    tiles = B * H * T * T * (3 * 1 + 2 * 4 * 2)          # any, full, partial; kv_indices + full_kv_indices (+ transposes)
+    tiles = B * H * T * T * (3 * 1 + 2 * 4 * 2)   # any, full, partial; kv_indices + full_kv_indices (+ transposes)
     tables = B * H * (N + 2 * N + (N // b + 1) * K * 8)
     return tiles + tables

@@ -13,7 +13,8 @@ Prefill: the heads of a layer grouped by (w_h, K_h), each group in one call:
 then the tail rows of each head with R_h > 0 read every causal key: one masked softmax for the heads of one R.
 Decoding: the page table read as a mask over the cached slots, one masked softmax (GQA without copies), the
 read-back pages' keys in the same softmax; the fused native step (``decode_fused``: band ∪ columns and the
-read-back's pages chosen and read in one C call) where the inputs are CPU float32.  Every path runs on any device (the native kernel only takes CPU float32 tensors).
+read-back's pages chosen and read in one C call) where the inputs are CPU float32.  Every path runs on any device
+(the native kernel only takes CPU float32 tensors).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ __all__ = ["CpuBackend", "attend"]
 
 
 def attend(q, k, v, scaling, allowed):
-    """softmax over the ``allowed`` keys: q (B, H_s·r, n, d_k), k, v (B, H_s, L, ·), allowed (B, H_s, r, n, L) (None: all).
+    """softmax over the ``allowed`` keys: q (B, H_s·r, n, d_k), k, v (B, H_s, L, ·), allowed (B, H_s, r, n, L)
+    (None: all).
 
     GQA without copies: the r query heads of a KV head are the r·n rows of one product with its keys (a
     broadcast ``(B, H_s, r, n, d) @ (B, H_s, 1, d, L)`` would copy every key r times a step).
@@ -84,37 +86,42 @@ class CpuBackend(AttentionBackend):
                 if L is not None:
                     join_diagonals(q, k, v, idx, kv_of[idx], out, L, diags, cols, w, scaling)
                 continue
-            chosen = parts.blocks[:, idx, :, :K] if K and not full else None                   # (B, |hs|, T, K)
+            chosen = parts.blocks[:, idx, :, :K] if K and not full else None           # (B, |hs|, T, K)
             if in_place and chosen is not None and not diags.shape[-1]:   # the kernel reads each chunk's keys in place
-                # the columns (read once a head), and each chunk's block keys (a key that is a column: read as the column)
-                keys = block_keys(chosen, n, b)                                                  # (B, |hs|, T, K·b), −1: none
-                band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=cols, blocks=keys, chunk=b, scale=scaling)
+                # the columns (read once a head), and each chunk's block keys
+                # (a key that is a column: read as the column)
+                keys = block_keys(chosen, n, b)                                        # (B, |hs|, T, K·b), −1: none
+                band_heads_attention(q, k, v, w, idx, kv_of[idx], out, columns=cols, blocks=keys, chunk=b,
+                                     scale=scaling)
                 continue
-            k_g, v_g = k[:, kv_of[idx]], v[:, kv_of[idx]]                                   # (B, |hs|, n, ·): GQA, read once
+            k_g, v_g = k[:, kv_of[idx]], v[:, kv_of[idx]]                              # (B, |hs|, n, ·): GQA, read once
             if full:
                 # q's heads contiguous, as before the in-place kernel: a full plan stays bit-equal to transformers' SDPA
-                out[:, idx] = F.scaled_dot_product_attention(q[:, idx].contiguous(), k_g, v_g, is_causal=True, scale=scaling)
+                out[:, idx] = F.scaled_dot_product_attention(q[:, idx].contiguous(), k_g, v_g, is_causal=True,
+                                                             scale=scaling)
                 continue
-            if chosen is not None:   # without the kernel (or with diagonals, which a head with blocks does not read): the
-                # chosen blocks as per-chunk extras, the columns beside them
+            if chosen is not None:   # without the kernel (or with diagonals, which a head with blocks does not
+                # read): the chosen blocks as per-chunk extras, the columns beside them
                 e_idx, e_own = block_extras(chosen, cols, n, b)
-                out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=e_idx, extra_own=e_own,
-                                                       chunk=b, scale=scaling)
+                out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=e_idx,
+                                                       extra_own=e_own, chunk=b, scale=scaling)
                 continue
-            if diags.shape[-1]:   # without the kernel: columns + diagonals as per-chunk extras (a column's key read once)
+            # without the kernel: columns + diagonals as per-chunk extras (a column's key read once)
+            if diags.shape[-1]:
                 e_idx, e_own, e_logit = kernel_extras(Support(w=w, columns=cols, diagonals=diags), n, SLASH_CHUNK)
-                out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=e_idx, extra_own=e_own,
-                                                       extra_logit=e_logit.to(q.dtype), unique=True, chunk=SLASH_CHUNK, scale=scaling)
+                out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=e_idx,
+                                                       extra_own=e_own, extra_logit=e_logit.to(q.dtype), unique=True,
+                                                       chunk=SLASH_CHUNK, scale=scaling)
                 continue
             extra_idx = extra_own = None
             if cols.shape[-1]:
                 c = chunk_size(w)
                 T = -(-n // c)
                 extra_idx = cols.clamp_min(0)[:, :, None, :].expand(B, len(hs), T, cols.shape[-1])
-                extra_own = (cols >= 0)[:, :, None, None, :]                               # empty slots (−1) read nothing
+                extra_own = (cols >= 0)[:, :, None, None, :]                           # empty slots (−1) read nothing
             # a head's columns are distinct (choose_columns) and empty slots are not owned: no de-duplication
-            out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=extra_idx, extra_own=extra_own,
-                                                   unique=True, chunk=chunk_size(w), scale=scaling)
+            out[:, idx] = sliding_window_attention(q[:, idx], k_g, v_g, w, causal=True, extra_idx=extra_idx,
+                                                   extra_own=extra_own, unique=True, chunk=chunk_size(w), scale=scaling)
         # the last R rows of a head with a tail read every causal key (exact: a = softmax(q_i·k_j τ) over j ≤ i on those
         # rows, the heads of one R together; a head run full already reads every key)
         tails: dict[int, list[int]] = {}
@@ -133,8 +140,8 @@ class CpuBackend(AttentionBackend):
             return None
         if pages and summaries.m.shape[2] < i // page + 1:   # summaries short of the query's page: the tensor step
             return None
-        return native.decode_read_back(q, k, v, positions, flags, w, reads, summaries, store, i, sliding=sliding, page=page,
-                                       pages=pages, scale=scale, rows=rows, mean_pages=mean_pages)
+        return native.decode_read_back(q, k, v, positions, flags, w, reads, summaries, store, i, sliding=sliding,
+                                       page=page, pages=pages, scale=scale, rows=rows, mean_pages=mean_pages)
 
     def decode(self, q, k, v, scaling, table=None, pages: PageKeys | None = None):
         # q: (B, H_s·r, t, d_k), k, v: (B, H_s, L, ·), table.slots: (B, H_s, r, t, S) → (B, H_s·r, t, d_v)

@@ -46,10 +46,10 @@ class DecodeStep(LayerPlan):
         if self.sliding is None and self.columns is not None and self.columns.shape[-1]:
             hq = self.query_heads(kv).to(self.columns.device)
             cols = self.columns[:, hq].to(k_pos.device).expand(B, -1, -1)                  # (B, H_s·r, g), −1: empty
-            pos = k_pos.repeat_interleave(r, dim=1)                                         # (B, H_s·r, L)
-            size = int(pos.max()) + 1 if pos.numel() else 1                                 # positions 0 … size − 1
-            table = column_mask(cols, size)                                                 # 1[j ∈ T_h] by position
-            flags = table.gather(-1, pos.clamp_min(0)) & (pos >= 0)                         # O(L + g) a head, not O(L·g)
+            pos = k_pos.repeat_interleave(r, dim=1)                                        # (B, H_s·r, L)
+            size = int(pos.max()) + 1 if pos.numel() else 1                                # positions 0 … size − 1
+            table = column_mask(cols, size)                                                # 1[j ∈ T_h] by position
+            flags = table.gather(-1, pos.clamp_min(0)) & (pos >= 0)                        # O(L + g) a head, not O(L·g)
         return flags.view(B, H_s, r, L)
 
 
@@ -68,7 +68,8 @@ class DecodeStep(LayerPlan):
         return (j >= 0) & visible(i, j, self.sliding) & ((w == FULL) | near(i, j, w) | flags[:, :, :, None, :])
 
     def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None, kv=None, summaries=None):
-        """q: (B, H_s·r, n, d_k) at positions q_pos (n,); k, v: (B, H_s, L, ·) at k_pos (B, H_s, L) → (B, H_s·r, n, d_v).
+        """q: (B, H_s·r, n, d_k) at positions q_pos (n,); k, v: (B, H_s, L, ·) at k_pos (B, H_s, L)
+        → (B, H_s·r, n, d_v).
 
         ``kv`` (H_s,): which KV heads k, v are, q holding their query heads (None: all of them); ``summaries``: the
         read-back's page summaries of these heads (``pages.page_summaries``; None: made from k).
@@ -84,8 +85,8 @@ class DecodeStep(LayerPlan):
         allowed = self.allowed(q_pos, k_pos, flags, kv)                                    # (B, H_s, r, n, L)
         if self.pages:
             reads = self.reads if kv is None else self.per_kv(self.reads, kv).reshape(-1)
-            allowed, self.fetched = read_back(q, k, k_pos, q_pos, allowed, reads, self.page, self.pages, flags, summaries,
-                                              self.mean_pages)
+            allowed, self.fetched = read_back(q, k, k_pos, q_pos, allowed, reads, self.page, self.pages, flags,
+                                              summaries, self.mean_pages)
         table = table_of(allowed, self.reads_at_most(kv, k.shape[2], device=q.device))   # by index: the page table
         return backend.decode(q, k, v, scaling, table)
 
@@ -103,28 +104,32 @@ class DecodeStep(LayerPlan):
         return min(L, int(w.max()) + 1 + g + (self.pages * self.page if pages else 0))
 
     def decode_parts(self, q, parts, scaling, q_pos, summaries=None):
-        """q: (B, H, n, d_k) over a cache's ``parts`` (``kv_cache.Part``: KV heads with their keys) → (out (B, H, n, d_v),
-        how many stored slots the step read through pages, summed over (batch row, KV head); None: no store).
-        ``summaries``: the layer's page summaries (``pages.page_summaries``; read-back; None: made from the step's keys)."""
+        """q: (B, H, n, d_k) over a cache's ``parts`` (``kv_cache.Part``: KV heads with their keys)
+        → (out (B, H, n, d_v), how many stored slots the step read through pages, summed over (batch row, KV head);
+        None: no store).
+        ``summaries``: the layer's page summaries (``pages.page_summaries``; read-back; None: made from the step's
+        keys)."""
         fetched = None
         B, H, n, _ = q.shape
         out = q.new_empty(B, H, n, parts[0].values.shape[-1])
         for p in parts:
-            one = len(parts) == 1 and p.kv.tolist() == list(range(self.H_kv))                      # every head, in order
+            one = len(parts) == 1 and p.kv.tolist() == list(range(self.H_kv))          # every head, in order
             hq = torch.arange(H, device=q.device) if one else self.query_heads(p.kv).to(q.device)
             q_p = q if one else q[:, hq]
             if p.whole and n == 1 and bool((self.per_kv(self.w_decode, p.kv) == FULL).all()):
-                o = self.backend_of(q).decode(q_p, p.keys, p.values, scaling)              # every key, all before the query
+                o = self.backend_of(q).decode(q_p, p.keys, p.values, scaling)          # every key, all before the query
                 if one:
                     return o, fetched
                 out[:, hq] = o
                 continue
-            if p.store is not None and self.pages and n == 1 and summaries is not None:   # read-back without joining the store
+            if p.store is not None and self.pages and n == 1 and summaries is not None:
+                # read-back without joining the store
                 o, read = self.decode_read_back(q_p, p, scaling, q_pos, summaries, heads=(p.kv.to(q.device), hq))
                 fetched = (fetched or 0.0) + read
             else:   # its KV heads' rows of m, M and its query heads' column pages
                 mine = None if summaries is None else summaries.of_heads(p.kv.to(q.device), hq)
-                o = self.decode(q_p, p.keys, p.values, scaling, q_pos, p.positions, p.flags, kv=None if one else p.kv, summaries=mine)
+                o = self.decode(q_p, p.keys, p.values, scaling, q_pos, p.positions, p.flags, kv=None if one else p.kv,
+                                summaries=mine)
                 if p.stored is not None and self.pages:
                     fetched = (fetched or 0.0) + float((self.fetched & p.stored).sum())
             if one:
@@ -136,78 +141,83 @@ class DecodeStep(LayerPlan):
         """One decoding query over a part's resident slots and the pages it reads back from the part's store, the store
         not joined: the same S_h(i) as ``decode`` with ``read_back`` (``pages``), each chosen page gathered by position.
 
-            candidates C_h(i) = {P : |P ∩ [0, i]| > |P ∩ (B_{w_h}(i) ∪ T_h)|}      (a key of P that h reads otherwise not)
+            candidates C_h(i) = {P : |P ∩ [0, i]| > |P ∩ (B_{w_h}(i) ∪ T_h)|}    (a key of P that h reads otherwise not)
             S_h(i) = B_{w_h}(i) ∪ T_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q) over C_h(i)}
 
-        (with ``mean_pages`` = k: top_{K−k} by U, then top_k by μ_{h,P}(q) over the candidates left, ``pages.choose_pages``)
+        (with ``mean_pages`` = k: top_{K−k} by U, then top_k by μ_{h,P}(q) over the candidates left,
+        ``pages.choose_pages``)
         q (B, H_s·r, 1, d_k) at q_pos (1,); p a ``Part`` (resident keys, values, positions, flags) with its ``store``;
         summaries: ``pages.page_summaries``' parts of its KV heads and query heads, or the layer's with ``heads`` = (the
-        part's KV heads, their query heads) (``PageSummaries.of_heads`` made only where needed).  Returns (out (B, H_s·r, 1, d_v), stored slots read,
-        summed over (batch row, KV head)).  On the CPU in float32 the backend's fused C step (``CpuBackend.decode_fused``)
-        computes the same; the tensor code below is its reference and the fallback (``ATTNLAB_NATIVE_DECODE=0``, no compiler).
+        part's KV heads, their query heads) (``PageSummaries.of_heads`` made only where needed).  Returns
+        (out (B, H_s·r, 1, d_v), stored slots read, summed over (batch row, KV head)).  On the CPU in float32 the
+        backend's fused C step (``CpuBackend.decode_fused``) computes the same; the tensor code below is its reference
+        and the fallback (``ATTNLAB_NATIVE_DECODE=0``, no compiler).
         """
         B, Hq, _, d = q.shape
-        k_r, v_r, pos_r = p.keys, p.values, p.positions                                     # (B, H_s, L, ·), (B, H_s, L)
+        k_r, v_r, pos_r = p.keys, p.values, p.positions                               # (B, H_s, L, ·), (B, H_s, L)
         H_s, L = k_r.shape[1], k_r.shape[2]
         r = Hq // H_s
         i, page, dev = int(q_pos[-1]), self.page, q.device
-        flags = self.column_flags(pos_r, p.kv) if p.flags is None else p.flags              # (B, H_s, r, L)
-        store = (p.store.store_keys, p.store.store_values, p.store.store_slots())             # (B, H_s, S, ·), (B, H_s, J)
-        rows = None if heads is None else (summaries.row[heads[0]].clamp_min(0), heads[1])   # the layer's summaries
+        flags = self.column_flags(pos_r, p.kv) if p.flags is None else p.flags        # (B, H_s, r, L)
+        store = (p.store.store_keys, p.store.store_values, p.store.store_slots())     # (B, H_s, S, ·), (B, H_s, J)
+        rows = None if heads is None else (summaries.row[heads[0]].clamp_min(0), heads[1])  # the layer's summaries
         fused = self.backend_of(q).decode_fused(q, k_r, v_r, pos_r, flags, self.per_kv(self.w_decode, p.kv),
-                                                self.per_kv(self.reads, p.kv), summaries, store, i, sliding=self.sliding,
-                                                page=page, pages=self.pages, scale=scaling, rows=rows,
-                                                mean_pages=self.mean_pages)
+                                                self.per_kv(self.reads, p.kv), summaries, store, i,
+                                                sliding=self.sliding, page=page, pages=self.pages, scale=scaling,
+                                                rows=rows, mean_pages=self.mean_pages)
         if fused is not None:   # the backend's fused step (the CPU's native C step), one call
             o, read = fused
             return o, float(read.sum())
         summaries = summaries if heads is None else summaries.of_heads(*heads)
-        allowed = self.allowed(q_pos, pos_r, flags, p.kv)[:, :, :, 0]                       # (B, H_s, r, L): band ∪ columns
-        w = self.per_kv(self.w_decode, p.kv).to(dev)                                        # (H_s, r)
-        reads = self.per_kv(self.reads, p.kv).to(dev)                                       # (H_s, r)
+        allowed = self.allowed(q_pos, pos_r, flags, p.kv)[:, :, :, 0]                 # (B, H_s, r, L): band ∪ columns
+        w = self.per_kv(self.w_decode, p.kv).to(dev)                                  # (H_s, r)
+        reads = self.per_kv(self.reads, p.kv).to(dev)                                 # (H_s, r)
         # candidates: a page holds a position ≤ i that is neither in h's band nor one of its columns
         P = i // page + 1
-        start = torch.arange(P, device=dev) * page                                          # (P,)
-        total = (start + page).clamp_max(i + 1) - start                                     # |P ∩ [0, i]|
-        lo = (i - w).clamp_min(0)[..., None]                                                # (H_s, r, 1): the band's first
-        in_band = ((start + page).clamp_max(i + 1) - torch.maximum(start, lo)).clamp_min(0)   # (H_s, r, P)
-        col = flags & ~near(i, pos_r[:, :, None], w.view(1, H_s, r, 1)) & (pos_r >= 0)[:, :, None]   # (B, H_s, r, L): off the band
+        start = torch.arange(P, device=dev) * page                                    # (P,)
+        total = (start + page).clamp_max(i + 1) - start                               # |P ∩ [0, i]|
+        lo = (i - w).clamp_min(0)[..., None]                                          # (H_s, r, 1): the band's first
+        in_band = ((start + page).clamp_max(i + 1) - torch.maximum(start, lo)).clamp_min(0)  # (H_s, r, P)
+        col = (flags & ~near(i, pos_r[:, :, None], w.view(1, H_s, r, 1))              # (B, H_s, r, L): off the band
+               & (pos_r >= 0)[:, :, None])
         pid = torch.where(col, pos_r[:, :, None] // page, P)
         n_col = torch.zeros(B, H_s, r, P + 1, dtype=torch.long, device=dev).scatter_add_(-1, pid, col.long())[..., :P]
-        cand = (in_band + n_col < total) & reads[..., None]                                 # (B, H_s, r, P)
-        U = summary_bound(q, summaries, P)[:, :, 0]                                          # (B, Hq, P)
-        mu = summary_mean(q, summaries, P)[:, :, 0] if self.mean_pages else None             # (B, Hq, P)
-        chosen = choose_pages(U, mu, cand.view(B, Hq, P), self.pages, self.mean_pages)      # (B, Hq, P)
-        top = torch.topk(chosen.to(torch.int8), min(self.pages, P), -1)                     # the chosen pages (value 1) first
-        j = (top.indices[..., None] * page + torch.arange(page, device=dev)).flatten(-2)   # (B, Hq, K·page) positions
-        ok = (top.values > 0).repeat_interleave(page, -1) & (j <= i) & (j < lo.view(1, Hq, 1))   # off the band
+        cand = (in_band + n_col < total) & reads[..., None]                           # (B, H_s, r, P)
+        U = summary_bound(q, summaries, P)[:, :, 0]                                   # (B, Hq, P)
+        mu = summary_mean(q, summaries, P)[:, :, 0] if self.mean_pages else None      # (B, Hq, P)
+        chosen = choose_pages(U, mu, cand.view(B, Hq, P), self.pages, self.mean_pages)  # (B, Hq, P)
+        top = torch.topk(chosen.to(torch.int8), min(self.pages, P), -1)               # the chosen pages (value 1) first
+        j = (top.indices[..., None] * page + torch.arange(page, device=dev)).flatten(-2)  # (B, Hq, K·page) positions
+        ok = (top.values > 0).repeat_interleave(page, -1) & (j <= i) & (j < lo.view(1, Hq, 1))  # off the band
         # each position's resident slot or store slot (its KV head's); a resident column of h is read already
-        kv_local = torch.arange(H_s, device=dev).repeat_interleave(r)                        # (Hq,) within the part
+        kv_local = torch.arange(H_s, device=dev).repeat_interleave(r)                 # (Hq,) within the part
         # a KV head's resident positions ascend along its slots but for the padding (−1) between the compacted slots and
         # the tokens appended since: their running maximum is sorted, a position's first slot there is its own
         b = torch.arange(B, device=dev).view(B, 1, 1)
         jc = torch.where(ok, j, i + 1)
-        sorted_r = torch.cummax(pos_r, -1).values[:, kv_local]                              # (B, Hq, L)
-        at = torch.searchsorted(sorted_r, jc).clamp_max(L - 1)                              # (B, Hq, K·page)
-        slot_r = torch.where(torch.gather(sorted_r, -1, at) == jc, at, -1)                  # −1: not resident
+        sorted_r = torch.cummax(pos_r, -1).values[:, kv_local]                        # (B, Hq, L)
+        at = torch.searchsorted(sorted_r, jc).clamp_max(L - 1)                        # (B, Hq, K·page)
+        slot_r = torch.where(torch.gather(sorted_r, -1, at) == jc, at, -1)            # −1: not resident
         is_col = torch.gather(flags.reshape(B, Hq, L), -1, slot_r.clamp_min(0)) & (slot_r >= 0)
-        table = p.store.store_slots()                                                       # (B, H_s, J)
+        table = p.store.store_slots()                                                 # (B, H_s, J)
         J = table.shape[-1]
-        slot_s = torch.where(jc < J, table.reshape(B, H_s * J)[b, kv_local.view(1, Hq, 1) * J + jc.clamp_max(J - 1)], -1)
+        slot_s = torch.where(jc < J,
+                             table.reshape(B, H_s * J)[b, kv_local.view(1, Hq, 1) * J + jc.clamp_max(J - 1)], -1)
         ok &= ~is_col & ((slot_r >= 0) | (slot_s >= 0))
         from_store = ok & (slot_r < 0)
         S = p.store.store_keys.shape[2]
-        row_r = kv_local.view(1, Hq, 1) * L + slot_r.clamp_min(0)                            # rows of (B, H_s·L, ·)
+        row_r = kv_local.view(1, Hq, 1) * L + slot_r.clamp_min(0)                     # rows of (B, H_s·L, ·)
         row_s = kv_local.view(1, Hq, 1) * S + slot_s.clamp_min(0)
         k_p = torch.where(from_store[..., None], p.store.store_keys.reshape(B, H_s * S, d)[b, row_s],
-                          k_r.reshape(B, H_s * L, d)[b, row_r])                              # (B, Hq, K·page, d)
+                          k_r.reshape(B, H_s * L, d)[b, row_r])                       # (B, Hq, K·page, d)
         v_p = torch.where(from_store[..., None], p.store.store_values.reshape(B, H_s * S, -1)[b, row_s],
                           v_r.reshape(B, H_s * L, -1)[b, row_r])
-        bound = self.reads_at_most(p.kv, L, pages=False, device=dev)                        # band ∪ columns
+        bound = self.reads_at_most(p.kv, L, pages=False, device=dev)                  # band ∪ columns
         table = table_of(allowed[:, :, :, None], bound)
         o = self.backend_of(q).decode(q, k_r, v_r, scaling, table, PageKeys(k_p, v_p, ok))
-        read = torch.zeros(B, H_s, S + 1, dtype=torch.bool, device=dev)                     # [S]: none
-        read.view(B, H_s * (S + 1)).scatter_(-1, torch.where(from_store, kv_local.view(1, Hq, 1) * (S + 1) + slot_s, S).flatten(1), True)
+        read = torch.zeros(B, H_s, S + 1, dtype=torch.bool, device=dev)               # [S]: none
+        read.view(B, H_s * (S + 1)).scatter_(
+            -1, torch.where(from_store, kv_local.view(1, Hq, 1) * (S + 1) + slot_s, S).flatten(1), True)
         read[..., S] = False
         return o, float(read.sum())
 

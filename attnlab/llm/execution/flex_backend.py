@@ -7,9 +7,10 @@ S is the band, diagonals and tail rows of every head of the layer (causal), the 
 (plan, n), the diagonals written straight as tile indices (``BlockMask.from_kv_blocks``), the partial tiles through
 one predicate.  The per-input columns and key blocks are gathered beside it as dense parts and merged by their
 log-sum-exp (``gathered_parts``: a scattered column or a 16-key block would cost the kernel a whole tile each);
-``FlexBackend(gather=False)`` puts them in the BlockMask too (one call; the comparison ``benchmarks/gpu_check.py`` prints).  GQA is read in
-place (query head h reads KV head h // (H / H_kv), the seam's ``kv_of``); bf16 / fp16 inputs keep FlexAttention's
-fp32 softmax.  The kernel is compiled once per shape (``nn.mechanisms.flex.flex_attention_compiled``).
+``FlexBackend(gather=False)`` puts them in the BlockMask too (one call; the comparison ``benchmarks/gpu_check.py``
+prints).  GQA is read in place (query head h reads KV head h // (H / H_kv), the seam's ``kv_of``); bf16 / fp16 inputs
+keep FlexAttention's fp32 softmax.  The kernel is compiled once per shape
+(``nn.mechanisms.flex.flex_attention_compiled``).
 
 Decoding by index (its own, ``page_table.read_by_index``): a step's query gathers only the slots its page table
 names (and the read-back pages' keys), products and softmax in fp32; several queries at once (a prompt's tail after
@@ -50,7 +51,8 @@ class FlexBackend(CpuBackend):
 
     def __init__(self, tile: int = TILE, gather: bool = True):
         self.tile = tile
-        self.gather = gather   # columns and key blocks gathered beside the band (``gathered_parts``), else all in the BlockMask
+        # columns and key blocks gathered beside the band (``gathered_parts``), else all in the BlockMask
+        self.gather = gather
 
     def prefill(self, parts: PrefillParts, q, k, v, scaling):
         n = q.shape[2]

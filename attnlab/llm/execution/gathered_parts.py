@@ -1,14 +1,14 @@
-"""A layer's per-input keys gathered beside FlexAttention's band: the columns and the key blocks as dense parts, merged
-with the band's softmax by their log-sum-exp (the flex backend's prefill, ``flex_backend``).
+"""A layer's per-input keys gathered beside FlexAttention's band: the columns and the key blocks as dense parts,
+merged with the band's softmax by their log-sum-exp (the flex backend's prefill, ``flex_backend``).
 
 A tile kernel reads a whole t × t tile (t = 128) for any entry it needs in it.  A few scattered columns touch a tile
 of keys each (64 columns over a 32K prefill: about 60 partial tiles on every row tile, more than the band itself),
 and the key blocks of b = 16 keys chosen per query block of b rows as many again, each entry through the predicate.
 Gathered, they cost what they hold.  S_h(i) (``backend``) splits into three disjoint parts:
 
-    A_h(i) = band ∪ diagonals ∪ every causal key on a tail row (∩ causal)    FlexAttention, its BlockMask per (plan, n)
-    C_h(i) = {j ∈ T_h : j ≤ i} ∖ A_h(i)                                   q_i · k_{T_h}: n × g scores per head
-    K_h(i) = {j ∈ U_h(⌊i/b⌋) : j ≤ i} ∖ (A_h(i) ∪ T_h)                      q_{I_p} · k_{U_h(p)}: b × K·b per query block
+    A_h(i) = band ∪ diagonals ∪ every causal key on a tail row (∩ causal)  FlexAttention, its BlockMask per (plan, n)
+    C_h(i) = {j ∈ T_h : j ≤ i} ∖ A_h(i)                                    q_i · k_{T_h}: n × g scores per head
+    K_h(i) = {j ∈ U_h(⌊i/b⌋) : j ≤ i} ∖ (A_h(i) ∪ T_h)                     q_{I_p} · k_{U_h(p)}: b × K·b per query block
 
 and each part P gives its log-normaliser and its normalised output,
 
@@ -18,8 +18,9 @@ so that the softmax over the union is exact:
 
     out_i = Σ_P exp(ℓ_P(i) − ℓ(i)) · o_P(i),   ℓ(i) = log Σ_P exp(ℓ_P(i))     (an empty part: ℓ_P = −∞, weight 0)
 
-The dense parts' scores are accumulated and kept in fp32 (FlexAttention's are); GQA reads KV head ``kv_of[h]`` by index, no copy
-of k or v beyond the gathered keys.  A layer without columns or key blocks is one FlexAttention call, as before.
+The dense parts' scores are accumulated and kept in fp32 (FlexAttention's are); GQA reads KV head ``kv_of[h]`` by
+index, no copy of k or v beyond the gathered keys.  A layer without columns or key blocks is one FlexAttention call, as
+before.
 """
 
 from __future__ import annotations
@@ -60,9 +61,9 @@ _BMM_FP32 = [True]
 
 
 def _soft(s, ok, values):
-    """(o, ℓ) of scores s (..., m) fp32 over the allowed ok (..., m) with values (..., m, d_v): o (..., d_v) fp32, ℓ (...)
-    (−∞ and o = 0 on a row with nothing allowed).  Half-precision values: the weights are rounded to their dtype before
-    the product (FlexAttention's own choice), the sum accumulated in fp32."""
+    """(o, ℓ) of scores s (..., m) fp32 over the allowed ok (..., m) with values (..., m, d_v): o (..., d_v) fp32,
+    ℓ (...) (−∞ and o = 0 on a row with nothing allowed).  Half-precision values: the weights are rounded to their
+    dtype before the product (FlexAttention's own choice), the sum accumulated in fp32."""
     s = s.masked_fill_(~ok, float("-inf"))
     lse = torch.logsumexp(s, -1)                                                          # (...,)
     p = torch.exp_(s.sub_(torch.where(torch.isfinite(lse), lse, 0.0)[..., None]))          # 0 where not allowed
@@ -70,7 +71,8 @@ def _soft(s, ok, values):
 
 
 def flex_prefill(parts: PrefillParts, q, k, v, scaling: float, tile: int = TILE):
-    """q (B, H, n, d_k), k, v (B, H_kv, n, ·) → (B, H, n, d_v): each head over its S_h(i), one compiled FlexAttention call."""
+    """q (B, H, n, d_k), k, v (B, H_kv, n, ·) → (B, H, n, d_v): each head over its S_h(i), one compiled FlexAttention
+    call."""
     from attnlab.nn.mechanisms.flex import flex_attention_compiled
 
     n = q.shape[2]
@@ -95,16 +97,17 @@ def column_part(parts: PrefillParts, q, k, v, scaling: float):
     """(o_C, ℓ_C): every row over its head's columns T_h not in A_h(i); o_C (B, H, n, d_v), ℓ_C (B, H, n), fp32."""
     B, H, n, _ = q.shape
     dev = q.device
-    cols = _distinct(parts.columns.to(dev))                                               # (B, H, g), −1: empty
+    cols = _distinct(parts.columns.to(dev))                                            # (B, H, g), −1: empty
     at = (torch.arange(B, device=dev)[:, None, None], parts.kv_of.to(dev)[None, :, None], cols.clamp_min(0))
-    k_c, v_c = k[at], v[at]                                                               # (B, H, g, ·) k_{T_h}
-    s = _fp32_product(q, k_c.transpose(-1, -2)).mul_(scaling)                             # (B, H, n, g)
+    k_c, v_c = k[at], v[at]                                                            # (B, H, g, ·) k_{T_h}
+    s = _fp32_product(q, k_c.transpose(-1, -2)).mul_(scaling)                          # (B, H, n, g)
     w_run, start = head_limits(parts.w, parts.tails, n, n, dev)   # (H,): FULL → n, no tail → n
     i = torch.arange(n, device=dev).view(1, 1, n, 1)
-    j = cols[:, :, None, :]                                                               # (B, H, 1, g)
+    j = cols[:, :, None, :]                                                            # (B, H, 1, g)
     ok = (j >= 0) & (j <= i) & (i - j > w_run.view(1, H, 1, 1)) & (i < start.view(1, H, 1, 1))
-    lines = lines_of(parts).to(dev)                                                       # (B, H, s) δ, NO_DIAGONAL: none
-    if lines.shape[-1]:   # a column on one of the head's diagonals is A's: 1[j − i ∈ Δ_h] read from a (B, H, 2n + 1) table
+    lines = lines_of(parts).to(dev)                                                    # (B, H, s) δ, NO_DIAGONAL: none
+    # a column on one of the head's diagonals is A's: 1[j − i ∈ Δ_h] read from a (B, H, 2n + 1) table
+    if lines.shape[-1]:
         on = torch.zeros(B, H, 2 * n + 2, dtype=torch.bool, device=dev)
         real = (lines != NO_DIAGONAL) & (lines > -n) & (lines < n)
         on.scatter_(-1, torch.where(real, lines + n, 2 * n + 1), True)
@@ -123,27 +126,28 @@ def block_part(parts: PrefillParts, q, k, v, scaling: float):
         return None, None, None
     B, H, n, d = q.shape
     b, dev = parts.block, q.device
-    P = parts.blocks.shape[2]                                                             # ⌈n/b⌉ query (and key) blocks
+    P = parts.blocks.shape[2]                                                      # ⌈n/b⌉ query (and key) blocks
     heads = torch.tensor(hb, device=dev)
-    u = parts.blocks[:, hb, :, :K].to(dev)                                                # (B, H_b, P, K)
+    u = parts.blocks[:, hb, :, :K].to(dev)                                         # (B, H_b, P, K)
     mine = torch.arange(K, device=dev) < torch.tensor([counts[h] for h in hb], device=dev)[:, None]   # (H_b, K)
-    u = _distinct(torch.where(mine[None, :, None, :], u, -1))                             # each block once
+    u = _distinct(torch.where(mine[None, :, None, :], u, -1))                      # each block once
     pad = P * b - n
-    q_b = F.pad(q[:, heads], (0, 0, 0, pad)).view(B, len(hb), P, b, d)                    # (B, H_b, P, b, d_k) q_{I_p}
-    k_b, v_b = (F.pad(x, (0, 0, 0, pad)).unflatten(2, (P, b)) for x in (k, v))            # (B, H_kv, P, b, ·)
+    q_b = F.pad(q[:, heads], (0, 0, 0, pad)).view(B, len(hb), P, b, d)             # (B, H_b, P, b, d_k) q_{I_p}
+    k_b, v_b = (F.pad(x, (0, 0, 0, pad)).unflatten(2, (P, b)) for x in (k, v))     # (B, H_kv, P, b, ·)
     at = (torch.arange(B, device=dev).view(B, 1, 1, 1), parts.kv_of.to(dev)[heads].view(1, -1, 1, 1), u.clamp_min(0))
-    k_u = k_b[at].flatten(3, 4)                                                           # (B, H_b, P, K·b, d_k) k_{U_h(p)}
+    k_u = k_b[at].flatten(3, 4)                                                    # (B, H_b, P, K·b, d_k) k_{U_h(p)}
     v_u = v_b[at].flatten(3, 4)
-    s = _fp32_product(q_b, k_u.transpose(-1, -2)).mul_(scaling)                           # (B, H_b, P, b, K·b)
-    j = (u[..., None] * b + torch.arange(b, device=dev)).flatten(-2)                       # (B, H_b, P, K·b) key positions
+    s = _fp32_product(q_b, k_u.transpose(-1, -2)).mul_(scaling)                    # (B, H_b, P, b, K·b)
+    j = (u[..., None] * b + torch.arange(b, device=dev)).flatten(-2)               # (B, H_b, P, K·b) key positions
     i = (torch.arange(P, device=dev)[:, None] * b + torch.arange(b, device=dev)).view(1, 1, P, b, 1)   # row positions
     w_run, start = head_limits(parts.w, parts.tails, n, n, dev)   # (H,): FULL → n, no tail → n
-    held = column_mask(parts.columns[:, hb].to(dev), P * b)                               # (B, H_b, P·b) 1[j ∈ T_h]
+    held = column_mask(parts.columns[:, hb].to(dev), P * b)                        # (B, H_b, P·b) 1[j ∈ T_h]
     jj = j.clamp_min(0)
-    key_ok = (u[..., None] >= 0).expand(*u.shape, b).flatten(-2) & (j < n) & ~torch.gather(held, 2, jj.flatten(2)).view_as(j)
-    ok = key_ok[:, :, :, None, :] & (j[:, :, :, None, :] <= i) & (i - j[:, :, :, None, :] > w_run[heads].view(1, -1, 1, 1, 1)) \
-        & (i < start[heads].view(1, -1, 1, 1, 1))
-    o, lse = _soft(s, ok, v_u)                                                            # (B, H_b, P, b, d_v), (B, H_b, P, b)
+    key_ok = ((u[..., None] >= 0).expand(*u.shape, b).flatten(-2) & (j < n)
+              & ~torch.gather(held, 2, jj.flatten(2)).view_as(j))
+    ok = (key_ok[:, :, :, None, :] & (j[:, :, :, None, :] <= i)
+          & (i - j[:, :, :, None, :] > w_run[heads].view(1, -1, 1, 1, 1)) & (i < start[heads].view(1, -1, 1, 1, 1)))
+    o, lse = _soft(s, ok, v_u)                                                     # (B, H_b, P, b, d_v), (B, H_b, P, b)
     return o.flatten(2, 3)[:, :, :n], lse.flatten(2, 3)[:, :, :n], heads
 
 

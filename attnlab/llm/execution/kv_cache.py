@@ -27,11 +27,11 @@ view of the first L slots of a larger buffer, and ``kv_bytes`` counts the buffer
     cache.nbytes()                       # bytes of keys + values held
 
 Read-back (``Plan.pages`` > 0, ``attnlab.llm.execution.pages``): the slots an eviction drops are appended to the
-layer's *store* (``store_keys``/``store_values``/``store_pos``, compacted the same way) instead of being
-lost (on the cache's device, as Quest keeps them; InfiniGen's host copy is not built); a decoding step joins them after the
-resident slots (``parts``) and its planned heads read the pages their bound chooses.  Accounting keeps
-the two apart: ``kv_bytes`` is the resident cache plus the page summaries (2·d_k values per page and KV head —
-3·d_k with the mean key's sums — and per page a query head's columns touch, ``summaries``: made after the prefill, folded as keys arrive),
+layer's *store* (``store_keys``/``store_values``/``store_pos``, compacted the same way) instead of being lost (on the
+cache's device, as Quest keeps them; InfiniGen's host copy is not built); a decoding step joins them after the
+resident slots (``parts``) and its planned heads read the pages their bound chooses.  Accounting keeps the two apart:
+``kv_bytes`` is the resident cache plus the page summaries (2·d_k values per page and KV head — 3·d_k with the mean
+key's sums — and per page a query head's columns touch, ``summaries``: made after the prefill, folded as keys arrive),
 ``store_bytes`` the stored keys and values, ``read_tokens`` the stored tokens fetched per step.
 """
 
@@ -45,7 +45,8 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 from attnlab.llm.execution.pages import fold_keys
 
-__all__ = ["EVICT_EVERY", "Part", "PlanCache", "PlanLayer", "Slab", "kv_bytes", "read_tokens", "store_bytes", "store_tokens"]
+__all__ = ["EVICT_EVERY", "Part", "PlanCache", "PlanLayer", "Slab", "kv_bytes", "read_tokens", "store_bytes",
+           "store_tokens"]
 
 EVICT_EVERY = 32  # decoding steps between compactions (and the spare slots kept after the last one)
 
@@ -57,7 +58,8 @@ def _append(x, new, dim: int):
     alone.  Returns the view of the filled slots."""
     L, t = (0 if x is None else x.shape[dim]), new.shape[dim]
     buf = None if x is None else x._base
-    if buf is None or buf.dim() != x.dim() or x.storage_offset() != 0 or buf.stride() != x.stride() or buf.shape[dim] < L + t:
+    if (buf is None or buf.dim() != x.dim() or x.storage_offset() != 0 or buf.stride() != x.stride()
+            or buf.shape[dim] < L + t):
         shape = list(new.shape)
         shape[dim] = L + t + min(EVICT_EVERY, -(-(L + t) // 16))
         buf = new.new_empty(shape)
@@ -85,7 +87,8 @@ class Part:
     flags: torch.Tensor | None
     stored: torch.Tensor | None = None
     whole: bool = False      # every key 0 … seen − 1 in order, none evicted
-    store: "Slab | None" = None   # ``PlanLayer.merged``: the resident slots alone, the store beside them (read-back's step)
+    store: "Slab | None" = None   # ``PlanLayer.merged``: the resident slots alone, the store beside them
+                                  # (read-back's step)
 
 
 class Slab:
@@ -94,12 +97,14 @@ class Slab:
     slots.  ``whole``: they keep every key (never compacted)."""
 
     def __init__(self, kv, keys, values, positions, flags=None, whole: bool = False):
-        self.kv, self.keys, self.values, self.positions, self.flags, self.whole = kv, keys, values, positions, flags, whole
+        (self.kv, self.keys, self.values, self.positions,
+         self.flags, self.whole) = kv, keys, values, positions, flags, whole
         self.store_keys = self.store_values = self.store_pos = None   # (B, H_s, S, ·), (B, H_s, S): evicted slots
         self._slots = None   # ``store_slots``: position → store slot
 
     def append(self, key_states, value_states, seen: int):
-        """The new tokens of these KV heads (B, H_s, n, ·) at positions seen … seen + n − 1; no new token is a column."""
+        """The new tokens of these KV heads (B, H_s, n, ·) at positions seen … seen + n − 1; no new token is a
+        column."""
         B, H_s, n, _ = key_states.shape
         new = torch.arange(seen, seen + n, device=key_states.device).expand(B, H_s, n)
         self.positions = _append(self.positions, new, 2)
@@ -125,18 +130,21 @@ class Slab:
         order, ok, self.keys, self.values, self.positions = self._gather(keep)
         if self.flags is not None:
             L = order.shape[-1]
-            self.flags = torch.gather(self.flags, -1, order[:, :, None, :].expand(*self.flags.shape[:3], L)) & ok[:, :, None, :]
+            self.flags = (torch.gather(self.flags, -1, order[:, :, None, :].expand(*self.flags.shape[:3], L))
+                          & ok[:, :, None, :])
 
     def _gather(self, take):
-        """The slots with ``take`` True (B, H_s, L), compacted in order: (order, ok, keys, values, positions), each KV head
-        padded to the longest with empty slots (ok False, position −1); order (B, H_s, L') the source slots."""
+        """The slots with ``take`` True (B, H_s, L), compacted in order: (order, ok, keys, values, positions), each KV
+        head padded to the longest with empty slots (ok False, position −1); order (B, H_s, L') the source slots."""
         L = int(take.sum(-1).max())
         order = torch.sort((~take).to(torch.int8), dim=-1, stable=True).indices[..., :L]  # taken slots first, in order
         ok = torch.gather(take, -1, order)
         pos = torch.where(ok, torch.gather(self.positions, -1, order), torch.full_like(order, -1))
         B, H_s = order.shape[:2]
-        b, h = torch.arange(B, device=order.device).view(B, 1, 1), torch.arange(H_s, device=order.device).view(1, H_s, 1)
-        k, v = self.keys[b, h, order], self.values[b, h, order]   # whole rows of d (a gather with its index over d: slower)
+        b, h = (torch.arange(B, device=order.device).view(B, 1, 1),
+                torch.arange(H_s, device=order.device).view(1, H_s, 1))
+        # whole rows of d (a gather with its index over d: slower)
+        k, v = self.keys[b, h, order], self.values[b, h, order]
         return order, ok, k, v, pos
 
     def _store(self, drop):
@@ -167,7 +175,8 @@ class Slab:
         if self.store_keys is None:
             return Part(self.kv, self.keys, self.values, self.positions, self.flags, whole=self.whole)
         L, S = self.keys.shape[2], self.store_keys.shape[2]
-        flags = None if self.flags is None else torch.cat([self.flags, self.flags.new_zeros(*self.flags.shape[:3], S)], -1)
+        flags = (None if self.flags is None
+                 else torch.cat([self.flags, self.flags.new_zeros(*self.flags.shape[:3], S)], -1))
         stored = torch.arange(L + S, device=self.keys.device).expand(*self.positions.shape[:2], L + S) >= L
         return Part(self.kv, torch.cat([self.keys, self.store_keys], 2), torch.cat([self.values, self.store_values], 2),
                     torch.cat([self.positions, self.store_pos], -1), flags, stored)
@@ -180,7 +189,8 @@ def _slots_to(x, size: int, dim: int, value=0):
 
 
 def _one(name: str):
-    """A PlanLayer attribute of its only slab (an unsplit layer: every KV head in one; what tests and baselines read)."""
+    """A PlanLayer attribute of its only slab (an unsplit layer: every KV head in one; what tests and baselines
+    read)."""
 
     def get(self):
         return getattr(self.slabs[0], name) if self.slabs else None
@@ -209,7 +219,8 @@ class PlanLayer(DynamicLayer):
         self.page = None        # read-back: tokens per page (None: evicted keys are dropped)
         self._store = None      # read-back: the stores of the slabs stacked (``merged``), until the next eviction
         self.state = None       # the input's ``InputState`` (the columns its prefill chose), set by that prefill
-        self.summaries = None   # read-back: the page summaries (pages.page_summaries: per KV head, and per query head its column pages)
+        self.summaries = None   # read-back: the page summaries (pages.page_summaries: per KV head, and per query head
+                                # its column pages)
         self.fetched = self.steps = 0   # stored tokens read per (batch row, KV head), summed over decoding steps; steps
 
     def update(self, key_states, value_states, *args, **kwargs):
@@ -237,8 +248,10 @@ class PlanLayer(DynamicLayer):
         every key, each other KV head in a slab of its own (no padding to another head's length)."""
         assert len(self.slabs) == 1 and self.evicted_at is None and self.slabs[0].store_keys is None
         (one,) = self.slabs
-        w = torch.nonzero(whole).view(-1) if bool(whole.any()) and not bool(whole.all()) else whole.new_zeros(0, dtype=torch.long)
-        self.slabs = ([one.take(w, whole=True)] if w.numel() else []) + [one.take(g.view(1)) for g in torch.nonzero(~whole).view(-1)]
+        w = (torch.nonzero(whole).view(-1) if bool(whole.any()) and not bool(whole.all())
+             else whole.new_zeros(0, dtype=torch.long))
+        self.slabs = (([one.take(w, whole=True)] if w.numel() else [])
+                      + [one.take(g.view(1)) for g in torch.nonzero(~whole).view(-1)])
 
     def evict(self, keep, store: bool = False):
         """Compact an unsplit layer: drop the slots with ``keep`` False (B, H_kv, L) (``Slab.evict``)."""
@@ -259,12 +272,14 @@ class PlanLayer(DynamicLayer):
         if not resident:
             return [slab.part() for slab in self.slabs]
         stored = [slab for slab in self.slabs if slab.store_keys is not None]
-        return [slab.part() for slab in self.slabs if slab.store_keys is None] + ([self.merged(stored)] if stored else [])
+        return ([slab.part() for slab in self.slabs if slab.store_keys is None]
+                + ([self.merged(stored)] if stored else []))
 
     def merged(self, slabs) -> Part:
-        """The slabs ``slabs`` (each with a store) as one ``Part``: their resident keys, values, positions and flags padded
-        to the longest (−1 / False) and stacked by KV head — this step's copy of the resident slots alone — with one
-        store beside them: theirs padded and stacked once after each eviction, each slab's store then a view of it."""
+        """The slabs ``slabs`` (each with a store) as one ``Part``: their resident keys, values, positions and flags
+        padded to the longest (−1 / False) and stacked by KV head — this step's copy of the resident slots alone —
+        with one store beside them: theirs padded and stacked once after each eviction, each slab's store then a
+        view of it."""
         if len(slabs) == 1:   # one slab: its own slots and store
             (sl,) = slabs
             return Part(sl.kv, sl.keys, sl.values, sl.positions, sl.flags, store=sl)
@@ -277,7 +292,8 @@ class PlanLayer(DynamicLayer):
             a = 0
             for sl in slabs:   # each slab's store a view of the stacked one (no second copy)
                 H_s, S_i = sl.store_pos.shape[1], sl.store_pos.shape[2]
-                sl.store_keys, sl.store_values = one.store_keys[:, a : a + H_s, :S_i], one.store_values[:, a : a + H_s, :S_i]
+                sl.store_keys, sl.store_values = (one.store_keys[:, a : a + H_s, :S_i],
+                                                  one.store_values[:, a : a + H_s, :S_i])
                 sl.store_pos = one.store_pos[:, a : a + H_s, :S_i]
                 a += H_s
             self._store = one
@@ -285,7 +301,8 @@ class PlanLayer(DynamicLayer):
         keys = torch.cat([_slots_to(sl.keys, L, 2) for sl in slabs], 1)
         values = torch.cat([_slots_to(sl.values, L, 2) for sl in slabs], 1)
         positions = torch.cat([_slots_to(sl.positions, L, 2, -1) for sl in slabs], 1)
-        flags = None if any(sl.flags is None for sl in slabs) else torch.cat([_slots_to(sl.flags, L, 3, False) for sl in slabs], 1)
+        flags = (None if any(sl.flags is None for sl in slabs)
+                 else torch.cat([_slots_to(sl.flags, L, 3, False) for sl in slabs], 1))
         return Part(self._store.kv, keys, values, positions, flags, store=self._store)
 
     def count_read(self, fetched) -> None:
@@ -311,10 +328,12 @@ class PlanLayer(DynamicLayer):
         return total
 
     def stored_bytes(self) -> int:
-        return sum(x.numel() * x.element_size() for s in self.slabs for x in (s.store_keys, s.store_values) if x is not None)
+        return sum(x.numel() * x.element_size() for s in self.slabs for x in (s.store_keys, s.store_values)
+                   if x is not None)
 
     def stored_tokens(self) -> float:
-        return sum(float((s.store_pos >= 0).sum()) for s in self.slabs if s.store_pos is not None) / (self.batch() * self.num_kv_heads)
+        return (sum(float((s.store_pos >= 0).sum()) for s in self.slabs if s.store_pos is not None)
+                / (self.batch() * self.num_kv_heads))
 
     def get_seq_length(self) -> int:
         return self.seen
@@ -355,7 +374,8 @@ def kv_bytes(cache) -> int:
         if isinstance(layer, PlanLayer):
             total += layer.held_bytes() if layer.slabs else 0
         else:
-            total += sum(x.numel() * x.element_size() for x in (getattr(layer, "keys", None), getattr(layer, "values", None))
+            total += sum(x.numel() * x.element_size()
+                         for x in (getattr(layer, "keys", None), getattr(layer, "values", None))
                          if isinstance(x, torch.Tensor))
     return total
 

@@ -34,8 +34,8 @@ def estimate_columns(q, k, scaling: float, last_q: int = LAST_Q):
 class LayerPlan:
     """The plan of one layer: per query head what it reads, and (per input) the columns, slashes and blocks it chose."""
 
-    def __init__(self, heads, layer_idx: int, num_kv_heads: int, sliding_window: int | None = None, pages: int = 0, page: int = 16,
-                 backend: AttentionBackend | None = None, mean_pages: int = 0, decode_band: int = 0,
+    def __init__(self, heads, layer_idx: int, num_kv_heads: int, sliding_window: int | None = None, pages: int = 0,
+                 page: int = 16, backend: AttentionBackend | None = None, mean_pages: int = 0, decode_band: int = 0,
                  group_vote: int = 0):
         self.heads = heads
         self.layer_idx = layer_idx
@@ -50,13 +50,15 @@ class LayerPlan:
         self.blocks = [0 if h.is_full or sliding_window is not None else getattr(h, "blocks", 0) for h in heads]
         # tail rows' vote: a head with a tail and ``kept`` = P keeps at decoding the P keys its tail rows attended most
         self.kept = [getattr(h, "kept", 0) if t else 0 for h, t in zip(heads, self.tail)]
-        self.vote_next = [getattr(h, "vote_next", 0) if p else 0 for h, p in zip(heads, self.kept)]   # s: blocks before, in a vote
+        # s: blocks before, in a vote
+        self.vote_next = [getattr(h, "vote_next", 0) if p else 0 for h, p in zip(heads, self.kept)]
         self.group_vote = bool(group_vote)   # the voting heads of a KV group cast one vote (``PrefillStep.vote``)
         # (H,) reads its whole cache at decoding: a head with a tail (a retrieval head) that keeps no vote; key blocks
         # alone are a prefill choice
         self.whole = torch.tensor([t > 0 and not p for t, p in zip(self.tail, self.kept)], dtype=torch.bool)
         self.sliding = sliding_window
-        # c > 0: at decoding a planned head's band reads at most c keys, min(w_h, c) (``decode_w``); the prefill keeps w_h
+        # c > 0: at decoding a planned head's band reads at most c keys, min(w_h, c) (``decode_w``);
+        # the prefill keeps w_h
         self.decode_band = int(decode_band)
         # (H,) a tail: every cached key; without a cap the planned w (a sliding layer's FULL: the mask's window)
         read = torch.tensor([self.decode_w(h, 0) for h in range(self.H)]) if self.decode_band else self.w
@@ -64,7 +66,8 @@ class LayerPlan:
         # read-back: the planned heads (no FULL decoding, no sliding layer) read ``pages`` pages of ``page`` keys
         self.reads = (self.w_decode != FULL) & (pages > 0 and sliding_window is None)   # (H,) bool
         self.pages, self.page = (int(pages), int(page)) if bool(self.reads.any()) else (0, int(page))
-        self.mean_pages = min(int(mean_pages), self.pages)   # of them chosen by the mean key's score (``pages.choose_pages``)
+        self.mean_pages = min(int(mean_pages), self.pages)   # of them chosen by the mean key's score
+                                                             # (``pages.choose_pages``)
         self.state = InputState()  # the current input's choice (``input_state``): columns, diagonals, blocks, cache
         self.backend = backend     # the seam's backend (None: the one of the inputs' device, ``backend_for``)
 
@@ -90,28 +93,30 @@ class LayerPlan:
         need = [h for h in range(H) if self.dynamic[h] > 0 or self.slashes[h] > 0]
         rows = mass = None
         if need:   # the last queries' softmax, once per layer, for the columns and the slashes alike
-            q_last = q[:, :, max(0, n - LAST_Q) :]                                              # (B, H, nq, d_k): no copy
-            kv = None if len(need) == H else self.kv_of[need]                                  # ascending, as h
-            q_last = q_last if kv is None else q_last[:, need]                                   # (B, |need|, nq, d_k)
-            if any(self.slashes[h] for h in need):   # the rows themselves (slash mass), each KV head's keys where they lie
-                rows = last_query_rows(q_last, k, scaling, kv=kv)                                # (B, |need|, nq, m)
+            q_last = q[:, :, max(0, n - LAST_Q) :]                                          # (B, H, nq, d_k): no copy
+            kv = None if len(need) == H else self.kv_of[need]                               # ascending, as h
+            q_last = q_last if kv is None else q_last[:, need]                              # (B, |need|, nq, d_k)
+            if any(self.slashes[h] for h in need):
+                # the rows themselves (slash mass), each KV head's keys where they lie
+                rows = last_query_rows(q_last, k, scaling, kv=kv)                           # (B, |need|, nq, m)
                 mass = rows.sum(-2)
             else:   # the columns' estimate only: Σ over the rows without holding them
-                mass = last_query_mass(q_last, k, scaling, kv=kv)                               # (B, |need|, m)
-        fixed = [[t for t in self.fixed[h] if t < m] for h in range(H)]                         # T_fixed of each head
+                mass = last_query_mass(q_last, k, scaling, kv=kv)                           # (B, |need|, m)
+        fixed = [[t for t in self.fixed[h] if t < m] for h in range(H)]                     # T_fixed of each head
         for h in range(H if g else 0):
             if fixed[h]:
                 cols[:, h, : len(fixed[h])] = torch.tensor(fixed[h], device=q.device)
         dyn = [(x, h) for x, h in enumerate(need) if self.dynamic[h] > 0] if g else []
         if dyn:   # the dynamic columns of every head at once: one top-k over (B, heads, m)
             xs = torch.tensor([x for x, _ in dyn], device=q.device)
-            sc = mass[:, xs]                                                                    # (B, |dyn|, m)
+            sc = mass[:, xs]                                                                # (B, |dyn|, m)
             w = torch.tensor([int(self.w[h]) for _, h in dyn], device=q.device)
-            sc.masked_fill_(torch.arange(m, device=q.device) >= (m - w - 1).clamp_min(0)[:, None], -1.0)  # the last rows' band holds these
+            # the last rows' band holds these
+            sc.masked_fill_(torch.arange(m, device=q.device) >= (m - w - 1).clamp_min(0)[:, None], -1.0)
             for y, (_, h) in enumerate(dyn):
                 if fixed[h]:
                     sc[:, y, fixed[h]] = -1.0
-            top = torch.topk(sc, min(max(self.dynamic[h] for _, h in dyn), m), dim=-1)        # (B, |dyn|, D), best first
+            top = torch.topk(sc, min(max(self.dynamic[h] for _, h in dyn), m), dim=-1)      # (B, |dyn|, D), best first
             pick = torch.where(top.values >= 0, top.indices, torch.full_like(top.indices, -1))
             for y, (_, h) in enumerate(dyn):
                 f, d = len(fixed[h]), min(self.dynamic[h], m)
@@ -138,7 +143,8 @@ class LayerPlan:
         w = self.w.to(device)[hs]                                                             # (|need|,)
         want = torch.tensor([self.slashes[h] for h in need], device=device)                   # (|need|,)
         held = column_mask(cols[:, hs], rows.shape[-1])                                       # (B, |need|, m)
-        picked = top_slashes(slash_mass(rows.float().masked_fill(held[:, :, None, :], 0.0)), w, want)  # (B, |need|, ≤ s)
+        picked = top_slashes(
+            slash_mass(rows.float().masked_fill(held[:, :, None, :], 0.0)), w, want)          # (B, |need|, ≤ s)
         diags[:, hs, : picked.shape[-1]] = picked
         return diags
 
@@ -192,9 +198,11 @@ class LayerPlan:
         if not blocked:
             return torch.full((B, H, -(-n // BLOCK), 0), -1, dtype=torch.long, device=q.device)
         bi = torch.tensor(blocked, device=q.device)
-        native_choice = native.block_topk if q.device.type == "cpu" and q.dtype == torch.float32 and native.available() else None
-        best = top_pooled_blocks(block_means(q)[:, bi], block_means(k)[:, kv_of[bi]], [self.effective_w(h, n) for h in blocked],
-                                 max(self.blocks[h] for h in blocked), choose=native_choice)   # (B, |blocked|, T, min(K_max, T))
+        native_choice = (native.block_topk if q.device.type == "cpu" and q.dtype == torch.float32 and native.available()
+                         else None)
+        best = top_pooled_blocks(block_means(q)[:, bi], block_means(k)[:, kv_of[bi]],
+                                 [self.effective_w(h, n) for h in blocked], max(self.blocks[h] for h in blocked),
+                                 choose=native_choice)   # (B, |blocked|, T, min(K_max, T))
         out = torch.full((B, H, *best.shape[2:]), -1, dtype=torch.long, device=q.device)
         out[:, bi] = best
         return out
@@ -211,8 +219,10 @@ class LayerPlan:
     def parts(self, columns, blocks, n: int) -> PrefillParts:
         """The seam's ``PrefillParts`` of this layer at length n: columns (B, H, g), blocks (B, H, T, K), the diagonals
         of the last ``choose_columns``."""
-        static = not any(self.dynamic) and not any(self.slashes) and not blocks.shape[-1]   # the plan's own columns only
-        fixed = tuple(tuple(int(t) for t in self.fixed[h] if t < n) for h in range(self.H)) if static and columns.shape[-1] else None
-        return PrefillParts(w=tuple(self.effective_w(h, n) for h in range(self.H)), columns=columns, diagonals=self.diagonals,
-                            blocks=blocks, block_counts=tuple(self.blocks), tails=tuple(self.tail), kv_of=self.kv_of, block=BLOCK,
-                            fixed=fixed)
+        # the plan's own columns only
+        static = not any(self.dynamic) and not any(self.slashes) and not blocks.shape[-1]
+        fixed = (tuple(tuple(int(t) for t in self.fixed[h] if t < n) for h in range(self.H))
+                 if static and columns.shape[-1] else None)
+        return PrefillParts(w=tuple(self.effective_w(h, n) for h in range(self.H)), columns=columns,
+                            diagonals=self.diagonals, blocks=blocks, block_counts=tuple(self.blocks),
+                            tails=tuple(self.tail), kv_of=self.kv_of, block=BLOCK, fixed=fixed)

@@ -28,13 +28,14 @@ The bound ranks a page by its most extreme coordinates, the mean by its typical 
 the bound is loose and a page whose every key answers q (a stated value) ranks first by μ yet tens of pages down by U
 (``benchmarks/page_ranking.py`` measures both on dev text).  The summaries keep Σ_{j ∈ P} k_j and |P| beside m, M.
 
-The keys the plan's cache evicts are kept in a store (``kv_cache.PlanLayer``, on the cache's device: Quest keeps
-every key on the GPU too; InfiniGen's move to host memory is not built) and a step fetches only the chosen pages' keys; the page summaries
-(m, M and the key sum per page and KV head, 3·d values for 16 keys and values, and per query head those of the few pages its
-columns touch: ``page_summaries``, made once after the prefill and folded as keys arrive, ``fold_keys``) stay on
-the device with the resident cache, so a step's choice costs O(P·d) per head, not a pass over every key.  GQA: each query head picks its own pages from its KV head's keys (as Quest does); a KV
-head fetches the union of its query heads' pages.  Without summaries (``read_back``'s ``summaries`` None: a
-decoding without a ``PlanCache``) they are made from the step's resident ∪ stored keys, the same values.
+The keys the plan's cache evicts are kept in a store (``kv_cache.PlanLayer``, on the cache's device: Quest keeps every
+key on the GPU too; InfiniGen's move to host memory is not built) and a step fetches only the chosen pages' keys; the
+page summaries (m, M and the key sum per page and KV head, 3·d values for 16 keys and values, and per query head those
+of the few pages its columns touch: ``page_summaries``, made once after the prefill and folded as keys arrive,
+``fold_keys``) stay on the device with the resident cache, so a step's choice costs O(P·d) per head, not a pass over
+every key.  GQA: each query head picks its own pages from its KV head's keys (as Quest does); a KV head fetches the
+union of its query heads' pages.  Without summaries (``read_back``'s ``summaries`` None: a decoding without a
+``PlanCache``) they are made from the step's resident ∪ stored keys, the same values.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ import torch
 
 from attnlab.support import column_mask
 
-__all__ = ["PAGE", "PageSummaries", "bound", "choose_pages", "fold_keys", "mean_score", "page_summaries", "page_upper_bound",
-           "quest_pages", "read_back", "summary_bound", "summary_mean"]
+__all__ = ["PAGE", "PageSummaries", "bound", "choose_pages", "fold_keys", "mean_score", "page_summaries",
+           "page_upper_bound", "quest_pages", "read_back", "summary_bound", "summary_mean"]
 
 PAGE = 16  # tokens per page (Quest's default)
 
@@ -62,7 +63,8 @@ class PageSummaries(NamedTuple):
     row:           (H_kv,) each KV head's row in m, M (−1: none)
     s:             (B, V, P, d) Σ_{j ∈ P} k_j, the key sum of each page (the mean key's numerator)
     count:         (P,) float, |P|: the keys each page holds (every KV head holds every position)
-    column_sum, column_count: (B, H, C, d), (B, H, C) the sum and number of the keys of h's column pages without its columns
+    column_sum, column_count: (B, H, C, d), (B, H, C) the sum and number of the keys of h's column pages
+                   without its columns
                    (s, count, column_sum, column_count None: a plan that chooses by the bound alone keeps no sums)
     """
 
@@ -82,13 +84,15 @@ class PageSummaries(NamedTuple):
         of kv (a KV head without a reader: row 0's, never read), the column pages of hq."""
         rows = self.row[kv]
         at = rows.clamp_min(0)
-        sums = (None,) * 4 if self.s is None else (self.s[:, at], self.count, self.column_sum[:, hq], self.column_count[:, hq])
-        return PageSummaries(self.m[:, at], self.M[:, at], self.column_pages[:, hq], self.column_min[:, hq], self.column_max[:, hq],
-                             rows, *sums)
+        sums = ((None,) * 4 if self.s is None
+                else (self.s[:, at], self.count, self.column_sum[:, hq], self.column_count[:, hq]))
+        return PageSummaries(self.m[:, at], self.M[:, at], self.column_pages[:, hq], self.column_min[:, hq],
+                             self.column_max[:, hq], rows, *sums)
 
 
 def page_upper_bound(q, k, k_pos, page: int):
-    """U_P(q) for every page P of positions ``[P·page, (P+1)·page)``: q (B, H, n, d), k (B, H_kv, L, d), k_pos (B, H_kv, L) → (B, H, n, P).
+    """U_P(q) for every page P of positions ``[P·page, (P+1)·page)``: q (B, H, n, d), k (B, H_kv, L, d),
+    k_pos (B, H_kv, L) → (B, H, n, P).
 
     Empty slots (k_pos = −1) belong to no page; a page without a key has U = −inf.
     """
@@ -101,7 +105,8 @@ def _page_ids(k_pos, page: int, P: int):
 
 
 def _minmax(k, k_pos, page: int, P: int | None = None):
-    """m_P, M_P of the keys k (B, X, L, d) at k_pos (B, X, L) (−1: none) → (B, X, P, d) each; ±inf: a page without a key."""
+    """m_P, M_P of the keys k (B, X, L, d) at k_pos (B, X, L) (−1: none) → (B, X, P, d) each; ±inf: a page without a
+    key."""
     B, X, L, d = k.shape
     P = int(k_pos.max()) // page + 1 if P is None else P
     pid = _page_ids(k_pos, page, P)                                                         # (B, X, L), P: no page
@@ -112,20 +117,20 @@ def _minmax(k, k_pos, page: int, P: int | None = None):
 
 
 def _page_stats(k, page: int, sums: bool = True):
-    """m_P, M_P and Σ_{j∈P} k_j (None: not ``sums``) of keys k (B, X, n, d) at positions 0 … n − 1 → (B, X, ⌈n/page⌉, d)
-    each: ``_minmax`` with k_pos = arange(n), the pages being consecutive runs of keys — a reduction over a view
-    (n/page, page) instead of a scatter per key."""
+    """m_P, M_P and Σ_{j∈P} k_j (None: not ``sums``) of keys k (B, X, n, d) at positions 0 … n − 1
+    → (B, X, ⌈n/page⌉, d) each: ``_minmax`` with k_pos = arange(n), the pages being consecutive runs of keys — a
+    reduction over a view (n/page, page) instead of a scatter per key."""
     B, X, n, d = k.shape
     full = n // page
     m = k.new_empty(B, X, -(-n // page), d)
     M, s = torch.empty_like(m), (torch.empty_like(m) if sums else None)
     if full:
-        pages = k[:, :, : full * page].unflatten(2, (full, page))                           # (B, X, full, page, d): a view
+        pages = k[:, :, : full * page].unflatten(2, (full, page))                        # (B, X, full, page, d): a view
         torch.amin(pages, 3, out=m[:, :, :full])
         torch.amax(pages, 3, out=M[:, :, :full])
         if sums:
             torch.sum(pages, 3, out=s[:, :, :full])
-    if n > full * page:                                                                     # the last page, short
+    if n > full * page:                                                                  # the last page, short
         m[:, :, full] = k[:, :, full * page :].amin(2)
         M[:, :, full] = k[:, :, full * page :].amax(2)
         if sums:
@@ -173,11 +178,11 @@ def page_summaries(k, columns, kv_of, page: int, reads=None, sums: bool = True):
     k (B, H_kv, n, d) at positions 0 … n − 1, columns (B, H, g) (−1: empty), kv_of (H,), reads (H,) bool the heads that
     read back (None: all) → ``PageSummaries``: m, M (B, V, ⌈n / page⌉, d) for the V KV heads with a reading query
     head, row (H_kv,) each KV head's row there (−1: none); column_pages (B, H, C) the pages holding a column of a
-    reading head h (−1: none), column_min, column_max (B, H, C, d) their min / max without h's columns (±inf: no key left);
-    s (B, V, P, d), count (P,) each page's key sum and size, column_sum, column_count those of h's column pages without
-    its columns (the mean key, ``summary_mean``; None without ``sums``: a plan choosing by the bound alone).  3·d values
-    a page and KV head (2·d without the sums: 1/16 of its keys and values) and as many per page a head's columns touch
-    (``summary_bound`` reads them as one summary per query head)."""
+    reading head h (−1: none), column_min, column_max (B, H, C, d) their min / max without h's columns (±inf: no key
+    left); s (B, V, P, d), count (P,) each page's key sum and size, column_sum, column_count those of h's column pages
+    without its columns (the mean key, ``summary_mean``; None without ``sums``: a plan choosing by the bound alone).
+    3·d values a page and KV head (2·d without the sums: 1/16 of its keys and values) and as many per page a head's
+    columns touch (``summary_bound`` reads them as one summary per query head)."""
     B, H_kv, n, d = k.shape
     H = kv_of.shape[0]
     P = -(-n // page)
@@ -187,18 +192,21 @@ def page_summaries(k, columns, kv_of, page: int, reads=None, sums: bool = True):
     row = torch.where(kept, row, -1).to(k.device)
     sub = torch.nonzero(kept).view(-1).to(k.device)
     m, M, s = _page_stats(k[:, sub], page, sums)                                            # (B, V, P, d) each
-    count = torch.bincount(torch.arange(n, device=k.device) // page, minlength=P).to(k.dtype) if sums else None   # (P,) |P|
+    count = (torch.bincount(torch.arange(n, device=k.device) // page, minlength=P).to(k.dtype)   # (P,) |P|
+             if sums else None)
     cols = (columns if columns is not None else torch.zeros(1, H, 0, dtype=torch.long)).to(k.device).expand(B, H, -1)
     cols = torch.where(reads.to(k.device).view(1, H, 1) & (cols < n), cols, -1)             # a reading head's, < n
     is_col = column_mask(cols, n)                                                           # (B, H, n)
     touched = column_mask(torch.where(cols >= 0, cols // page, -1), P)                      # (B, H, P) its column pages
     C = int(touched.sum(-1).max()) if touched.numel() else 0
-    order = torch.sort((~touched).to(torch.int8), dim=-1, stable=True).indices[..., :C]       # (B, H, C) touched pages first
+    # (B, H, C) touched pages first
+    order = torch.sort((~touched).to(torch.int8), dim=-1, stable=True).indices[..., :C]
     pc = torch.where(torch.gather(touched, -1, order), order, -1)
     j = pc.clamp_min(0)[..., None] * page + torch.arange(page, device=k.device)             # (B, H, C, page) positions
     keep = (pc >= 0)[..., None] & (j < n)
     keep &= ~torch.gather(is_col, -1, j.clamp_max(n - 1).flatten(2)).view_as(j)
-    kj = k[torch.arange(B, device=k.device).view(B, 1, 1), kv_of.to(k.device).view(1, H, 1), j.clamp_max(n - 1).flatten(2)]
+    kj = k[torch.arange(B, device=k.device).view(B, 1, 1), kv_of.to(k.device).view(1, H, 1),
+           j.clamp_max(n - 1).flatten(2)]
     kj = kj.view(B, H, C, page, d)                                                          # their keys
     mc = kj.masked_fill(~keep[..., None], float("inf")).amin(3)
     Mc = kj.masked_fill(~keep[..., None], float("-inf")).amax(3)
@@ -241,7 +249,7 @@ def fold_keys(summaries, k_new, start: int, page: int):
     appended; a new key is no column: it joins a head's column pages too).  The pages' m, M, sums and counts are folded
     in place (a decoding step touches one page of each: no copy of the others); what ``summaries`` held is changed."""
     m, M, pc, mc, Mc, row, s, count, sc, cc = summaries
-    k_all, k_new = k_new, k_new[:, row >= 0]                                                # the KV heads with summaries
+    k_all, k_new = k_new, k_new[:, row >= 0]                                               # the KV heads with summaries
     B, H_kv, P, d = m.shape
     H, t = pc.shape[1], k_new.shape[2]
     P2 = -(-(start + t) // page)
@@ -251,22 +259,23 @@ def fold_keys(summaries, k_new, start: int, page: int):
         if s is not None:
             s = torch.cat([s, s.new_zeros(B, H_kv, P2 - P, d)], 2)
             count = torch.cat([count, count.new_zeros(P2 - P)])
-    pages = torch.arange(start, start + t, device=k_new.device) // page                     # (t,)
+    pages = torch.arange(start, start + t, device=k_new.device) // page                    # (t,)
     idx = pages.view(1, 1, t, 1).expand(B, H_kv, t, d)
     m.scatter_reduce_(2, idx, k_new, "amin")
     M.scatter_reduce_(2, idx, k_new, "amax")
     if s is not None:
         s.scatter_add_(2, idx, k_new)
         count.index_add_(0, pages, torch.ones(t, dtype=count.dtype, device=count.device))
-    if pc.shape[-1] and bool((pc[..., None] == pages).any()):   # a column page still filling (the prefill's last, partial)
-        kq = k_all.repeat_interleave(H // k_all.shape[1], 1)                                # (B, H, t, d)
-        hit = (pc[..., None] == pages).to(k_new.dtype)                                      # (B, H, C, t)
+    # a column page still filling (the prefill's last, partial)
+    if pc.shape[-1] and bool((pc[..., None] == pages).any()):
+        kq = k_all.repeat_interleave(H // k_all.shape[1], 1)                               # (B, H, t, d)
+        hit = (pc[..., None] == pages).to(k_new.dtype)                                     # (B, H, C, t)
         inf = torch.tensor(float("inf"), dtype=k_new.dtype, device=k_new.device)
-        lo = torch.where(hit[..., None] > 0, kq[:, :, None], inf).amin(3)                   # (B, H, C, d)
+        lo = torch.where(hit[..., None] > 0, kq[:, :, None], inf).amin(3)                  # (B, H, C, d)
         hi = torch.where(hit[..., None] > 0, kq[:, :, None], -inf).amax(3)
         mc, Mc = torch.minimum(mc, lo), torch.maximum(Mc, hi)
         if sc is not None:
-            sc, cc = sc + hit @ kq, cc + hit.sum(-1)                                        # (B, H, C, d), (B, H, C)
+            sc, cc = sc + hit @ kq, cc + hit.sum(-1)                                       # (B, H, C, d), (B, H, C)
     return PageSummaries(m, M, pc, mc, Mc, row, s, count, sc, cc)
 
 
@@ -335,16 +344,20 @@ def read_back(q, k, k_pos, q_pos, allowed, reads, page: int, pages: int, columns
     if summaries is None:   # from the step's keys: each query head's pages without the slots its columns hold
         own = torch.where(columns, -1, k_pos[:, :, None, :]).reshape(B, H, L)               # (B, H, L)
         k_h = k[:, :, None].expand(B, H_kv, r, L, d).reshape(B, H, L, d)
-        U = bound(q.reshape(B * H, 1, n, d), *(x.reshape(B * H, 1, P, d) for x in _minmax(k_h, own, page, P))).view(B, H, n, P)
+        U = bound(q.reshape(B * H, 1, n, d),
+                  *(x.reshape(B * H, 1, P, d) for x in _minmax(k_h, own, page, P))).view(B, H, n, P)
         if mean_pages:
             s, c = _sums(k_h, own, page, P)                                                 # (B, H, P, d), (B, H, P)
-            mu = mean_score(q.reshape(B * H, 1, n, d), s.reshape(B * H, 1, P, d), c.reshape(B * H, 1, P)).view(B, H, n, P)
+            mu = mean_score(q.reshape(B * H, 1, n, d), s.reshape(B * H, 1, P, d),
+                            c.reshape(B * H, 1, P)).view(B, H, n, P)
     else:
         U = summary_bound(q, summaries, P)                                                  # (B, H, n, P)
         mu = summary_mean(q, summaries, P) if mean_pages else None
     pid = (k_pos // page).clamp(0, P)[:, :, None, None, :].expand(B, H_kv, r, n, L)        # (B, H_kv, r, n, L), P: none
-    cand = torch.zeros(B, H_kv, r, n, P + 1, dtype=torch.bool, device=k.device).scatter_(-1, torch.where(outside, pid, P), True)
-    chosen = quest_pages(U, q_pos, page, pages, cand[..., :P].reshape(B, H, n, P), mu, mean_pages).view(B, H_kv, r, n, P)
+    cand = (torch.zeros(B, H_kv, r, n, P + 1, dtype=torch.bool, device=k.device)
+            .scatter_(-1, torch.where(outside, pid, P), True))
+    chosen = (quest_pages(U, q_pos, page, pages, cand[..., :P].reshape(B, H, n, P), mu, mean_pages)
+              .view(B, H_kv, r, n, P))
     chosen = torch.cat([chosen, chosen.new_zeros(B, H_kv, r, n, 1)], -1)                   # slot P: no page
     read = torch.gather(chosen, -1, pid) & outside
     return allowed | read, read.any(3).any(2)

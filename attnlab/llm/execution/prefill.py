@@ -14,8 +14,8 @@
                   ``group_vote``: one vote a KV group, m_j summed over its voting query heads (SnapKV's vote for
                   grouped queries, as kvpress sums a group's scores): the group keeps P voted keys, not up to r·P
 
-T_h ∪ held ∪ voted are the columns the decoding reads (the input's ``InputState.columns``, −1: empty); a sliding layer keeps none
-(the model's own mask would hide them).
+T_h ∪ held ∪ voted are the columns the decoding reads (the input's ``InputState.columns``, −1: empty); a sliding layer
+keeps none (the model's own mask would hide them).
 """
 
 from __future__ import annotations
@@ -85,26 +85,29 @@ class PrefillStep(LayerPlan):
         """The tail rows' vote of each head with a tail and ``kept`` = P (module docstring, step 5): (B, H, ⌈P/b⌉·b)
         key positions, −1: empty; distinct from the head's columns and held blocks."""
         B, H = q.shape[:2]
-        voted = torch.full((B, H, -(-max(self.kept, default=0) // BLOCK) * BLOCK), -1, dtype=torch.long, device=q.device)
+        voted = torch.full((B, H, -(-max(self.kept, default=0) // BLOCK) * BLOCK), -1, dtype=torch.long,
+                           device=q.device)
         kv_of = self.kv_of.to(k.device)
         voters: dict[int, list[int]] = {}
         for h in range(H):
             if self.tail[h] and self.kept[h] and not self.is_full(h, n):
                 voters.setdefault(min(self.tail[h], n), []).append(h)
         for R, hs in voters.items():
-            a = torch.softmax(tail_scores(q, k, kv_of, torch.tensor(hs, device=q.device), R, scaling), -1)   # (B, |hs|, R, n)
+            # a: (B, |hs|, R, n)
+            a = torch.softmax(tail_scores(q, k, kv_of, torch.tensor(hs, device=q.device), R, scaling), -1)
             taken, mass = {}, {}
             for x, h in enumerate(hs):
-                taken[h] = column_mask(torch.cat([self.columns[:, h], held[:, h]], -1), n)          # (B, n): columns, held
-                taken[h][:, max(0, n - 1 - self.decode_w(h, n)) :] = True                           # the band holds these
-                mass[h] = a[:, x].sum(-2).masked_fill(taken[h], 0.0)                                 # (B, n) m_j
+                taken[h] = column_mask(torch.cat([self.columns[:, h], held[:, h]], -1), n)      # (B, n): columns, held
+                taken[h][:, max(0, n - 1 - self.decode_w(h, n)) :] = True                       # the band holds these
+                mass[h] = a[:, x].sum(-2).masked_fill(taken[h], 0.0)                            # (B, n) m_j
             if self.group_vote:   # one vote a KV group: m_j summed over its voting heads, the same blocks for each
                 mass = {h: sum(mass[g] for g in hs if self.kv_of[g] == self.kv_of[h]) for h in hs}
             for h in hs:
-                per_block = F.pad(mass[h], (0, -n % BLOCK)).unflatten(-1, (-1, BLOCK)).sum(-1)       # (B, ⌈n/b⌉) m_J
-                per_block = sum(F.pad(per_block, (u, 0))[..., : per_block.shape[-1]] for u in range(self.vote_next[h] + 1))  # V_J
+                per_block = F.pad(mass[h], (0, -n % BLOCK)).unflatten(-1, (-1, BLOCK)).sum(-1)  # (B, ⌈n/b⌉) m_J
+                per_block = sum(F.pad(per_block, (u, 0))[..., : per_block.shape[-1]]            # V_J
+                                for u in range(self.vote_next[h] + 1))
                 top = torch.topk(per_block, min(-(-self.kept[h] // BLOCK), per_block.shape[-1]), -1)
-                keys = block_keys(torch.where(top.values > 0, top.indices, -1), n)                  # (B, P'), −1: none
-                keys = keys.masked_fill(taken[h].gather(-1, keys.clamp_min(0)), -1)                  # distinct from the rest
+                keys = block_keys(torch.where(top.values > 0, top.indices, -1), n)              # (B, P'), −1: none
+                keys = keys.masked_fill(taken[h].gather(-1, keys.clamp_min(0)), -1)             # distinct from the rest
                 voted[:, h, : keys.shape[-1]] = keys
         return voted

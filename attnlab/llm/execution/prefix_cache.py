@@ -88,10 +88,10 @@ class FullPrefill:
         from transformers import DynamicCache
 
         t0 = time.perf_counter()
-        p = min(common_prefix(self.ids, ids), len(ids) - 1)             # at least one token is run: its logits
-        p = p if p >= self.min_share * len(ids) else 0                  # a short prefix costs more than it saves
+        p = min(common_prefix(self.ids, ids), len(ids) - 1)            # at least one token is run: its logits
+        p = p if p >= self.min_share * len(ids) else 0                 # a short prefix costs more than it saves
         cache = _fill(DynamicCache(config=model.config), self.kv, p)
-        self.ids, self.kv, self.logits = None, [], None                 # the old prompt's tensors go with their last use
+        self.ids, self.kv, self.logits = None, [], None                # the old prompt's tensors go with their last use
         out = model(input_ids=torch.tensor([ids[p:]]), cache=cache, use_cache=True, logits_to_keep=1)
         self.kv = [(layer.keys, layer.values) for layer in out.cache.layers]
         self.ids, self.logits = list(ids), out.logits[0, -1].clone()
@@ -99,9 +99,11 @@ class FullPrefill:
 
     @torch.no_grad()
     def resume(self, model, method, ids: list[int]):
-        """Inside ``method.applied(model)``, after ``ensure(model, ids)``: (logits (vocab,), the method's cache after its prefill).
+        """Inside ``method.applied(model)``, after ``ensure(model, ids)``: (logits (vocab,), the method's cache after
+        its prefill).
 
-        The method's cache gets the held K, V of the first n − t tokens, t = ``method.reuse_tail(n)``; the last t run under it.
+        The method's cache gets the held K, V of the first n − t tokens, t = ``method.reuse_tail(n)``; the last t run
+        under it.
         """
         assert self.ids == list(ids), "resume() follows ensure() of the same prompt"
         n = len(ids)

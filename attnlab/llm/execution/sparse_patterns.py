@@ -1,4 +1,5 @@
-"""MInference's three sparse patterns (Jiang et al. 2024, §3.2) at one budget of K keys per row, run through the execution seam.
+"""MInference's three sparse patterns (Jiang et al. 2024, §3.2) at one budget of K keys per row, run through the
+execution seam.
 
 Budget: K = max(2, round(β(n + 1)/2)) keys per query row, so a pattern reads ≈ β of the causal entries.
 Each pattern gets the settings that spend the same K:
@@ -16,8 +17,8 @@ Each pattern gets the settings that spend the same K:
 Executed through the execution seam (``methods.minference_runner.pattern_parts`` writes each head's pattern as the
 seam's ``PrefillParts``: Λ as band w + the first ``a`` keys as columns; vertical-slash as the band of the nearest
 slashes + columns + far diagonals; block-sparse as band w = 0 + the chosen key blocks of each 64-row query block),
-run by the device's backend.  ``lambda_mask`` and ``block_mask`` draw the supports for the search's recall and for the tests' masked
-dense reference.
+run by the device's backend.  ``lambda_mask`` and ``block_mask`` draw the supports for the search's recall and for the
+tests' masked dense reference.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import torch
 
 from attnlab.llm.plans.plan import LAST_Q  # the queries that estimate the lines (MInference's last_q)
 
-__all__ = ["BLOCK", "PATTERNS", "block_choice", "block_mask", "budget_keys", "entries", "lambda_mask", "last_rows", "settings", "vertical_slash"]
+__all__ = ["BLOCK", "PATTERNS", "block_choice", "block_mask", "budget_keys", "entries", "lambda_mask", "last_rows",
+           "settings", "vertical_slash"]
 
 BLOCK = 64                       # MInference's block_size_M = block_size_N
 PATTERNS = ("lambda", "vs", "block")
@@ -54,12 +56,12 @@ def entries(pattern: str, opts: dict, n: int) -> int:
     """Causal entries the pattern reads at length n (an upper bound for vs: its lines may overlap)."""
     i = torch.arange(n)
     if pattern == "lambda":
-        a, w = opts["sinks"], opts["w"]                                              # band, then the sinks left of it
+        a, w = opts["sinks"], opts["w"]                                            # band, then the sinks left of it
         return int((torch.clamp(i + 1, max=w + 1) + torch.clamp(i - w, min=0, max=a)).sum())
     if pattern == "vs":
         return int(torch.minimum(i + 1, torch.tensor(opts["vertical"] + opts["slash"])).sum())
-    t = i // BLOCK                                                                   # query block of row i
-    others = torch.clamp(t, max=opts["blocks"] - 1)                                  # full blocks before the diagonal one
+    t = i // BLOCK                                                                 # query block of row i
+    others = torch.clamp(t, max=opts["blocks"] - 1)                                # full blocks before the diagonal one
     return int((others * BLOCK + i - t * BLOCK + 1).sum())
 
 
@@ -82,14 +84,14 @@ def vertical_slash(q, k, scaling: float, v: int, s: int, a=None):
     """
     from attnlab.llm.plans.slash_lines import slash_mass, top_slashes
 
-    a = last_rows(q, k, scaling) if a is None else a                                  # (B, nq, n)
+    a = last_rows(q, k, scaling) if a is None else a                                # (B, nq, n)
     B, nq, n = a.shape
-    vert = a.sum(1)                                                                   # (B, n)
+    vert = a.sum(1)                                                                 # (B, n)
     vert[:, : min(FIRST_COLUMNS, v)] = float("inf")
     cols = torch.topk(vert, min(v, n), -1).indices if v else vert.new_zeros(B, 0, dtype=torch.long)
     near = min(NEAR_SLASHES, s, n)
     w = max(near - 1, 0)
-    diags = top_slashes(slash_mass(a), w, max(0, min(s, n) - near))                   # (B, s − w − 1): offsets δ ≤ −w − 1
+    diags = top_slashes(slash_mass(a), w, max(0, min(s, n) - near))                 # (B, s − w − 1): offsets δ ≤ −w − 1
     return w, cols, diags
 
 
