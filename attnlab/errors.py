@@ -20,7 +20,7 @@ def main_guard(main, argv: list[str] | None = None) -> None:
     traceback (``ATTNLAB_DEBUG=1`` shows it); an ``--out`` folder that the failed run created and left empty is
     removed, so nothing is left behind (``argv``: where ``--out`` is looked for, ``sys.argv[1:]`` by default).
     ``main`` returning an int exits with it.  An argument of type ``int`` or ``float`` is read as every option value
-    is (``attnlab.cli.option_values.number``: ASCII digits, no ``_`` or spaces, finite), its flag named when it is not.
+    is (``attnlab.option_values.number``: ASCII digits, no ``_`` or spaces, finite), its flag named when it is not.
     """
     import argparse
     import os
@@ -47,7 +47,7 @@ def main_guard(main, argv: list[str] | None = None) -> None:
 
     def canonical_value(parser, action, text):   # an int or float argument read by the one parser of numbers
         if action.type in (int, float) and isinstance(text, str):
-            from attnlab.cli.option_values import number
+            from attnlab.option_values import number
 
             return number(text, action.type, action.option_strings[0] if action.option_strings else action.dest)
         return get_value(parser, action, text)

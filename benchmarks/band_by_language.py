@@ -220,7 +220,7 @@ def main(argv=None) -> None:
             raise SystemExit(f"band_by_language: error: {flag} {p}: no such file")
     if a.inputs < 2 or a.tokens < 16 or not 0 < a.target <= 1:
         raise SystemExit("band_by_language: error: need --inputs >= 2, --tokens >= 16 and 0 < --target <= 1")
-    from attnlab.cli.option_values import items
+    from attnlab.option_values import items
 
     wanted = set(items(a.conditions, "--conditions"))      # no empty or repeated item
     unknown = sorted(wanted - {"language", "form", "period"})

@@ -79,7 +79,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=300, help="timed calls per figure (median)")
     ap.add_argument("--json", type=Path, help="append one JSON line per (model, L) to this file")
     a = ap.parse_args()
-    from attnlab.cli.option_values import items, numbers
+    from attnlab.option_values import items, numbers
 
     lengths = numbers(a.lengths, int, "--lengths")        # canonical integers, no empty or repeated item
     models = items(a.models, "--models")

@@ -34,7 +34,7 @@ def main() -> None:
     before = evaluate_pairs(run.model, run.tokenizer, corpus, limit=args.limit or None)
     rows = [{"w": None, "num_pos": None, "bleu": before["bleu"], "chrf": before["chrf"], "kept": 1.0, "sentences": before["sentences"]}]
     H = run.cfg.heads
-    from attnlab.cli.option_values import numbers
+    from attnlab.option_values import numbers
 
     pairs = [numbers(budget, int, "--budget") for budget in args.budget]   # each w,num_pos: two canonical integers
     bad = [budget for budget, pair in zip(args.budget, pairs) if len(pair) != 2 or min(pair) < 0]

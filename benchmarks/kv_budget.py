@@ -60,14 +60,14 @@ def decode_run(model, method, ids: list[int], steps: int):
 
 def whole(option: str):
     """An argparse type: a canonical integer (ASCII digits), the option named when it is not."""
-    from attnlab.cli.option_values import number
+    from attnlab.option_values import number
 
     return lambda text: number(text, int, option)
 
 
 def fraction(option: str):
     """An argparse type: a canonical finite number, the option named when it is not."""
-    from attnlab.cli.option_values import number
+    from attnlab.option_values import number
 
     return lambda text: number(text, float, option)
 
@@ -77,7 +77,7 @@ def check_arguments(a) -> tuple[list[str], list]:
     (each once, canonical), --text and --calibrate UTF-8 text files long enough for one window of --n tokens in any
     tokenizer (``before_model``), --out a folder, --hf a model attnlab can find."""
     from attnlab.cli.option_paths import output_folder
-    from attnlab.cli.option_values import method_list
+    from attnlab.llm.methods.method_specs import method_list
     from attnlab.llm import methods
     from attnlab.llm.eval.before_model import check_method_inputs
     from attnlab.llm.eval.eval_grid import check_methods, parse_method

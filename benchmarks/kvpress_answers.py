@@ -118,7 +118,7 @@ def main(argv=None) -> None:
     import kvpress  # noqa: F401  (patches the attention functions for AdaKV's masks)
 
     src = json.loads(a.prompts.read_text())
-    from attnlab.cli.option_values import items, numbers
+    from attnlab.option_values import items, numbers
 
     presses = items(a.presses, "--presses")                # no empty or repeated item
     compressions = numbers(a.compressions, float, "--compressions")

@@ -60,7 +60,7 @@ print(json.dumps({"mode": mode, "n": n_got, "seconds": time.perf_counter() - t1,
 
 def _ints(text: str) -> list[int]:
     """A comma list of token counts: canonical integers, no empty or repeated item (``option_values.numbers``)."""
-    from attnlab.cli.option_values import numbers
+    from attnlab.option_values import numbers
 
     return numbers(text, int, "token counts")
 

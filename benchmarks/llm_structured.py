@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from attnlab.allocator import keep_freed_memory  # noqa: E402
-from attnlab.cli.option_values import method_list  # noqa: E402
+from attnlab.llm.methods.method_specs import method_list  # noqa: E402
 from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.plans.calibration import ERR_ROWS, Calibration, calibrate  # noqa: E402
@@ -375,15 +375,15 @@ def cmd_report(args):
 
 
 def ints(text):
-    """--lengths: canonical integers, no empty or repeated item (``attnlab.cli.option_values``)."""
-    from attnlab.cli.option_values import numbers
+    """--lengths: canonical integers, no empty or repeated item (``attnlab.option_values``)."""
+    from attnlab.option_values import numbers
 
     return numbers(text, int, "--lengths")
 
 
 def floats(text):
     """--budgets: canonical finite numbers, no empty or repeated item."""
-    from attnlab.cli.option_values import numbers
+    from attnlab.option_values import numbers
 
     return numbers(text, float, "--budgets")
 

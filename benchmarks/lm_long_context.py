@@ -106,7 +106,7 @@ def main() -> int:
         return
     if not args.data.is_file():
         sys.exit(f"lm_long_context: error: {args.data} not found (the Shakespeare text of ../shared/data)")
-    from attnlab.cli.option_values import items, numbers
+    from attnlab.option_values import items, numbers
 
     contexts = numbers(args.contexts, int, "--contexts")    # canonical integers, no empty or repeated item
     mechanisms = items(args.mechanisms, "--mechanisms")

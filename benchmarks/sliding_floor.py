@@ -40,7 +40,7 @@ def main():
     p.add_argument("--out", type=Path, default=ROOT / "runs" / "sliding-floor-dev", help="folder of the calibrations")
     p.add_argument("--json", action="store_true", help="one JSON line per (length, floor)")
     a = p.parse_args()
-    from attnlab.cli.option_values import numbers
+    from attnlab.option_values import numbers
 
     floors = numbers(a.floors, int, f"--floors {a.floors!r}")   # canonical integers, no empty or repeated item
     if any(f < 0 for f in floors) or a.n < 64 or a.windows < 1 or not 0 < a.budget <= 1:

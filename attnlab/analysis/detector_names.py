@@ -31,7 +31,7 @@ def parse_detectors(text: str | Sequence[str] | None) -> tuple[str, ...]:
     ValueError naming --detectors."""
     if text is None:
         return DETECTORS
-    from attnlab.cli.option_values import items as comma_items
+    from attnlab.option_values import items as comma_items
 
     items = comma_items(text, "--detectors") if isinstance(text, str) else [s.strip() for s in text if s.strip()]
     if items == ["all"]:

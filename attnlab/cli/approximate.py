@@ -28,7 +28,7 @@ def int_list(text: str) -> list[int]:
 
 def _int_list(text: str, name: str) -> list[int]:
     """'0..10' (inclusive), '0,2,4' or '3' -> list of ints; ValueError naming the option."""
-    from attnlab.cli.option_values import number, numbers
+    from attnlab.option_values import number, numbers
 
     option, name = name or "value", f"{name}: " if name else ""
     try:

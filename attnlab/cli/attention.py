@@ -126,9 +126,10 @@ def _plan_file(path: Path | None, tokens: int | None):
     if path is None:
         return None
     from attnlab.cli.option_paths import input_file
+    from attnlab.llm.methods import is_registered
     from attnlab.llm.plans.plan import Plan
 
-    plan = Plan.load(input_file("--plan", path), "--plan")   # missing, a folder, a FIFO or device: one line
+    plan = Plan.load(input_file("--plan", path), "--plan", is_registered)   # missing, a folder, a FIFO: one line
     if tokens is not None and plan.n and plan.n != tokens:
         raise UserError(f"--plan {path}: made for {plan.n} tokens; this input has --tokens {tokens}")
     return plan

@@ -69,8 +69,8 @@ def eval_command(
                                "errors still said"),
 ) -> None:
     """Retrieval accuracy on a depth × length grid, and perplexity, of a model under methods (resumable)."""
-    from attnlab.cli.option_values import items
     from attnlab.llm.eval.eval_grid import EvalSettings, check_settings, parse_budgets, parse_lengths, parse_methods
+    from attnlab.option_values import items
 
     settings = EvalSettings(
         model=hf, tasks=items(task, "--task"), lengths=parse_lengths(lengths), depths=depths,
@@ -93,11 +93,12 @@ def eval_command(
     from attnlab.cli.option_paths import input_file, output_folder
 
     if plan is not None:
+        from attnlab.llm.methods import is_registered
         from attnlab.llm.plans.plan import Plan
 
         input_file("--plan", plan)                                        # a folder, a FIFO or device: never opened
         for n in settings.lengths:                                        # a malformed file, another length: one line
-            Plan.load(plan, "--plan").check_length(n, f"--plan {plan}")
+            Plan.load(plan, "--plan", is_registered).check_length(n, f"--plan {plan}")
     check_settings(settings, None)                                        # everything but the model's context
     from attnlab.llm.eval.before_model import check_method_inputs, check_text_sizes
 

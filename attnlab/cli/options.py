@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
-from attnlab.cli import option_values
+from attnlab import option_values
 from attnlab.errors import UserError
 
 Bound = Union[int, float, str, None]  # a number, or the name of another option of the command

@@ -66,7 +66,7 @@ def synthetic_options(spec: str) -> dict:
     """The ``KEY=VALUE`` options of a ``synthetic:...`` spec, each known, given once and in range."""
     kw: dict = {}
     _, _, opts = spec.partition(":")
-    from attnlab.cli.option_values import items, number
+    from attnlab.option_values import items, number
 
     for item in items(opts, f"corpus spec {spec!r}", allow_none=True):   # an empty or repeated item refused
         key, eq, value = item.partition("=")

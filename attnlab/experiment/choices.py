@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.analysis.budget import ErrorBudgetCurve, choose_budget, choose_model_budget, error_budget_curve
 from attnlab.analysis.attention_maps import AttentionMaps
+from attnlab.analysis.budget import ErrorBudgetCurve, choose_budget, choose_model_budget, error_budget_curve
 from attnlab.experiment.attention import load_maps
 from attnlab.experiment.stages import Context
 from attnlab.experiment.thesis_models import ThesisModel

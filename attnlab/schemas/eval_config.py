@@ -94,9 +94,9 @@ class EvalConfig(Strict):
     @field_validator("methods")
     @classmethod
     def _methods(cls, specs: list[str]) -> list[str]:
-        from attnlab.schemas.plan import registered
+        from attnlab.llm.methods import is_registered  # an eval folder is read by the eval, which runs methods
 
-        bad = [s for s in specs if not registered(s.split(":", 1)[0])]
+        bad = [s for s in specs if not is_registered(s.split(":", 1)[0])]
         if bad:
             raise ValueError(f"{bad[0]!r}: not a registered method, preset or composition of parts "
                              "(`attnlab methods --all` lists them)")

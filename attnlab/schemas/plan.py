@@ -32,13 +32,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from attnlab.llm.plans.limits import BLOCKS_MAX
 from attnlab.schemas.schema_file import Strict, load_json
 
 __all__ = ["DECODE_BAND_MAX", "FORMAT", "FORMATS", "N_MAX", "PAGES_MAX", "PAGE_MAX", "SLASHES_MAX", "HeadFile",
-           "PlanFile", "load", "migrate_v1", "registered"]
+           "PlanFile", "load", "migrate_v1"]
 
 FORMAT = "attnlab-plan/2"
 FORMATS = ("attnlab-plan/1", FORMAT)   # every version read (the older through ``migrate_v1``)
@@ -119,8 +119,11 @@ class PlanFile(Strict):
 
     @field_validator("method")
     @classmethod
-    def _registered(cls, name: str) -> str:
-        if not registered(name):
+    def _registered(cls, name: str, info: ValidationInfo) -> str:
+        """Where the caller knows the registry (``load(..., known_method=methods.is_registered)``), a name it lacks
+        is refused; the plan record itself does not import the methods that make plans."""
+        known = (info.context or {}).get("known_method")
+        if known is not None and not known(name):
             raise ValueError(f"{name!r} is not a registered method, preset or composition of parts "
                              "(`attnlab methods --all` lists them)")
         return name
@@ -180,18 +183,7 @@ def migrate_v1(doc: dict) -> dict:
     return {**V1_PLAN, **doc, "format": FORMAT, **({"heads": heads} if "heads" in doc else {})}
 
 
-def registered(name: str) -> bool:
-    """Whether ``name`` is a method or preset of the registry, or parts it composes (``retrieval-tails+key-blocks``)."""
-    from attnlab.errors import UserError
-    from attnlab.llm import methods
-
-    try:
-        methods.method_class(name)
-    except (KeyError, UserError):
-        return False
-    return True
-
-
-def load(path, option: str | None = None) -> PlanFile:
-    """The plan file ``path`` through ``PlanFile``; one UserError line naming the file, the field and the rule."""
-    return load_json(path, PlanFile, option, what="plan file")
+def load(path, option: str | None = None, known_method=None) -> PlanFile:
+    """The plan file ``path`` through ``PlanFile``; one UserError line naming the file, the field and the rule
+    (``known_method``: the registry's test of a method name, ``attnlab.llm.methods.is_registered``)."""
+    return load_json(path, PlanFile, option, what="plan file", context={"known_method": known_method})

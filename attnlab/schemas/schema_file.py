@@ -73,21 +73,25 @@ def read_text(path: str | os.PathLike, option: str | None = None, what: str = "f
     return text
 
 
-def parse(data, model: type[M] | TypeAdapter, name: str) -> M:
+def parse(data, model: type[M] | TypeAdapter, name: str, context: dict | None = None) -> M:
     """``model`` (a schema, or a ``TypeAdapter``: a union of schemas) validated from a decoded document, or UserError
     ``NAME: field …: rule``."""
     try:
-        return model.validate_python(data) if isinstance(model, TypeAdapter) else model.model_validate(data)
+        if isinstance(model, TypeAdapter):
+            return model.validate_python(data, context=context)
+        return model.model_validate(data, context=context)
     except ValidationError as err:
         raise UserError(f"{name}: {first_error(err)}") from None
 
 
-def load_json(path: str | os.PathLike, model: type[M], option: str | None = None, what: str = "file") -> M:
-    """The JSON file ``path`` read through ``model``; one UserError line naming the file, the field and the rule."""
+def load_json(path: str | os.PathLike, model: type[M], option: str | None = None, what: str = "file",
+              context: dict | None = None) -> M:
+    """The JSON file ``path`` read through ``model``; one UserError line naming the file, the field and the rule
+    (``context``: pydantic's validation context, what a rule needs from the caller's layer: the registry's names)."""
     name = where(path, option)
     text = read_text(path, option, what)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise UserError(f"{name}: not a {what} (JSON error at line {err.lineno}: {err.msg})") from None
-    return parse(data, model, name)
+    return parse(data, model, name, context)

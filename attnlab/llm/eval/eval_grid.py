@@ -136,21 +136,21 @@ def check_methods(specs: list[str]) -> list[str]:
 
 def parse_lengths(text: str) -> list[int]:
     """``--lengths 2048,4096``: positive token counts."""
-    from attnlab.cli.option_values import numbers
+    from attnlab.option_values import numbers
 
     return check_lengths(numbers(text, int, "--lengths"))     # ASCII digits only, an empty item or a repeat refused
 
 
 def parse_budgets(text: str) -> list[float]:
     """``--budget 0.1,0.25``: fractions in (0, 1]."""
-    from attnlab.cli.option_values import numbers
+    from attnlab.option_values import numbers
 
     return check_budgets(numbers(text, float, "--budget"))    # finite, ASCII, an empty item or a repeat refused
 
 
 def parse_methods(text: str) -> list[str]:
     """``--method streaming-llm,snapkv:window=32``: registered names with their options (empty: full alone)."""
-    from attnlab.cli.option_values import method_list
+    from attnlab.llm.methods.method_specs import method_list
 
     return check_methods(method_list(text, "--method"))      # canonical specs (the rows' labels), each once
 
@@ -167,7 +167,7 @@ def parse_plan_method(spec: str) -> str:
 
 def parse_method(spec: str) -> tuple[str, dict]:
     """``name`` or ``name:key=value:key=value`` → (name, options)."""
-    from attnlab.cli.option_values import split_method
+    from attnlab.option_values import split_method
 
     name, pairs = split_method(spec)            # not key=value, or a key given twice: one line
     return name, dict(pairs)

@@ -362,7 +362,7 @@ def capture_long(
 
 def parse_layers(text: str | None) -> list[int] | None:
     """'0-3', '0,5,7' or '2' -> layer indices (None: all); ValueError naming --layers."""
-    from attnlab.cli.option_values import items, number
+    from attnlab.option_values import items, number
 
     if text is None:
         return None
@@ -386,7 +386,7 @@ def parse_rows(text: str | None) -> tuple[int, int] | None:
     """'a:b' -> (a, b); ValueError naming --rows."""
     if text is None:
         return None
-    from attnlab.cli.option_values import number
+    from attnlab.option_values import number
 
     try:
         a, b = (number(x, int, "--rows") for x in text.split(":"))

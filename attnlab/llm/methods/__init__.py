@@ -26,8 +26,8 @@ from attnlab.errors import UserError
 from attnlab.llm.methods.base import REFERENCE, Method, PlanMethod
 
 __all__ = ["COMPOSE", "DEFAULT", "Method", "PLAN_FILE", "PlanMethod", "PRESETS", "Preset", "REFERENCE", "REGISTRY",
-           "composed", "default_names", "get", "method_class", "names", "plan_names", "preset_names", "register",
-           "register_preset"]
+           "composed", "default_names", "get", "is_registered", "method_class", "names", "plan_names", "preset_names",
+           "register", "register_preset"]
 
 REGISTRY: dict[str, type[Method]] = {}
 COMPOSE = "+"   # parts joined: a composed method (``parts.compose``)
@@ -92,6 +92,16 @@ def method_class(name: str) -> type[Method]:
 
         return composed_class(name)
     return REGISTRY[PRESETS[name].base if name in PRESETS else name]
+
+
+def is_registered(name: str) -> bool:
+    """Whether ``name`` is a method or preset of the registry, or parts it composes (``retrieval-tails+key-blocks``):
+    the test a plan file's or an eval folder's method names pass (``attnlab.schemas``, given by the caller)."""
+    try:
+        method_class(name)
+    except (KeyError, UserError):
+        return False
+    return True
 
 
 def composed(name: str) -> bool:

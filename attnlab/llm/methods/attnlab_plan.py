@@ -99,7 +99,9 @@ class PlanFile(PlanMethod):
         from attnlab.llm.plans.plan import Plan
 
         self.path = str(path)
-        self.file_plan = Plan.load(path, "--plan")   # the option that names a plan file, in its errors
+        from attnlab.llm.methods import is_registered
+
+        self.file_plan = Plan.load(path, "--plan", is_registered)   # the option that names the file, in its errors
         super().__init__(self.file_plan.budget if 0 < self.file_plan.budget <= 1 else 1.0)
 
     def make_plan(self, model, n, calibration):

@@ -63,7 +63,7 @@ class Option:
         """``value`` (text or a number) read and checked; a one-line UserError naming ``key`` otherwise."""
         kind = self.type
         if kind in (int, float):   # canonical numbers only: ASCII digits, no '_' or spaces, finite
-            from attnlab.cli.option_values import number
+            from attnlab.option_values import number
 
             out = number(value, kind, f"--option {key}")
         else:

@@ -40,8 +40,8 @@ class MixWindow:
 
 def parse_mix(text: str | None, option: str = "--calibrate-mix") -> list[tuple[str, int]]:
     """``"niah:2,vt:1"`` → [("niah", 2), ("vt", 1)]; an unknown task or a count ≤ 0 is refused in one line."""
-    from attnlab.cli.option_values import items, number
     from attnlab.llm.eval.tasks import TASKS
+    from attnlab.option_values import items, number
 
     out = []
     for item in items(text, option, allow_none=True):          # an empty item refused

@@ -362,13 +362,13 @@ class Plan:
         return write_text_atomic(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
-    def load(cls, path, option: str | None = None) -> "Plan":
+    def load(cls, path, option: str | None = None, known_method=None) -> "Plan":
         """The plan file ``path`` (``option``: the option that named it), read through its schema
         (``attnlab.schemas.plan``: every field, range and cross-field rule); one UserError line naming the file,
         the field and the rule otherwise."""
         from attnlab.schemas import plan as schema
 
-        f = schema.load(path, option)
+        f = schema.load(path, option, known_method)
         heads = [[HeadPlan.from_file(h) for h in row] for row in f.heads]
         return cls(heads, f.num_kv_heads, f.method, float(f.budget), f.n, dict(f.meta),
                    None if f.windows is None else list(f.windows), f.pages, f.page, f.mean_pages, f.decode_band,

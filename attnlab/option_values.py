@@ -3,8 +3,7 @@
     number("08", int, "--option decode_band")       → 8          ("８", "1_000", " 8", "nan", "1e309": refused)
     items("niah,vt", "--task")                       → ["niah", "vt"]   ("," "niah,," "niah,niah": refused)
     numbers("2048,4096", int, "--lengths")           → [2048, 4096]     ("2048,02048": 2048 given twice)
-    method_spec("attnlab:decode_band=08")            → "attnlab:decode_band=8"
-    method_list("streaming-llm,snapkv", "--method")  → ["streaming-llm", "snapkv"]
+    (method specs and lists: ``attnlab.llm.methods.method_specs``, which reads the registry)
 
 A number is written in ASCII only:
 
@@ -26,8 +25,8 @@ from typing import Any
 
 from attnlab.errors import UserError
 
-__all__ = ["arg_items", "arg_number", "arg_numbers", "items", "method_list", "method_spec", "number", "numbers",
-           "split_method", "value_text"]
+__all__ = ["arg_items", "arg_number", "arg_numbers", "items", "number", "numbers", "refuse_repeats", "split_method",
+           "value_text"]
 
 DIGITS_MAX = 400   # longer is no setting (and Python refuses to read an int of more than 4,300 digits)
 INT = re.compile(r"[+-]?[0-9]+")
@@ -80,7 +79,7 @@ def items(text: Any, option: str, allow_none: bool = False) -> list[str]:
     out = [x.strip() for x in text.split(",")]
     if "" in out:
         raise UserError(f"{option}: an empty item in the comma list {text!r}")
-    _once(out, out, option, text)
+    refuse_repeats(out, out, option, text)
     return out
 
 
@@ -88,11 +87,11 @@ def numbers(text: Any, kind: type, option: str) -> list:
     """The comma list ``text`` of numbers of ``kind``; the same number twice (``2048,02048``) refused."""
     raw = items(text, option)
     out = [number(x, kind, option) for x in raw]
-    _once(out, raw, option, text)
+    refuse_repeats(out, raw, option, text)
     return out
 
 
-def _once(values: list, raw: list, option: str, text: Any) -> None:
+def refuse_repeats(values: list, raw: list, option: str, text: Any) -> None:
     """UserError when a value of ``values`` repeats an earlier one (named as ``raw`` writes it)."""
     for i, v in enumerate(values):
         if v in values[:i]:
@@ -113,36 +112,6 @@ def split_method(spec: str, option: str = "--method") -> tuple[str, list[tuple[s
             raise UserError(f"{option} {spec}: option {key} given twice")
         pairs.append((key, value))
     return name, pairs
-
-
-def method_spec(spec: str, option: str = "--method") -> str:
-    """The canonical spec of one method: its name, then each option as ``key=value`` in the order given, the value
-    written back from its parsed value (the method's declared type).  A name the registry lacks or an option it does
-    not declare is left to the registry to refuse (``methods.get``)."""
-    from attnlab.llm import methods as registry
-
-    name, pairs = split_method(spec, option)
-    if not pairs:
-        return name
-    try:
-        declared = registry.method_class(name).options
-    except KeyError:
-        return spec
-    parts = [name]
-    for key, value in pairs:
-        if key in declared and declared[key].type in (int, float):
-            value = value_text(number(value, declared[key].type, f"{option} {spec}: option {key}"))
-        parts.append(f"{key}={value}")
-    return ":".join(parts)
-
-
-def method_list(text: Any, option: str = "--method") -> list[str]:
-    """The comma list of method specs, each canonical (``method_spec``); "" → [] (full attention alone); an empty item
-    or a spec given twice once canonical (``snapkv:window=8,snapkv:window=08``) refused."""
-    raw = items(text, option, allow_none=True)
-    out = [method_spec(x, option) for x in raw]
-    _once(out, raw, option, text)
-    return out
 
 
 def arg_number(option: str, kind: type):
