@@ -26,6 +26,9 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from attnlab.errors import UserError, main_guard  # noqa: E402
+
 DATA = ROOT.parent / "shared" / "data" / "shakespeare"
 N, BUDGET = 2048, 0.1
 METHODS = ("full", "streaming-llm", "snapkv", "quest", "minference-mass", "attnlab-band", "attnlab-retrieval",
@@ -59,20 +62,26 @@ def measure(model, tokenizer) -> dict[str, torch.Tensor]:
     return every
 
 
-def main() -> None:
+def main() -> int:
     from safetensors.torch import load_file, save_file
 
     import attnlab
+    from attnlab.cli.option_paths import input_file
     from attnlab.llm.models.loading import load_causal_lm
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="safetensors file of this checkout's outputs")
     ap.add_argument("--against", help="a reference file: print whether each method's outputs are equal")
     args = ap.parse_args()
+    if args.against:
+        input_file("--against", args.against)   # a missing reference refused before the model loads
+    if Path(args.out).is_dir():
+        raise UserError(f"--out {args.out}: a folder; give the safetensors file to write")
     torch.set_num_threads(1)
     model, tokenizer = load_causal_lm("smollm2-135m")
     every = measure(model, tokenizer)
     save_file(every, args.out, metadata={"code": str(Path(attnlab.__file__).parent)})
+    changed = 0
     if args.against:
         ref = load_file(args.against)
         for name in METHODS:
@@ -80,7 +89,9 @@ def main() -> None:
             same = keys == sorted(k for k in ref if k.startswith(name + "/")) and all(
                 torch.equal(every[k], ref[k]) for k in keys)
             print(f"{name:<22} {len(keys)} tensors  {'equal' if same else 'CHANGED'}")
+            changed += not same
+    return 1 if changed else 0   # a method whose outputs changed: the script says so by its exit status
 
 
 if __name__ == "__main__":
-    main()
+    main_guard(main)
