@@ -43,7 +43,8 @@ def capture_pairs(ctx: Context) -> list:
     """The evaluation pairs whose attention is captured (the same for every model)."""
     pairs = list(eval_pairs(ctx)[0])
     k = min(ctx.settings.capture_sentences, len(pairs))
-    return [pairs[i] for i in np.linspace(0, len(pairs) - 1, k).round().astype(int)]  # k distinct indices, evenly spread
+    # k distinct indices, evenly spread
+    return [pairs[i] for i in np.linspace(0, len(pairs) - 1, k).round().astype(int)]
 
 
 def load_maps(ctx: Context, name: str, which: str) -> AttentionMaps:
@@ -70,7 +71,8 @@ def capture_stage(models: list[ThesisModel]):
             maps.save(ctx.path("attention", f"{m.name}-sentence.safetensors"))
             with warnings.catch_warnings(record=True) as caught:  # long pairs are cut to max_len: counted, not printed
                 warnings.simplefilter("always")
-                ev = capture(r.model, r.tokenizer, [p.src for p in chosen], [p.tgt for p in chosen], truncate=True, name=m.title)
+                ev = capture(r.model, r.tokenizer, [p.src for p in chosen], [p.tgt for p in chosen], truncate=True,
+                             name=m.title)
             out.setdefault("truncated", {})[m.name] = sum("truncated" in str(w.message) for w in caught)
             ev.save(ctx.path("attention", f"{m.name}-eval.safetensors"))
             ctx.cache[f"maps:{m.name}:sentence"], ctx.cache[f"maps:{m.name}:eval"] = maps, ev

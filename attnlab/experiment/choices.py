@@ -72,7 +72,8 @@ def choices_stage(models: list[ThesisModel]):
         out = {"models": {}}
         for m in models:
             maps = load_maps(ctx, m.name, "eval")
-            out["models"][m.name] = {kind: kind_choices(maps, kind, ctx.settings.target_lost_mass) for kind in maps.kinds}
+            out["models"][m.name] = {kind: kind_choices(maps, kind, ctx.settings.target_lost_mass)
+                                     for kind in maps.kinds}
         h8 = out["models"][models[-1].name]
         out["_note"] = "  ".join(f"{k}: w={v['model_w']}, num_pos={v['model_num_pos']}" for k, v in h8.items())
         return out

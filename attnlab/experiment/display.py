@@ -39,7 +39,8 @@ class StageDisplay:
         if kind == "start":
             self.tasks[stage.name] = self.progress.add_task(f"{stage.name:<12} {stage.title}", total=1, note="")
         elif kind == "skipped":
-            self.progress.add_task(f"{stage.name:<12} {stage.title}", total=1, completed=1, note="skipped (done earlier)")
+            self.progress.add_task(f"{stage.name:<12} {stage.title}", total=1, completed=1,
+                                   note="skipped (done earlier)")
             self.progress.advance(self.total)
         else:
             task = self.tasks[stage.name]

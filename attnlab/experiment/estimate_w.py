@@ -13,9 +13,10 @@ num_pos of a language pair.  Here:
 
   i.e. the (1 − min_share) quantile of d_s: the maximum, robust to a few
   noisy sentences (min_share = 5 %; the estimates at 2 % and 10 % are
-  reported beside it, to show how much the answer depends on the choice).  The alignment comes from the **model's cross-attention**
-  (no gold needed, so it works for any language pair): each head h of the
-  last decoder layer gives the mass m^h(t, u) that target word t puts on
+  reported beside it, to show how much the answer depends on the choice).
+  The alignment comes from the **model's cross-attention** (no gold
+  needed, so it works for any language pair): each head h of the last
+  decoder layer gives the mass m^h(t, u) that target word t puts on
   source word u, and t is linked to the word holding the most of the
   head-mean mass,
 
@@ -69,7 +70,8 @@ RELIABLE_AGREEMENT = 0.5  # links = gold for at least half of the gold links
 MIN_COUNT = 3  # and at least 3 sentences, so that one noisy sentence is not the estimate
 
 
-def induced_alignments(maps: AttentionMaps, layer: int = -1, shift: int = 1, combine: str = "mean") -> list[list[tuple[int, int]]]:
+def induced_alignments(maps: AttentionMaps, layer: int = -1, shift: int = 1,
+                       combine: str = "mean") -> list[list[tuple[int, int]]]:
     """Word links (source word, target word) from the cross-attention heads of ``layer``.
 
     The decoder reads [BOS] y_1 … y_T: the row that *predicts* the token at
@@ -174,7 +176,8 @@ def estimate_w_stage(models: list[ThesisModel]):
             lost = (1.0 - curve.mass_captured).reshape(-1, curve.num_pos.size).mean(0)  # (P,) mean over heads
             ok = np.nonzero(lost <= target)[0]
             entry = {
-                "w": w_hat, "max": int(d.max()), "confidence": alignment_confidence(maps), "w_at_share": {str(q): estimate_from_distances(d, q) for q in SHARES},
+                "w": w_hat, "max": int(d.max()), "confidence": alignment_confidence(maps),
+                "w_at_share": {str(q): estimate_from_distances(d, q) for q in SHARES},
                 "distribution": {str(k): v for k, v in sorted(Counter(d.tolist()).items())},
                 "num_pos": int(curve.num_pos[ok[0]]) if ok.size else None,
                 "num_pos_lost_mass": lost.round(4).tolist(), "num_pos_grid": curve.num_pos.tolist(),

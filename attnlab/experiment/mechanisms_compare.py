@@ -65,7 +65,8 @@ def time_mechanisms(n: int, batch: int, heads: int, d_k: int, w: int, g: int, re
     full = min(times["full"])
     return [
         {"mechanism": name, "n": n, "batch": batch, "w": w, "g": g, "fwd_ms": round(min(t), 4),
-         "speedup_vs_full": round(full / min(t), 3), "ideal_speedup": round(ideal_speedup(name, n, w, g, r, d_k, proj_len), 3)}
+         "speedup_vs_full": round(full / min(t), 3),
+         "ideal_speedup": round(ideal_speedup(name, n, w, g, r, d_k, proj_len), 3)}
         for name, t in times.items()
     ]
 
@@ -86,6 +87,7 @@ def mechanisms_stage(model_name: str):
         at_max = {row["mechanism"]: row["speedup_vs_full"] for row in rows if row["n"] == stats["max"]}
         return {"lengths": stats, "timed_n": lengths, "long_n": LONG_N, "w": w, "g": g, "heads": r.cfg.heads,
                 "d_k": r.cfg.d_k, "threads": torch_threads, "rows": rows,
-                "_note": f"n = {lengths}: structured {at_max.get('structured', float('nan')):.2f}× full at n = {stats['max']}"}
+                "_note": f"n = {lengths}: structured {at_max.get('structured', float('nan')):.2f}× full"
+                         f" at n = {stats['max']}"}
 
     return run

@@ -62,8 +62,9 @@ def spectra_stage(models: list[ThesisModel]):
                     "energy_rank_90_fraction": (sp.energy_rank / r).mean(0).round(3).tolist(),
                 }
             sigma = {k: spectrum(one.weights(0, k)).sigma for k in ("encoder", "cross")}
-            out["figures"][m.name] = str(save_figure(plot_spectra(sigma, f"{m.title}: singular values (16-token sentence)"),
-                                                     ctx.path("figures", f"spectrum-{m.name}.png")).relative_to(ctx.out))
+            fig = plot_spectra(sigma, f"{m.title}: singular values (16-token sentence)")
+            png = save_figure(fig, ctx.path("figures", f"spectrum-{m.name}.png"))
+            out["figures"][m.name] = str(png.relative_to(ctx.out))
             out["models"][m.name] = entry
         h = out["models"][models[-1].name]["encoder"]
         out["_note"] = f"encoder effective rank / n = {np.mean(h['effective_rank_fraction']):.2f}"

@@ -100,7 +100,8 @@ def check_folder(out: Path, settings: Settings, resume: bool, force: bool) -> Se
         saved = Settings.from_dict(read_json(marker))
         if (saved.data, saved.quick, saved.deep) != (settings.data, settings.quick, settings.deep):
             raise UserError(f"--resume: {out} is an experiment with --data {saved.data}"
-                            f"{' --quick' if saved.quick else ''}{' --deep' if saved.deep else ''}; give the same options")
+                            f"{' --quick' if saved.quick else ''}{' --deep' if saved.deep else ''}"
+                            "; give the same options")
         return saved
     _claim(out, settings, force)
     return settings
@@ -110,8 +111,8 @@ def _claim(out: Path, settings: Settings, force: bool):
     from attnlab.data.spec import corpus_paths
     from attnlab.outputs import claim_folder
 
-    return claim_folder(out, kind="experiment", inputs=[("--data", p) for p in corpus_paths(settings.data)], force=force,
-                        hint="use --resume to continue it or --force to replace it")
+    return claim_folder(out, kind="experiment", inputs=[("--data", p) for p in corpus_paths(settings.data)],
+                        force=force, hint="use --resume to continue it or --force to replace it")
 
 
 def prepare_folder(out: Path, settings: Settings, resume: bool, force: bool) -> Settings:
@@ -129,7 +130,8 @@ def prepare_folder(out: Path, settings: Settings, resume: bool, force: bool) -> 
     return settings
 
 
-def run_stages(stages: list[Stage], ctx: Context, on_event: Callable[[str, Stage, float, str], None] | None = None) -> dict[str, dict]:
+def run_stages(stages: list[Stage], ctx: Context,
+               on_event: Callable[[str, Stage, float, str], None] | None = None) -> dict[str, dict]:
     """Run (or, on resume, skip) each stage; ``on_event(kind, stage, seconds, note)`` with kind
     in {"start", "done", "skipped"}.  Returns ``ctx.results``."""
     on_event = on_event or (lambda *a: None)

@@ -43,7 +43,8 @@ def default_min_len(w: int) -> int:
     return 2 * (2 * w + 1)
 
 
-def over_sentences(maps, w: int, num_pos: int, attempts: int, seed: int = 0, min_len: int | None = None, s_per_row: int = 1) -> dict:
+def over_sentences(maps, w: int, num_pos: int, attempts: int, seed: int = 0, min_len: int | None = None,
+                   s_per_row: int = 1) -> dict:
     """Random search vs optimal fit on the encoder heads of every sentence of ``maps`` with n ≥ ``min_len``.
 
     ``min_len`` defaults to ``default_min_len(w)`` = 2(2w + 1): on shorter
@@ -74,7 +75,8 @@ def over_sentences(maps, w: int, num_pos: int, attempts: int, seed: int = 0, min
         optimal_err.append(o.ravel())
         by_length[str(n)] = {"sentences": len(mats), "ratio_of_means": float(r.mean() / max(o.mean(), 1e-12)),
                              "per_sentence": (r.mean(-1) / np.maximum(o.mean(-1), 1e-12)).tolist(),
-                             "per_head": (r.mean(0) / np.maximum(o.mean(0), 1e-12)).tolist()}  # layers × heads, flattened
+                             # layers × heads, flattened
+                             "per_head": (r.mean(0) / np.maximum(o.mean(0), 1e-12)).tolist()}
     r, o = np.concatenate(random_err), np.concatenate(optimal_err)
     return {"sentences": int(sum(len(v) for v in by_n.values())), "heads": int(r.size), "min_len": min_len,
             "mean_random_error": float(r.mean()), "mean_optimal_error": float(o.mean()),
@@ -111,13 +113,14 @@ def tables_stage(models: list[ThesisModel]):
             ws = [w for w in range(0, 11) if w < n]
             ps = [p for p in range(0, 5) if p <= n]
             rows, csv_path, png_path = sweep(heads, ws, ps, ctx.out / "figures" / f"sweep-{m.name}", renormalize=True)
-            entry["sweep"] = {"rows": rows, "csv": str(csv_path.relative_to(ctx.out)), "png": str(png_path.relative_to(ctx.out))}
+            entry["sweep"] = {"rows": rows, "csv": str(csv_path.relative_to(ctx.out)),
+                              "png": str(png_path.relative_to(ctx.out))}
             out["models"][m.name] = entry
             t16 = entry["tables"].get("table16", {})
             if "ratio_of_means" in t16:
                 ev = t16["eval"]
-                notes.append(f"{m.name}: ratio {t16['ratio_of_means']:.1f}×"
-                             + (f" ({ev['ratio_of_means']:.1f}× over {ev['sentences']} sentences)" if ev.get("sentences") else ""))
+                over = f" ({ev['ratio_of_means']:.1f}× over {ev['sentences']} sentences)" if ev.get("sentences") else ""
+                notes.append(f"{m.name}: ratio {t16['ratio_of_means']:.1f}×" + over)
         out["_note"] = "  ".join(notes)
         return out
 
