@@ -76,13 +76,13 @@ def check_arguments(a) -> tuple[list[str], list]:
     """(the method specs, the methods) once every argument is checked, before any model loads: the ranges, the methods
     (each once, canonical), --text and --calibrate UTF-8 text files long enough for one window of --n tokens in any
     tokenizer (``before_model``), --out a folder, --hf a model attnlab can find."""
-    from attnlab.cli.option_paths import output_folder
-    from attnlab.llm.methods.method_specs import method_list
     from attnlab.llm import methods
     from attnlab.llm.eval.before_model import check_method_inputs
     from attnlab.llm.eval.eval_grid import check_methods, parse_method
     from attnlab.llm.eval.eval_inputs import check_input_file
+    from attnlab.llm.methods.method_specs import method_list
     from attnlab.llm.models.loading import check_length, resolve_spec
+    from attnlab.option_paths import output_folder
     from attnlab.textfile import read_text_file
 
     if a.n < 64:

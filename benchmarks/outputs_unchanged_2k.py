@@ -66,8 +66,8 @@ def main() -> int:
     from safetensors.torch import load_file, save_file
 
     import attnlab
-    from attnlab.cli.option_paths import input_file
     from attnlab.llm.models.loading import load_causal_lm
+    from attnlab.option_paths import input_file
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="safetensors file of this checkout's outputs")

@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from attnlab.llm.eval.eval_report import markdown, summarise  # noqa: E402
-from benchmarks.results_overview import README_BEGIN, README_END, in_readme, overview  # noqa: E402,F401
 from benchmarks import results_headline  # noqa: E402
+from benchmarks.results_overview import README_BEGIN, README_END, in_readme, overview  # noqa: E402,F401
 
 EVAL_FILES = ("results.jsonl", "config.json", "wall.jsonl", "lost-prompts.jsonl")   # attnlab eval's (and eval-why's) small files
 BENCH_FILES = ("speed.jsonl", "decode.jsonl", "ppl.jsonl", "attention.jsonl")      # benchmarks/llm_structured.py
@@ -384,8 +384,8 @@ def collect(spec: str, runs: Path, recipes: Path) -> list[tuple[Path, Path]]:
     """The small result files to copy into ``runs``, as (file, its copy), each run checked (nothing copied yet).  ``spec`` = DIR: ``DIR/NAME/`` → ``runs/NAME/`` for every NAME that has a
     recipe; ``spec`` = SRC=RECIPE[/PART]: the run folder SRC → ``runs/RECIPE[/PART]/`` (a recipe whose folders are not
     named after it)."""
-    from attnlab.cli.option_paths import contained
     from attnlab.errors import UserError
+    from attnlab.option_paths import contained
 
     source, _, dest = spec.partition("=")
     source = Path(source)
@@ -442,8 +442,8 @@ def restore(before: list[tuple[Path, bytes | None]], runs: Path) -> None:
 
 def check_paths(args) -> None:
     """Every path argument checked before anything is read or written (one line naming the option)."""
-    from attnlab.cli.option_paths import input_file, output_file, output_folder
     from attnlab.errors import UserError
+    from attnlab.option_paths import input_file, output_file, output_folder
 
     try:
         if args.collect:                                                  # --runs is written: new, or a folder

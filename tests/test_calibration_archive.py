@@ -26,7 +26,7 @@ def made(tmp_path_factory):
     """(model, full calibration, archive path, what write_compact did) of the tiny Llama at n = 256."""
     from transformers import AutoTokenizer, LlamaForCausalLM
 
-    from attnlab.llm.plans.calibration_archive import write_compact
+    from attnlab.llm.plans.calibration_proof import write_compact
     from attnlab.llm.plans.calibration_build import build_calibration
     from tests.char_model_folder import tiny_llama_folder
 
@@ -56,7 +56,7 @@ def _prepared(spec, budget, model, cal):
 
 def test_the_plan_from_the_compact_archive_is_the_plan_from_the_full_calibration(made):
     from attnlab.llm.plans.calibration import Calibration
-    from attnlab.llm.plans.calibration_archive import plan_of
+    from attnlab.llm.plans.calibration_proof import plan_of
 
     model, full, path, done = made
     compact = Calibration.load(path)
@@ -305,7 +305,7 @@ def test_a_table_beyond_float16_is_kept_at_a_wider_precision(made, tmp_path):
     import copy
 
     from attnlab.llm.plans.calibration import Calibration
-    from attnlab.llm.plans.calibration_archive import write_compact
+    from attnlab.llm.plans.calibration_proof import write_compact
 
     model, full, _, _ = made
     big = copy.copy(full)

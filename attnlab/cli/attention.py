@@ -125,9 +125,9 @@ def _plan_file(path: Path | None, tokens: int | None):
     """The --plan file, loaded before anything runs (its length checked against --tokens when both are known)."""
     if path is None:
         return None
-    from attnlab.cli.option_paths import input_file
     from attnlab.llm.methods import is_registered
     from attnlab.llm.plans.plan import Plan
+    from attnlab.option_paths import input_file
 
     plan = Plan.load(input_file("--plan", path), "--plan", is_registered)   # missing, a folder, a FIFO: one line
     if tokens is not None and plan.n and plan.n != tokens:
@@ -208,7 +208,7 @@ def attention_command(
 
     dev = check_device(device)                        # cuda without CUDA: one line, before anything is read or written
     if maps_file is not None:
-        from attnlab.cli.option_paths import input_file
+        from attnlab.option_paths import input_file
 
         input_file("--maps", maps_file)               # missing, a folder, a FIFO or device: one line, never opened
     if maps_file is None or not _is_long(maps_file):  # a saved capture refuses these options with its own line (below)

@@ -5,7 +5,7 @@
 
 The full statistics are measured as ``attnlab eval --calibrate TEXT`` measures them (``calibration_build``), for the
 methods in the order given — each adds what it lacks, as successive evals in one folder do — and kept in ``--full``
-when given (measured there once, read again by a later run).  The archive (``calibration_archive.write_compact``)
+when given (measured there once, read again by a later run).  The archive (``calibration_proof.write_compact``)
 keeps the tables those methods read, at the smallest precision whose plans equal the full calibration's; ``attnlab
 eval`` without ``--calibrate`` reads the shipped archive of its model and length (``attnlab/calibrations/``).
 """
@@ -79,8 +79,8 @@ def _run(hf, n, text, windows, mix, specs, budgets, full, out, quiet):
     import time
 
     from attnlab.llm.models.loading import load_causal_lm
-    from attnlab.llm.plans.calibration_archive import write_compact
     from attnlab.llm.plans.calibration_build import build_calibration, calibration_file, method_of
+    from attnlab.llm.plans.calibration_proof import write_compact
     from attnlab.progress import Progress, duration
 
     progress = Progress.for_command(quiet)

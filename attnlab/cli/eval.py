@@ -90,7 +90,7 @@ def eval_command(
     for option, path in texts:
         if path is not None:
             check_input_file(option, path)                                # missing, a folder, empty, binary: one line
-    from attnlab.cli.option_paths import input_file, output_folder
+    from attnlab.option_paths import input_file, output_folder
 
     if plan is not None:
         from attnlab.llm.methods import is_registered

@@ -81,8 +81,8 @@ def check_calibration(path: Path, method) -> None:
     one; one UserError line naming the option otherwise, before any model loads or anything is written."""
     import zipfile
 
-    from attnlab.cli.option_paths import input_file
     from attnlab.errors import UserError
+    from attnlab.option_paths import input_file
 
     input_file("--calibration", path, "calibration file")
     if not method.calibrated:

@@ -127,7 +127,7 @@ def plan_command(
     if out is None:
         folder = Path(hf) if Path(hf).is_dir() else Path(".")
         out = folder / f"attnlab-plan-{method.replace(':', '-').replace('=', '')}-{budget:g}-{n}.json"
-    from attnlab.cli.option_paths import output_file
+    from attnlab.option_paths import output_file
 
     output_file("--out", out)                 # a folder, a FIFO or device, an unwritable folder: named, one line
     # refused before the model loads
@@ -184,7 +184,7 @@ def plan_run_command(
 
     check_backend(backend, dev)               # a backend this device cannot run: one line, before anything is read
 
-    from attnlab.cli.option_paths import input_file
+    from attnlab.option_paths import input_file
 
     method = PlanFile(input_file("--plan", plan))   # missing, a folder, a FIFO or device: one line, never opened
     p = method.file_plan.check(name=f"--plan {plan}", n=n)  # its length and columns against --n

@@ -28,7 +28,7 @@ __all__ = ["check_input_file", "check_eval_folder", "check_texts"]
 
 def check_input_file(option: str, path) -> Path:
     """``path`` when it is a readable UTF-8 text file (plain or .gz); a one-line refusal naming ``option`` otherwise."""
-    from attnlab.cli.option_paths import input_file
+    from attnlab.option_paths import input_file
     from attnlab.textfile import read_text_file
 
     p = input_file(option, path)           # missing, a folder, a FIFO or device: named as such, never opened

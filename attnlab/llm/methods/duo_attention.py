@@ -44,7 +44,7 @@ class DuoAttention(PlanMethod):
         self.recent = int(self.option("recent"))
 
     def check_inputs(self) -> None:
-        from attnlab.cli.option_paths import input_file
+        from attnlab.option_paths import input_file
 
         if not self.opts.get("gates"):
             raise UserError(NO_GATES)

@@ -84,10 +84,10 @@ def build_calibration(model, tokenizer, methods: list, n: int, text_path, window
 def method_of(spec: str, budget: float):
     """The method ``spec`` (``name[:key=value…]``, a registered method or preset) configured at β = ``budget``."""
     from attnlab.llm import methods as registry
-    from attnlab.llm.eval.eval_grid import parse_method
+    from attnlab.option_values import split_method
 
-    base, opts = parse_method(spec)
-    return registry.get(base, budget, **opts)
+    base, pairs = split_method(spec)            # not key=value, or a key given twice: one line
+    return registry.get(base, budget, **dict(pairs))
 
 
 def retrieval_calibration(model, tokenizer, n: int):
