@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from attnlab.llm.plans.limits import BLOCKS_MAX
+from attnlab.llm.plans.limits import BLOCKS_MAX, VOTE_NEXT_MAX
 from attnlab.schemas.schema_file import Strict, load_json
 
 __all__ = ["DECODE_BAND_MAX", "FORMAT", "FORMATS", "N_MAX", "PAGES_MAX", "PAGE_MAX", "SLASHES_MAX", "HeadFile",
@@ -65,7 +65,7 @@ class HeadFile(Strict):
     slashes: Count = Field(ge=0, le=SLASHES_MAX)
     blocks: Count = Field(ge=0, le=BLOCKS_MAX)
     kept: Count = Field(ge=0)               # keys voted by the tail rows, kept at decoding
-    vote_next: Count = Field(ge=0)          # blocks after a voted block counted in its vote
+    vote_next: Count = Field(ge=0, le=VOTE_NEXT_MAX)   # blocks after a voted block counted in its vote
 
     @field_validator("offset", "residual")
     @classmethod

@@ -42,10 +42,25 @@ def _depth(depth: float | None) -> str:
     return "-" if depth is None else f"{depth:.4f}"   # as ``sample_key`` writes it
 
 
-class AnswerRow(Strict):
-    """One prompt answered by one (method, β)."""
+class KeyedRow(Strict):
+    """A row whose ``key`` is made from its fields (``expected_key``): a hand-edited field or key refused."""
 
     key: str
+
+    def expected_key(self) -> str:
+        raise NotImplementedError
+
+    @model_validator(mode="after")
+    def _key(self) -> KeyedRow:
+        key = self.expected_key()
+        if self.key != key:
+            raise ValueError(f"field key: {self.key!r} is not the key of its fields, {key!r}")
+        return self
+
+
+class AnswerRow(KeyedRow):
+    """One prompt answered by one (method, β)."""
+
     kind: Literal["answer"]
     method: str = Field(min_length=1)
     budget: float = Field(ge=0, le=1)
@@ -85,18 +100,13 @@ class AnswerRow(Strict):
     compression: float | None = Field(None, ge=0, le=1)
     question: str | None = None
 
-    @model_validator(mode="after")
-    def _key(self) -> AnswerRow:
-        key = f"{self.method}|{self.budget:g}|{self.task}|{self.n}|{_depth(self.depth)}|{self.sample}"
-        if self.key != key:
-            raise ValueError(f"field key: {self.key!r} is not the key of its fields, {key!r}")
-        return self
+    def expected_key(self) -> str:
+        return f"{self.method}|{self.budget:g}|{self.task}|{self.n}|{_depth(self.depth)}|{self.sample}"
 
 
-class PplRow(Strict):
+class PplRow(KeyedRow):
     """The perplexity of one (method, β) at length n on the ``--ppl`` windows."""
 
-    key: str
     kind: Literal["ppl"]
     method: str = Field(min_length=1)
     budget: float = Field(ge=0, le=1)
@@ -106,30 +116,21 @@ class PplRow(Strict):
     beta: float | None = Field(ge=0)
     seconds: Seconds
 
-    @model_validator(mode="after")
-    def _key(self) -> PplRow:
-        key = f"ppl|{self.method}|{self.budget:g}|{self.n}|{self.windows}"
-        if self.key != key:
-            raise ValueError(f"field key: {self.key!r} is not the key of its fields, {key!r}")
-        return self
+    def expected_key(self) -> str:
+        return f"ppl|{self.method}|{self.budget:g}|{self.n}|{self.windows}"
 
 
-class SkippedRow(Strict):
+class SkippedRow(KeyedRow):
     """A (method, β) the method refused at length n (a budget below its cheapest plan): said, not run."""
 
-    key: str
     kind: Literal["skipped"]
     method: str = Field(min_length=1)
     budget: float = Field(ge=0, le=1)
     n: int = Field(ge=1)
     reason: str = Field(min_length=1)
 
-    @model_validator(mode="after")
-    def _key(self) -> SkippedRow:
-        key = f"{self.method}|{self.budget:g}|skipped|{self.n}"
-        if self.key != key:
-            raise ValueError(f"field key: {self.key!r} is not the key of its fields, {key!r}")
-        return self
+    def expected_key(self) -> str:
+        return f"{self.method}|{self.budget:g}|skipped|{self.n}"
 
 
 ROW = TypeAdapter(Annotated[Union[AnswerRow, PplRow, SkippedRow], Field(discriminator="kind")])
@@ -156,7 +157,7 @@ class WallRow(Strict):
 WALL = TypeAdapter(WallRow)
 
 
-class LostRow(Strict):
+class LostRow(KeyedRow):
     """A prompt full attention answered and the method lost, explained (``attnlab.llm.eval.lost_prompts``)."""
 
     method: str = Field(min_length=1)
@@ -165,7 +166,6 @@ class LostRow(Strict):
     n: int = Field(ge=1)
     depth: float | None = Field(ge=0, le=1)
     sample: int = Field(ge=0)
-    key: str
     expected: list[str] = Field(min_length=1)
     answer: str
     full_answer: str
@@ -187,12 +187,8 @@ class LostRow(Strict):
     restored_layers: dict[str, Any] | None = None
     summary: str = Field(min_length=1)
 
-    @model_validator(mode="after")
-    def _key(self) -> LostRow:
-        key = f"{self.method}|{self.budget:g}|{self.task}|{self.n}|{_depth(self.depth)}|{self.sample}"
-        if self.key != key:
-            raise ValueError(f"field key: {self.key!r} is not the key of its fields, {key!r}")
-        return self
+    def expected_key(self) -> str:
+        return f"{self.method}|{self.budget:g}|{self.task}|{self.n}|{_depth(self.depth)}|{self.sample}"
 
 
 LOST = TypeAdapter(LostRow)

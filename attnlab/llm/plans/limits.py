@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["BLOCK", "BLOCKS_MAX", "WIDTHS", "check_budget"]
+__all__ = ["BLOCK", "BLOCKS_MAX", "VOTE_NEXT_MAX", "WIDTHS", "check_budget"]
 
 BLOCK = 16          # b: tokens per query block and per key block (the kernel's chunk for such heads)
 BLOCKS_MAX = 4096   # K: key blocks per query block (a sanity bound)
+VOTE_NEXT_MAX = 64  # s: blocks before a voted block counted in its vote (the option's and the plan file's bound)
 WIDTHS = ("all", "own")   # choose_plan's bands: every width calibrated, or attnlab's grid W_GRID alone
 
 
