@@ -26,9 +26,10 @@ class VotedCache(Part):
         "tail_keep": Option(0, 0, 10**7, "P (needs tail): keys a retrieval head keeps at decoding, voted by its tail "
                             "rows (0: its whole cache)"),
         "vote_next": Option(0, 0, VOTE_NEXT_MAX, "s (needs tail_keep): a block's vote also counts the mass of the "
-                            "s blocks before it", experimental="SmolLM2 multi-key dev prompts at 2K and 8K: vote_next=1 and "
-                            "vote_next=2 13/20 and 10/20, as the default (full 14/20 and 12/20): no gain, not "
-                            "taken (docs/records/page-choice-dev)"),
+                            "s blocks before it",
+                            experimental="SmolLM2 multi-key dev prompts at 2K and 8K: vote_next=1 and vote_next=2 "
+                            "13/20 and 10/20, as the default (full 14/20 and 12/20): no gain, not taken "
+                            "(docs/records/page-choice-dev)"),
         "group_vote": Option(0, 0, 1, "1 (needs tail_keep): the retrieval heads of a KV group cast one vote, P keys a "
                              "KV head", experimental=NOT_TAKEN_KV),
     }
