@@ -51,6 +51,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from attnlab.errors import main_guard
+    from attnlab.script_guard import main_guard
 
     main_guard(main)

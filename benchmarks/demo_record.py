@@ -63,6 +63,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from attnlab.errors import main_guard   # a usage error or a bad file: one line, exit 2
+    from attnlab.script_guard import main_guard   # a usage error or a bad file: one line, exit 2
 
     main_guard(main)

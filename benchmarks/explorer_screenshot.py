@@ -73,6 +73,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from attnlab.errors import main_guard
+    from attnlab.script_guard import main_guard
 
     main_guard(main)

@@ -811,6 +811,6 @@ def speed(lengths, prefill_n: int, device, smoke: bool, profile: bool) -> None:
 
 
 if __name__ == "__main__":
-    from attnlab.errors import main_guard
+    from attnlab.script_guard import main_guard
 
     main_guard(main)

@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from attnlab.errors import UserError, main_guard  # noqa: E402
+from attnlab.errors import UserError  # noqa: E402
+from attnlab.script_guard import main_guard  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "shakespeare"
 

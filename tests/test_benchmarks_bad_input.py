@@ -1,4 +1,4 @@
-"""Every ``benchmarks/*.py`` script follows the command line's rules on bad input (``attnlab.errors.main_guard``).
+"""Every ``benchmarks/*.py`` script follows the command line's rules on bad input (``attnlab.script_guard.main_guard``).
 
 Each script's parser is walked: an unknown option, a word where a number is expected, a value outside the
 choices, and the missing required arguments.  Then the runs that crashed before: a missing run folder

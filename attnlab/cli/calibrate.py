@@ -112,12 +112,13 @@ def calibrations_command(
     files: Optional[list[Path]] = typer.Argument(None, help="archives to read (default: the ones attnlab ships)"),
 ) -> None:
     """The calibration archives attnlab ships (or the files given): model, length, text, tables, size, proved plans."""
+    from attnlab.llm.methods import is_registered
     from attnlab.llm.plans.shipped_calibrations import catalogue
     from attnlab.schemas.calibration import load
 
     paths = list(files) if files else [p for _, _, p in catalogue()]
     for path in paths:
-        a = load(path, None)   # a broken file: one line naming it, the field and the rule
+        a = load(path, None, is_registered)   # a broken file: one line naming it, the field and the rule
         h = a.header
         kinds = sorted({str(t.dtype) for t in a.tables.values()})
         proved = {}

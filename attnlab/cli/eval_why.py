@@ -87,10 +87,11 @@ def check_calibration(path: Path, method) -> None:
     input_file("--calibration", path, "calibration file")
     if not method.calibrated:
         raise UserError(f"--calibration {path}: {method.name} runs without a calibration (leave --calibration out)")
-    from attnlab.llm.plans.calibration import Calibration
+    from attnlab.llm.methods import is_registered
+    from attnlab.llm.plans.calibration_archive import load_calibration
 
     try:
-        Calibration.load(path, "--calibration")
+        load_calibration(path, "--calibration", is_registered)
     except UserError as err:
         said = str(err)
         raise UserError(said if said.startswith("--calibration") else f"--calibration {path}: {said}") from None

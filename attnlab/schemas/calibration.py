@@ -37,7 +37,7 @@ import json
 import os
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from attnlab.errors import UserError
 from attnlab.schemas.schema_file import Strict, parse, where
@@ -103,11 +103,11 @@ class CalibrationHeader(Strict):
 
     @field_validator("methods")
     @classmethod
-    def _methods(cls, v: list[str]) -> list[str]:
-        from attnlab.llm import methods as registry
-
-        known = set(registry.names()) | set(registry.preset_names())
-        bad = [m for m in v if m.partition(":")[0] not in known]
+    def _methods(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        """Where the caller knows the registry (``known_method=methods.is_registered``), a name it lacks is refused;
+        the calibration record imports no method."""
+        known = (info.context or {}).get("known_method")
+        bad = [m for m in v if known is not None and not known(m.partition(":")[0])]
         if bad:
             raise ValueError(f"{bad[0]!r} is not a registered method or preset")
         return v
@@ -182,8 +182,9 @@ def _check_table(name: str, a, sizes: dict, tables: dict) -> str | None:
     return None
 
 
-def load(path: str | os.PathLike, option: str | None = None) -> CalibrationArchive:
-    """The archive at ``path``, or one UserError line naming the file, the field and the rule."""
+def load(path: str | os.PathLike, option: str | None = None, known_method=None) -> CalibrationArchive:
+    """The archive at ``path``, or one UserError line naming the file, the field and the rule (``known_method``: the
+    registry's test of a method name, given by a caller that knows it)."""
     from safetensors import SafetensorError, safe_open
 
     name = where(path, option)
@@ -201,7 +202,7 @@ def load(path: str | os.PathLike, option: str | None = None) -> CalibrationArchi
         data = json.loads(meta[KEY])
     except json.JSONDecodeError as err:
         raise UserError(f"{name}: field header: not JSON ({err.msg} at column {err.colno})") from None
-    header = parse(data, CalibrationHeader, name)
+    header = parse(data, CalibrationHeader, name, {"known_method": known_method})
     check_tables(tables, header.sizes(), name)
     return CalibrationArchive(header, tables)
 

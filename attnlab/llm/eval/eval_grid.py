@@ -101,12 +101,12 @@ def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, me
     if not any(m.calibrated for m in methods):
         return None
     if not settings.calibrate:   # the shipped archive of the model at n (``check_settings`` found it)
-        from attnlab.llm.plans.calibration import Calibration
+        from attnlab.llm.plans.calibration_archive import load_calibration
         from attnlab.llm.plans.shipped_calibrations import shipped
 
         path = shipped(settings.model, n)
         progress.stage(f"calibration n={n}: the one attnlab ships ({path.name})")
-        return Calibration.load(path)
+        return load_calibration(path, known_method=registry.is_registered)
     return calibration_file(model, tokenizer, methods, n, out / f"calibration-{n}.npz", settings.calibrate,
                             settings.calibrate_windows, settings.calibrate_mix, progress)
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
-from attnlab.llm.methods import REFERENCE
+from attnlab.llm.methods import REFERENCE, is_registered
 from attnlab.llm.methods.base import PLAN_FIELDS
 from attnlab.progress import SILENT, Progress
 
@@ -149,7 +149,7 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
 
     from attnlab.llm.eval.lost_reads import full_row, method_row
     from attnlab.llm.eval.tasks import TASKS, Haystack
-    from attnlab.llm.plans.calibration import Calibration
+    from attnlab.llm.plans.calibration_archive import load_calibration
     from attnlab.schemas.result_row import LOST, read_rows
 
     out = Path(out)
@@ -163,7 +163,7 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
         if (n, budget) not in made:
             m = method_of(settings, method_name, budget)
             path = calibration_path(out, method_name, n, calibration)
-            m.prepare(model, n, Calibration.load(path) if path else None)
+            m.prepare(model, n, load_calibration(path, known_method=is_registered) if path else None)
             made[(n, budget)] = m
         m = made[(n, budget)]
         if hay is None:

@@ -26,8 +26,8 @@ from attnlab.errors import UserError
 from attnlab.llm.methods.base import REFERENCE, Method, PlanMethod
 
 __all__ = ["COMPOSE", "DEFAULT", "Method", "PLAN_FILE", "PlanMethod", "PRESETS", "Preset", "REFERENCE", "REGISTRY",
-           "composed", "default_names", "get", "is_registered", "method_class", "names", "plan_names", "preset_names",
-           "register", "register_preset"]
+           "FILE_METHODS", "composed", "default_names", "get", "is_registered", "method_class", "names", "plan_names",
+           "preset_names", "register", "register_file_method", "register_preset"]
 
 REGISTRY: dict[str, type[Method]] = {}
 COMPOSE = "+"   # parts joined: a composed method (``parts.compose``)
@@ -47,6 +47,7 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {}
+FILE_METHODS: dict[str, type[Method]] = {}   # PLAN_FILE → the method that runs a plan file (``attnlab_plan.PlanFile``)
 
 
 def register(cls: type[Method]) -> type[Method]:
@@ -54,6 +55,12 @@ def register(cls: type[Method]) -> type[Method]:
     if not cls.name or cls.name in REGISTRY:
         raise ValueError(f"method name {cls.name!r} is empty or taken")
     REGISTRY[cls.name] = cls
+    return cls
+
+
+def register_file_method(cls: type[Method]) -> type[Method]:
+    """Class decorator: ``cls`` runs a plan file under the name ``PLAN_FILE`` (not a method one configures)."""
+    FILE_METHODS[PLAN_FILE] = cls
     return cls
 
 
@@ -131,11 +138,9 @@ def get(name: str, budget: float = 1.0, plan_file=None, **options) -> Method:
     (its budget and length are the file's)."""
     _discover()
     if name == PLAN_FILE:
-        from attnlab.llm.methods.attnlab_plan import PlanFile
-
         if plan_file is None or options:
             raise UserError(f"--method {PLAN_FILE}: runs the plan file of --plan FILE, with no options")
-        return PlanFile(plan_file)
+        return FILE_METHODS[PLAN_FILE](plan_file)
     if name in PRESETS:
         p = PRESETS[name]
         cls = REGISTRY[p.base]

@@ -27,7 +27,7 @@ plan does not depend on which other methods were calibrated with it (``selection
 
 import warnings
 
-from attnlab.llm.methods import register
+from attnlab.llm.methods import is_registered, register, register_file_method
 from attnlab.llm.methods.base import Option, PlanMethod
 from attnlab.llm.methods.parts.band_floor import BandFloor
 from attnlab.llm.methods.parts.slash_lines import SlashLines
@@ -88,6 +88,7 @@ for _table, _grads in TABLES:   # (table, needs the loss gradients)
     _variant(_table, _grads)
 
 
+@register_file_method
 class PlanFile(PlanMethod):
     """A plan read from a file (``attnlab plan``): its method, budget and length are the file's."""
 
@@ -99,8 +100,6 @@ class PlanFile(PlanMethod):
         from attnlab.llm.plans.plan import Plan
 
         self.path = str(path)
-        from attnlab.llm.methods import is_registered
-
         self.file_plan = Plan.load(path, "--plan", is_registered)   # the option that names the file, in its errors
         super().__init__(self.file_plan.budget if 0 < self.file_plan.budget <= 1 else 1.0)
 

@@ -248,14 +248,8 @@ class Calibration:
 
     @classmethod
     def load(cls, path, option: str | None = None) -> "Calibration":
-        """The statistics ``save`` wrote (``.npz``), or a compact archive (``calibration_archive``, ``attnlab
-        calibrate``)."""
-        import zipfile
-
-        if not zipfile.is_zipfile(path):
-            from attnlab.llm.plans.calibration_archive import read_compact
-
-            return read_compact(path, option)
+        """The statistics ``save`` wrote (``.npz``); either form, this or a compact archive: ``calibration_archive.
+        load_calibration``."""
         from attnlab.schemas.calibration import check_tables, table_shape
 
         name = f"{option} {path}" if option else str(path)

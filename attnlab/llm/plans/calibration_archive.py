@@ -1,7 +1,8 @@
 """A calibration as attnlab ships it, read: only the tables the calibrated methods read, at a precision keeping
 their plans (written and proved by ``calibration_proof.write_compact``, ``attnlab calibrate``).
 
-    cal = read_compact(path, option)     # a ``Calibration`` holding those tables
+    cal = read_compact(path, option)                    # a ``Calibration`` holding those tables
+    cal = load_calibration(path, option, known_method)  # either form: the statistics (.npz) or an archive
 
 A table the archive does not hold is refused when a method reads it, in one line naming the file and the table.
 """
@@ -16,7 +17,7 @@ from attnlab.errors import UserError
 from attnlab.llm.plans.calibration import Calibration
 from attnlab.schemas.calibration import TABLE_SHAPES, load
 
-__all__ = ["PER_OPTION", "CompactCalibration", "read_compact"]
+__all__ = ["PER_OPTION", "CompactCalibration", "load_calibration", "read_compact"]
 
 PER_OPTION = tuple(t for t, dims in TABLE_SHAPES.items() if "Gw" in dims)   # a value per grid option: the large tables
 
@@ -37,11 +38,11 @@ class CompactCalibration(Calibration):
         raise UserError(f"{path}: a compact calibration is written by `attnlab calibrate`, not saved as statistics")
 
 
-def read_compact(path, option: str | None = None) -> CompactCalibration:
+def read_compact(path, option: str | None = None, known_method=None) -> CompactCalibration:
     """The ``Calibration`` an archive holds (``attnlab.schemas.calibration.load``: refused in one line if broken)."""
     from attnlab.schemas.schema_file import where
 
-    archive = load(path, option)
+    archive = load(path, option, known_method)
     h = archive.header
     shape = {"num_layers": h.num_layers, "num_heads": h.num_heads, "num_kv_heads": h.num_kv_heads,
              "windows": h.windows}
@@ -55,3 +56,13 @@ def read_compact(path, option: str | None = None) -> CompactCalibration:
             del cal.__dict__[name]
     cal.source, cal.made_for, cal.header = where(path, option), list(h.methods), h
     return cal
+
+
+def load_calibration(path, option: str | None = None, known_method=None) -> Calibration:
+    """A calibration file in either form: the statistics ``Calibration.save`` wrote (``.npz``, a zip file) or a
+    compact archive (``attnlab calibrate``); ``known_method``: the registry's test of the methods it was made for."""
+    import zipfile
+
+    if zipfile.is_zipfile(path):   # False for a folder, a FIFO, a missing file: the archive's reader names each
+        return Calibration.load(path, option)
+    return read_compact(path, option, known_method)

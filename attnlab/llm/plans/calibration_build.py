@@ -31,10 +31,10 @@ def calibration_file(model, tokenizer, methods: list, n: int, path: Path, text_p
                      mix: str | None = None, progress: Progress = SILENT):
     """``build_calibration`` kept in the file ``path``: what it holds is read, what the methods still need is measured
     and the file written again only then (a later run at the same n reuses it)."""
-    from attnlab.llm.plans.calibration import Calibration
+    from attnlab.llm.plans.calibration_archive import load_calibration
 
     path = Path(path)
-    old = Calibration.load(path) if path.exists() else None
+    old = load_calibration(path) if path.exists() else None
     cal, changed = build_calibration(model, tokenizer, methods, n, text_path, windows, mix, old, progress)
     if changed:
         cal.save(path)
