@@ -36,7 +36,7 @@ def random_step(seed: int, B: int, H_kv: int, r: int, kv: list[int], i: int, pag
     w = torch.randint(0, i + 3, (H,), generator=g)
     w = torch.where(torch.rand(H, generator=g) < 0.15, FULL, w)
     w[0] = max(int(w[0]), 0)
-    step.w_decode = w
+    step.w_read = w
     step.reads = (w != FULL) & (torch.rand(H, generator=g) < 0.9)
     step.reads[0] = True                                                                     # a head reads back
     step.pages, step.mean_pages = pages, min(mean_pages, pages)
@@ -143,7 +143,7 @@ def test_a_page_whose_keys_are_all_columns_is_no_candidate(monkeypatch):
     """Head 0's columns fill page 1 (positions 4 … 7 with page 4): its own summary there is ±inf (no key left) and
     the page is no candidate; the other heads may still read it."""
     step, q, part, _, heads, q_pos = random_step(3, 1, 1, 2, [0], 40, 4, 4)
-    step.w_decode = torch.tensor([2, 2])
+    step.w_read = torch.tensor([2, 2])
     step.reads = torch.tensor([True, True])
     cols = torch.tensor([[[4, 5, 6, 7], [-1, -1, -1, -1]]])
     g = torch.Generator().manual_seed(0)
@@ -175,7 +175,7 @@ def test_the_native_band_and_columns_step_equals_the_masked_softmax(seed, H_kv, 
     H, B, L = H_kv * r, 2, i + 6
     step = DecodeStep([HeadPlan(support=Support(w=4)) for _ in range(H)], 0, H_kv, sliding_window=sliding)
     w = torch.randint(0, i + 3, (H,), generator=g)
-    step.w_decode = torch.where(torch.rand(H, generator=g) < 0.2, FULL, w)
+    step.w_read = torch.where(torch.rand(H, generator=g) < 0.2, FULL, w)
     pos = torch.where(torch.rand(B, H_kv, L, generator=g) < 0.8, torch.randint(0, i + 1, (B, H_kv, L), generator=g), -1)
     flags = (torch.rand(B, H_kv, r, L, generator=g) < 0.2) & (pos >= 0)[:, :, None]
     k, v = torch.randn(B, H_kv, L, 16, generator=g), torch.randn(B, H_kv, L, 8, generator=g)

@@ -27,23 +27,23 @@ def qkv(n, seed, H=4, H_kv=2, d=16):
 
 
 def test_a_capped_band_reads_and_keeps_at_most_c_keys_at_decoding_and_the_prefill_is_unchanged():
-    """decode_w(h) = min(w_h, c) for a planned head; FULL and a retrieval tail stay whole; a sliding layer min(W − 1, c).
-    keep(j): j ≥ seen − decode_w or a column.  The prefill's rows are the uncapped plan's."""
+    """w_read_at(h) = min(w_h, c) for a planned head; FULL and a retrieval tail stay whole; a sliding layer min(W − 1, c).
+    keep(j): j ≥ seen − w_read_at or a column.  The prefill's rows are the uncapped plan's."""
     heads = [head(40, (0,)), head(8, (1,)), head(FULL), head(30, (0,), 8)]
     n, c = 120, 16
     q, k, v = qkv(n, 0)
     plain, capped = LayerRunner(heads, 0, 2), LayerRunner(heads, 0, 2, decode_band=c)
     assert (plain.prefill(q, k, v, 0.25) - capped.prefill(q, k, v, 0.25)).abs().max() == 0
-    assert capped.w_decode.tolist() == [16, 8, FULL, FULL] and plain.w_decode.tolist() == [40, 8, FULL, FULL]
-    assert [capped.decode_w(h, n) for h in range(4)] == [16, 8, FULL, 16]        # a tail's band: 16 (it reads all)
+    assert capped.w_read.tolist() == [16, 8, FULL, FULL] and plain.w_read.tolist() == [40, 8, FULL, FULL]
+    assert [capped.w_read_at(h, n) for h in range(4)] == [16, 8, FULL, 16]        # a tail's band: 16 (it reads all)
     pos = torch.arange(n).expand(1, 2, n)
     keep = capped.keep(pos, n)                                  # KV 0: heads 0 (w 16 now, column 0), 1 (w 8, column 1)
     want = (pos[0, 0] >= n - 16) | (pos[0, 0] <= 1)
     assert torch.equal(keep[0, 0], want) and bool(keep[0, 1].all())   # KV 1: a FULL head and a tail read everything
     assert int(plain.keep(pos, n)[0, 0].sum()) == 40 + 2
     sliding = LayerRunner([head(FULL), head(100)], 0, 1, sliding_window=64, decode_band=c)
-    assert [sliding.decode_w(h, n) for h in range(2)] == [16, 16]
-    assert [LayerRunner([head(FULL), head(100)], 0, 1, sliding_window=64).decode_w(h, n) for h in range(2)] == [63, 63]
+    assert [sliding.w_read_at(h, n) for h in range(2)] == [16, 16]
+    assert [LayerRunner([head(FULL), head(100)], 0, 1, sliding_window=64).w_read_at(h, n) for h in range(2)] == [63, 63]
 
 
 def test_a_capped_band_decodes_as_the_same_heads_planned_with_that_band():

@@ -42,7 +42,7 @@ def greedy_logits(model, plan, ids, steps, cache_kind="plan", full_decoding=Fals
         cache = out.cache
         if full_decoding:
             for mod in attention_modules(model):
-                mod.attnlab_layer.w_decode = torch.full_like(mod.attnlab_layer.w_decode, FULL)
+                mod.attnlab_layer.w_read = torch.full_like(mod.attnlab_layer.w_read, FULL)
         toks, logits = [], []
         for _ in range(steps):
             logits.append(out.logits[0, -1])

@@ -123,7 +123,7 @@ def test_tails_cost_what_they_read_and_run_exactly(tmp_path):
     assert torch.allclose(p_tail[0, : n - T], p_plain[0, : n - T], atol=1e-6)
     assert not torch.allclose(p_tail[0, n - T :], p_plain[0, n - T :], atol=1e-4)
     runner = mod.attnlab_layer
-    assert int(runner.w_decode[0]) == -1 and int(runner.w_decode[1]) == w
+    assert int(runner.w_read[0]) == -1 and int(runner.w_read[1]) == w
     cache = PlanCache(model)
     with torch.no_grad():
         model(x, cache=cache, use_cache=True)

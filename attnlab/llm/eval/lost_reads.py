@@ -167,7 +167,7 @@ def _reading(cls: type) -> type:
             P = -(-self.m // page)
             hq = self.query_heads(kv).tolist()
             # (H_s·r,) band per query head
-            w = self.per_kv(self.w_decode, kv).reshape(-1).tolist()
+            w = self.per_kv(self.w_read, kv).reshape(-1).tolist()
             # (B, H_s·r, g), −1: empty
             cols = self.columns[:, hq] if self.columns is not None else None
             for x, h in enumerate(hq):
@@ -329,7 +329,7 @@ def _layer_verdicts(l: int, r, q: int, n: int, V, pages: int, O=None) -> dict:
                 part = next((name for name, m in parts.items() if bool(m[0, h, j])), None)
                 why = None if part else "outside its band, columns, diagonals and key blocks"
             elif ok:                                       # read at the step: by which part
-                wd = int(r.w_decode[h])
+                wd = int(r.w_read[h])
                 whole = "whole cache" if bool((read[h] | ~resident[g]).all()) else "chosen by the method's own step"
                 part = (whole if wd == FULL else "band" if q - j <= wd else
                         next((k for k, c in cols.items() if bool((c[h] == j).any())), "page read back"))

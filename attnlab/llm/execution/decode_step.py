@@ -64,7 +64,7 @@ class DecodeStep(LayerPlan):
         flags = self.column_flags(k_pos, kv) if flags is None else flags
         i = q_pos.view(1, 1, 1, -1, 1)
         j = k_pos[:, :, None, None, :]                                                     # (B, H_s, 1, 1, L)
-        w = self.per_kv(self.w_decode, kv).to(k_pos.device).view(1, H_s, r, 1, 1)
+        w = self.per_kv(self.w_read, kv).to(k_pos.device).view(1, H_s, r, 1, 1)
         return (j >= 0) & visible(i, j, self.sliding) & ((w == FULL) | near(i, j, w) | flags[:, :, :, None, :])
 
     def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None, kv=None, summaries=None):
@@ -77,7 +77,7 @@ class DecodeStep(LayerPlan):
         flags = self.column_flags(k_pos, kv) if flags is None else flags                  # (B, H_s, r, L)
         backend = self.backend_of(q)
         if not self.pages and q.shape[2] == 1:   # band ∪ columns: the backend's fused step where it has one
-            w = self.per_kv(self.w_decode, kv)                                              # (H_s, r)
+            w = self.per_kv(self.w_read, kv)                                              # (H_s, r)
             fused = backend.decode_fused(q, k, v, k_pos, flags, w, torch.zeros(w.shape, dtype=torch.bool), None, None,
                                          int(q_pos[-1]), sliding=self.sliding, page=self.page, pages=0, scale=scaling)
             if fused is not None:
@@ -97,7 +97,7 @@ class DecodeStep(LayerPlan):
         wait for a device there (``page_table.table_of``)."""
         if device is not None and torch.device(device).type == "cpu":
             return None
-        w = self.per_kv(self.w_decode, kv)
+        w = self.per_kv(self.w_read, kv)
         if bool((w == FULL).any()):
             return L
         g = self.columns.shape[-1] if self.columns is not None and self.sliding is None else 0
@@ -116,7 +116,7 @@ class DecodeStep(LayerPlan):
             one = len(parts) == 1 and p.kv.tolist() == list(range(self.H_kv))          # every head, in order
             hq = torch.arange(H, device=q.device) if one else self.query_heads(p.kv).to(q.device)
             q_p = q if one else q[:, hq]
-            if p.whole and n == 1 and bool((self.per_kv(self.w_decode, p.kv) == FULL).all()):
+            if p.whole and n == 1 and bool((self.per_kv(self.w_read, p.kv) == FULL).all()):
                 o = self.backend_of(q).decode(q_p, p.keys, p.values, scaling)          # every key, all before the query
                 if one:
                     return o, fetched
@@ -161,7 +161,7 @@ class DecodeStep(LayerPlan):
         flags = self.column_flags(pos_r, p.kv) if p.flags is None else p.flags        # (B, H_s, r, L)
         store = (p.store.store_keys, p.store.store_values, p.store.store_slots())     # (B, H_s, S, ·), (B, H_s, J)
         rows = None if heads is None else (summaries.row[heads[0]].clamp_min(0), heads[1])  # the layer's summaries
-        fused = self.backend_of(q).decode_fused(q, k_r, v_r, pos_r, flags, self.per_kv(self.w_decode, p.kv),
+        fused = self.backend_of(q).decode_fused(q, k_r, v_r, pos_r, flags, self.per_kv(self.w_read, p.kv),
                                                 self.per_kv(self.reads, p.kv), summaries, store, i,
                                                 sliding=self.sliding, page=page, pages=self.pages, scale=scaling,
                                                 rows=rows, mean_pages=self.mean_pages)
@@ -170,7 +170,7 @@ class DecodeStep(LayerPlan):
             return o, float(read.sum())
         summaries = summaries if heads is None else summaries.of_heads(*heads)
         allowed = self.allowed(q_pos, pos_r, flags, p.kv)[:, :, :, 0]                 # (B, H_s, r, L): band ∪ columns
-        w = self.per_kv(self.w_decode, p.kv).to(dev)                                  # (H_s, r)
+        w = self.per_kv(self.w_read, p.kv).to(dev)                                  # (H_s, r)
         reads = self.per_kv(self.reads, p.kv).to(dev)                                 # (H_s, r)
         # candidates: a page holds a position ≤ i that is neither in h's band nor one of its columns
         P = i // page + 1
@@ -227,11 +227,11 @@ class DecodeStep(LayerPlan):
         layer can still read.
 
             keep(j) = ∃ h of the KV head: w_h = FULL ∨ j ≥ seen − w_h ∨ j ∈ T_h     (w_h capped by a sliding window and
-                                                                                 by ``decode_band``: ``decode_w``)
+                                                                                 by ``decode_band``: ``w_read_at``)
         """
         B, H_s, L = k_pos.shape
         r = self.H // self.H_kv
-        w = torch.tensor([FULL if self.whole[h] else self.decode_w(h, seen) for h in range(self.H)])
+        w = torch.tensor([FULL if self.whole[h] else self.w_read_at(h, seen) for h in range(self.H)])
         w = self.per_kv(w, kv).to(k_pos.device).view(1, H_s, r, 1)
         flags = self.column_flags(k_pos, kv) if flags is None else flags                  # (B, H_s, r, L)
         mine = (w == FULL) | near(seen, k_pos[:, :, None, :], w) | flags

@@ -57,14 +57,15 @@ class LayerPlan:
         # alone are a prefill choice
         self.whole = torch.tensor([t > 0 and not p for t, p in zip(self.tail, self.kept)], dtype=torch.bool)
         self.sliding = sliding_window
-        # c > 0: at decoding a planned head's band reads at most c keys, min(w_h, c) (``decode_w``);
+        # c > 0: at decoding a planned head's band reads at most c keys, min(w_h, c) (``w_read_at``);
         # the prefill keeps w_h
         self.decode_band = int(decode_band)
-        # (H,) a tail: every cached key; without a cap the planned w (a sliding layer's FULL: the mask's window)
-        read = torch.tensor([self.decode_w(h, 0) for h in range(self.H)]) if self.decode_band else self.w
-        self.w_decode = torch.where(self.whole, FULL, read)
+        # w_read (H,): the half-width a decoding step of each head reads (``w_read_at`` at length n) — a tail: every
+        # cached key; without a cap the planned w (a sliding layer's FULL: the mask's window)
+        read = torch.tensor([self.w_read_at(h, 0) for h in range(self.H)]) if self.decode_band else self.w
+        self.w_read = torch.where(self.whole, FULL, read)
         # read-back: the planned heads (no FULL decoding, no sliding layer) read ``pages`` pages of ``page`` keys
-        self.reads = (self.w_decode != FULL) & (pages > 0 and sliding_window is None)   # (H,) bool
+        self.reads = (self.w_read != FULL) & (pages > 0 and sliding_window is None)   # (H,) bool
         self.pages, self.page = (int(pages), int(page)) if bool(self.reads.any()) else (0, int(page))
         self.mean_pages = min(int(mean_pages), self.pages)   # of them chosen by the mean key's score
                                                              # (``pages.choose_pages``)
@@ -155,9 +156,10 @@ class LayerPlan:
             return self.sliding - 1 if w == FULL else min(w, self.sliding - 1)
         return w
 
-    def decode_w(self, h: int, n: int) -> int:
-        """Half-width a decoding query of head h reads: ``effective_w`` capped at ``decode_band`` c > 0, min(w, c) — a
-        planned FULL head of a full layer stays FULL (the plan chose it whole), a sliding layer's head min(W − 1, c)."""
+    def w_read_at(self, h: int, n: int) -> int:
+        """Half-width a decoding query of head h reads at length n (``w_read`` is it planned, before any length):
+        ``effective_w`` capped at ``decode_band`` c > 0, min(w, c) — a planned FULL head of a full layer stays FULL
+        (the plan chose it whole), a sliding layer's head min(W − 1, c)."""
         w = self.effective_w(h, n)
         return w if w == FULL or not self.decode_band else min(w, self.decode_band)
 
@@ -181,7 +183,7 @@ class LayerPlan:
 
     def whole_kv(self):
         """(H_kv,) bool: the KV heads some query head of which reads every key at decoding (full, a retrieval tail)."""
-        return (self.per_kv(self.w_decode) == FULL).any(1) & (self.sliding is None)
+        return (self.per_kv(self.w_read) == FULL).any(1) & (self.sliding is None)
 
 
     # ---- the seam's parts ------------------------------------------------------------------------

@@ -98,7 +98,7 @@ class PrefillStep(LayerPlan):
             taken, mass = {}, {}
             for x, h in enumerate(hs):
                 taken[h] = column_mask(torch.cat([self.columns[:, h], held[:, h]], -1), n)      # (B, n): columns, held
-                taken[h][:, max(0, n - 1 - self.decode_w(h, n)) :] = True                       # the band holds these
+                taken[h][:, max(0, n - 1 - self.w_read_at(h, n)) :] = True                       # the band holds these
                 mass[h] = a[:, x].sum(-2).masked_fill(taken[h], 0.0)                            # (B, n) m_j
             if self.group_vote:   # one vote a KV group: m_j summed over its voting heads, the same blocks for each
                 mass = {h: sum(mass[g] for g in hs if self.kv_of[g] == self.kv_of[h]) for h in hs}

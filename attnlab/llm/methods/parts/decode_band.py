@@ -1,6 +1,6 @@
 """A decoding band: at decoding every planned head's band reads, and its KV head keeps, at most c keys.
 
-    w_dec = min(w_h, c), in a sliding layer min(W − 1, c)      (``Plan.decode_band``, ``LayerPlan.decode_w``)
+    w_dec = min(w_h, c), in a sliding layer min(W − 1, c)      (``Plan.decode_band``, ``LayerPlan.w_read_at``)
 
 Its columns, voted keys and read-back pages as before: the decoding cache's budget apart from the prefill's β, as
 SnapKV's and DuoAttention's caches are.  The prefill's attention is unchanged (no share of β), but a voted cache's
