@@ -32,6 +32,9 @@ for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         _module.register(app)
 
 
+SILENT_RANK_WAIT = 5.0   # seconds a rank > 0 waits before exiting on an option error (torchrun stops it sooner)
+
+
 def fail(message: str) -> "typer.Exit":
     """Print ``attnlab: error: message`` (one line) and return the exit to raise; under ``torchrun`` rank 0 alone
     prints it (``llm.eval.ranks.says_errors``), every rank exits 2."""
@@ -39,6 +42,10 @@ def fail(message: str) -> "typer.Exit":
 
     if says_errors():
         typer.echo(f"attnlab: error: {' '.join(str(message).split())}", err=True)
+    else:   # a silent rank leaves rank 0 time to say the line: torchrun ends every rank once the first one exits
+        import time
+
+        time.sleep(SILENT_RANK_WAIT)
     return typer.Exit(code=2)
 
 
