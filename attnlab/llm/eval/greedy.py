@@ -5,7 +5,7 @@
 
 Timed apart (prefill seconds, decoding seconds); the cache's bytes after the prefill give the KV
 tokens the decoding policy keeps, per layer and KV head, as the field states a KV budget.  A method whose
-prefill is full attention may take it from a shared full-attention prefill (``prefix_cache``, issue 25).  A plan with
+prefill is full attention may take it from a shared full-attention prefill (``prefix_cache``).  A plan with
 read-back (``Plan.pages``) is stated apart, never hidden in those:
 
     kv_tokens / kv_bytes              the resident cache (+ page summaries): what a query reads without the store

@@ -1,4 +1,4 @@
-"""Prompts that share a prefix reuse its full-attention prefill (issue 25).
+"""Prompts that share a prefix reuse its full-attention prefill.
 
 Under full attention, S_h(i) = {j ≤ i}, the keys and values of position j depend on x_0 … x_j only:
 

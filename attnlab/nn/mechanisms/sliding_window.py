@@ -85,7 +85,7 @@ def kernel_chunk(w: int) -> int:
     """The kernel's default chunk c = clamp(w, MIN_CHUNK, MAX_CHUNK): a window of c + 2w keys per c queries.
 
     Smaller c wastes less (c + 2w keys for 2w + 1 needed), larger c makes larger
-    matrix products; for w = 64, c = 32 beat c = 64 and 128 in our measurements (.notes, issue 17).
+    matrix products; for w = 64, c = 32 beat c = 64 and 128 in our measurements (``benchmarks/attention_speed.py``).
     """
     return max(MIN_CHUNK, min(int(w), MAX_CHUNK))
 
