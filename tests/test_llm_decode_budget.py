@@ -27,8 +27,8 @@ def qkv(n, seed, H=4, H_kv=2, d=16):
 
 
 def test_a_capped_band_reads_and_keeps_at_most_c_keys_at_decoding_and_the_prefill_is_unchanged():
-    """w_read_at(h) = min(w_h, c) for a planned head; FULL and a retrieval tail stay whole; a sliding layer min(W − 1, c).
-    keep(j): j ≥ seen − w_read_at or a column.  The prefill's rows are the uncapped plan's."""
+    """w_read_at(h) = min(w_h, c) for a planned head; FULL and a retrieval tail stay whole; a sliding layer
+    min(W − 1, c).  keep(j): j ≥ seen − w_read_at or a column.  The prefill's rows are the uncapped plan's."""
     heads = [head(40, (0,)), head(8, (1,)), head(FULL), head(30, (0,), 8)]
     n, c = 120, 16
     q, k, v = qkv(n, 0)

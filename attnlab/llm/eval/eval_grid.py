@@ -37,7 +37,7 @@ from attnlab.llm import methods as registry
 from attnlab.llm.eval.eval_inputs import check_eval_folder, check_texts
 from attnlab.llm.eval.results_file import FORMAT, GROWS, read_results
 from attnlab.llm.eval.tasks import QUESTIONS, TASKS, TEMPLATES, Haystack, PromptFormat, sample_key, string_match_all
-from attnlab.llm.plans.calibration_build import build_calibration, calibration_file  # noqa: F401 (the grid's calibration)
+from attnlab.llm.plans.calibration_build import build_calibration, calibration_file  # re-exported (__all__)
 from attnlab.progress import SILENT, Progress
 
 __all__ = ["EvalSettings", "build_calibration", "calibration_file", "depth_grid", "read_results", "run_eval"]
