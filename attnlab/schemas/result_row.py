@@ -43,9 +43,13 @@ def _depth(depth: float | None) -> str:
 
 
 class KeyedRow(Strict):
-    """A row whose ``key`` is made from its fields (``expected_key``): a hand-edited field or key refused."""
+    """A row of one (method, β) at length n whose ``key`` is made from its fields (``expected_key``): a hand-edited
+    field or key refused."""
 
     key: str
+    method: str = Field(min_length=1)
+    budget: float = Field(ge=0, le=1)
+    n: int = Field(ge=1)
 
     def expected_key(self) -> str:
         raise NotImplementedError
@@ -62,10 +66,7 @@ class AnswerRow(KeyedRow):
     """One prompt answered by one (method, β)."""
 
     kind: Literal["answer"]
-    method: str = Field(min_length=1)
-    budget: float = Field(ge=0, le=1)
     task: str = Field(min_length=1)
-    n: int = Field(ge=1)
     depth: float | None = Field(ge=0, le=1)
     sample: int = Field(ge=0)
     score: float = Field(ge=0, le=1)
@@ -108,9 +109,6 @@ class PplRow(KeyedRow):
     """The perplexity of one (method, β) at length n on the ``--ppl`` windows."""
 
     kind: Literal["ppl"]
-    method: str = Field(min_length=1)
-    budget: float = Field(ge=0, le=1)
-    n: int = Field(ge=1)
     ppl: float = Field(gt=0)
     windows: int = Field(ge=1)
     beta: float | None = Field(ge=0)
@@ -124,9 +122,6 @@ class SkippedRow(KeyedRow):
     """A (method, β) the method refused at length n (a budget below its cheapest plan): said, not run."""
 
     kind: Literal["skipped"]
-    method: str = Field(min_length=1)
-    budget: float = Field(ge=0, le=1)
-    n: int = Field(ge=1)
     reason: str = Field(min_length=1)
 
     def expected_key(self) -> str:
@@ -160,10 +155,7 @@ WALL = TypeAdapter(WallRow)
 class LostRow(KeyedRow):
     """A prompt full attention answered and the method lost, explained (``attnlab.llm.eval.lost_prompts``)."""
 
-    method: str = Field(min_length=1)
-    budget: float = Field(ge=0, le=1)
     task: str = Field(min_length=1)
-    n: int = Field(ge=1)
     depth: float | None = Field(ge=0, le=1)
     sample: int = Field(ge=0)
     expected: list[str] = Field(min_length=1)
