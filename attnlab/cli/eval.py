@@ -97,8 +97,9 @@ def eval_command(
         from attnlab.llm.plans.plan import Plan
 
         input_file("--plan", plan)                                        # a folder, a FIFO or device: never opened
-        for n in settings.lengths:                                        # a malformed file, another length: one line
-            Plan.load(plan, "--plan", is_registered).check_length(n, f"--plan {plan}")
+        the_plan = Plan.load(plan, "--plan", is_registered)               # a malformed file: one line
+        for n in settings.lengths:                                        # another length: one line
+            the_plan.check_length(n, f"--plan {plan}")
     check_settings(settings, None)                                        # everything but the model's context
     from attnlab.llm.eval.before_model import check_method_inputs, check_text_sizes
 
