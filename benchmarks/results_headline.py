@@ -4,7 +4,8 @@ It is the first section of docs/results.md and the top of the README's Results, 
 by ``benchmarks/results.py`` from the committed records alone:
 
     header   the models as loaded (attnlab.llm.models.loading.MODELS: GGUF file and its quantisation) and the budget
-    figure   accuracy against KV kept, a panel per model (benchmarks/headline_figure.py) → docs/img/headline.png
+    figure   accuracy at equal KV bytes (resident + stored), a panel per model (benchmarks/headline_figure.py) →
+             docs/img/headline.png
     table    a row per method (benchmarks/results_summary.py), every accuracy with its 95 % Wilson interval
 """
 
@@ -61,7 +62,7 @@ def headline(folders: list, decode_files: list[tuple[str, list[dict]]], image: P
     glossary = Path(os.path.relpath(image.parent.parent / "glossary.md", here)).as_posix()
     return "\n".join([
         models_line(models), "",
-        f"![Accuracy against KV kept, a panel per model]({link})", "", f"*{caption}*", "",
+        f"![Accuracy at equal KV bytes (resident + stored), a panel per model]({link})", "", f"*{caption}*", "",
         "A row per method over every test row it ran (prompts found, pooled over tasks, lengths and formats; "
         "*full, same "
         "prompts*: full attention on exactly those prompts). *vs full*: whether the two 95 % Wilson intervals are "
