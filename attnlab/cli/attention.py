@@ -135,14 +135,28 @@ def _plan_file(path: Path | None, tokens: int | None):
     return plan
 
 
-def _overlays(res, heads: Path | None, plan):
+def _overlays(res, heads: Path | None, plan, source: str | None = None):
     """(detector scores, plan) checked against the capture ``res``
-    (one-line UserError when made for another model or length)."""
+    (one-line UserError when made for another model or length); ``source`` names the heads file (default its path)."""
     from attnlab.llm.heads.heads_file import read_detector_scores
     from attnlab.viz.long_explorer import check_plan, model_layers
 
-    detectors = None if heads is None else read_detector_scores(heads, model_layers(res), int(res.profile.shape[1]))
+    detectors = None if heads is None else read_detector_scores(heads, model_layers(res), int(res.profile.shape[1]),
+                                                                source=source)
     return detectors, None if plan is None else check_plan(plan, res)
+
+
+def _shipped_detectors(model: str | None) -> tuple[Path | None, str | None]:
+    """(path, name) of the head detectors attnlab ships for the known ``model`` (``shipped_heads``), said on stderr;
+    (None, None) for any other model.  Read only when --heads is not given: the user's file wins."""
+    from attnlab.llm.heads.shipped_heads import shipped
+
+    path = None if model is None else shipped(model)
+    if path is None:
+        return None, None
+    typer.echo(f"attnlab: heads: the detectors attnlab ships for {model} ({path.name}); --heads FILE gives others",
+               err=True)
+    return path, f"{path.name} (shipped with attnlab)"
 
 
 FILE_HELP = "a long text file (.txt or .txt.gz): streamed statistics of RUN_DIR (an LM run) or --hf in bounded memory"
@@ -178,7 +192,8 @@ def attention_command(
                                                     "memory available)"),
     heads_json: Optional[Path] = typer.Option(None, "--heads",
                                               help="with --file or a long --maps: the head detectors' heads.json, "
-                                                   "drawn in the explorer's grid"),
+                                                   "drawn in the explorer's grid (default for smollm2-135m and "
+                                                   "gemma3-270m: the file attnlab ships)"),
     plan_json: Optional[Path] = typer.Option(None, "--plan",
                                              help="with --file or a long --maps: a plan of `attnlab plan` for this "
                                                   "model and length, drawn on the maps"),
@@ -232,17 +247,20 @@ def attention_command(
                              inputs=[("--file", file), ("RUN_DIR", run_dir), ("--hf", hf), ("--heads", heads_json),
                                      ("--plan", plan_json)], force=force)
         the_plan = _plan_file(plan_json, tokens)
+        heads_source = None
         if heads_json is not None:
             check_input_file("--heads", heads_json)
             from attnlab.schemas import heads_file
 
             heads_file.load(heads_json, "--heads", detectors=True)   # its schema, before the model loads
+        else:                                                        # a known --hf model: the detectors shipped
+            heads_json, heads_source = _shipped_detectors(hf)
         from attnlab.progress import Progress
 
         progress = Progress.for_command(quiet)
         res = _long(hf, file, tokens, block_rows, layers, rows or "auto", "auto" if pool is None else pool, memory_gib,
                     run_dir=run_dir, progress=progress, device=dev)
-        detectors, the_plan = _overlays(res, heads_json, the_plan)  # before the summary: a mismatch is one line
+        detectors, the_plan = _overlays(res, heads_json, the_plan, heads_source)  # before the summary: one line
         _long_summary(res)
         progress.stage(f"writing {out}: the capture, summary, pictures and explorer.html")
         from attnlab.llm.heads.report import write_long_attention
@@ -274,6 +292,9 @@ def attention_command(
             from attnlab.viz.long_explorer import model_layers
 
             detectors = detector_scores_beside(maps_file, model_layers(res), int(res.profile.shape[1]))
+        if detectors is None:   # a capture of a known model: the detectors attnlab ships for it
+            path, source = _shipped_detectors(res.name)
+            detectors, _ = _overlays(res, path, None, source)
         for p in write_folder(claim, lambda: write_long_attention(res, out, detectors=detectors, plan=the_plan)):
             typer.echo(str(p))
         return

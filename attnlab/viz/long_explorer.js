@@ -353,7 +353,8 @@
 
   document.title = "attnlab — " + data.model + " (" + n + " tokens)";
   $("model-name").textContent = data.model + " · " + n + " tokens · " + L + " of " + data.num_layers + " layers × " + H + " heads" +
-    (data.plan ? " · plan " + data.plan.method + " β " + data.plan.budget : "");
+    (data.plan ? " · plan " + data.plan.method + " β " + data.plan.budget : "") +
+    (data.detectors_file ? " · head detectors: " + data.detectors_file : "");
   if (typeof DecompressionStream === "undefined") { $("status").textContent = "this browser cannot decompress the data (no DecompressionStream)"; return; }
   decodeAll().then(function () {
     update();  /* starts zoomed on the head's best tile */

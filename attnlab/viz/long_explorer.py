@@ -7,7 +7,8 @@ renders ``long_explorer.html`` with ``long_explorer.css``/``.js`` and the payloa
   (``attnlab.llm.heads.heads_file``) the detector naming a head (``DetectorScores.label``), else the capture's
   role on this text — or coloured by a chosen score: the capture's statistics (sink mass, band mass
   within w = 64, fitted w, far share, entropy, positional) and the detectors' scores; a click chooses
-  the head, whose badge is its name, with the capture's role beside it when they differ;
+  the head, whose badge is its name, with the capture's role beside it when they differ; the header names the
+  heads file (``detectors_file``: ``--heads`` or the one attnlab ships for the model);
 * the pooled overview (g tokens per cell, log colour scale by default, or linear) with the head's
   fitted structure drawn on it (band |i − j| ≤ w, the argmax diagonal i + offset, the fitted key
   columns) and, given a plan (``attnlab.llm.plans.plan.Plan``), the plan's support;
@@ -181,6 +182,7 @@ def long_explorer_payload(res, detectors=None, plan=None, *, target: float = 0.9
         "profile_edges": edges.tolist(), "column_group": cg,
         "heads": heads, "scores": scores, "named": named,
         "detectors": [] if detectors is None else sorted(detectors.scores),
+        "detectors_file": None if detectors is None else detectors.source,   # which heads file named the heads
         "plan": None if plan is None else {"method": plan.method, "budget": plan.budget, "n": plan.n},
         "blobs": blobs,
     }

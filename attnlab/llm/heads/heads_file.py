@@ -10,8 +10,9 @@ Its schema, versioned and checked in one place, is ``attnlab.schemas.heads_file`
      "summary": {...}, "meta": {...}}
 
 ``attnlab heads`` writes the detector tables; ``attnlab attention --file`` writes ``heads`` and ``summary``
-and, given ``--heads``, the detector tables copied in (``detector_tables``), so that its folder carries them
-and ``--maps`` draws them again.  A head's *label* is the detector that names it (score ≥ threshold), of
+and, given ``--heads`` (or for a known model without it, the file attnlab ships: ``shipped_heads``), the detector
+tables copied in (``detector_tables``) with ``meta.detectors_file`` naming that file, so that its folder carries
+them and ``--maps`` draws them again.  A head's *label* is the detector that names it (score ≥ threshold), of
 several the first in ``PRECEDENCE`` — the most specific mechanism first: induction, retrieval,
 duplicate-token, previous-token, then sink, the resting place of a head with nothing to do (104 of
 SmolLM2-135M's 270 heads reach its threshold, among them every induction head) — else the capture's
@@ -49,6 +50,7 @@ class DetectorScores:
     scores: dict[str, np.ndarray]                      # detector -> (L, H) float, NaN: not scored
     thresholds: dict[str, float] = field(default_factory=dict)
     named: list[dict] = field(default_factory=list)    # {"layer", "head", "detector", "score"}
+    source: str | None = None                          # which heads file: said by the explorer and summary.md
 
     def named_by(self, layer: int, head: int) -> list[tuple[str, float, float]]:
         """[(detector, score, threshold)] of the detectors whose score reaches their threshold at (layer, head),
@@ -68,10 +70,11 @@ class DetectorScores:
 
 
 def read_detector_scores(path: str | os.PathLike, num_layers: int, num_heads: int,
-                         option: str = "--heads") -> DetectorScores:
+                         option: str = "--heads", source: str | None = None) -> DetectorScores:
     """``DetectorScores`` of ``path`` for a model of ``num_layers`` × ``num_heads`` heads: the file read through its
     schema (``attnlab.schemas.heads_file``: every field, range and cross-field rule), then its tables against the
-    captured model's shape; a one-line UserError naming ``option``, the file and the field otherwise."""
+    captured model's shape; a one-line UserError naming ``option``, the file and the field otherwise.
+    ``source``: which heads file to name (default: the one a capture's ``meta.detectors_file`` names, else ``path``)."""
     from attnlab.schemas import heads_file as schema
 
     d = schema.load(path, option, detectors=True)
@@ -82,7 +85,8 @@ def read_detector_scores(path: str | os.PathLike, num_layers: int, num_heads: in
                             f"has {num_layers} × {num_heads} (made for another model: {d.model!r})")
     scores = {name: np.array([[math.nan if x is None else x for x in row] for row in table], dtype=np.float64)
               for name, table in d.detectors.items()}
-    return DetectorScores(d.model, d.n, scores, dict(d.thresholds), [x.model_dump() for x in d.named])
+    source = source or d.meta.get("detectors_file") or str(path)
+    return DetectorScores(d.model, d.n, scores, dict(d.thresholds), [x.model_dump() for x in d.named], str(source))
 
 
 def detector_scores_beside(maps_file: str | os.PathLike, num_layers: int, num_heads: int) -> DetectorScores | None:

@@ -5,7 +5,8 @@
                                      detectors naming it and its label), entropy, far share, top key
                                      columns, chosen (w, num_pos) for the target mass; heads.json in the
                                      format of ``attnlab heads`` (``attnlab.llm.heads.heads_file``), with
-                                     the detectors' tables copied in when given
+                                     the detectors' tables copied in when given (and
+                                     ``meta.detectors_file``: which heads file)
     OUT/band-profiles.png            layer × head grid: mass by distance i − j (log–log)
     OUT/explorer.html                the long-input explorer (``attnlab.viz.long_explorer``): heads grid,
                                      pooled overview that zooms into the exact window and tiles, fit, plan
@@ -107,6 +108,9 @@ def summary_markdown(res: LongAttention, target: float = 0.95, detectors=None) -
     lines += ["", "layer types inferred from the data (reach = largest distance with mass > 0): "
               + ", ".join(f"L{l} {t}" for l, t in s["inferred layer types"].items())
               + f"; agree with the config: {s['inferred types agree with the config']}"]
+    if detectors is not None:
+        lines += ["", f"head detectors: {detectors.source or 'given'} ({len(detectors.named)} named heads at "
+                  f"n = {detectors.n}); a head's label is the first detector naming it, else its role on this text"]
     lines += ["", f"share of heads needing more than band + 4 columns for {target:.0%} of the mass: "
               + ", ".join(f"{k}: {v:.1%}" for k, v in s["share needing more than band + 4 columns"].items()), "",
               "| layer | head | type | role (detectors) | entropy | far>%d | top columns "
@@ -127,8 +131,11 @@ def capture_heads_document(res: LongAttention, target: float = 0.95, detectors=N
     ``attnlab heads`` is ``heads_report.heads_document``)."""
     from attnlab.schemas.heads_file import FORMAT
 
-    return {"format": FORMAT, "model": res.name, "n": res.n, **detector_tables(detectors),
-            "heads": head_rows(res, target, detectors=detectors), "summary": summary(res, target)}
+    doc = {"format": FORMAT, "model": res.name, "n": res.n, **detector_tables(detectors),
+           "heads": head_rows(res, target, detectors=detectors), "summary": summary(res, target)}
+    if detectors is not None and detectors.source:   # which heads file named the heads (a redraw names it again)
+        doc["meta"] = {"detectors_file": detectors.source}
+    return doc
 
 
 def _profiles_figure(res: LongAttention):
