@@ -130,6 +130,27 @@ def test_word_alignment_and_conllu(tmp_path):
         read_conllu(bad)
 
 
+def test_cross_alignment_scored_at_the_emitting_query():
+    """A link (target word i, source word j) is scored at the query that emits y_i (position first(i) − 1 of
+    [bos] + y): a cross head that looks, while emitting each word, at its aligned source word is syntactic with
+    accuracy 1; the same head read at the word's own token would hit none of the (reordered) links."""
+    src = ["il", "gatto", "nero", "</s>"]           # source "il gatto nero"
+    tgt = ["<s>", "the", "black", "cat"]            # decoder input [bos] + y, y = "the black cat"
+    align = [[(0, 0), (2, 1), (1, 2)]]              # corpus alignment (source i, target j): nero↔black, gatto↔cat
+    emits = {0: 0, 1: 2, 2: 1}                      # query t emits y_{t+1}: source word aligned to it
+    w = np.full((1, 1, 4, 4), 0.02)
+    for t, j in emits.items():
+        w[0, 0, t, j] = 0.94
+    w[0, 0, 3, 3] = 0.94                            # the last query emits </s>: looks at the source's EOS
+    sent = SentenceAttention(text="il gatto nero", target="the black cat", tokens={"src": src, "tgt": tgt},
+                             special={"src": [0, 0, 0, 1], "tgt": [1, 0, 0, 0]}, weights={"cross": w})
+    maps = AttentionMaps([sent] * 12)
+    rels = token_relations(maps, "cross", [[(j, i, "align") for i, j in align[0]]] * 12)
+    assert rels[0] == [(0, 0, "align"), (1, 2, "align"), (2, 1, "align")]
+    (role,) = head_roles(maps, "cross", relations=rels)
+    assert role.syntactic == 1.0 and role.syntactic_relation == "align" and role.role == "syntactic"
+
+
 def test_minilm_roles_cli_json(tmp_path):
     """The real model through the CLI: 72 heads, keys of the JSON objects."""
     import json
