@@ -6,8 +6,8 @@ Each line: the model, its training steps and why training stopped, its loss, BLE
 how many of its heads the roles stage named (a role other than "other") out of all, and, per run, the per-language
 estimate ŵ against the grammar's known max_reorder and the run's seconds (``--wall``: the wall time the shell
 measured around the command, beside the experiment's own total; ``--cpu``: the CPU seconds of the command and its
-children; ``--load``: the machine's mean 1-minute load average over the run, how busy the 2 cores were).  ``tests/test_first_demo.py`` holds the committed
-record to a floor.
+children; ``--load``: the machine's mean 1-minute load average over the run, how busy the 2 cores were).
+``tests/test_first_demo.py`` holds the committed record to a floor.
 """
 
 from __future__ import annotations
