@@ -105,6 +105,11 @@ def build_blocks(results: dict, out: Path) -> list[Block]:
     roles = results.get("roles", {}).get("models", {})
     if roles:
         B.append(Block("h2", "4 · Head roles (Voita et al. 2019) over the evaluation pairs"))
+        B.append(Block("p", text=(
+            "One role per head, the first that applies: positional, syntactic, rare-token, sink, broad, else other. "
+            "Syntactic: the head's most attended key is the gold one more often than the best fixed offset would "
+            "(≥ 10 points): dependency arcs for the encoder; for the cross-attention the grammar's word alignment, "
+            "read at the query that emits each target word (Bahdanau et al. 2014).")))
         for name, rs in roles.items():
             rows = [[r["kind"], r["layer"], r["head"], f"<b>{r['role']}</b>", fmt(r["confidence"], 2),
                      f"{fmt(r['positional'], 2)} ({r['offset']:+d})", fmt(r["rare_token"], 2),
