@@ -167,3 +167,21 @@ def test_no_shipped_file_no_detectors(tmp_path, folder, text_file, capsys):
     assert code in (0, None), err
     p = _payload(out / "explorer.html")
     assert p["detectors"] == [] and p["detectors_file"] is None and "ships" not in err
+
+
+def test_a_capture_row_of_a_head_no_grid_point_fits_reads(tmp_path):
+    """``choose`` gives w = num_pos = −1 to a head no (w, num_pos) of the grid fits; the capture's heads.json writes it
+    and ``attention --maps`` reads that file beside the capture (SmolLM2 at 8K has 20 such heads)."""
+    from attnlab.schemas import heads_file as schema
+
+    row = {"layer": 0, "head": 0, "layer_type": "full_attention", "role": "other", "label": "other", "named_by": [],
+           "entropy": 1.2, "far>64": 0.1, "reach": 100, "columns": [[0, "T", 0.3]], "w": -1, "num_pos": -1,
+           "entries": None, "positional": 0.5, "offset": -1, "sink": 0.3, "sink_token": "T"}
+    path = tmp_path / "heads.json"
+    path.write_text(json.dumps({"format": "attnlab-heads/1", "model": "m", "n": 128, "heads": [row], "summary": {}}))
+    assert schema.load(path).heads[0].num_pos == -1
+    path.write_text(json.dumps({"model": "m", "n": 128, "heads": [{**row, "num_pos": -2}], "summary": {}}))
+    from attnlab.errors import UserError
+
+    with pytest.raises(UserError, match="num_pos"):
+        schema.load(path)

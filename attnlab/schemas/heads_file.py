@@ -9,8 +9,8 @@
 The rules: ``detectors`` names from ``DETECTORS``, every table the same L × H (L, H ≥ 1), scores s ∈ [0, 1]
 (a share of attention mass; null: not scored); with them ``thresholds`` θ ∈ (0, 1] (a detector without one names
 no head) and ``named``: exactly the heads (l, h) whose score (the table's) reaches their detector's threshold.
-A capture's head has exactly one far-mass key ``far>D`` (D ≥ 0), columns j < n, w ≥ −1.  A file holds the
-detectors, the capture's table, or both.
+A capture's head has exactly one far-mass key ``far>D`` (D ≥ 0), columns j < n, w ≥ −1 and num_pos ≥ −1 (−1: no grid
+point holds the target).  A file holds the detectors, the capture's table, or both.
 Version: a file without ``format`` was written before the tag, in the same layout; it is read as ``attnlab-heads/1``.
 """
 
@@ -73,7 +73,7 @@ class HeadRow(Strict):
     reach: int = Field(ge=0)
     columns: list[tuple[int, str, float]]   # [key position j, its token, the share of mass it holds]
     w: int = Field(ge=-1)
-    num_pos: int = Field(ge=0)
+    num_pos: int = Field(ge=-1)          # w = num_pos = −1: no (w, num_pos) of the grid holds the target (streamed_fit)
     entries: float | None = Field(ge=0)
     positional: float
     offset: int
