@@ -60,7 +60,11 @@ def heads_command(
                                help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Score every head as a previous-token, duplicate-token, induction, sink and retrieval head; print the table,
-    write heads.json."""
+    write heads.json.
+
+    For smollm2-135m and gemma3-270m attnlab ships this file (made by benchmarks/recipes/shipped-heads.sh), which
+    `attnlab attention --hf MODEL --file TEXT` draws without --heads.
+    """
     from attnlab.analysis.detector_names import parse_detectors  # torch-free: --detectors checked before torch loads
     from attnlab.outputs import claim_folder, write_folder
 
