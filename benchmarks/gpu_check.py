@@ -482,18 +482,18 @@ def compiled_layer(n: int, device, smoke: bool) -> None:
     k, v = (torch.randn(1, H_kv, n, d, device=device, dtype=dtype, generator=g) for _ in range(2))
     runner = LayerRunner(beta_heads(H, n, BETA), 0, H_kv, backend=FlexBackend(gather=False, tile=64 if smoke else 128))
     scale = d**-0.5
-    eager = runner.prefill(q, k, v, scale)
-    chosen = runner.state.columns.clone()
+    eager, state = runner.prefill(q, k, v, scale)   # the output and the input's state (its decoding columns)
+    chosen = state.decode_columns.clone()
     torch._dynamo.reset()
     layer = torch.compile(
         lambda q, k, v: runner.prefill(q, k, v, scale), fullgraph=True, **({} if cuda else {"backend": "aot_eager"})
     )
     t0 = time.perf_counter()
-    out = layer(q, k, v)
+    out, compiled_state = layer(q, k, v)
     sync(device)
     t_compile = time.perf_counter() - t0
     err = float((out.float() - eager.float()).norm() / eager.float().norm().clamp_min(1e-30))
-    same = bool(torch.equal(runner.state.columns, chosen))
+    same = bool(torch.equal(compiled_state.decode_columns, chosen))
     line = f"compiled in {t_compile:.1f} s; ‖Δ‖/‖eager‖ = {err:.1e}; the same columns chosen: {'yes' if same else 'NO'}"
     if cuda:
         t_eager = timed(lambda: runner.prefill(q, k, v, scale), device)

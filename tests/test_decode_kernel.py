@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from attnlab.llm.execution.decode_step import DecodeStep
+from attnlab.llm.execution.input_state import InputState
 from attnlab.llm.execution.kv_cache import Part, Slab
 from attnlab.llm.execution.pages import page_summaries
 from attnlab.llm.plans.plan import FULL, HeadPlan
@@ -100,14 +101,14 @@ def both(case, monkeypatch):
     calls = []
     real = native.decode_read_back
     monkeypatch.setattr(native, "decode_read_back", lambda *a, **k: calls.append(1) or real(*a, **k))
-    fast = step.decode_read_back(q, part, 0.3, q_pos, summaries, heads=heads)
-    sliced = step.decode_read_back(q, part, 0.3, q_pos, summaries.of_heads(*heads))
+    fast = step.decode_read_back(q, part, 0.3, q_pos, summaries, InputState(), heads=heads)
+    sliced = step.decode_read_back(q, part, 0.3, q_pos, summaries.of_heads(*heads), InputState())
     assert len(calls) == 2, "the native step did not run"
     torch.testing.assert_close(fast[0], sliced[0], atol=0, rtol=0)
     assert fast[1] == sliced[1]
     monkeypatch.setenv("ATTNLAB_NATIVE_DECODE", "0")
     native.decode_library.cache_clear()
-    ref = step.decode_read_back(q, part, 0.3, q_pos, summaries, heads=heads)
+    ref = step.decode_read_back(q, part, 0.3, q_pos, summaries, InputState(), heads=heads)
     monkeypatch.delenv("ATTNLAB_NATIVE_DECODE")
     native.decode_library.cache_clear()
     assert len(calls) == 2
@@ -185,10 +186,10 @@ def test_the_native_band_and_columns_step_equals_the_masked_softmax(seed, H_kv, 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(native, "DECODE_CHUNK", chunk)
         mp.setattr(native, "decode_read_back", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-        o = step.decode(q, k, v, 0.3, torch.tensor([i]), pos, flags)
+        o = step.decode(q, k, v, 0.3, torch.tensor([i]), pos, InputState(), flags)
         mp.setenv("ATTNLAB_NATIVE_DECODE", "0")
         native.decode_library.cache_clear()
-        o_ref = step.decode(q, k, v, 0.3, torch.tensor([i]), pos, flags)
+        o_ref = step.decode(q, k, v, 0.3, torch.tensor([i]), pos, InputState(), flags)
     native.decode_library.cache_clear()
     assert len(calls) == 1
     torch.testing.assert_close(o, o_ref, atol=1e-5, rtol=1e-5)

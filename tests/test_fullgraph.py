@@ -36,8 +36,8 @@ def test_one_layer_compiles_whole_and_matches_eager(K):
     k, v = torch.randn(1, H_kv, n, 32, generator=g), torch.randn(1, H_kv, n, 32, generator=g)
     runner = LayerRunner(beta_heads(H, n, 0.2, dynamic=8, K=K or 1, blocked_every=2 if K else 10**9), 0, H_kv,
                          backend=FlexBackend(gather=False, tile=64))
-    eager = runner.prefill(q, k, v, 32 ** -0.5)
-    columns = runner.state.columns.clone()
+    eager, state = runner.prefill(q, k, v, 32 ** -0.5)
+    columns = state.decode_columns.clone()
     graphs = []
 
     def count(gm, example_inputs):   # every graph dynamo captures, run as AOT autograd's eager
@@ -47,9 +47,9 @@ def test_one_layer_compiles_whole_and_matches_eager(K):
         return aot_autograd(fw_compiler=lambda g_, _: g_)(gm, example_inputs)
 
     layer = torch.compile(lambda q, k, v: runner.prefill(q, k, v, 32 ** -0.5), fullgraph=True, backend=count)
-    out = layer(q, k, v)
+    out, compiled_state = layer(q, k, v)
     assert len(graphs) == 1
     names = " ".join(str(node.target) for node in graphs[0].graph.nodes)
     assert "topk" in names and "flex_attention" in names                  # the selection and the kernel, one graph
     torch.testing.assert_close(out, eager, atol=1e-5, rtol=1e-5)
-    assert torch.equal(runner.state.columns, columns)
+    assert torch.equal(compiled_state.decode_columns, columns)

@@ -79,8 +79,8 @@ def test_a_layer_of_fixed_columns_builds_its_block_mask_once_per_plan():
     heads = [HeadPlan(Support(w=w, columns=[0, 1, 2, 3])) for w in (5, 9, 20, 9)]
     plan = LayerPlan(heads, 0, H_KV)
     q = torch.randn(1, H, n, D)
-    cols = plan.choose_columns(q, torch.randn(1, H_KV, n, D), D ** -0.5)
-    parts = plan.parts(cols, plan.choose_blocks(q, q[:, :H_KV], n), n)
+    cols, diagonals = plan.choose_columns(q, torch.randn(1, H_KV, n, D), D ** -0.5)
+    parts = plan.parts(cols, diagonals, plan.choose_blocks(q, q[:, :H_KV], n), n)
     assert parts.fixed == ((0, 1, 2, 3),) * H
     a, b = layer_block_mask(parts, n, "cpu", 16), layer_block_mask(parts._replace(columns=cols.clone()), n, "cpu", 16)
     assert a is b

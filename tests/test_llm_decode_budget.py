@@ -33,14 +33,15 @@ def test_a_capped_band_reads_and_keeps_at_most_c_keys_at_decoding_and_the_prefil
     n, c = 120, 16
     q, k, v = qkv(n, 0)
     plain, capped = LayerRunner(heads, 0, 2), LayerRunner(heads, 0, 2, decode_band=c)
-    assert (plain.prefill(q, k, v, 0.25) - capped.prefill(q, k, v, 0.25)).abs().max() == 0
+    (out_plain, plain_state), (out_capped, capped_state) = plain.prefill(q, k, v, 0.25), capped.prefill(q, k, v, 0.25)
+    assert (out_plain - out_capped).abs().max() == 0
     assert capped.w_read.tolist() == [16, 8, FULL, FULL] and plain.w_read.tolist() == [40, 8, FULL, FULL]
     assert [capped.w_read_at(h, n) for h in range(4)] == [16, 8, FULL, 16]        # a tail's band: 16 (it reads all)
     pos = torch.arange(n).expand(1, 2, n)
-    keep = capped.keep(pos, n)                                  # KV 0: heads 0 (w 16 now, column 0), 1 (w 8, column 1)
+    keep = capped.keep(pos, n, capped_state)                               # KV 0: heads 0 (w 16 now, column 0), 1 (w 8, column 1)
     want = (pos[0, 0] >= n - 16) | (pos[0, 0] <= 1)
     assert torch.equal(keep[0, 0], want) and bool(keep[0, 1].all())   # KV 1: a FULL head and a tail read everything
-    assert int(plain.keep(pos, n)[0, 0].sum()) == 40 + 2
+    assert int(plain.keep(pos, n, plain_state)[0, 0].sum()) == 40 + 2
     sliding = LayerRunner([head(FULL), head(100)], 0, 1, sliding_window=64, decode_band=c)
     assert [sliding.w_read_at(h, n) for h in range(2)] == [16, 16]
     assert [LayerRunner([head(FULL), head(100)], 0, 1, sliding_window=64).w_read_at(h, n) for h in range(2)] == [63, 63]
@@ -58,13 +59,13 @@ def test_a_capped_band_decodes_as_the_same_heads_planned_with_that_band():
     q, k, v = qkv(n + 3, 7)
     capped = LayerRunner([head(40, (0,))] * 4, 0, 2, decode_band=12)
     planned = LayerRunner([head(12, (0,))] * 4, 0, 2)
-    for r in (capped, planned):
-        r.prefill(q[:, :, :n], k[:, :, :n], v[:, :, :n], 0.25)
+    states = [r.prefill(q[:, :, :n], k[:, :, :n], v[:, :, :n], 0.25)[1] for r in (capped, planned)]
     q_pos, k_pos = torch.arange(n, n + 3), torch.arange(n + 3).expand(1, 2, n + 3)
-    a = capped.decode(q[:, :, n:], k, v, 0.25, q_pos, k_pos)
-    b = planned.decode(q[:, :, n:], k, v, 0.25, q_pos, k_pos)
+    a = capped.decode(q[:, :, n:], k, v, 0.25, q_pos, k_pos, states[0])
+    b = planned.decode(q[:, :, n:], k, v, 0.25, q_pos, k_pos, states[1])
     assert (a - b).abs().max() < 1e-5
-    assert (a - LayerRunner([head(40, (0,))] * 4, 0, 2).decode(q[:, :, n:], k, v, 0.25, q_pos, k_pos)).abs().max() > 1e-3
+    assert (a - LayerRunner([head(40, (0,))] * 4, 0, 2).decode(q[:, :, n:], k, v, 0.25, q_pos, k_pos, states[0])
+            ).abs().max() > 1e-3
     model = tiny_model()
     x = torch.randint(0, 100, (1, n), generator=torch.Generator().manual_seed(5))
     count = {}
@@ -84,8 +85,8 @@ def test_one_vote_a_kv_group_sums_the_masses_of_its_voting_heads(n, P):
     heads = [head(4, (), 8, kept=P), head(4, (), 8, kept=P), head(4, (), 8, kept=P), head(3)]
     q, k, v = qkv(n, n)
     runner = LayerRunner(heads, 0, 2, group_vote=1)
-    runner.prefill(q, k, v, 0.3)
-    voted = [{int(x) for x in runner.columns[0, h] if x >= 0} for h in range(3)]
+    _, state = runner.prefill(q, k, v, 0.3)
+    voted = [{int(x) for x in state.decode_columns[0, h] if x >= 0} for h in range(3)]
     assert voted[0] == voted[1] and 0 < len(voted[0]) <= P + 15
     assert voted[2] == vote_reference(q[0, 2].numpy(), k[0, 1].numpy(), 0.3, 8, 4, set(), P)
     # the reference of the group: each head's tail rows' softmax over KV 0's causal keys, summed over rows and heads
@@ -100,8 +101,8 @@ def test_one_vote_a_kv_group_sums_the_masses_of_its_voting_heads(n, P):
     best = set(np.argsort(-per_block, kind="stable")[: -(-P // 16)].tolist())
     assert {x // 16 for x in voted[0]} == best
     alone = LayerRunner(heads, 0, 2)                                                     # without: each its own vote
-    alone.prefill(q, k, v, 0.3)
-    assert {int(x) for x in alone.columns[0, 0] if x >= 0} == vote_reference(q[0, 0].numpy(), k[0, 0].numpy(), 0.3, 8, 4,
+    _, alone_state = alone.prefill(q, k, v, 0.3)
+    assert {int(x) for x in alone_state.decode_columns[0, 0] if x >= 0} == vote_reference(q[0, 0].numpy(), k[0, 0].numpy(), 0.3, 8, 4,
                                                                               set(), P)
 
 

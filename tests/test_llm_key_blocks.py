@@ -162,20 +162,22 @@ def test_prefill_with_key_blocks_equals_the_dense_reference(n, ws, blocks, kerne
     g = torch.Generator().manual_seed(n)
     q = torch.randn(2, 4, n, 16, generator=g)
     k, v = torch.randn(2, 2, n, 16, generator=g), torch.randn(2, 2, n, 16, generator=g)
-    out = runner.prefill(q, k, v, 0.3)
+    out, state = runner.prefill(q, k, v, 0.3)
     chosen = [[top_blocks(q[b:b + 1, h:h + 1], k[b:b + 1, int(runner.kv_of[h]):int(runner.kv_of[h]) + 1], [max(ws[h], 0)],
                           blocks[h])[0, 0] for h in range(4)] for b in range(2)]
-    g = runner.columns.shape[-1] - max(blocks) * BLOCK                            # the prefill's columns, then the held keys
-    ref = dense_reference(q, k, v, 0.3, runner, chosen, runner.columns[..., :g])
+    columns = state.decode_columns
+    g = columns.shape[-1] - max(blocks) * BLOCK                                   # the prefill's columns, then block keys
+    ref = dense_reference(q, k, v, 0.3, runner, chosen, columns[..., :g])
     assert (out - ref).abs().max() < 1e-5
-    # decoding goes on reading the keys of the blocks the last query block chose: held as more columns (−1: none)
+    # decoding goes on reading the keys of the blocks the last query block chose: block keys, more decoding columns
+    # (−1: none)
     for b in range(2):
         for h in range(4):
-            held = runner.columns[b, h, g:]
+            last = columns[b, h, g:]
             want = block_keys(chosen[b][h][-1], n) if runner.blocks[h] else torch.empty(0, dtype=torch.long)
-            assert held[: len(want)].tolist() == want.tolist() and (held[len(want):] == -1).all()
+            assert last[: len(want)].tolist() == want.tolist() and (last[len(want):] == -1).all()
     plain = LayerRunner([head(h.w, h.columns, h.dynamic, h.tail) if not h.is_full else h for h in heads], 0, 2)
-    assert not torch.allclose(plain.prefill(q, k, v, 0.3), out, atol=1e-4)          # the blocks change the rows they reach
+    assert not torch.allclose(plain.prefill(q, k, v, 0.3)[0], out, atol=1e-4)       # the blocks change the rows they reach
     # decoding: key blocks are a prefill choice; a head with a tail (h = 1) reads (and its KV head keeps) every cached key
     assert runner.whole.tolist() == [h == 1 and w >= 0 for h, w in enumerate(ws)]
     every = runner.whole | (runner.w == -1)                                        # a tail or a full head: every key
@@ -279,9 +281,9 @@ def test_a_head_with_key_blocks_and_no_tail_keeps_a_compressed_cache():
         model(input_ids=x, cache=cache, use_cache=True)
         runner = attention_modules(model)[0].attnlab_layer
         assert not runner.whole_kv().any()
-        held = runner.columns[0, :, 1:]                                                # after the one fixed column
-        assert ((held >= 0).sum(-1) > 0).all()                                        # the last block chose keys
-        # kept per KV head: the band (w + 1 keys of the last row), the column, its 2 query heads' held keys (< n)
+        last = cache.layers[0].state.decode_columns[0, :, 1:]                         # after the one fixed column
+        assert ((last >= 0).sum(-1) > 0).all()                                        # the last block chose keys
+        # resident per KV head: the band (w + 1 keys of the last row), the column, its 2 query heads' block keys (< n)
         assert kv_tokens(cache) <= 5 + 1 + 2 * 2 * BLOCK < n
         out = model.generate(x, past_key_values=cache, max_new_tokens=3, do_sample=False)
     assert out.shape[1] == n + 3

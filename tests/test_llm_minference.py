@@ -32,8 +32,8 @@ def test_kernel_equals_the_dense_masked_reference(n, vert, slash):
     m.prepare(model, n)
     with m.applied(model):
         runner = attention_modules(model)[0].attnlab_layer
-        out = runner.prefill(q, k, v, 0.25)
-        sups = runner.supports
+        out, state = runner.prefill(q, k, v, 0.25)
+        sups = state.supports
     causal = torch.ones(n, n, dtype=torch.bool).tril()
     for h in range(4):
         pattern, sup = sups[h]
@@ -126,9 +126,9 @@ def test_prefill_runs_each_pattern_through_the_devices_backend(monkeypatch):
     k, v = k[:, :2], v[:, :2]
     with m.applied(model):
         runner = attention_modules(model)[0].attnlab_layer
-        out = runner.prefill(q, k, v, 0.25)
+        out, state = runner.prefill(q, k, v, 0.25)
     assert calls == ["cpu"]
-    parts = runner.last_parts
+    parts = state.pattern_parts
     assert parts.w == (40, 99, 0, 99) and parts.block_counts == (0, 0, 2, 0)
     assert parts.columns[0, 0].tolist()[:5] == [0, 1, 2, 3, 4] and (parts.columns[0, 0, 5:] == -1).all()
     allowed = dense_support(parts, n)[0]                                                # (H, n, n)

@@ -94,11 +94,11 @@ def test_each_planned_head_equals_its_dense_masked_reference(model, n, native, l
     else:   # rows of a head H·d floats apart, as q_proj(x).view(B, n, H, d).transpose(1, 2): the kernel reads them in place
         B = 1 if layout == "tokens" else 2   # B = 2: (B, H) is not one axis of memory, a kernel call per batch entry
         q, k, v = torch.randn(B, n, 4, 16).transpose(1, 2), torch.randn(B, n, 2, 16).transpose(1, 2), torch.randn(B, n, 2, 16).transpose(1, 2)
-    out = runner.prefill(q, k, v, 0.25)                                  # chunked kernel + SDPA for the full head
-    ref = dense_reference(q, k, v, 0.25, runner.w.tolist(), runner.columns)
+    out, state = runner.prefill(q, k, v, 0.25)                           # chunked kernel + SDPA for the full head
+    ref = dense_reference(q, k, v, 0.25, runner.w.tolist(), state.decode_columns)
     assert (out - ref).abs().max() < 1e-5
-    assert (plan_reference(runner, q, k, v, 0.25) - ref).abs().max() < 1e-5  # the decoding path too
-    cols = runner.columns
+    assert (plan_reference(runner, q, k, v, 0.25, state) - ref).abs().max() < 1e-5  # the decoding path too
+    cols = state.decode_columns
     assert (cols[:, 0, :2] == torch.tensor([0, 1])).all() and (cols[:, 0, 2:5] >= 0).all()  # fixed, then 3 dynamic
     assert (cols[:, 3] < 0).all()                                            # band only
 
@@ -307,7 +307,7 @@ def test_choose_columns_takes_each_heads_fixed_then_its_top_estimate_off_the_ban
     gen = torch.Generator().manual_seed(sum(dynamic))
     n = 40
     q, k = torch.randn(2, 4, n, 16, generator=gen), torch.randn(2, 2, n, 16, generator=gen)
-    cols = runner.choose_columns(q, k, 0.3)
+    cols, _ = runner.choose_columns(q, k, 0.3)
     est = dense_last_query_mass(q, k.repeat_interleave(2, 1), 0.3)                     # (B, H, m), every head
     for b in range(2):
         for h in range(4):

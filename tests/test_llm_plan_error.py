@@ -49,11 +49,12 @@ def test_option_errors_equal_the_executed_plans_errors(n):
             for y, gg in enumerate(g_grid):
                 heads = [HeadPlan(support=Support(w=w, columns=np.arange(s, dtype=np.int64)), dynamic=gg) for _ in range(H)]
                 runner = LayerRunner(heads, 0, H)
-                out = runner.prefill(q[None], k[None], v[None], scaling)[0]    # (H, n, d) as executed
+                out, state = runner.prefill(q[None], k[None], v[None], scaling)
+                out = out[0]                                                # (H, n, d) as executed
                 diff = torch.einsum("hed,hrd->hre", U.float(), (out - o)[:, rows])
                 ref = (diff ** 2).sum(-1).mean(-1).double()
                 assert torch.allclose(err[:, z, x, y], ref, rtol=1e-3, atol=1e-9), (s, w, gg)
-                cols = runner.columns[0]                                    # (H, g) the executed columns
+                cols = state.decode_columns[0]                              # (H, g) the executed columns
                 keep = torch.zeros(H, len(rows), n, dtype=torch.bool)
                 for h in range(H):
                     for r, i in enumerate(rows.tolist()):

@@ -15,7 +15,7 @@ sys.path.insert(0, __import__("os").path.dirname(__file__))
 from attnlab.errors import UserError  # noqa: E402
 from test_llm_retrieval_plan import scored_calibration  # noqa: E402  (2 layers × 4 heads, n = 128, retrieval scores)
 from attnlab.llm import methods  # noqa: E402
-from attnlab.llm.execution.attention import LayerRunner, apply_plan, attention_modules  # noqa: E402
+from attnlab.llm.execution.attention import STATE, LayerRunner, apply_plan, attention_modules  # noqa: E402
 from attnlab.llm.plans.plan import LAST_Q, HeadPlan, Plan, entries_of, slash_fraction  # noqa: E402
 from attnlab.llm.plans.slash_lines import slash_mass, top_slashes  # noqa: E402
 from attnlab.support import NO_DIAGONAL, Support, diagonal_mask  # noqa: E402
@@ -78,19 +78,19 @@ def test_prefill_with_slashes_equals_the_dense_reference_and_picks_the_top_lines
     q = torch.randn(2, 4, n, 16, generator=g)
     k, v = torch.randn(2, 2, n, 16, generator=g), torch.randn(2, 2, n, 16, generator=g)
     k[:, :, ::7] *= 3                                                              # some keys stand out: lines with mass
-    out = runner.prefill(q, k, v, 0.3)
-    ref = dense_reference(q, k, v, 0.3, runner.w.tolist(), runner.columns, runner.diagonals)
+    out, state = runner.prefill(q, k, v, 0.3)
+    ref = dense_reference(q, k, v, 0.3, runner.w.tolist(), state.decode_columns, state.diagonals)
     assert (out - ref).abs().max() < 1e-5
     want = direct_slashes(q, k, runner.kv_of.tolist(), 0.3, runner.w.tolist(), [0 if w < 0 else s for w, s in zip(ws, slashes)],
-                          runner.columns)
+                          state.decode_columns)
     for (b, h), deltas in want.items():
-        got = runner.diagonals[b, h]
+        got = state.diagonals[b, h]
         assert sorted(got[got != NO_DIAGONAL].tolist()) == deltas
         assert len(deltas) == min(slashes[h], n - ws[h] - 1)
-    assert (runner.diagonals[:, [h for h in range(4) if not slashes[h] or ws[h] < 0]] == NO_DIAGONAL).all()
+    assert (state.diagonals[:, [h for h in range(4) if not slashes[h] or ws[h] < 0]] == NO_DIAGONAL).all()
     if any(s and w >= 0 for w, s in zip(ws, slashes)):
         plain = LayerRunner([head(h.w, h.columns, h.dynamic) if not h.is_full else h for h in heads], 0, 2)
-        assert not torch.allclose(plain.prefill(q, k, v, 0.3), out, atol=1e-4)   # the lines change the rows they reach
+        assert not torch.allclose(plain.prefill(q, k, v, 0.3)[0], out, atol=1e-4)   # the lines change the rows they reach
 
 
 def test_top_slashes_per_head_counts_and_the_band():
@@ -160,13 +160,14 @@ def test_tiny_model_end_to_end_prefill_and_decoding(monkeypatch):
     with torch.no_grad():
         apply_plan(model, plan)
         logits = model(x).logits
-        runner = attention_modules(model)[0].attnlab_layer
-        assert (runner.diagonals[0, 0] != NO_DIAGONAL).sum() == 4 and (runner.diagonals[0, 1] != NO_DIAGONAL).sum() == 2
-        assert (runner.diagonals[0, 2:] == NO_DIAGONAL).all()
+        diagonals = getattr(attention_modules(model)[0], STATE).diagonals   # the last prefill's, transformers' cache
+        assert (diagonals[0, 0] != NO_DIAGONAL).sum() == 4 and (diagonals[0, 1] != NO_DIAGONAL).sum() == 2
+        assert (diagonals[0, 2:] == NO_DIAGONAL).all()
 
         def reference(self, q, k, v, scaling):
-            self.columns = self.choose_columns(q, k, scaling)
-            return dense_reference(q, k, v, scaling, self.w.tolist(), self.columns, self.diagonals)
+            columns, diagonals = self.choose_columns(q, k, scaling)
+            return (dense_reference(q, k, v, scaling, self.w.tolist(), columns, diagonals),
+                    self.new_state(decode_columns=columns, diagonals=diagonals))
 
         with monkeypatch.context() as mp:
             mp.setattr(LayerRunner, "prefill", reference)
@@ -238,5 +239,5 @@ def test_a_sink_column_does_not_draw_the_lines():
     plain = top_slashes(slash_mass(last_query_rows(q, k, 0.3)), 4, 3)[0, 0].tolist()
     assert set(plain) <= sink_lines                                                  # the rows as they are: sink lines
     runner = LayerRunner([head(4, (0,), 0, slashes=3)], 0, 1)
-    runner.prefill(q, k, v, 0.3)
-    assert not set(runner.diagonals[0, 0].tolist()) & sink_lines
+    _, state = runner.prefill(q, k, v, 0.3)
+    assert not set(state.diagonals[0, 0].tolist()) & sink_lines

@@ -14,6 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.execution.attention import attention_modules  # noqa: E402
+from attnlab.llm.execution.input_state import InputState  # noqa: E402
 from attnlab.llm.execution.pages import page_upper_bound, quest_pages  # noqa: E402
 
 
@@ -84,8 +85,8 @@ def test_a_small_budget_reads_only_its_pages():
     pos = torch.arange(101).expand(1, 2, 101)
     with m.applied(model):
         runners = [mod.attnlab_layer for mod in attention_modules(model)]
-        out = runners[2].decode(q, k, v, 0.25, torch.tensor([100]), pos)
-        dense = runners[0].decode(q, k, v, 0.25, torch.tensor([100]), pos)
+        out = runners[2].decode(q, k, v, 0.25, torch.tensor([100]), pos, InputState())
+        dense = runners[0].decode(q, k, v, 0.25, torch.tensor([100]), pos, InputState())
     assert not torch.allclose(out, dense)
     U = page_upper_bound(q, k, pos, 16)
     for h in range(4):

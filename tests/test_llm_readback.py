@@ -13,6 +13,7 @@ transformers = pytest.importorskip("transformers")
 from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.execution.attention import LayerRunner, apply_plan, attention_modules, remove_plan  # noqa: E402
+from attnlab.llm.execution.input_state import InputState  # noqa: E402
 from attnlab.llm.execution.kv_cache import EVICT_EVERY, PlanCache, PlanLayer, read_tokens, store_bytes, store_tokens  # noqa: E402
 from attnlab.llm.execution.pages import page_upper_bound  # noqa: E402
 from attnlab.llm.plans.plan import FULL, HeadPlan, Plan  # noqa: E402
@@ -112,9 +113,10 @@ def test_an_evicted_needle_is_read_back_through_its_page():
     L, d, needle, w = 64, 8, 20, 4
     layer, k, v = needle_layer(L, d, needle)
     runner = LayerRunner([band(w)] * 4, 0, 2, pages=1)                         # query heads 0, 1 → KV head 0
-    layer.flags = runner.column_flags(layer.positions)
+    state = InputState()                                                       # the input chose no columns
+    layer.flags = runner.column_flags(layer.positions, state)
     layer.page = runner.page
-    layer.evict(runner.keep(layer.positions, L, layer.flags), store=True)
+    layer.evict(runner.keep(layer.positions, L, state, layer.flags), store=True)
     assert layer.positions.tolist() == [[list(range(L - w, L))] * 2]          # the band alone stays resident
     assert needle in layer.store_pos[0, 0].tolist()
     (part,) = layer.parts()                                                    # resident ∪ stored, the store's slots last
@@ -124,7 +126,7 @@ def test_an_evicted_needle_is_read_back_through_its_page():
     q[0, 1, 0] = -1.0                                                          # head 1 (same KV head) for the other fact
     q[0, 2:, 0] = torch.randn(2, d, generator=torch.Generator().manual_seed(1))
     q_pos = torch.tensor([L])
-    out = runner.decode(q, keys, values, 0.5, q_pos, pos, flags)
+    out = runner.decode(q, keys, values, 0.5, q_pos, pos, state, flags)
     U = page_upper_bound(q, keys, torch.where(pos < L - w, pos, -1), 16)      # (1, 4, 1, P): the pages' keys off the band
     for h in range(4):
         kv = h // 2
@@ -136,11 +138,11 @@ def test_an_evicted_needle_is_read_back_through_its_page():
         read = sorted(set(range(L - w, L + 1)) & set(range(L)) | set(range(16 * best, 16 * best + 16)))
         s = (q[0, h, 0] @ k[0, kv, read].T) * 0.5
         torch.testing.assert_close(out[0, h, 0], torch.softmax(s, -1) @ v[0, kv, read])
-    assert bool(runner.fetched[0, 0, (pos[0, 0] == needle).nonzero()[0, 0]])
+    assert bool(state.page_slots[0, 0, (pos[0, 0] == needle).nonzero()[0, 0]])
     # without read-back the needle is gone for head 0
     plain = LayerRunner([band(w)] * 4, 0, 2)
     s = (q[0, 0, 0] @ k[0, 0, L - w :].T) * 0.5
-    alone = plain.decode(q, k[:, :, L - w :], v[:, :, L - w :], 0.5, q_pos, layer.positions, layer.flags)
+    alone = plain.decode(q, k[:, :, L - w :], v[:, :, L - w :], 0.5, q_pos, layer.positions, state, layer.flags)
     torch.testing.assert_close(alone[0, 0, 0], torch.softmax(s, -1) @ v[0, 0, L - w :])
     assert not torch.allclose(alone[0, 0, 0], out[0, 0, 0], atol=1e-3)
 
@@ -241,17 +243,17 @@ def test_a_sink_column_does_not_take_a_page():
     k[0, 0, 0] = -10.0                                                         # the sink: a column of every head
     layer.keys[0, 0, 0] = -10.0
     runner = LayerRunner([band(w, [0])] * 4, 0, 2, pages=1)
-    runner.columns = torch.zeros(1, 4, 1, dtype=torch.long)                    # as a prefill leaves them: T_h = {0}
-    layer.flags = runner.column_flags(layer.positions)
+    state = InputState(decode_columns=torch.zeros(1, 4, 1, dtype=torch.long))  # as a prefill makes it: T_h = {0}
+    layer.flags = runner.column_flags(layer.positions, state)
     layer.page = runner.page
-    layer.evict(runner.keep(layer.positions, L, layer.flags), store=True)
+    layer.evict(runner.keep(layer.positions, L, state, layer.flags), store=True)
     (part,) = layer.parts()                                                    # resident ∪ stored, the store's slots last
     keys, values, pos, flags, stored = part.keys, part.values, part.positions, part.flags, part.stored
     q = torch.zeros(1, 4, 1, d)
     q[0, 0, 0] = -1.0                                                          # along the fact at 40 (k = −3)
     assert int(torch.argmax(page_upper_bound(q, keys, pos, 16)[0, 0, 0])) == 0  # Quest's own summary: the sink's page
-    runner.decode(q, keys, values, 0.5, torch.tensor([L]), pos, flags)
-    got = sorted(pos[0, 0][runner.fetched[0, 0]].tolist())
+    runner.decode(q, keys, values, 0.5, torch.tensor([L]), pos, state, flags)
+    got = sorted(pos[0, 0][state.page_slots[0, 0]].tolist())
     assert got == list(range(32, 48))
 
 

@@ -66,11 +66,11 @@ def test_the_tail_vote_keeps_the_blocks_its_rows_attended_most(n, P, s):
     g = torch.Generator().manual_seed(n)
     q = torch.randn(1, 4, n, 16, generator=g)
     k, v = torch.randn(1, 2, n, 16, generator=g), torch.randn(1, 2, n, 16, generator=g)
-    out = runner.prefill(q, k, v, 0.3)
+    out, state = runner.prefill(q, k, v, 0.3)
     # the prefill is unchanged: the same rows as the head without a vote (which runs its tail as SDPA)
     plain = LayerRunner([head(4, (0,), 8)] + heads[1:], 0, 2)
-    assert (plain.prefill(q, k, v, 0.3) - out).abs().max() < 1e-5
-    cols = runner.columns[0, 0]
+    assert (plain.prefill(q, k, v, 0.3)[0] - out).abs().max() < 1e-5
+    cols = state.decode_columns[0, 0]
     voted = {int(x) for x in cols[1:] if x >= 0}                                       # after the fixed column 0
     assert voted == vote_reference(q[0, 0].numpy(), k[0, 0].numpy(), 0.3, 8, 4, {0}, P, s_next=s)
     assert len(voted) == int((cols[1:] >= 0).sum()) and 0 < len(voted) <= -(-P // BLOCK) * BLOCK
@@ -108,8 +108,8 @@ def test_a_vote_with_vote_next_keeps_the_block_after_the_words_the_question_find
     k[0, 0, 100:112, 0], q[0, 0, -4:, 0] = 10.0, 1.0
     for s, P, want in ((0, 16, {6}), (1, 16, {7}), (1, 32, {6, 7})):
         runner = LayerRunner([head(16, (), 4, kept=P, vote_next=s)], 0, 1)
-        runner.prefill(q, k, v, 1.0)
-        assert set((runner.columns[runner.columns >= 0] // BLOCK).tolist()) == want
+        columns = runner.prefill(q, k, v, 1.0)[1].decode_columns
+        assert set((columns[columns >= 0] // BLOCK).tolist()) == want
 
 
 def test_the_method_gives_the_vote_to_the_retrieval_heads_and_refuses_it_without_a_tail():

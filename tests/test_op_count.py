@@ -112,8 +112,8 @@ def test_the_batched_selection_chooses_what_the_per_head_one_chooses():
     picked = {}
     for name, backend in (("batched", FlexBackend(gather=False, tile=64)), ("per head", CpuBackend())):
         runner = LayerRunner(heads, 0, 2, backend=backend)
-        out = runner.prefill(q, k, v, 0.25)
-        picked[name] = (runner.state.columns, runner.state.blocks, out)
+        out, state = runner.prefill(q, k, v, 0.25)
+        picked[name] = (state.decode_columns, state.blocks, out)
     (c1, b1, o1), (c2, b2, o2) = picked["batched"], picked["per head"]
 
     def sets(x):   # each row's chosen indices (a head's columns, a query block's key blocks), as a set

@@ -10,6 +10,7 @@ import torch
 from attnlab.llm.execution.backend import PageKeys
 from attnlab.llm.execution.cpu_backend import CpuBackend
 from attnlab.llm.execution.flex_backend import FlexBackend
+from attnlab.llm.execution.input_state import InputState
 from attnlab.llm.execution.page_table import PageTable, allowed_of, read_by_index, table_of
 from attnlab.nn.softmax import masked_softmax
 
@@ -95,9 +96,10 @@ def test_a_layer_hands_the_seam_a_page_table_and_the_fused_step_stays_behind_the
     monkeypatch.setattr(native, "decode_read_back", lambda *a, **kw: pytest.fail("fused step called above the seam"))
     monkeypatch.setattr(Seen, "decode_fused", lambda self, *a, **kw: None)                 # no fused step: the table
     runner = LayerRunner(heads, 0, 2, backend=seen)
-    out = runner.decode(q, k, v, 0.5, q_pos, pos)
+    state = InputState()                                               # no prefill: no decoding columns chosen
+    out = runner.decode(q, k, v, 0.5, q_pos, pos, state)
     assert len(seen.tables) == 1 and isinstance(seen.tables[0], PageTable)
-    allowed = runner.allowed(q_pos, pos)
+    allowed = runner.allowed(q_pos, pos, runner.column_flags(pos, state))
     assert torch.equal(allowed_of(seen.tables[0], L), allowed)
     torch.testing.assert_close(out, dense(q, k, v, 0.5, allowed), atol=1e-5, rtol=1e-5)
 
@@ -127,7 +129,7 @@ def test_the_hosts_bound_on_a_steps_slots_holds_after_a_prefill():
         for part in layer.parts():   # the KV heads of a ragged cache apart
             L = part.positions.shape[-1]
             counts = runner.allowed(torch.tensor([int(layer.seen)]), part.positions, part.flags, part.kv).sum(-1)
-            bound = runner.reads_at_most(part.kv, L, device="cuda")
+            bound = runner.reads_at_most(part.kv, L, layer.state, device="cuda")
             assert int(counts.max()) <= bound <= L
             narrower += bound < L
     assert narrower   # the table is narrower than the cache somewhere (the keys since the last compaction)

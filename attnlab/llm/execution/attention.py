@@ -23,13 +23,18 @@ device (``backend``: ``cpu_backend`` on the CPU, ``flex_backend`` on CUDA); on t
 * key blocks (``HeadPlan.blocks`` = K > 0): each block of ``BLOCK`` queries also reads the K blocks of ``BLOCK``
   keys of largest pooled score q̄·k̄ (``attnlab.llm.plans.key_blocks``, chosen per input); the kernel reads them per chunk
   where k, v lie (``band_heads_attention(blocks=)``); at decoding such a head reads the keys its last query block
-  chose (held as more columns), and its whole cache only with a tail;
+  chose (the block keys B_h, decoding columns), and its whole cache only with a tail;
 * tails (``HeadPlan.tail`` = T > 0): the last T rows read every causal key (one masked softmax for the layer's tail
-  heads); at decoding the head reads its whole cache, or with ``HeadPlan.kept`` = P its band, columns and the ⌈P/16⌉
-  key blocks its tail rows attended most (the vote, held as more columns);
-* decoding (queries after cached keys): a masked softmax over the cached keys; with
-  ``attnlab.llm.execution.kv_cache.PlanCache`` the cache holds, per KV head, only what its query heads can
-  still read (window ∪ columns), so one step costs O(w + g) per planned head;
+  heads); at decoding the head reads its whole cache, or with a vote of size P (``HeadPlan.kept``, the option
+  ``tail_keep``) its band, columns and the ⌈P/16⌉ key blocks its tail rows attended most (the voted keys V_h,
+  decoding columns);
+* decoding (queries after cached keys): a masked softmax over the cached keys (``decode_step.decode_step``, top to
+  bottom); with ``attnlab.llm.execution.kv_cache.PlanCache`` the cache holds, per KV head, only what its query heads
+  can still read (window ∪ columns), so one step costs O(w + g) per planned head;
+* the state of one input (``input_state.InputState``: its decoding columns, slashes, key blocks) is made by its
+  prefill and owned by its ``PlanCache`` layer, which hands it to each of its decoding steps; the runner holds the
+  plan only.  Under transformers' own cache (no states) the layer's last prefill's state waits on the attention
+  module (``STATE``) for the steps that follow: such a cache follows one input at a time;
 * read-back (``Plan.pages`` = K > 0): a planned head's decoding query also reads the K pages of largest
   Quest bound among those holding keys its band and columns miss (``attnlab.llm.execution.pages``); the keys the
   cache evicts are kept in its store, the page summaries beside the cache, and a step gathers the chosen
@@ -48,7 +53,7 @@ from typing import Callable
 
 import torch
 
-from attnlab.llm.execution.decode_step import DecodeStep
+from attnlab.llm.execution.decode_step import DecodeStep, compact, decode_step
 from attnlab.llm.execution.layer_plan import estimate_columns
 from attnlab.llm.execution.pages import page_summaries
 from attnlab.llm.execution.prefill import PrefillStep
@@ -56,21 +61,34 @@ from attnlab.llm.execution.profile_ranges import span
 from attnlab.llm.plans.plan import Plan
 from attnlab.llm.plans.slash_lines import last_query_rows
 
-__all__ = ["NAME", "LayerRunner", "apply_plan", "attnlab_attention", "attention_modules", "estimate_columns",
-           "last_query_rows", "plan_reference", "register", "remove_plan"]
+__all__ = ["NAME", "STATE", "LayerRunner", "apply_plan", "attnlab_attention", "attention_modules", "estimate_columns",
+           "last_query_rows", "plan_reference", "prefill_into_cache", "register", "remove_plan"]
 
 NAME = "attnlab"
-RAGGED = 1.0625    # a layer's cache splits by KV head when padding them to one length would hold > 1/16 more slots
 
 
 class LayerRunner(PrefillStep, DecodeStep):
     """The plan of one layer in executable form, attached to its attention module as ``attnlab_layer``: its static part
-    and per-input choice (``layer_plan.LayerPlan``), its prefill (``prefill.PrefillStep``) and decoding step
-    (``decode_step.DecodeStep``), each run by the seam's backend of the inputs' device (``backend``).
+    (``layer_plan.LayerPlan``), its prefill (``prefill.PrefillStep``) and decoding step (``decode_step.DecodeStep``),
+    each run by the seam's backend of the inputs' device (``backend``).  It holds no input's state: each prefill makes
+    one (``input_state.InputState``), which the input's cache layer keeps and hands to its decoding steps.
 
-    A method changes attention by subclassing it (overriding ``prefill``, ``decode`` or ``keep``) and giving the
-    subclass to ``apply_plan(model, plan, runner=...)``; it is constructed like this class, with its own keywords.
+    Attachments of the model run it serves, not of one input (``input_state``): ``caches``, the live ``PlanCache`` s
+    of the model (weakly: each owns its input's state; ``attach_cache``), ``cache``, a weak reference to the latest of
+    them, and ``recorder``, a calibration recorder that observes the layer's exact attention instead of running the
+    plan.
+
+    A method changes attention by subclassing it (overriding ``prefill``, ``decode``, ``decode_parts`` or ``keep``) and
+    giving the subclass to ``apply_plan(model, plan, runner=...)``; it is constructed like this class, with its own
+    keywords.
     """
+
+    caches = None     # weakref.WeakSet of the model's live PlanCaches (``attach_cache``); None: none made yet
+    cache = None      # weakref to the latest of them; None: transformers' own cache
+    recorder = None   # a calibration recorder while calibrating (no plan runs then)
+
+
+STATE = "attnlab_state"   # the attention module's attribute: its last prefill's state under a cache without states
 
 
 def attnlab_attention(module, query, key, value, attention_mask=None, dropout: float = 0.0, scaling=None,
@@ -81,7 +99,8 @@ def attnlab_attention(module, query, key, value, attention_mask=None, dropout: f
 
 
 def _layer_attention(module, query, key, value, scaling):
-    """``attnlab_attention`` of one layer: its prefill, its decoding step, its cache kept (module docstring)."""
+    """``attnlab_attention`` of one layer: a calibration's observation, a prefill, or a decoding step, by where the
+    keys come from (module docstring)."""
     # query: (B, H, n, d_k), key/value: (B, H_kv, m, ·)
     scaling = scaling if scaling is not None else query.shape[-1] ** -0.5
     runner: LayerRunner | None = getattr(module, "attnlab_layer", None)
@@ -89,56 +108,52 @@ def _layer_attention(module, query, key, value, scaling):
         raise RuntimeError(f"attnlab attention: layer {getattr(module, 'layer_idx', '?')} has no plan; "
                            "use attnlab.llm.apply_plan(model, plan)")
     n, m = query.shape[2], key.shape[2]
-    cache = runner.cache() if runner.cache is not None else None
-    layer = None
-    if cache is not None and runner.layer_idx < len(cache.layers) and cache.layers[runner.layer_idx].keys is key:
-        layer = cache.layers[runner.layer_idx]
-    if runner.recorder is not None:
+    if runner.recorder is not None:   # calibrating: the exact attention, observed
         if m != n:
             raise RuntimeError("calibration runs one prefill per window (no cache)")
         kv = runner.kv_of.to(key.device)
         out = runner.recorder.observe(runner.layer_idx, query, key[:, kv], value[:, kv], scaling, runner.sliding)
-    elif layer is None and m == n:
-        out = runner.prefill(query, key, value, scaling)
-    else:
-        seen = layer.seen if layer is not None else m
-        q_pos = torch.arange(seen - n, seen, device=query.device)
-        if layer is not None and m == n == seen:   # first prefill into a PlanCache: the kernel, then compress
-            out = runner.prefill(query, key, value, scaling)
-            layer.state = runner.state                              # this input's choice, for its steps
-            layer.flags = runner.column_flags(layer.positions)      # the columns' slots, once
-            layer.page = runner.page if runner.pages else None      # read-back: a store, page summaries
-            # each query head's, its own columns left out (stored sparsely); folded as keys arrive
-            if runner.pages:
-                layer.summaries = page_summaries(key, runner.columns, runner.kv_of, runner.page, runner.reads,
-                                                 sums=runner.mean_pages > 0)  # the mean key's sums: a split choice only
-        elif layer is not None:   # each part of the cache with its query heads (the store's slots joined last)
-            # the columns this input's own prefill chose (another input may have run since)
-            if layer.state is not None:
-                runner.state = layer.state
-            out, fetched = runner.decode_parts(query, layer.parts(resident=bool(runner.pages) and n == 1), scaling,
-                                               q_pos, layer.summaries)
-            if runner.pages:
-                layer.count_read(fetched)
-        else:   # queries after keys from elsewhere (no PlanCache): every key at its position
-            k_pos = torch.arange(m, device=key.device).expand(key.shape[0], key.shape[1], m)
-            out = runner.decode(query, key, value, scaling, q_pos, k_pos)
-    if layer is not None and layer.due():
-        store = bool(runner.pages)
-        # the first compaction: ragged by KV head, if heads differ
-        if layer.evicted_at is None and len(layer.slabs) == 1:
-            keep = runner.keep(layer.positions, layer.seen, layer.flags)   # (B, H_kv, L), once: keep may consume state
-            kept = keep.sum(-1).amax(0)                                    # (H_kv,) slots each KV head keeps
-            if int(kept.max()) * len(kept) > RAGGED * int(kept.sum()):
-                layer.split(runner.whole_kv())
-                layer.compact(lambda slab: keep[:, slab.kv.to(keep.device)], store)
-            else:
-                layer.evict(keep, store)
-        else:
-            layer.compact(lambda slab: runner.keep(slab.positions, layer.seen, slab.flags,
-                                                   slab.kv if len(layer.slabs) > 1 else None),
-                          store)
+        return out.transpose(1, 2).contiguous(), None
+    layer = _plan_layer(runner, key)
+    if layer is not None and m == n == layer.seen:   # the first prefill into a PlanCache: the input's state is its own
+        out = prefill_into_cache(runner, layer, query, key, value, scaling)
+    elif layer is not None:                          # a decoding step over the PlanCache, with the input's own state
+        out = decode_step(runner, layer, query, scaling)
+    elif m == n:                                     # a prefill under transformers' own cache (or none)
+        out, state = runner.prefill(query, key, value, scaling)
+        setattr(module, STATE, state)                # such a cache follows one input: the layer's last prefill's
+    else:                                            # queries after keys from such a cache: every key at its position
+        state = getattr(module, STATE, None) or runner.new_state()
+        q_pos = torch.arange(m - n, m, device=query.device)
+        k_pos = torch.arange(m, device=key.device).expand(key.shape[0], key.shape[1], m)
+        out = runner.decode(query, key, value, scaling, q_pos, k_pos, state)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _plan_layer(runner: LayerRunner, key):
+    """The ``PlanLayer`` whose keys ``key`` are, of the model's live ``PlanCache`` s (None: another cache, or none):
+    the latest first, then any other (inputs decoded in turn, each in its own cache)."""
+    latest = runner.cache() if runner.cache is not None else None
+    for cache in [latest] + [c for c in (runner.caches or ()) if c is not latest]:
+        if cache is not None and runner.layer_idx < len(cache.layers) and cache.layers[runner.layer_idx].keys is key:
+            return cache.layers[runner.layer_idx]
+    return None
+
+
+def prefill_into_cache(runner: LayerRunner, layer, q, k, v, scaling):
+    """The first prefill into a ``PlanLayer``: the kernel, then the input's state handed to its cache layer (the
+    decoding columns' slots as flags, read-back's page summaries) and the cache compacted (``decode_step.compact``).
+    q: (B, H, n, d_k), k, v: (B, H_kv, n, ·) → (B, H, n, d_v)."""
+    out, state = runner.prefill(q, k, v, scaling)
+    layer.state = state                                          # this input's choice, for its steps
+    layer.flags = runner.column_flags(layer.positions, state)    # the decoding columns' slots, once
+    layer.page = runner.page if runner.pages else None           # read-back: a store, page summaries
+    if runner.pages:   # each query head's, its own columns left out (stored sparsely); folded as keys arrive
+        layer.summaries = page_summaries(k, state.decode_columns, runner.kv_of, runner.page, runner.reads,
+                                         sums=runner.mean_pages > 0)   # the mean key's sums: a split choice only
+    if layer.due():
+        compact(runner, layer, state)
+    return out
 
 
 def register() -> None:
@@ -187,20 +202,28 @@ def remove_plan(model) -> None:
     for mod in attention_modules(model):
         if hasattr(mod, "attnlab_layer"):
             del mod.attnlab_layer
+        if hasattr(mod, STATE):
+            delattr(mod, STATE)
     if hasattr(model, "attnlab_plan"):
         del model.attnlab_plan
 
 
 def attach_cache(model, cache) -> None:
-    """Let each layer's runner find ``cache`` (a PlanCache) to read its positions and compress it."""
+    """Let each layer's runner find ``cache`` (a PlanCache) to read its positions and compress it: the latest
+    (``LayerRunner.cache``) and, while it lives, among the model's others (``LayerRunner.caches``)."""
     for mod in attention_modules(model):
-        mod.attnlab_layer.cache = weakref.ref(cache)
+        runner = mod.attnlab_layer
+        if runner.caches is None:
+            runner.caches = weakref.WeakSet()
+        runner.caches.add(cache)
+        runner.cache = weakref.ref(cache)
 
 
-def plan_reference(runner: LayerRunner, q, k, v, scaling):
-    """Dense masked reference of a layer under its plan (tests): (B, H, n, n) mask, masked softmax."""
+def plan_reference(runner: LayerRunner, q, k, v, scaling, state):
+    """Dense masked reference of a layer under its plan for the input whose ``InputState`` is ``state`` (tests):
+    (B, H, n, n) mask, masked softmax."""
     # q: (B, H, n, d_k), k, v: (B, H_kv, n, ·) → (B, H, n, d_v)
     B, H, n, _ = q.shape
     pos = torch.arange(n, device=q.device)
-    return runner.decode(q, k, v, scaling, pos, pos.expand(B, runner.H_kv, n))
+    return runner.decode(q, k, v, scaling, pos, pos.expand(B, runner.H_kv, n), state)
 

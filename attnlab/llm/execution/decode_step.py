@@ -1,19 +1,27 @@
-"""A layer's decoding step under its plan, top to bottom: which cached keys a query reads, then the backend's softmax.
+"""A layer's decoding step under its plan, top to bottom (``decode_step``): one input's state, the cache's parts, the
+keys each query head reads there, the backend's softmax, the parts merged, the cache compacted.
 
-A step's query i of head h (KV head g = h // r) reads, in order:
+A step's query i of head h (KV head g = h // r) reads
 
-    1. band       B_{w_h}(i) = {j : i − w_h ≤ j ≤ i}  (w_h = FULL for a full head or a retrieval tail: every key)
-    2. columns    T_h: the prefill's columns, held key blocks and the tail's vote (``PrefillStep``), as flags on the
-                  cache's slots (``column_flags``, once per prefill)
-    3. pages      read-back (``Plan.pages`` = K): the K pages of largest Quest bound U_{h,P}(q_i) among those holding
-                  a key h reads otherwise not (``pages``; ``Plan.mean_pages`` = k of them by the mean key's score
+    S_h(i) = B_{w_h}(i) ∪ C_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q_i)}      (the last term with read-back only)
+
+    1. state      the input's ``InputState``, owned by its cache layer (``PlanLayer.state``): C_h = T_h ∪ B_h ∪ V_h,
+                  the decoding columns its own prefill chose (``prefill``), as flags on the cache's slots
+                  (``column_flags``, once per prefill)
+    2. parts      the cache's KV heads, as many parts as lengths (``kv_cache.Part``: a split layer's slabs; read-back:
+                  the resident slots with the store beside them)
+    3. scores     per part and query head: the band B_{w_h}(i) = {j : i − w_h ≤ j ≤ i} (w_h = FULL for a full head or
+                  a retrieval tail without a vote: every key) ∪ C_h, softmax over the chosen slots, handed to the seam
+                  as a page table of slot indices (``page_table``): ``AttentionBackend.decode``; a backend with a fused
+                  step (the CPU's native C step) runs 3–4 in one call instead (``AttentionBackend.decode_fused``)
+    4. pages      read-back (``Plan.pages`` = K): the K pages of largest Quest bound U_{h,P}(q_i) among those holding a
+                  key h reads otherwise not (``pages``; ``Plan.mean_pages`` = k of them by the mean key's score
                   μ_{h,P}(q_i) instead), gathered from the store by position (``decode_read_back``)
-    4. softmax    over the chosen slots, handed to the seam as a page table of slot indices (``page_table``),
-                  ∪ the gathered keys: the seam's ``AttentionBackend.decode``; a backend with a fused step
-                  (the CPU's native C step) runs 1–4 in one call instead (``AttentionBackend.decode_fused``)
+    5. merge      each part's query heads' rows into one output (B, H, n, d_v) (``decode_parts``)
+    6. keep       every ``EVICT_EVERY`` tokens (and right after the prefill) the cache keeps the slots some later query
+                  still reads (``keep``, the eviction decision) and drops or stores the rest (``compact``)
 
-``keep`` says which slots some later query of the layer can still read (what the cache compacts to).  A cache of
-several parts (KV heads with different lengths, ``kv_cache.Part``) is read part by part (``decode_parts``).
+Method runners change a step by overriding ``decode`` (3), ``decode_parts`` (3–5) or ``keep`` (6).
 """
 
 from __future__ import annotations
@@ -28,14 +36,54 @@ from attnlab.llm.plans.plan import FULL
 from attnlab.masks import near, visible
 from attnlab.support import column_mask
 
-__all__ = ["DecodeStep"]
+__all__ = ["RAGGED", "DecodeStep", "compact", "decode_step"]
+
+RAGGED = 1.0625    # a layer's cache splits by KV head when padding them to one length would hold > 1/16 more slots
+
+
+def decode_step(runner, layer, q, scaling):
+    """One decoding step of a layer over its ``kv_cache.PlanLayer`` ``layer`` (the keys of q already appended):
+    q (B, H, n, d_k) at the positions seen − n … seen − 1 → (B, H, n, d_v) (module docstring, steps 1–6)."""
+    if layer.state is None:   # keys put in without a prefill of this runner (a reused full-attention prefix): none
+        layer.state = runner.new_state()
+    state = layer.state                                                          # 1. the input's own state
+    n = q.shape[2]
+    q_pos = torch.arange(layer.seen - n, layer.seen, device=q.device)
+    parts = layer.parts(resident=bool(runner.pages) and n == 1)                  # 2. the cache's parts
+    out, fetched = runner.decode_parts(q, parts, scaling, q_pos, state, layer.summaries)   # 3–5. scores, pages, merge
+    if runner.pages:
+        layer.count_read(fetched)
+    if layer.due():
+        compact(runner, layer, state)                                            # 6. keep
+    return out
+
+
+def compact(runner, layer, state) -> None:
+    """Step 6: the cache ``layer`` keeps the slots ``runner.keep`` says some later query of the input (``state``) still
+    reads; read-back stores the others.  At the first compaction a layer whose KV heads keep numbers of slots more than
+    ``RAGGED`` apart splits by KV head first (``PlanLayer.split``: no padding to the longest)."""
+    store = bool(runner.pages)
+    if layer.evicted_at is None and len(layer.slabs) == 1:
+        keep = runner.keep(layer.positions, layer.seen, state, layer.flags)   # (B, H_kv, L), once: it may consume state
+        resident = keep.sum(-1).amax(0)                                       # (H_kv,) slots each KV head keeps
+        if int(resident.max()) * len(resident) > RAGGED * int(resident.sum()):
+            layer.split(runner.whole_kv())
+            layer.compact(lambda slab: keep[:, slab.kv.to(keep.device)], store)
+        else:
+            layer.evict(keep, store)
+    else:
+        layer.compact(lambda slab: runner.keep(slab.positions, layer.seen, state, slab.flags,
+                                               slab.kv if len(layer.slabs) > 1 else None),
+                      store)
 
 
 class DecodeStep(LayerPlan):
-    """The decoding step of one layer (``LayerRunner`` = ``prefill.PrefillStep`` + ``DecodeStep``)."""
+    """The decoding step's parts of one layer's runner (``LayerRunner`` = ``prefill.PrefillStep`` + ``DecodeStep``);
+    ``decode_step`` runs them in order."""
 
-    def column_flags(self, k_pos, kv=None):
-        """Which cached slots are columns of each query head: k_pos (B, H_s, L) → (B, H_s, r, L) bool, r = H / H_kv.
+    def column_flags(self, k_pos, state, kv=None):
+        """Which cached slots are decoding columns C_h of each query head (``state``: the input's ``InputState``):
+        k_pos (B, H_s, L) → (B, H_s, r, L) bool, r = H / H_kv.
 
         ``kv`` (H_s,): the KV heads of k_pos (None: all, in order).  Computed once per prefill (``PlanLayer.flags``
         then carries them through decoding and eviction).
@@ -43,9 +91,10 @@ class DecodeStep(LayerPlan):
         B, H_s, L = k_pos.shape
         r = self.H // self.H_kv
         flags = torch.zeros(B, H_s * r, L, dtype=torch.bool, device=k_pos.device)
-        if self.sliding is None and self.columns is not None and self.columns.shape[-1]:
-            hq = self.query_heads(kv).to(self.columns.device)
-            cols = self.columns[:, hq].to(k_pos.device).expand(B, -1, -1)                  # (B, H_s·r, g), −1: empty
+        columns = state.decode_columns
+        if self.sliding is None and columns is not None and columns.shape[-1]:
+            hq = self.query_heads(kv).to(columns.device)
+            cols = columns[:, hq].to(k_pos.device).expand(B, -1, -1)                       # (B, H_s·r, g), −1: empty
             pos = k_pos.repeat_interleave(r, dim=1)                                        # (B, H_s·r, L)
             size = int(pos.max()) + 1 if pos.numel() else 1                                # positions 0 … size − 1
             table = column_mask(cols, size)                                                # 1[j ∈ T_h] by position
@@ -53,28 +102,29 @@ class DecodeStep(LayerPlan):
         return flags.view(B, H_s, r, L)
 
 
-    def allowed(self, q_pos, k_pos, flags=None, kv=None):
+    def allowed(self, q_pos, k_pos, flags, kv=None):
         """S_h(i) over cached keys: q_pos (n,), k_pos (B, H_s, L) (−1: empty slot) → (B, H_s, r, n, L) bool.
 
-        ``flags`` (B, H_s, r, L): the column slots of each query head (``column_flags``; computed if None);
+        ``flags`` (B, H_s, r, L): the decoding-column slots of each query head (``column_flags``);
         ``kv`` (H_s,): the KV heads of k_pos (None: all).
         """
         B, H_s, L = k_pos.shape
         r = self.H // self.H_kv
-        flags = self.column_flags(k_pos, kv) if flags is None else flags
         i = q_pos.view(1, 1, 1, -1, 1)
         j = k_pos[:, :, None, None, :]                                                     # (B, H_s, 1, 1, L)
         w = self.per_kv(self.w_read, kv).to(k_pos.device).view(1, H_s, r, 1, 1)
         return (j >= 0) & visible(i, j, self.sliding) & ((w == FULL) | near(i, j, w) | flags[:, :, :, None, :])
 
-    def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None, kv=None, summaries=None):
-        """q: (B, H_s·r, n, d_k) at positions q_pos (n,); k, v: (B, H_s, L, ·) at k_pos (B, H_s, L)
-        → (B, H_s·r, n, d_v).
+    def decode(self, q, k, v, scaling, q_pos, k_pos, state, flags=None, kv=None, summaries=None):
+        """q: (B, H_s·r, n, d_k) at positions q_pos (n,); k, v: (B, H_s, L, ·) at k_pos (B, H_s, L), of the input whose
+        ``InputState`` is ``state`` → (B, H_s·r, n, d_v); with read-back, the slots read through pages go to
+        ``state.page_slots``.
 
-        ``kv`` (H_s,): which KV heads k, v are, q holding their query heads (None: all of them); ``summaries``: the
-        read-back's page summaries of these heads (``pages.page_summaries``; None: made from k).
+        ``flags``: the decoding-column slots (``column_flags``; made from ``state`` if None); ``kv`` (H_s,): which KV
+        heads k, v are, q holding their query heads (None: all of them); ``summaries``: the read-back's page summaries
+        of these heads (``pages.page_summaries``; None: made from k).
         """
-        flags = self.column_flags(k_pos, kv) if flags is None else flags                  # (B, H_s, r, L)
+        flags = self.column_flags(k_pos, state, kv) if flags is None else flags           # (B, H_s, r, L)
         backend = self.backend_of(q)
         if not self.pages and q.shape[2] == 1:   # band ∪ columns: the backend's fused step where it has one
             w = self.per_kv(self.w_read, kv)                                              # (H_s, r)
@@ -85,14 +135,15 @@ class DecodeStep(LayerPlan):
         allowed = self.allowed(q_pos, k_pos, flags, kv)                                    # (B, H_s, r, n, L)
         if self.pages:
             reads = self.reads if kv is None else self.per_kv(self.reads, kv).reshape(-1)
-            allowed, self.fetched = read_back(q, k, k_pos, q_pos, allowed, reads, self.page, self.pages, flags,
-                                              summaries, self.mean_pages)
-        table = table_of(allowed, self.reads_at_most(kv, k.shape[2], device=q.device))   # by index: the page table
+            allowed, state.page_slots = read_back(q, k, k_pos, q_pos, allowed, reads, self.page, self.pages, flags,
+                                               summaries, self.mean_pages)
+        table = table_of(allowed, self.reads_at_most(kv, k.shape[2], state, device=q.device))   # the page table
         return backend.decode(q, k, v, scaling, table)
 
-    def reads_at_most(self, kv, L: int, pages: bool = True, device=None) -> int | None:
+    def reads_at_most(self, kv, L: int, state, pages: bool = True, device=None) -> int | None:
         """How many cached slots one decoding query of the KV heads ``kv`` (None: all) reads at most, known on the host:
-        its band's w + 1, every column of the input's prefill (a column's position is one slot of a KV head's cache),
+        its band's w + 1, every decoding column of the input (``state``; a column's position is one slot of a KV head's
+        cache),
         the pages it reads back (``pages``) — L where a head reads them all.  None on the CPU: the exact count costs no
         wait for a device there (``page_table.table_of``)."""
         if device is not None and torch.device(device).type == "cpu":
@@ -100,13 +151,15 @@ class DecodeStep(LayerPlan):
         w = self.per_kv(self.w_read, kv)
         if bool((w == FULL).any()):
             return L
-        g = self.columns.shape[-1] if self.columns is not None and self.sliding is None else 0
+        columns = state.decode_columns
+        g = columns.shape[-1] if columns is not None and self.sliding is None else 0
         return min(L, int(w.max()) + 1 + g + (self.pages * self.page if pages else 0))
 
-    def decode_parts(self, q, parts, scaling, q_pos, summaries=None):
-        """q: (B, H, n, d_k) over a cache's ``parts`` (``kv_cache.Part``: KV heads with their keys)
-        → (out (B, H, n, d_v), how many stored slots the step read through pages, summed over (batch row, KV head);
-        None: no store).
+    def decode_parts(self, q, parts, scaling, q_pos, state, summaries=None):
+        """Steps 3–5 of ``decode_step``: q (B, H, n, d_k) of the input whose ``InputState`` is ``state`` over a cache's
+        ``parts`` (``kv_cache.Part``: KV heads with their keys), part by part, each part's query heads' rows merged
+        into one output → (out (B, H, n, d_v), how many stored slots the step read through pages, summed over
+        (batch row, KV head); None: no store).
         ``summaries``: the layer's page summaries (``pages.page_summaries``; read-back; None: made from the step's
         keys)."""
         fetched = None
@@ -117,27 +170,29 @@ class DecodeStep(LayerPlan):
             hq = torch.arange(H, device=q.device) if one else self.query_heads(p.kv).to(q.device)
             q_p = q if one else q[:, hq]
             if p.whole and n == 1 and bool((self.per_kv(self.w_read, p.kv) == FULL).all()):
-                o = self.backend_of(q).decode(q_p, p.keys, p.values, scaling)          # every key, all before the query
+                # 3. scores: every key, all before the query
+                o = self.backend_of(q).decode(q_p, p.keys, p.values, scaling)
                 if one:
                     return o, fetched
                 out[:, hq] = o
                 continue
             if p.store is not None and self.pages and n == 1 and summaries is not None:
-                # read-back without joining the store
-                o, read = self.decode_read_back(q_p, p, scaling, q_pos, summaries, heads=(p.kv.to(q.device), hq))
+                # 3–4. scores and pages read back, the store not joined
+                o, read = self.decode_read_back(q_p, p, scaling, q_pos, summaries, state,
+                                                heads=(p.kv.to(q.device), hq))
                 fetched = (fetched or 0.0) + read
-            else:   # its KV heads' rows of m, M and its query heads' column pages
+            else:   # 3–4. scores (and pages, the store joined): its KV heads' rows of m, M and its query heads' pages
                 mine = None if summaries is None else summaries.of_heads(p.kv.to(q.device), hq)
-                o = self.decode(q_p, p.keys, p.values, scaling, q_pos, p.positions, p.flags, kv=None if one else p.kv,
-                                summaries=mine)
+                o = self.decode(q_p, p.keys, p.values, scaling, q_pos, p.positions, state, p.flags,
+                                kv=None if one else p.kv, summaries=mine)
                 if p.stored is not None and self.pages:
-                    fetched = (fetched or 0.0) + float((self.fetched & p.stored).sum())
+                    fetched = (fetched or 0.0) + float((state.page_slots & p.stored).sum())
             if one:
                 return o, fetched
-            out[:, hq] = o
+            out[:, hq] = o                                                              # 5. merge
         return out, fetched
 
-    def decode_read_back(self, q, p, scaling, q_pos, summaries, heads=None):
+    def decode_read_back(self, q, p, scaling, q_pos, summaries, state, heads=None):
         """One decoding query over a part's resident slots and the pages it reads back from the part's store, the store
         not joined: the same S_h(i) as ``decode`` with ``read_back`` (``pages``), each chosen page gathered by position.
 
@@ -158,7 +213,7 @@ class DecodeStep(LayerPlan):
         H_s, L = k_r.shape[1], k_r.shape[2]
         r = Hq // H_s
         i, page, dev = int(q_pos[-1]), self.page, q.device
-        flags = self.column_flags(pos_r, p.kv) if p.flags is None else p.flags        # (B, H_s, r, L)
+        flags = self.column_flags(pos_r, state, p.kv) if p.flags is None else p.flags  # (B, H_s, r, L)
         store = (p.store.store_keys, p.store.store_values, p.store.store_slots())     # (B, H_s, S, ·), (B, H_s, J)
         rows = None if heads is None else (summaries.row[heads[0]].clamp_min(0), heads[1])  # the layer's summaries
         fused = self.backend_of(q).decode_fused(q, k_r, v_r, pos_r, flags, self.per_kv(self.w_read, p.kv),
@@ -212,7 +267,7 @@ class DecodeStep(LayerPlan):
                           k_r.reshape(B, H_s * L, d)[b, row_r])                       # (B, Hq, K·page, d)
         v_p = torch.where(from_store[..., None], p.store.store_values.reshape(B, H_s * S, -1)[b, row_s],
                           v_r.reshape(B, H_s * L, -1)[b, row_r])
-        bound = self.reads_at_most(p.kv, L, pages=False, device=dev)                  # band ∪ columns
+        bound = self.reads_at_most(p.kv, L, state, pages=False, device=dev)           # band ∪ columns
         table = table_of(allowed[:, :, :, None], bound)
         o = self.backend_of(q).decode(q, k_r, v_r, scaling, table, PageKeys(k_p, v_p, ok))
         read = torch.zeros(B, H_s, S + 1, dtype=torch.bool, device=dev)               # [S]: none
@@ -222,17 +277,17 @@ class DecodeStep(LayerPlan):
         return o, float(read.sum())
 
     # ---- what the cache must keep ---------------------------------------------------------------
-    def keep(self, k_pos, seen: int, flags=None, kv=None):
-        """Which cached keys (B, H_s, L) of the KV heads ``kv`` (None: all) some query at position ≥ ``seen`` of this
-        layer can still read.
+    def keep(self, k_pos, seen: int, state, flags=None, kv=None):
+        """The decoding cache's eviction decision: which cached keys (B, H_s, L) of the KV heads ``kv`` (None: all) some
+        query at position ≥ ``seen`` of this layer can still read, for the input whose ``InputState`` is ``state``.
 
-            keep(j) = ∃ h of the KV head: w_h = FULL ∨ j ≥ seen − w_h ∨ j ∈ T_h     (w_h capped by a sliding window and
+            keep(j) = ∃ h of the KV head: w_h = FULL ∨ j ≥ seen − w_h ∨ j ∈ C_h     (w_h capped by a sliding window and
                                                                                  by ``decode_band``: ``w_read_at``)
         """
         B, H_s, L = k_pos.shape
         r = self.H // self.H_kv
         w = torch.tensor([FULL if self.whole[h] else self.w_read_at(h, seen) for h in range(self.H)])
         w = self.per_kv(w, kv).to(k_pos.device).view(1, H_s, r, 1)
-        flags = self.column_flags(k_pos, kv) if flags is None else flags                  # (B, H_s, r, L)
+        flags = self.column_flags(k_pos, state, kv) if flags is None else flags           # (B, H_s, r, L)
         mine = (w == FULL) | near(seen, k_pos[:, :, None, :], w) | flags
         return mine.any(2) & (k_pos >= 0)

@@ -42,7 +42,7 @@ def join_diagonals(q: Tensor, k: Tensor, v: Tensor, heads: Tensor, kv_heads: Ten
     heads, kv_heads = heads.to(dev), kv_heads.to(dev)
     delta = diagonals.to(dev)                                                         # (B, G, s)
     delta = torch.where(delta == NO_DIAGONAL, -(n + 1), delta)[:, :, None, :]       # (B, G, 1, s): empty → before key 0
-    held = column_mask(columns.to(dev), n)                                            # (B, G, n): 1[j ∈ C]
+    in_columns = column_mask(columns.to(dev), n)                                      # (B, G, n): 1[j ∈ C]
     b_ix = torch.arange(B, device=dev)[:, None, None, None]                           # (B, 1, 1, 1)
     h_kv = kv_heads[None, :, None, None]                                              # (1, G, 1, 1)
     r = max(1, SPAN_FLOATS // max(1, G * s * d))
@@ -52,7 +52,7 @@ def join_diagonals(q: Tensor, k: Tensor, v: Tensor, heads: Tensor, kv_heads: Ten
         j = i + delta                                                                 # (B, G, r, s): key i + δ
         ok = (j >= 0) & (j < i - w)                                                   # off the band, causal
         jc = j.clamp(0, n - 1)
-        ok &= ~torch.gather(held, -1, jc.flatten(-2)).view(jc.shape)                  # a column's key: read there
+        ok &= ~torch.gather(in_columns, -1, jc.flatten(-2)).view(jc.shape)                  # a column's key: read there
         k_d, v_d = k[b_ix, h_kv, jc], v[b_ix, h_kv, jc]                               # (B, G, r, s, d)
         s_d = torch.einsum("bgrd,bgrsd->bgrs", q[:, heads, r0:r1], k_d) * scale       # (B, G, r, s): τ q_i·k_{i+δ}
         s_d = s_d.masked_fill(~ok, float("-inf"))

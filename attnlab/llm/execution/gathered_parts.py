@@ -141,10 +141,10 @@ def block_part(parts: PrefillParts, q, k, v, scaling: float):
     j = (u[..., None] * b + torch.arange(b, device=dev)).flatten(-2)               # (B, H_b, P, K·b) key positions
     i = (torch.arange(P, device=dev)[:, None] * b + torch.arange(b, device=dev)).view(1, 1, P, b, 1)   # row positions
     w_run, start = head_limits(parts.w, parts.tails, n, n, dev)   # (H,): FULL → n, no tail → n
-    held = column_mask(parts.columns[:, hb].to(dev), P * b)                        # (B, H_b, P·b) 1[j ∈ T_h]
+    in_columns = column_mask(parts.columns[:, hb].to(dev), P * b)                  # (B, H_b, P·b) 1[j ∈ T_h]
     jj = j.clamp_min(0)
     key_ok = ((u[..., None] >= 0).expand(*u.shape, b).flatten(-2) & (j < n)
-              & ~torch.gather(held, 2, jj.flatten(2)).view_as(j))
+              & ~torch.gather(in_columns, 2, jj.flatten(2)).view_as(j))
     ok = (key_ok[:, :, :, None, :] & (j[:, :, :, None, :] <= i)
           & (i - j[:, :, :, None, :] > w_run[heads].view(1, -1, 1, 1, 1)) & (i < start[heads].view(1, -1, 1, 1, 1)))
     o, lse = _soft(s, ok, v_u)                                                     # (B, H_b, P, b, d_v), (B, H_b, P, b)

@@ -7,7 +7,7 @@ heads, columns or blocks): the fast path's selection, whose results go to the ke
     T_h = T_fixed ∪ top_{D_h}{σ_h(j) : j < m − w_h − 1, j ∉ T_fixed}      (B, H, F + D), −1: empty
     ŝ_h(t, u) = q̄_{h,t}·k̄_{g(h),u}  (block means of b rows)
     U_h(t) = top_{K_h}{ŝ_h(t, u) : u < t, u·b < t·b + b − 1 − w_h}         (B, H, T, K), −1: empty
-    held_h = the keys of U_h(T − 1)                                         (B, H, K·b), −1: empty
+    B_h = the keys of U_h(T − 1) (block keys, read at decoding)            (B, H, K·b), −1: empty
 
 The plan's side (w_h, D_h, fixed columns, K_h, and every mask that depends on n alone) is a ``HeadTable`` of tensors
 built once per (layer, device, n); a head that reads no dynamic column or no block takes part in the same
@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from attnlab.llm.plans.plan import FULL
 
-__all__ = ["HeadTable", "choose_blocks", "choose_columns", "head_table", "held_keys"]
+__all__ = ["HeadTable", "choose_blocks", "choose_columns", "head_table", "last_block_keys"]
 
 
 class HeadTable(NamedTuple):
@@ -103,8 +103,8 @@ def choose_blocks(q, k, table: HeadTable, n: int, b: int):
     top = torch.topk(s.masked_fill_(~ok, float("-inf")), table.K, -1)                      # (B, H, T, K)
     return torch.where(torch.isfinite(top.values) & table.blk_slot, top.indices, -1)
 
-def held_keys(blocks, n: int, b: int):
-    """The keys of the blocks each head's last query block chose, read at decoding: blocks (B, H, T, K) →
+def last_block_keys(blocks, n: int, b: int):
+    """B_h: the keys of the blocks each head's last query block chose, read at decoding: blocks (B, H, T, K) →
     (B, H, K·b) key positions, −1: empty or beyond n."""
     last = blocks[:, :, -1]                                                                # (B, H, K)
     keys = last[..., None] * b + torch.arange(b, device=blocks.device)                     # (B, H, K, b)

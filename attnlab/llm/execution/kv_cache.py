@@ -1,6 +1,7 @@
 """A KV cache that keeps, per KV head, only the keys its query heads can still read: O(w + g) per planned head.
 
-    keep(j) = j ∈ T_h  ∨  j ≥ t − w_h     for some query head h of the KV head (t: the next position)
+    keep(j) = j ∈ C_h  ∨  j ≥ t − w_h     for some query head h of the KV head (t: the next position; C_h: the
+                                          input's decoding columns, ``input_state``)
             = everything                  if one of them is full (or reads its whole cache: a retrieval tail)
 
 After the prefill, and then every ``EVICT_EVERY`` decoding steps, each layer of a planned model
@@ -69,7 +70,7 @@ def _append(x, new, dim: int):
     return buf.narrow(dim, 0, L + t)
 
 
-def _held(x) -> int:
+def _allocated(x) -> int:
     """Bytes allocated for ``x``: its buffer's, spare room included."""
     return x.untyped_storage().nbytes()
 
@@ -218,7 +219,8 @@ class PlanLayer(DynamicLayer):
         self.evicted_at = None  # ``seen`` at the last compaction
         self.page = None        # read-back: tokens per page (None: evicted keys are dropped)
         self._store = None      # read-back: the stores of the slabs stacked (``merged``), until the next eviction
-        self.state = None       # the input's ``InputState`` (the columns its prefill chose), set by that prefill
+        self.state = None       # the input's ``InputState`` (the decoding columns its prefill chose), made by that
+                                # prefill and handed to each of its decoding steps (``decode_step.decode_step``)
         self.summaries = None   # read-back: the page summaries (pages.page_summaries: per KV head, and per query head
                                 # its column pages)
         self.fetched = self.steps = 0   # stored tokens read per (batch row, KV head), summed over decoding steps; steps
@@ -318,11 +320,11 @@ class PlanLayer(DynamicLayer):
         """Mean filled slots per (batch row, KV head), over every slab."""
         return sum(float((s.positions >= 0).sum()) for s in self.slabs) / (self.batch() * self.num_kv_heads)
 
-    def held_bytes(self) -> int:
+    def resident_bytes(self) -> int:
         """Bytes allocated for the resident keys and values (spare room included) with a read-back slab's page
         summaries: 2·d_k values per page of the ``seen`` positions and (batch row, KV head), 3·d_k with the mean key's
         sums, and as many per page a query head's columns touch (``pages.page_summaries``)."""
-        total = sum(_held(x) for s in self.slabs for x in (s.keys, s.values))
+        total = sum(_allocated(x) for s in self.slabs for x in (s.keys, s.values))
         if self.summaries is not None:
             total += sum(x.numel() * x.element_size() for x in self.summaries if x is not None)   # no sums: bound alone
         return total
@@ -372,7 +374,7 @@ def kv_bytes(cache) -> int:
     total = 0
     for layer in cache.layers:
         if isinstance(layer, PlanLayer):
-            total += layer.held_bytes() if layer.slabs else 0
+            total += layer.resident_bytes() if layer.slabs else 0
         else:
             total += sum(x.numel() * x.element_size()
                          for x in (getattr(layer, "keys", None), getattr(layer, "values", None))

@@ -1,5 +1,6 @@
 """A layer's plan in executable form: its static part (per query head: band w_h, fixed columns, how many dynamic
-columns, slashes, key blocks, tail rows, the vote, the read-back) and the per-input choice of what each head reads.
+columns, slashes, key blocks, tail rows, the vote, the read-back) and how an input's choice of what each head reads is
+made (the choice itself is the input's ``input_state.InputState``, never this object's).
 
     T_h = T_fixed ∪ top_{D_h}(Σ_{r ∈ last queries} â_rj)                   columns (MInference's vertical estimate)
     Δ_h = top_{s_h}(σ_h(δ)) over δ < −w_h,  σ_h(δ) = Σ_r â_{r, p_r + δ}·1[p_r + δ ∉ T_h]      slashes
@@ -7,7 +8,8 @@ columns, slashes, key blocks, tail rows, the vote, the read-back) and the per-in
 
 â: the softmax rows of the last ``LAST_Q`` queries (``plans.slash_lines``), computed once per layer for every head
 that needs them.  ``LayerPlan.parts`` gathers the choice as the seam's ``PrefillParts`` (``backend``); the prefill
-(``prefill.PrefillStep``) and the decoding step (``decode_step.DecodeStep``) read this class's fields.
+(``prefill.PrefillStep``) and the decoding step (``decode_step.DecodeStep``) read this class's fields, which no input
+changes.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import torch
 
 from attnlab.llm.execution.backend import AttentionBackend, PrefillParts, backend_for
 from attnlab.llm.execution.indexed_selection import head_table
-from attnlab.llm.execution.input_state import InputState
 from attnlab.llm.plans.key_blocks import BLOCK, block_means, top_pooled_blocks
 from attnlab.llm.plans.plan import FULL, LAST_Q
 from attnlab.llm.plans.slash_lines import last_query_mass, last_query_rows, slash_mass, top_slashes
@@ -32,7 +33,7 @@ def estimate_columns(q, k, scaling: float, last_q: int = LAST_Q):
 
 
 class LayerPlan:
-    """The plan of one layer: per query head what it reads, and (per input) the columns, slashes and blocks it chose."""
+    """The plan of one layer: per query head what it reads, and how an input's columns, slashes, blocks are chosen."""
 
     def __init__(self, heads, layer_idx: int, num_kv_heads: int, sliding_window: int | None = None, pages: int = 0,
                  page: int = 16, backend: AttentionBackend | None = None, mean_pages: int = 0, decode_band: int = 0,
@@ -48,14 +49,15 @@ class LayerPlan:
         self.tail = [0 if h.is_full or sliding_window is not None else getattr(h, "tail", 0) for h in heads]
         self.slashes = [0 if h.is_full or sliding_window is not None else getattr(h, "slashes", 0) for h in heads]
         self.blocks = [0 if h.is_full or sliding_window is not None else getattr(h, "blocks", 0) for h in heads]
-        # tail rows' vote: a head with a tail and ``kept`` = P keeps at decoding the P keys its tail rows attended most
-        self.kept = [getattr(h, "kept", 0) if t else 0 for h, t in zip(heads, self.tail)]
+        # P_h, the tail rows' vote: a head with a tail reads at decoding the ⌈P_h/b⌉ blocks its tail rows attended most
+        # (the voted keys; ``HeadPlan.kept``, the option ``tail_keep``); 0: its whole cache
+        self.vote_size = [getattr(h, "kept", 0) if t else 0 for h, t in zip(heads, self.tail)]
         # s: blocks before, in a vote
-        self.vote_next = [getattr(h, "vote_next", 0) if p else 0 for h, p in zip(heads, self.kept)]
+        self.vote_next = [getattr(h, "vote_next", 0) if p else 0 for h, p in zip(heads, self.vote_size)]
         self.group_vote = bool(group_vote)   # the voting heads of a KV group cast one vote (``PrefillStep.vote``)
-        # (H,) reads its whole cache at decoding: a head with a tail (a retrieval head) that keeps no vote; key blocks
+        # (H,) reads its whole cache at decoding: a head with a tail (a retrieval head) without a vote; key blocks
         # alone are a prefill choice
-        self.whole = torch.tensor([t > 0 and not p for t, p in zip(self.tail, self.kept)], dtype=torch.bool)
+        self.whole = torch.tensor([t > 0 and not p for t, p in zip(self.tail, self.vote_size)], dtype=torch.bool)
         self.sliding = sliding_window
         # c > 0: at decoding a planned head's band reads at most c keys, min(w_h, c) (``w_read_at``);
         # the prefill keeps w_h
@@ -69,23 +71,14 @@ class LayerPlan:
         self.pages, self.page = (int(pages), int(page)) if bool(self.reads.any()) else (0, int(page))
         self.mean_pages = min(int(mean_pages), self.pages)   # of them chosen by the mean key's score
                                                              # (``pages.choose_pages``)
-        self.state = InputState()  # the current input's choice (``input_state``): columns, diagonals, blocks, cache
         self.backend = backend     # the seam's backend (None: the one of the inputs' device, ``backend_for``)
-
-    # ---- the current input's state (``input_state.InputState``), read and written through the runner ---------------
-    columns = property(lambda self: self.state.columns, lambda self, x: setattr(self.state, "columns", x))
-    diagonals = property(lambda self: self.state.diagonals, lambda self, x: setattr(self.state, "diagonals", x))
-    fetched = property(lambda self: self.state.fetched, lambda self, x: setattr(self.state, "fetched", x))
-    cache = property(lambda self: self.state.cache, lambda self, x: setattr(self.state, "cache", x))
-    recorder = property(lambda self: self.state.recorder, lambda self, x: setattr(self.state, "recorder", x))
-
 
     # ---- which keys a head reads ------------------------------------------------------------
     def choose_columns(self, q, k, scaling):
-        """T_h per batch row: fixed columns, then the ``dynamic`` best by the last-query estimate; ``(B, H, g)``.
+        """(T_h, Δ_h) per batch row: T_h ``(B, H, g)`` the fixed columns, then the ``dynamic`` best by the last-query
+        estimate; Δ_h ``(B, H, s)`` each head's ``slashes`` lines (``choose_slashes``), from the same rows.
 
-        q: (B, H, n, d_k), k: (B, H_kv, m, d_k) (query head h reads KV head ``kv_of[h]``).  Also sets
-        ``self.diagonals`` (B, H, s): each head's ``slashes`` lines (``choose_slashes``), from the same rows.
+        q: (B, H, n, d_k), k: (B, H_kv, m, d_k) (query head h reads KV head ``kv_of[h]``).
         """
         B, H, n, _ = q.shape
         m = k.shape[2]
@@ -122,8 +115,7 @@ class LayerPlan:
             for y, (_, h) in enumerate(dyn):
                 f, d = len(fixed[h]), min(self.dynamic[h], m)
                 cols[:, h, f : f + d] = pick[:, y, :d]
-        self.diagonals = self.choose_slashes(rows, need, cols)
-        return cols
+        return cols, self.choose_slashes(rows, need, cols)
 
     def choose_slashes(self, rows, need: list[int], cols):
         """Δ_h per batch row: the ``slashes`` offsets δ < −w_h of largest last-query mass off the head's columns,
@@ -143,9 +135,9 @@ class LayerPlan:
         hs = torch.tensor(need, device=device)
         w = self.w.to(device)[hs]                                                             # (|need|,)
         want = torch.tensor([self.slashes[h] for h in need], device=device)                   # (|need|,)
-        held = column_mask(cols[:, hs], rows.shape[-1])                                       # (B, |need|, m)
+        in_columns = column_mask(cols[:, hs], rows.shape[-1])                                 # (B, |need|, m)
         picked = top_slashes(
-            slash_mass(rows.float().masked_fill(held[:, :, None, :], 0.0)), w, want)          # (B, |need|, ≤ s)
+            slash_mass(rows.float().masked_fill(in_columns[:, :, None, :], 0.0)), w, want)    # (B, |need|, ≤ s)
         diags[:, hs, : picked.shape[-1]] = picked
         return diags
 
@@ -218,13 +210,13 @@ class LayerPlan:
             self._tables[key] = head_table(self, device, n, LAST_Q, BLOCK)
         return self._tables[key]
 
-    def parts(self, columns, blocks, n: int) -> PrefillParts:
-        """The seam's ``PrefillParts`` of this layer at length n: columns (B, H, g), blocks (B, H, T, K), the diagonals
-        of the last ``choose_columns``."""
+    def parts(self, columns, diagonals, blocks, n: int) -> PrefillParts:
+        """The seam's ``PrefillParts`` of this layer at length n: columns T_h (B, H, g), diagonals Δ_h (B, H, s),
+        blocks U_h(t) (B, H, T, K)."""
         # the plan's own columns only
         static = not any(self.dynamic) and not any(self.slashes) and not blocks.shape[-1]
         fixed = (tuple(tuple(int(t) for t in self.fixed[h] if t < n) for h in range(self.H))
                  if static and columns.shape[-1] else None)
         return PrefillParts(w=tuple(self.effective_w(h, n) for h in range(self.H)), columns=columns,
-                            diagonals=self.diagonals, blocks=blocks, block_counts=tuple(self.blocks),
+                            diagonals=diagonals, blocks=blocks, block_counts=tuple(self.blocks),
                             tails=tuple(self.tail), kv_of=self.kv_of, block=BLOCK, fixed=fixed)

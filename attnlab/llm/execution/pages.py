@@ -187,10 +187,10 @@ def page_summaries(k, columns, kv_of, page: int, reads=None, sums: bool = True):
     H = kv_of.shape[0]
     P = -(-n // page)
     reads = torch.ones(H, dtype=torch.bool) if reads is None else reads.cpu()
-    kept = torch.zeros(H_kv, dtype=torch.bool).index_fill_(0, kv_of.cpu()[reads], True)    # KV heads with a reader
-    row = torch.cumsum(kept.long(), 0) - 1
-    row = torch.where(kept, row, -1).to(k.device)
-    sub = torch.nonzero(kept).view(-1).to(k.device)
+    read = torch.zeros(H_kv, dtype=torch.bool).index_fill_(0, kv_of.cpu()[reads], True)    # KV heads with a reader
+    row = torch.cumsum(read.long(), 0) - 1
+    row = torch.where(read, row, -1).to(k.device)
+    sub = torch.nonzero(read).view(-1).to(k.device)
     m, M, s = _page_stats(k[:, sub], page, sums)                                            # (B, V, P, d) each
     count = (torch.bincount(torch.arange(n, device=k.device) // page, minlength=P).to(k.dtype)   # (P,) |P|
              if sums else None)
@@ -329,7 +329,8 @@ def read_back(q, k, k_pos, q_pos, allowed, reads, page: int, pages: int, columns
     read back; columns (B, H_kv, r, L) bool: the slots that are columns of each query head (``column_flags``);
     summaries: ``page_summaries``' parts of these query heads and KV heads (P' ≥ the pages of k_pos), or None: made here
     from the step's keys, each head's columns left out (the same values: every key is resident or stored).
-    Returns (allowed' (B, H_kv, r, n, L), fetched (B, H_kv, L): the slots some query head reads only through its pages).
+    Returns (allowed' (B, H_kv, r, n, L), page slots (B, H_kv, L): the slots some query head reads only through its
+    pages).
     """
     B, H, n, d = q.shape
     H_kv, L = k.shape[1], k.shape[2]

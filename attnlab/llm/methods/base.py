@@ -31,7 +31,8 @@ from attnlab.errors import UserError
 
 REFERENCE = "full"   # the method every other is measured against (full attention, ``full.py``)
 # what ``describe()`` says of a method's plan (and MInference's patterns): every answer row carries them, and
-# eval-why compares them with the row it explains
+# eval-why compares them with the row it explains; ``kept_heads`` / ``kept``: the heads with a tail's vote and the
+# vote's largest size P (``HeadPlan.kept``, the option ``tail_keep``: keys the vote picks to read, not the cache's keep)
 PLAN_FIELDS = ("full_heads", "tail_heads", "pages", "slash_heads", "slashes", "block_heads", "blocks", "kept_heads",
                "kept", "pattern_counts")
 

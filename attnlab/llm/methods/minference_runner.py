@@ -16,14 +16,17 @@ says.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from attnlab.llm.execution import sparse_patterns as sp
 from attnlab.llm.execution.attention import LayerRunner
 from attnlab.llm.execution.backend import PrefillParts, backend_for
+from attnlab.llm.execution.input_state import InputState
 from attnlab.support import NO_DIAGONAL, Support
 
-__all__ = ["PatternRunner", "pattern_parts"]
+__all__ = ["PatternRunner", "PatternState", "pattern_parts"]
 
 
 def _stack(rows: list, width: int, empty: int, like):
@@ -73,18 +76,25 @@ def pattern_parts(patterns: list[dict], q, k, kv_of, scaling: float):
     return parts, supports
 
 
+@dataclass
+class PatternState(InputState):
+    """An input's state under MInference's patterns: what each head's pattern chose (decoding reads the whole cache)."""
+
+    supports: list | None = None          # per head: (pattern, Support | (sinks, w) | blocks (B, T, k))
+    pattern_parts: PrefillParts | None = None   # the seam's parts of the prefill
+
+
 class PatternRunner(LayerRunner):
     """A layer whose prefill runs each head's pattern: ``patterns[layer_idx][h]`` = {"pattern", its settings}."""
 
     def __init__(self, *args, patterns: list[list[dict]], **kwargs):
         super().__init__(*args, **kwargs)
         self.patterns = patterns[self.layer_idx]    # per head: {"pattern": "vs" | "lambda" | "block", settings}
-        self.supports = []          # per head after a prefill: (pattern, Support | (sinks, w) | blocks (B, T, k))
-        self.last_parts = None      # the seam's parts of the last prefill (not `parts`: LayerPlan.parts)
 
     def prefill(self, q, k, v, scaling):
-        # q: (B, H, n, d_k), k, v: (B, H_kv, n, ·) → (B, H, n, d_v)
+        # q: (B, H, n, d_k), k, v: (B, H_kv, n, ·) → (out (B, H, n, d_v), the input's PatternState)
         if self.sliding is not None:                     # a sliding layer reads its own window (the model's mask)
             return super().prefill(q, k, v, scaling)
-        self.last_parts, self.supports = pattern_parts(self.patterns, q, k, self.kv_of, scaling)
-        return backend_for(q.device).prefill(self.last_parts, q, k, v, scaling)
+        parts, supports = pattern_parts(self.patterns, q, k, self.kv_of, scaling)
+        return backend_for(q.device).prefill(parts, q, k, v, scaling), PatternState(supports=supports,
+                                                                                    pattern_parts=parts)

@@ -26,10 +26,10 @@ class QuestRunner(LayerRunner):
         super().__init__(*args, **kwargs)
         self.page_size, self.read_pages = int(page_size), int(read_pages)
 
-    def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None, kv=None, summaries=None):
+    def decode(self, q, k, v, scaling, q_pos, k_pos, state, flags=None, kv=None, summaries=None):
         # q: (B, H_s·r, n, d_k) at q_pos (n,); k, v: (B, H_s, L, ·) at k_pos (B, H_s, L) → (B, H_s·r, n, d_v)
         if self.layer_idx < DENSE_LAYERS:
-            return super().decode(q, k, v, scaling, q_pos, k_pos, flags, kv, summaries)
+            return super().decode(q, k, v, scaling, q_pos, k_pos, state, flags, kv, summaries)
         B, H, n, d = q.shape
         H_kv, L = k.shape[1], k.shape[2]
         r, page = H // H_kv, self.page_size
@@ -37,4 +37,5 @@ class QuestRunner(LayerRunner):
         pid = (k_pos // page).clamp(0, chosen.shape[-1] - 1)                                       # (B, H_kv, L)
         read = torch.gather(chosen.view(B, H_kv, r, n, -1), -1,
                             pid[:, :, None, None, :].expand(B, H_kv, r, n, L))                     # (B, H_kv, r, n, L)
+        flags = self.column_flags(k_pos, state, kv) if flags is None else flags                      # (B, H_kv, r, L)
         return self.backend_of(q).decode(q, k, v, scaling, table_of(self.allowed(q_pos, k_pos, flags, kv) & read))

@@ -162,9 +162,10 @@ class HeadPlan:
     far key (multi-key needles), not only the rows that ask.  Prefill only, as slash lines: at decoding the head
     reads its whole cache if it has a tail (a retrieval head), else what its band and columns hold (its cache stays
     compressed).
-    ``kept`` = P > 0 (with a tail): at decoding the head reads, instead of its whole cache, its band, its columns and
-    the P keys of largest attention mass Σ_{i in the tail} a_ij from its tail rows (SnapKV's vote, cast by the rows
-    that ask; ``LayerRunner.prefill``), so its KV head's cache stays compressed too.
+    ``kept`` = P > 0 (with a tail): the vote's size (the option ``tail_keep``; ``LayerPlan.vote_size``, not the cache's
+    eviction decision ``keep``): at decoding the head reads, instead of its whole cache, its band, its columns and
+    the P keys of largest attention mass Σ_{i in the tail} a_ij from its tail rows (the voted keys: SnapKV's vote,
+    cast by the rows that ask; ``LayerRunner.prefill``), so its KV head's cache stays compressed too.
     ``vote_next`` = s > 0 (with ``kept``): a block's vote also counts the mass of the s blocks before it,
     V_J = Σ_{u=0…s} m_{J−u} — a needle's value follows the words the question finds, and the block after them
     keeps it where the value starts a new block.

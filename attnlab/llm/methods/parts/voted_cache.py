@@ -1,7 +1,10 @@
-"""A voted decoding cache: a retrieval head keeps, instead of its whole cache, the P keys its tail rows voted for.
+"""A voted decoding cache: a retrieval head reads, instead of its whole cache, the P keys its tail rows voted for.
 
-    kept_h = band ∪ columns ∪ held key blocks ∪ top-P_j Σ_{i in the tail} a_ij      (SnapKV's vote, cast by the rows
-                                                                                   that ask; ``HeadPlan.kept``)
+    C_h = T_h ∪ B_h ∪ V_h,   V_h = top-P_j Σ_{i in the tail} a_ij      (the decoding columns: columns, block keys, voted
+                                                                     keys; SnapKV's vote, cast by the rows that ask)
+
+``tail_keep`` (the plan file's ``kept``, ``LayerPlan.vote_size``) is the vote's size P: how many keys the vote picks
+for the head to read, not the cache's eviction decision (``DecodeStep.keep``), which then keeps those keys resident.
 
 Decoding only: the prefill, and so β, is unchanged (no share); its KV head's cache stays compressed.
 """
