@@ -7,8 +7,8 @@ Under full attention, S_h(i) = {j ≤ i}, the keys and values of position j depe
 (K_l, V_l: layer l's cache, (1, H_kv, n, d)).  ``FullPrefill`` holds the last prompt's K, V and the logits of
 its last position, and
 
-* (b) a new prompt x of n tokens keeps the longest common prefix p = lcp(x, x_prev) ≤ n − 1 of the held
-  cache (cropped to p) and prefills only x_p … x_{n−1}, at positions p … n − 1 (RoPE and the causal mask
+* (b) a new prompt x of n tokens keeps the longest common prefix p = lcp(x, x_prev) ≤ n − 1 of the last
+  prompt's cache (cropped to p) and prefills only x_p … x_{n−1}, at positions p … n − 1 (RoPE and the causal mask
   continue from the cache's length) — when p ≥ ``MIN_SHARE`` · n.  A chunk after a cache runs attention
   with an explicit mask, every block of its t × n scores, where a fresh prefill skips the blocks above the
   diagonal (n²/2): with cost c_lin per token and c_att per score,
@@ -18,9 +18,9 @@ its last position, and
   whatever the two costs (smollm2-135m, 1 CPU thread, n = 2048: fresh 15.9–17.6 s, 1998 tokens after 50
   cached 21.5–22.1 s, the masked attention 8.7 s of it);
 * (a) every method whose prefill is that same computation (``Method.prefill_reuse``: full, SnapKV, Quest)
-  takes its cache from the held K, V of the same prompt instead of a prefill of its own.  A method whose
+  takes its cache from the last prompt's K, V (the same prompt) instead of a prefill of its own.  A method whose
   prefill also reads the queries of its last ``t = Method.reuse_tail(n)`` tokens (SnapKV's vote) is given
-  the first n − t and runs those t tokens itself; t = 0: the held logits are its prefill's.
+  the first n − t and runs those t tokens itself; t = 0: the last prompt's logits are its prefill's.
 
 Exactness: the same sums in another grouping (a chunk of rows after a cache instead of all rows at once,
 the model's attention instead of attnlab's full-plan kernel), so logits agree to float rounding and greedy
@@ -53,7 +53,7 @@ def common_prefix(a: list[int] | None, b: list[int]) -> int:
 def _fill(cache, kv, length: int):
     """Put the first ``length`` positions of ``kv`` (per layer (K, V), (1, H_kv, n, d)) into an empty ``cache``."""
     for l, (k, v) in enumerate(kv if length > 0 else []):
-        cache.update(k[:, :, :length], v[:, :, :length], l)            # a copy: the held tensors are never written
+        cache.update(k[:, :, :length], v[:, :, :length], l)            # a copy: the reused tensors are never written
     return cache
 
 
@@ -81,7 +81,8 @@ class FullPrefill:
     def ensure(self, model, ids: list[int]) -> tuple[bool, int, float]:
         """Hold the full-attention prefill of ``ids`` (the model as it is: no method applied).
 
-        Returns (computed now, tokens taken from the previous prompt, seconds spent); (False, n, 0.0) when held already.
+        Returns (computed now, tokens taken from the previous prompt, seconds spent); (False, n, 0.0) for the same
+        prompt again.
         """
         if self.ids == list(ids):
             return False, len(ids), 0.0
@@ -102,8 +103,8 @@ class FullPrefill:
         """Inside ``method.applied(model)``, after ``ensure(model, ids)``: (logits (vocab,), the method's cache after
         its prefill).
 
-        The method's cache gets the held K, V of the first n − t tokens, t = ``method.reuse_tail(n)``; the last t run
-        under it.
+        The method's cache gets the last prompt's K, V of the first n − t tokens, t = ``method.reuse_tail(n)``; the
+        last t run under it.
         """
         assert self.ids == list(ids), "resume() follows ensure() of the same prompt"
         n = len(ids)
