@@ -3,7 +3,8 @@ keys each query head reads there, the backend's softmax, the parts merged, the c
 
 A step's query i of head h (KV head g = h // r) reads
 
-    S_h(i) = B_{w_h}(i) ∪ C_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q_i)}      (the last term with read-back only)
+    S_h(i) = B_{w_h}(i) ∪ C_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q_i)}      (the last term with read-back only:
+                                                                   O_h(i) = {j ≤ i} ∖ (B_{w_h}(i) ∪ C_h), ``pages``)
 
     1. state      the input's ``InputState``, owned by its cache layer (``PlanLayer.state``): C_h = T_h ∪ B_h ∪ V_h,
                   the decoding columns its own prefill chose (``prefill``), as flags on the cache's slots
@@ -97,7 +98,7 @@ class DecodeStep(LayerPlan):
             cols = columns[:, hq].to(k_pos.device).expand(B, -1, -1)                       # (B, H_s·r, g), −1: empty
             pos = k_pos.repeat_interleave(r, dim=1)                                        # (B, H_s·r, L)
             size = int(pos.max()) + 1 if pos.numel() else 1                                # positions 0 … size − 1
-            table = column_mask(cols, size)                                                # 1[j ∈ T_h] by position
+            table = column_mask(cols, size)                                                # 1[j ∈ C_h] by position
             flags = table.gather(-1, pos.clamp_min(0)) & (pos >= 0)                        # O(L + g) a head, not O(L·g)
         return flags.view(B, H_s, r, L)
 
@@ -196,8 +197,8 @@ class DecodeStep(LayerPlan):
         """One decoding query over a part's resident slots and the pages it reads back from the part's store, the store
         not joined: the same S_h(i) as ``decode`` with ``read_back`` (``pages``), each chosen page gathered by position.
 
-            candidates C_h(i) = {P : |P ∩ [0, i]| > |P ∩ (B_{w_h}(i) ∪ T_h)|}    (a key of P that h reads otherwise not)
-            S_h(i) = B_{w_h}(i) ∪ T_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q) over C_h(i)}
+            candidates R_h(i) = {P : |P ∩ [0, i]| > |P ∩ (B_{w_h}(i) ∪ C_h)|}    (a key of P that h reads otherwise not)
+            S_h(i) = B_{w_h}(i) ∪ C_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q) over R_h(i)}
 
         (with ``mean_pages`` = k: top_{K−k} by U, then top_k by μ_{h,P}(q) over the candidates left,
         ``pages.choose_pages``)

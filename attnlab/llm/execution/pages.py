@@ -12,11 +12,11 @@ Read-back (``read_back``): a planned head h with ``pages`` = K > 0 (``Plan.pages
 query q_i, its band and columns and the K pages of largest bound among the pages that hold a key it does
 not read otherwise:
 
-    O_h(i) = {j ≤ i} ∖ (B_{w_h}(i) ∪ T_h)                                 (the keys h reads otherwise not)
-    C_h(i) = {P : P ∩ O_h(i) ≠ ∅}                                          (candidate pages)
-    S_h(i) = B_{w_h}(i) ∪ T_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q_i) over C_h(i)}
+    O_h(i) = {j ≤ i} ∖ (B_{w_h}(i) ∪ C_h)                                 (the keys h reads otherwise not)
+    R_h(i) = {P : P ∩ O_h(i) ≠ ∅}                                          (candidate pages)
+    S_h(i) = B_{w_h}(i) ∪ C_h ∪ ⋃ {P ∩ O_h(i) : P ∈ top_K U_{h,P}(q_i) over R_h(i)}
 
-with U_{h,P} Quest's bound over the keys of P that are not columns of h (T_h: a sink column does not make the page
+with U_{h,P} Quest's bound over the keys of P that are not columns of h (C_h: a sink column does not make the page
 around it every query's best; its own column is read anyway).
 
 A split choice (``mean_pages`` = k ≤ K, ``Plan.mean_pages``): K − k pages by the bound, then the k best of the other
@@ -171,7 +171,7 @@ def bound(q, m, M):
 
 
 def page_summaries(k, columns, kv_of, page: int, reads=None, sums: bool = True):
-    """The page summaries after a prefill, each query head's over its KV head's keys without its own columns T_h (a
+    """The page summaries after a prefill, each query head's over its KV head's keys without its own columns C_h (a
     sink does not make its page every query's best; a head reads its columns anyway), stored sparsely: the KV head's
     summaries over every key, and for each query head only the pages its columns touch.
 
@@ -321,7 +321,7 @@ def read_back(q, k, k_pos, q_pos, allowed, reads, page: int, pages: int, columns
     """S_h(i) with read-back: ``allowed`` ∪ the ``pages`` best candidate pages of each reading head (``mean_pages`` of
     them by the mean key's score, ``choose_pages``).
 
-    Head h's candidates are the pages holding a key it reads otherwise not, O_h(i) = {j ≤ i} ∖ (B_{w_h}(i) ∪ T_h),
+    Head h's candidates are the pages holding a key it reads otherwise not, O_h(i) = {j ≤ i} ∖ (B_{w_h}(i) ∪ C_h),
     ranked by U_{h,P}(q) over the page's keys that are not columns of h; reading P reads P ∩ O_h(i).
 
     q (B, H, n, d) at q_pos (n,); k (B, H_kv, L, d) at k_pos (B, H_kv, L) (resident ∪ stored, −1: empty);
