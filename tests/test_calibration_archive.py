@@ -248,6 +248,38 @@ def test_the_calibration_bar_moves_a_step_per_block_of_rows(made):
     assert all(left is not None and left >= 0 for _, left in seen.updates)   # from the steps measured so far
 
 
+def test_a_calibration_with_gradients_reports_progress_at_every_layer_of_its_gradient_pass(made):
+    """With ``grads`` each window first runs a forward and a backward pass (minutes at 8K): the bar moves as each
+    layer's forward and each layer's backward ends, not once per window, and the time left comes from steps
+    measured."""
+    import torch
+
+    from attnlab.llm.plans.calibration import ROW_BLOCK, calibrate
+    from attnlab.progress import Progress
+
+    class Seen(Progress):
+        def __init__(self):
+            self.updates, self.bars = [], []
+
+        def _opened(self, bar):
+            self.bars.append(bar)
+
+        def _updated(self, bar):
+            self.updates.append((bar.done, bar.remaining()))
+
+    model = made[0]
+    seen = Seen()
+    n, windows = ROW_BLOCK + 8, 2
+    calibrate(model, [torch.randint(0, 90, (1, n)) for _ in range(windows)], progress=seen, grads=True)
+    bar, L = seen.bars[0], model.config.num_hidden_layers
+    per_window = 2 * L + L * (2 + 1)          # the gradient pass's layers (forward, backward), then rows and errors
+    assert bar.total == windows * per_window == len(seen.updates) and bar.unit == "steps"
+    assert [d for d, _ in seen.updates] == list(range(1, bar.total + 1))
+    assert len(seen.updates) / windows > 2 * L > 1                    # more than once per window, before its rows
+    assert all(left is not None and left >= 0 for _, left in seen.updates)
+    assert {k for k in bar.spent} >= {("gradient", "forward"), ("gradient", "backward")}
+
+
 HEADER_KEYS = ("format", "model", "n", "num_layers", "num_heads", "num_kv_heads", "windows", "w_grid", "g_grid",
                "err_rows", "candidates", "pattern_keys", "text", "text_windows", "mix", "methods", "proved")
 

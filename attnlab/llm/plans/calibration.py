@@ -148,13 +148,15 @@ class Calibration:
         self.windows[layer] += B
         return out
 
-    def steps(self, windows: int) -> list:
-        """The kind of every step ``observe`` ticks over ``windows`` windows: per layer, its blocks of ROW_BLOCK rows
-        (kind: sliding or not, the block's index — later blocks read more keys), then its option errors, its
-        candidates."""
+    def steps(self, windows: int, grads: bool = False) -> list:
+        """The kind of every step ticked over ``windows`` windows: with ``grads``, first the gradient pass's layers
+        (``row_gradients``: each layer's forward, then each layer's backward); then per layer, as ``observe`` ticks,
+        its blocks of ROW_BLOCK rows (kind: sliding or not, the block's index — later blocks read more keys), its
+        option errors, its candidates."""
         blocks = -(-self.n // ROW_BLOCK)
-        out = []
-        for W in (self.shape.get("windows") or [None] * self.shape["num_layers"]):
+        layers = self.shape.get("windows") or [None] * self.shape["num_layers"]
+        out = [("gradient", "forward"), ("gradient", "backward")] * len(layers) if grads else []
+        for W in layers:
             out += [("rows", W is not None, x) for x in range(blocks)]
             out += [("errors", W is not None)] * bool(self.err_rows)
             out += [("candidates", W is not None)] * bool(self.candidates)
@@ -299,16 +301,20 @@ def candidate_columns(est_scores: torch.Tensor, fixed: int, dyn: int) -> torch.T
     return cols
 
 
-def row_gradients(model, ids, rows, mods) -> list[torch.Tensor]:
+def row_gradients(model, ids, rows, mods, tick=None) -> list[torch.Tensor]:
     """g (R, hidden) per layer: ∂L/∂x at ``rows``, x the residual stream where the layer's attention output is added.
 
     L = the window's summed next-token NLL (the mean × n − 1), one forward + backward with the plan in place
     (full heads while calibrating: SDPA); the gradient reaches the attention output unchanged (x = h + attn(h)).
+    ``tick(kind)``: called as each layer's forward and each layer's backward ends (a pass at 8K takes minutes).
     """
     caught = {}
 
     def hook(mod, args, out):
         caught[int(mod.layer_idx)] = out[0]
+        if tick is not None:
+            tick(("gradient", "forward"))
+            out[0].register_hook(lambda g: tick(("gradient", "backward")))   # when ∂L/∂ this output is computed
 
     handles = [mod.register_forward_hook(hook) for mod in mods]
     recorders = [getattr(getattr(mod, "attnlab_layer", None), "recorder", None) for mod in mods]
@@ -370,8 +376,8 @@ def calibrate(model, windows, candidates=None, progress: Progress = SILENT, err_
     ``err_rows`` > 0: also the executed options' output errors on that many rows (``Calibration``),
     measured through each layer's ``o_proj``; ``grads``: also their first-order loss change (``delta``,
     ``gsq``), from one backward pass per window (SmolLM2 at 8K: +110 s, peak RSS 21 GB instead of ~9).
-    ``progress`` (``attnlab.progress``): a bar over the blocks of rows of every layer and window
-    (``Calibration.steps``).
+    ``progress`` (``attnlab.progress``): a bar over the blocks of rows of every layer and window, and with ``grads``
+    over the layers of each window's gradient pass (``Calibration.steps``).
     """
     shape = model_shape(model)
     rows_of = [getattr(w, "rows", None) for w in windows]
@@ -391,23 +397,26 @@ def calibrate(model, windows, candidates=None, progress: Progress = SILENT, err_
         for l, (mod, nm) in enumerate(zip(mods, norms)):
             if nm is not None:
                 hooks.append(mod.o_proj.register_forward_hook(_record_out_scale(cal, l)))
-    steps = cal.steps(len(windows))      # blocks of rows: the bar moves every few seconds, its pace by kind of step
+    # the gradient pass's layers and the blocks of rows: the bar moves every few seconds, its pace by kind of step
+    backward = bool(err_rows and grads)
+    steps = cal.steps(len(windows), grads=backward)
     said = f"{len(windows)} window" + ("s" if len(windows) != 1 else "")
-    bar = progress.start(f"calibration n={n}, {said}", total=len(steps), unit="row blocks", kinds=steps)
+    bar = progress.start(f"calibration n={n}, {said}", total=len(steps), unit="steps" if backward else "row blocks",
+                         kinds=steps)
     cal.bar = bar
     try:
         for mod in mods:
             mod.attnlab_layer.recorder = cal
         for x, ids in enumerate(windows):
             cal.current_rows = rows_of[x]
-            if err_rows and grads:
-                for l, g in enumerate(row_gradients(model, ids.to(model.device), cal.rows(), mods)):
+            rows = cal.rows()              # the rows the option errors are measured on in this window
+            if backward:
+                for l, g in enumerate(row_gradients(model, ids.to(model.device), rows, mods, cal.tick)):
                     cal.row_grads[l] = g
                     cal.gsq[l] += float((g ** 2).sum(-1).mean())
             # logits_to_keep=1: not n × vocabulary logits
             o = model(ids.to(model.device), use_cache=False, output_hidden_states=bool(err_rows), logits_to_keep=1)
             if err_rows:  # hidden_states[l]: the residual stream entering layer l, (1, n, hidden)
-                rows = cal.rows()
                 for l in range(shape["num_layers"]):
                     cal.resid[l] += float((o.hidden_states[l][0, rows].double() ** 2).sum(-1).mean())
     finally:
