@@ -268,3 +268,33 @@ def test_a_later_run_may_add_methods_and_budgets(tiny, tmp_path):
     assert [json.loads(x)["budget"] for x in rows[-2:]] == [0.25, 0.5]
     cfg = json.loads((tmp_path / "run" / "config.json").read_text())
     assert cfg["methods"] == ["streaming-llm"] and cfg["budgets"] == [0.1, 0.25, 0.5]
+
+
+def test_the_ppl_text_is_read_once_and_every_perplexity_row_is_measured_on_its_first_windows(tiny, tmp_path,
+                                                                                           monkeypatch):
+    """--ppl is read and tokenised once before the grid (not once per run and length), and each perplexity row is that
+    of the text's first ``ppl_windows`` windows of n tokens (as ``token_windows`` cuts them)."""
+    from attnlab.llm.eval.perplexity import perplexity
+    from attnlab.llm.models import text_windows
+    from attnlab.llm.models.text_windows import TokenText, token_windows
+
+    folder, model, tok = tiny
+    text = tmp_path / "ppl.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog.\n" * 60)
+    reads = []
+    read = TokenText.read.__func__
+
+    def counted(cls, tokenizer, path):
+        reads.append(str(path))
+        return read(cls, tokenizer, path)
+
+    monkeypatch.setattr(text_windows.TokenText, "read", classmethod(counted))
+    settings = EvalSettings(model=str(folder), tasks=["niah"], lengths=[500, 700], depths=1, samples=1,
+                            methods=["streaming-llm"], budgets=[0.25, 0.5], haystack="noise", max_new=2, ppl=str(text),
+                            ppl_windows=2)
+    rows = run_eval(model, tok, settings, tmp_path / "run")
+    ppl = [r for r in rows if r["kind"] == "ppl"]
+    assert reads == [str(text)] and len(ppl) == 2 * 3                    # 3 runs (full, 2 budgets) at 2 lengths
+    full = [r for r in ppl if r["method"] == "full"]
+    for r in full:
+        assert r["windows"] == 2 and r["ppl"] == perplexity(model, token_windows(tok, text, r["n"], 2))

@@ -100,7 +100,7 @@ def eval_command(
         the_plan = Plan.load(plan, "--plan", is_registered)               # a malformed file: one line
         for n in settings.lengths:                                        # another length: one line
             the_plan.check_length(n, f"--plan {plan}")
-    check_settings(settings, None)                                        # everything but the model's context
+    check_settings(settings, None)   # every option but the model's context: once, here (run_eval takes them checked)
     from attnlab.llm.eval.before_model import check_method_inputs, check_text_sizes
 
     check_method_inputs(settings.methods)                                 # a method's own files (a gate file) present

@@ -11,7 +11,7 @@ task take 345 of 512 tokens with the tests' one-character tokens, far fewer with
 that holds its task at all reads more than n / 8 haystack tokens at the lengths attnlab runs).  These bounds
 refuse a one-sentence text in about a second, torch never imported, instead of after the model has loaded; a
 text above them is measured exactly in the model's tokens once the tokenizer is there
-(``Haystack.tokens``, ``eval_inputs.check_texts``).  A method's own files (DuoAttention's gate file) are checked
+(``Haystack.tokens``, ``eval_inputs.read_texts``).  A method's own files (DuoAttention's gate file) are checked
 by the method itself (``Method.check_inputs``) against nothing but the file system.
 """
 

@@ -34,7 +34,7 @@ import numpy as np
 from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
 from attnlab.llm import methods as registry
-from attnlab.llm.eval.eval_inputs import check_eval_folder, check_texts
+from attnlab.llm.eval.eval_inputs import GridTexts, check_eval_folder, read_texts
 from attnlab.llm.eval.results_file import FORMAT, GROWS, read_results
 from attnlab.llm.eval.tasks import QUESTIONS, TASKS, TEMPLATES, Haystack, PromptFormat, sample_key, string_match_all
 from attnlab.llm.plans.calibration_build import build_calibration, calibration_file  # re-exported (__all__)
@@ -81,11 +81,11 @@ def depth_grid(count: int) -> list[float]:
     return [0.5] if count == 1 else [float(x) for x in np.linspace(0.0, 1.0, count)]
 
 
-def _claim(out: Path, settings: EvalSettings) -> None:
-    """Write ``config.json`` or check that the run there has the same settings (``GROWS`` may gain values)."""
+def _claim(out: Path, settings: EvalSettings, old: dict | None) -> None:
+    """Write ``config.json``, or grow the one of the run ``old`` there (``check_eval_folder``: same settings but
+    ``GROWS``, which may gain values)."""
     cfg = {"format": FORMAT, **asdict(settings)}
     path = out / "config.json"
-    old = check_eval_folder(out, settings)   # a user's folder, another model's or other settings' run: refused
     if old is not None:
         grown = {k: list(old.get(k) or []) + [x for x in cfg[k] if x not in (old.get(k) or [])] for k in GROWS}
         if any(grown[k] != old.get(k) for k in GROWS):
@@ -95,20 +95,33 @@ def _claim(out: Path, settings: EvalSettings) -> None:
     write_text_atomic(path, json.dumps(cfg, indent=1) + "\n")
 
 
+def calibrations(model, tokenizer, settings: EvalSettings, out: Path, text=None, progress: Progress = SILENT):
+    """``calibration(n, methods)``: the calibration at length n for the calibrated ``methods`` (``_calibration``), set
+    up once before the grid and asked by it at each n when a calibrated run is first prepared there (after the runs
+    that need none: a slow calibration holds back no cheap method)."""
+    def calibration(n: int, methods: list):
+        return _calibration(model, tokenizer, settings, out, n, methods, progress, text)
+
+    return calibration
+
+
 def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, methods: list,
-                 progress: Progress = SILENT):
-    """The calibration at length n (``out/calibration-n.npz``, made once), for the calibrated methods."""
+                 progress: Progress = SILENT, text=None):
+    """The calibration at length n for the calibrated ``methods``, resolved in this one place: without --calibrate
+    the archive attnlab ships for the model at n (``check_settings`` found it), else ``out/calibration-n.npz``, made
+    once on the calibration ``text`` (the --calibrate file, or its ``TokenText`` read before the grid)."""
     if not any(m.calibrated for m in methods):
         return None
-    if not settings.calibrate:   # the shipped archive of the model at n (``check_settings`` found it)
-        from attnlab.llm.plans.calibration_archive import load_calibration
-        from attnlab.llm.plans.shipped_calibrations import shipped
+    if settings.calibrate:
+        text = text if text is not None else settings.calibrate
+        return calibration_file(model, tokenizer, methods, n, out / f"calibration-{n}.npz", text,
+                                settings.calibrate_windows, settings.calibrate_mix, progress)
+    from attnlab.llm.plans.calibration_archive import read_compact
+    from attnlab.llm.plans.shipped_calibrations import shipped
 
-        path = shipped(settings.model, n)
-        progress.stage(f"calibration n={n}: the one attnlab ships ({path.name})")
-        return load_calibration(path, known_method=registry.is_registered)
-    return calibration_file(model, tokenizer, methods, n, out / f"calibration-{n}.npz", settings.calibrate,
-                            settings.calibrate_windows, settings.calibrate_mix, progress)
+    path = shipped(settings.model, n)
+    progress.stage(f"calibration n={n}: the one attnlab ships ({path.name})")
+    return read_compact(path, known_method=registry.is_registered)   # an archive: attnlab ships no other form
 
 
 def check_lengths(lengths: list[int]) -> list[int]:
@@ -178,8 +191,15 @@ def _method(settings: EvalSettings, name: str, budget: float):
     return registry.get(base, budget, plan_file=settings.plan, **opts)
 
 
+def check_context(lengths: list[int], max_len: int | None) -> None:
+    """The longest prompt within the model's context of ``max_len`` tokens (None: not known yet)."""
+    if max_len is not None and max(lengths) > max_len:
+        raise UserError(f"--lengths: {max(lengths)} is beyond the model's context of {max_len} tokens")
+
+
 def check_settings(settings: EvalSettings, max_len: int | None) -> None:
-    """Every option checked before the model runs (one line naming the option)."""
+    """Every option checked before the model runs (one line naming the option): once, where the settings are built
+    (``attnlab eval``, before the model loads: ``max_len`` None); ``run_eval`` takes them checked."""
     unknown = [t for t in settings.tasks if t not in TASKS]
     if unknown:
         raise UserError(f"--task: unknown task {unknown[0]!r} (known: {', '.join(TASKS)})")
@@ -190,8 +210,7 @@ def check_settings(settings: EvalSettings, max_len: int | None) -> None:
     if settings.samples < 1:
         raise UserError(f"--samples: must be >= 1, got {settings.samples}")
     check_lengths(settings.lengths)
-    if max_len is not None and max(settings.lengths) > max_len:
-        raise UserError(f"--lengths: {max(settings.lengths)} is beyond the model's context of {max_len} tokens")
+    check_context(settings.lengths, max_len)
     if settings.haystack != "noise" and not Path(settings.haystack).is_file():
         raise UserError(f"--haystack {settings.haystack}: no such file (or 'noise')")
     need = [m for m in settings.methods if _method(settings, m, 1.0).calibrated]
@@ -222,22 +241,26 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
              stop_after: int | None = None, reuse: bool = True) -> list[dict]:
     """Measure the grid into ``out/results.jsonl`` (resuming what is there); returns every row.
 
-    ``progress`` (``attnlab.progress``): a bar over the rows, row by row, and the calibrations' bars; ``stop_after``:
-    stop after measuring that many new rows (tests of resumption).  ``reuse``: the methods whose prefill is full
-    attention (``Method.prefill_reuse``) share one prefill per prompt, and a prompt reuses the prefix it shares
-    with the one before (``prefix_cache``); the answers are those of ``reuse=False``, the seconds fewer.
+    ``settings``: checked where they were built (``check_settings``: ``attnlab eval`` checks every option before the
+    model loads); here they are checked against the model, the folder and the texts read once, before anything is
+    written (``check_grid``).  ``progress`` (``attnlab.progress``): a bar over the rows, row by row, and the
+    calibrations' bars; ``stop_after``: stop after measuring that many new rows (tests of resumption).  ``reuse``: the
+    methods whose prefill is full attention (``Method.prefill_reuse``) share one prefill per prompt, and a prompt
+    reuses the prefix it shares with the one before (``prefix_cache``); the answers are those of ``reuse=False``, the
+    seconds fewer.
     """
     from attnlab.llm.eval.ranks import Ranks, read_all
     from attnlab.llm.execution.prefix_cache import FullPrefill
 
     out = Path(out)
-    hay = check_grid(model, tokenizer, settings)
-    _claim(out, settings)
+    grid = check_grid(model, tokenizer, settings, out)   # the model's, the texts', the folder's checks: nothing written
+    _claim(out, settings, grid.folder)
     ranks = Ranks.from_env()
     results = ranks.results_path(out)    # torchrun: this rank's file, its share of the prompts (ranks)
     rows = read_all(out)                 # every rank's rows: resumable with any number of ranks
     done = {r["key"] for r in rows}
     mine, share = rank_share(settings, ranks)
+    calibration = calibrations(model, tokenizer, settings, out, grid.texts.calibration, progress)
     prefixes = FullPrefill() if reuse else None
     measured, t_start = 0, time.time()
     bar = progress.start(ranks.label("eval"), total=len(share), unit="rows", done=len(done & share.keys()),
@@ -259,10 +282,9 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
         try:
             for n in settings.lengths:
                 samples = dict.fromkeys(mine)    # this rank's prompts at n, each built when first answered
-                answer = answerer(model, tokenizer, settings, hay, n, samples, prefixes, emit)
+                answer = answerer(model, tokenizer, settings, grid.hay, n, samples, prefixes, emit)
                 for calibrated in (False, True):   # the methods without a calibration are answered before it is made
-                    ready = _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, calibrated,
-                                           progress)
+                    ready = _prepared_runs(model, settings, n, samples, done, emit, calibrated, calibration)
                     shared = [r for r in ready if prefixes is not None and r.method.prefill_reuse]
                     for key in samples:  # prompts outer, the sharing methods inner: one full prefill serves them all
                         for run in shared:
@@ -273,7 +295,7 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
                             for key in run.todo:
                                 answer(run, key)
                         if run.ppl_key is not None and ranks.rank == 0:
-                            emit(_perplexity_row(model, tokenizer, settings, run, n))
+                            emit(_perplexity_row(model, run, n, grid.texts.ppl.windows(n, settings.ppl_windows)))
         finally:
             bar.close()
             if measured:
@@ -281,13 +303,22 @@ def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, p
     return rows
 
 
-def check_grid(model, tokenizer, settings: EvalSettings) -> Haystack:
-    """Everything the grid will read, checked against the model before anything is written: the settings, the
-    haystack and every task at every length, the plan file, each method's own files, the texts' lengths.  Returns
-    the haystack."""
+class GridInputs(NamedTuple):
+    """What the grid reads, checked before anything is written (``check_grid``)."""
+
+    hay: Haystack             # the haystack of every prompt
+    texts: GridTexts          # --calibrate and --ppl, each read once
+    folder: dict | None       # the config.json of the run ``out`` continues (None: a new run)
+
+
+def check_grid(model, tokenizer, settings: EvalSettings, out: Path) -> GridInputs:
+    """Everything the grid will read, checked against the model before anything is written (the settings themselves
+    were checked where they were built, ``check_settings``): the lengths against its context, the haystack and every
+    task at every length, the plan file, each method's own files, the run folder ``out`` (``check_eval_folder``), the
+    texts (read once, ``read_texts``)."""
     from attnlab.llm.models.loading import model_max_len
 
-    check_settings(settings, model_max_len(model))
+    check_context(settings.lengths, model_max_len(model))
     if settings.haystack == "noise":
         hay = Haystack.noise(tokenizer)
     else:
@@ -301,8 +332,9 @@ def check_grid(model, tokenizer, settings: EvalSettings) -> Haystack:
     for name in settings.methods:  # a method's own files (a gate file for another model): refused, not a skipped row
         _method(settings, name, 1.0).check_model(model)
     calibrated = any(_method(settings, m, 1.0).calibrated for m in settings.methods)
-    check_texts(tokenizer, settings, calibrated)   # long enough
-    return hay
+    folder = check_eval_folder(out, settings)   # a user's folder, another model's or other settings' run: refused
+    return GridInputs(hay, read_texts(tokenizer, settings.lengths, settings.calibrate if calibrated else None,
+                                      settings.ppl), folder)
 
 
 def rank_share(settings: EvalSettings, ranks) -> tuple[list, dict]:
@@ -374,10 +406,9 @@ class Run(NamedTuple):
     beta: float             # β measured: Method.prefill_fraction(n)
 
 
-def _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, calibrated: bool,
-                   progress: Progress = SILENT) -> list[Run]:
+def _prepared_runs(model, settings, n, samples, done, emit, calibrated: bool, calibration) -> list[Run]:
     """The (method, β) runs at length n with something left to measure whose method is ``calibrated`` or not, prepared
-    (a run the method refuses: a skipped row)."""
+    (a run the method refuses: a skipped row); ``calibration(n, methods)``: the calibration (``calibrations``)."""
     runs = [(name, b, _method(settings, name, b)) for name, b in settings.runs()]
     cal, ready = None, []
     for name, budget, method in runs:
@@ -389,7 +420,7 @@ def _prepared_runs(model, tokenizer, settings, out, n, samples, done, emit, cali
         if not todo and ppl is None:
             continue
         if method.calibrated and cal is None:
-            cal = _calibration(model, tokenizer, settings, out, n, [m for _, _, m in runs], progress)
+            cal = calibration(n, [m for _, _, m in runs])
         skip_key = f"{name}|{budget:g}|skipped|{n}"
         if skip_key in done:
             continue
@@ -409,12 +440,10 @@ def _log_wall(out: Path, started: float, measured: int, reuse: bool) -> None:
                             "seconds": round(time.time() - started, 3), "rows": measured, "reuse": reuse}) + "\n")
 
 
-def _perplexity_row(model, tokenizer, settings, run: Run, n: int) -> dict:
-    """The perplexity row of ``run`` at length n, on ``settings.ppl_windows`` windows of the ``--ppl`` text."""
+def _perplexity_row(model, run: Run, n: int, windows: list) -> dict:
+    """The perplexity row of ``run`` at length n, on ``windows`` (the ``--ppl`` text's first windows of n tokens)."""
     from attnlab.llm.eval.perplexity import perplexity
-    from attnlab.llm.models.text_windows import token_windows
 
-    windows = token_windows(tokenizer, settings.ppl, n, settings.ppl_windows)
     t0 = time.perf_counter()
     with run.method.applied(model):
         ppl = perplexity(model, windows)

@@ -6,8 +6,8 @@
             ``attnlab.schemas.eval_config``) of the same model and
             settings (a later run may add tasks, lengths, methods and budgets: ``GROWS``) — never a folder of a user's
             files, nor a place that cannot be written
-    the texts against the tokenizer (``run_eval``, before ``config.json``): --calibrate and --ppl hold one window of
-            n tokens at every length n
+    the texts against the tokenizer (``run_eval``, before ``config.json``): --calibrate and --ppl, read once
+            (``read_texts``), hold one window of n tokens at every length n
 
 Each refusal is one ``UserError`` line naming the option; none of these checks writes anything.  A folder continued has
 its config.json, results rows and wall lines read through their schemas (``attnlab.schemas``) here, before the model
@@ -19,11 +19,14 @@ from __future__ import annotations
 import re
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from attnlab.errors import UserError
 
-__all__ = ["check_input_file", "check_eval_folder", "check_texts"]
+if TYPE_CHECKING:   # torch: imported once the model loads, never by the checks before it
+    from attnlab.llm.models.text_windows import TokenText
 
+__all__ = ["GridTexts", "check_eval_folder", "check_input_file", "read_texts"]
 
 
 def check_input_file(option: str, path) -> Path:
@@ -77,14 +80,25 @@ def check_eval_folder(out, settings) -> dict | None:
     return old
 
 
-def check_texts(tokenizer, settings, calibrated: bool) -> None:
-    """--calibrate (when a method is ``calibrated``) and --ppl hold one window of n tokens at every length n."""
-    from attnlab.llm.models.text_windows import token_windows
+class GridTexts(NamedTuple):
+    """The texts the grid reads, each read and tokenised once (``TokenText``): ``calibration`` (--calibrate, when a
+    method is calibrated) and ``ppl`` (--ppl); None where not read."""
 
-    texts = ([("--calibrate", settings.calibrate)] * bool(calibrated and settings.calibrate)
-             + [("--ppl", settings.ppl)] * bool(settings.ppl))
-    for option, path in texts:
+    calibration: TokenText | None
+    ppl: TokenText | None
+
+
+def read_texts(tokenizer, lengths: list[int], calibrate: str | None, ppl: str | None) -> GridTexts:
+    """--calibrate (None unless a method is calibrated) and --ppl, read once, each holding one window of n tokens at
+    every length n (the longest checked: the shorter ones fit too); a one-line UserError naming the option."""
+    from attnlab.llm.models.text_windows import TokenText
+
+    texts = {}
+    for option, path in (("--calibrate", calibrate), ("--ppl", ppl)):
         try:
-            token_windows(tokenizer, path, max(settings.lengths), 1)   # the longest window: the shorter ones fit too
+            texts[option] = TokenText.read(tokenizer, path) if path else None
+            if path:
+                texts[option].windows(max(lengths), 1)
         except UserError as err:
             raise UserError(f"{option} {err}") from None
+    return GridTexts(texts["--calibrate"], texts["--ppl"])

@@ -1,6 +1,6 @@
 """What the calibrated methods need at one length, measured on calibration text: statistics, patterns, scores, ranks.
 
-    cal, changed = build_calibration(model, tokenizer, methods, n, text, windows, mix, cal)
+    cal, changed = build_calibration(model, tokenizer, methods, n, text, windows, mix, cal)   # text: file or TokenText
 
 A calibration at length n is made of up to four measurements, each made only when one of the ``methods`` asks for it
 and ``cal`` (what an earlier run made) lacks it:
@@ -27,7 +27,7 @@ __all__ = ["RETRIEVAL_N", "RETRIEVAL_PROMPTS", "RETRIEVAL_SEED", "build_calibrat
 RETRIEVAL_N, RETRIEVAL_PROMPTS, RETRIEVAL_SEED = 512, 6, 7  # needle prompts of the retrieval scores (never the eval's)
 
 
-def calibration_file(model, tokenizer, methods: list, n: int, path: Path, text_path, windows: int,
+def calibration_file(model, tokenizer, methods: list, n: int, path: Path, text, windows: int,
                      mix: str | None = None, progress: Progress = SILENT):
     """``build_calibration`` kept in the file ``path``: what it holds is read, what the methods still need is measured
     and the file written again only then (a later run at the same n reuses it)."""
@@ -35,49 +35,52 @@ def calibration_file(model, tokenizer, methods: list, n: int, path: Path, text_p
 
     path = Path(path)
     old = load_calibration(path) if path.exists() else None
-    cal, changed = build_calibration(model, tokenizer, methods, n, text_path, windows, mix, old, progress)
+    cal, changed = build_calibration(model, tokenizer, methods, n, text, windows, mix, old, progress)
     if changed:
         cal.save(path)
     return cal
 
 
-def build_calibration(model, tokenizer, methods: list, n: int, text_path, windows: int, mix: str | None = None,
+def build_calibration(model, tokenizer, methods: list, n: int, text, windows: int, mix: str | None = None,
                       cal=None, progress: Progress = SILENT):
-    """What the calibrated ``methods`` need at length n, on ``windows`` windows of ``text_path`` (+ the ``mix``
-    prompts, ``calibration_mix``): the statistics (unless ``cal`` holds them), MInference's pattern search at the
-    keys it lacks, the retrieval scores, the page ranking.  Returns (calibration, whether anything was measured)."""
-    from attnlab.llm.models.text_windows import token_windows
+    """What the calibrated ``methods`` need at length n, on ``windows`` windows of the calibration ``text`` (a text
+    file, or its ``TokenText`` read once) (+ the ``mix`` prompts, ``calibration_mix``): the statistics (unless ``cal``
+    holds them), MInference's pattern search at the keys it lacks, the retrieval scores, the page ranking.  Returns
+    (calibration, whether anything was measured)."""
+    from attnlab.llm.models.text_windows import TokenText
     from attnlab.llm.plans.calibration import calibrate
     from attnlab.llm.plans.calibration_mix import mix_windows, parse_mix
     from attnlab.llm.plans.plan import model_shape
 
     need = [m for m in methods if m.calibrated]
-    text = None   # the calibration text's windows, tokenised once for the calibration and the pattern search
     changed = cal is None
+    have = set(cal.pattern_keys) if cal is not None else set()
+    keys = sorted({k for m in need for k in (m.calibration_pattern_keys(n) or [])} - have)
+    K = max((m.page_ranking_pages for m in need), default=0)
+    pages = bool(K) and (cal is None or cal.page_ranking[0] != K)
+    if cal is None or keys or pages:   # the text's windows, cut once: the statistics, the pattern search, the ranking
+        text = TokenText.of(tokenizer, text)
+        cut = text.windows(n, windows)
     if cal is None:
         shape = model_shape(model)
         cands = sorted({c for m in need for c in (m.calibration_candidates(shape, n) or [])})
-        text = token_windows(tokenizer, text_path, n, windows)
-        cal = calibrate(model, text + mix_windows(tokenizer, text_path, n, parse_mix(mix)), cands or None,
+        cal = calibrate(model, cut + mix_windows(tokenizer, text.path, n, parse_mix(mix)), cands or None,
                         grads=any(m.calibration_grads for m in need), progress=progress)
-    keys = sorted({K for m in need for K in (m.calibration_pattern_keys(n) or [])} - set(cal.pattern_keys))
     if keys:   # MInference's pattern search at keys the calibration lacks (one more exact pass over its text, no mix)
         from attnlab.llm.plans.pattern_search import add_patterns
 
-        if text is None:
-            text = token_windows(tokenizer, text_path, n, windows)
-        add_patterns(cal, model, text, keys, progress)
+        add_patterns(cal, model, cut, keys, progress)
         changed = True
     if any(m.needs_retrieval for m in need) and not cal.retrieval.any():
         progress.stage(f"calibration n={n}: retrieval scores of every head on {RETRIEVAL_PROMPTS} needle prompts")
         cal.retrieval = retrieval_calibration(model, tokenizer, n)
         changed = True
-    K = max((m.page_ranking_pages for m in need), default=0)
-    if K and cal.page_ranking[0] != K:   # read-back's page scores ranked on the first window of the calibration text
-        from attnlab.llm.plans.page_ranking import add_page_ranking
+    if pages:   # read-back's page scores ranked on the first window of the calibration text (``add_page_ranking``)
+        from attnlab.llm.plans.page_ranking import rank_pages, ranking_array
 
         progress.stage(f"calibration n={n}: read-back's page scores ranked at K = {K} on one window")
-        changed |= add_page_ranking(cal, model, tokenizer, text_path, n, K)
+        cal.page_ranking = ranking_array(rank_pages(model, cut[0], K=K))
+        changed = True
     return cal, changed
 
 
