@@ -272,12 +272,12 @@ def test_a_calibration_with_gradients_reports_progress_at_every_layer_of_its_gra
     n, windows = ROW_BLOCK + 8, 2
     calibrate(model, [torch.randint(0, 90, (1, n)) for _ in range(windows)], progress=seen, grads=True)
     bar, L = seen.bars[0], model.config.num_hidden_layers
-    per_window = 2 * L + L * (2 + 1)          # the gradient pass's layers (forward, backward), then rows and errors
+    per_window = 2 * L + 2 + L * (2 + 1)      # the gradient pass's layers and head (forward, backward), then rows, errors
     assert bar.total == windows * per_window == len(seen.updates) and bar.unit == "steps"
     assert [d for d, _ in seen.updates] == list(range(1, bar.total + 1))
     assert len(seen.updates) / windows > 2 * L > 1                    # more than once per window, before its rows
     assert all(left is not None and left >= 0 for _, left in seen.updates)
-    assert {k for k in bar.spent} >= {("gradient", "forward"), ("gradient", "backward")}
+    assert {k for k in bar.spent} >= {("gradient", "forward"), ("gradient", "head"), ("gradient", "backward")}
 
 
 HEADER_KEYS = ("format", "model", "n", "num_layers", "num_heads", "num_kv_heads", "windows", "w_grid", "g_grid",

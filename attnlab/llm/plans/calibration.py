@@ -150,12 +150,13 @@ class Calibration:
 
     def steps(self, windows: int, grads: bool = False) -> list:
         """The kind of every step ticked over ``windows`` windows: with ``grads``, first the gradient pass's layers
-        (``row_gradients``: each layer's forward, then each layer's backward); then per layer, as ``observe`` ticks,
-        its blocks of ROW_BLOCK rows (kind: sliding or not, the block's index — later blocks read more keys), its
-        option errors, its candidates."""
+        (``row_gradients``: each layer's forward, the output head's forward and backward, each layer's backward); then
+        per layer, as ``observe`` ticks, its blocks of ROW_BLOCK rows (kind: sliding or not, the block's index — later
+        blocks read more keys), its option errors, its candidates."""
         blocks = -(-self.n // ROW_BLOCK)
         layers = self.shape.get("windows") or [None] * self.shape["num_layers"]
-        out = [("gradient", "forward"), ("gradient", "backward")] * len(layers) if grads else []
+        out = ([("gradient", "forward"), ("gradient", "backward")] * len(layers) + [("gradient", "head")] * 2
+               if grads else [])
         for W in layers:
             out += [("rows", W is not None, x) for x in range(blocks)]
             out += [("errors", W is not None)] * bool(self.err_rows)
@@ -306,7 +307,8 @@ def row_gradients(model, ids, rows, mods, tick=None) -> list[torch.Tensor]:
 
     L = the window's summed next-token NLL (the mean × n − 1), one forward + backward with the plan in place
     (full heads while calibrating: SDPA); the gradient reaches the attention output unchanged (x = h + attn(h)).
-    ``tick(kind)``: called as each layer's forward and each layer's backward ends (a pass at 8K takes minutes).
+    ``tick(kind)``: called as each layer's forward and backward ends, and the output head's (n × vocabulary logits, the
+    pass's largest step): a pass at 8K takes minutes.
     """
     caught = {}
 
@@ -316,7 +318,13 @@ def row_gradients(model, ids, rows, mods, tick=None) -> list[torch.Tensor]:
             tick(("gradient", "forward"))
             out[0].register_hook(lambda g: tick(("gradient", "backward")))   # when ∂L/∂ this output is computed
 
+    def head(mod, args, out):
+        tick(("gradient", "head"))
+        out.register_hook(lambda g: tick(("gradient", "head")))               # ∂L/∂ logits: the loss's backward
+
     handles = [mod.register_forward_hook(hook) for mod in mods]
+    if tick is not None:
+        handles.append(model.get_output_embeddings().register_forward_hook(head))
     recorders = [getattr(getattr(mod, "attnlab_layer", None), "recorder", None) for mod in mods]
     for mod in mods:  # the plan's own attention runs (a recorder would observe this pass too)
         if getattr(mod, "attnlab_layer", None) is not None:
