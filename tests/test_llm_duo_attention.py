@@ -128,3 +128,25 @@ def test_the_benchmark_stops_after_its_minutes_and_keeps_checkpoints(tmp_path):
     with safe_open(str(out), "pt") as f:
         assert f.metadata()["steps"] == "1"
     assert load_gates(out, {"num_layers": 1, "num_kv_heads": 2}).shape == (1, 2)
+
+
+def test_a_sliding_layer_gates_within_its_window():
+    """Gemma-3's sliding layers: at α = 1 the gated attention is the layer's own windowed attention, at α = 0 the sinks
+    and recent keys inside that window; a full layer (no window) is causal attention."""
+    import types
+
+    import torch.nn.functional as F
+
+    from attnlab.llm.plans.duo_training import gated_attention, streaming_mask
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 4, 40, 8), torch.randn(1, 2, 40, 8), torch.randn(1, 2, 40, 8)
+    window = streaming_mask(40, 0, 10)
+    assert bool((window == torch.tril(torch.ones(40, 40, dtype=torch.bool)).triu(-9)).all())
+    for w, seen in ((10, window), (None, torch.ones(40, 40, dtype=torch.bool).tril())):
+        for alpha in (1.0, 0.0):
+            mod = types.SimpleNamespace(duo_gate=torch.full((2,), alpha), duo_sinks=3, duo_recent=5)
+            out, _ = gated_attention(mod, q, k, v, scaling=0.5, sliding_window=w)
+            mask = seen if alpha else seen & streaming_mask(40, 3, 5)
+            want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.5, enable_gqa=True).transpose(1, 2)
+            assert torch.allclose(out, want, atol=1e-6), (w, alpha)

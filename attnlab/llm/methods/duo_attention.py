@@ -10,7 +10,8 @@ heads, full in both phases; the others are streaming heads, sinks + recent token
     R = {g : α_g > threshold}                     (option ``threshold``, the repository's deploy rule), or
     R = the largest prefix of the heads sorted by α whose plan keeps ≤ β of the prefill entries.
 
-Options: ``gates`` (the safetensors file, shape (layers, KV heads) — checked against the model),
+Options: ``gates`` (the safetensors file, shape (layers, KV heads) — checked against the model; not given: the file
+attnlab ships for the model, ``attnlab.llm.plans.shipped_gates``),
 ``sinks`` (16) and ``recent`` (64): the repository deploys 64 + 256 at 32K+ tokens; attnlab's prompts
 are 2K-32K, so the defaults are scaled down (set them for longer prompts).
 """
@@ -21,18 +22,24 @@ from attnlab.errors import UserError
 from attnlab.llm.methods import register
 from attnlab.llm.methods.base import Option, PlanMethod
 
-NO_GATES = "--option gates: duo-attention needs a gate file (train one: python benchmarks/duo_attention_train.py)"
+TRAIN = "python benchmarks/duo_attention_train.py --hf MODEL --out FILE"
+
+
+def no_gates(shipped: list[str]) -> str:
+    """The one line when no gate file is given and none is shipped for the model: what is shipped, how to train."""
+    return (f"--option gates: duo-attention needs a gate file: attnlab ships gates for "
+            f"{', '.join(shipped) or 'no model'} only; train one for this model ({TRAIN}) and pass gates=FILE")
 
 
 @register
 class DuoAttention(PlanMethod):
     name = "duo-attention"
     baseline = True
-    default_run = False  # needs a gate file (option ``gates``), which a benchmark run without options has not
+    default_run = False  # needs a gate file (option ``gates``): shipped for the known models only
     prefill = "retrieval heads (largest learned gates) read every causal entry; streaming heads sinks + recent tokens"
     decoding = "retrieval heads keep and read the whole cache; streaming heads keep the sinks + recent tokens"
-    options = {"gates": Option("", help="the gate file (required; train one: "
-                                                 "python benchmarks/duo_attention_train.py)"),
+    options = {"gates": Option(None, kind=str, help="the gate file (default: the one attnlab ships for the model; "
+                                                    f"train one: {TRAIN})"),
                "threshold": Option(None, 0.0, 1.0, "KV heads with a gate above it run full (default: the most that fit "
                                    "β)", kind=float),
                "sinks": Option(16, 1, 1 << 20, "sink tokens of a streaming head"),
@@ -44,23 +51,29 @@ class DuoAttention(PlanMethod):
         self.recent = int(self.option("recent"))
 
     def check_inputs(self) -> None:
+        from attnlab.llm.plans.shipped_gates import catalogue
         from attnlab.option_paths import input_file
 
-        if not self.opts.get("gates"):
-            raise UserError(NO_GATES)
+        if not self.opts.get("gates"):   # the model's shipped file, found once the model is known (check_model)
+            if not catalogue():
+                raise UserError(no_gates([]))
+            return
         input_file("--option gates", self.opts["gates"], "gate file")   # missing, a folder, a FIFO: before the model
 
     def check_model(self, model) -> None:
         self._gates(model)
 
     def _gates(self, model):
-        """The gate file's gates (L, H_kv), checked against ``model`` (one-line UserError naming the file)."""
+        """The gate file's gates (L, H_kv), checked against ``model`` (one-line UserError naming the file); no ``gates``
+        given: the file attnlab ships for the model, else one line naming the models it ships gates for."""
         from attnlab.llm.plans.duo_training import load_gates
         from attnlab.llm.plans.plan import model_shape
+        from attnlab.llm.plans.shipped_gates import catalogue, known_name, shipped
 
-        if not self.opts.get("gates"):
-            raise UserError(NO_GATES)
-        return load_gates(self.opts["gates"], model_shape(model))
+        path = self.opts.get("gates") or shipped(known_name(model) or "")
+        if not path:
+            raise UserError(no_gates([name for name, _ in catalogue()]))
+        return load_gates(path, model_shape(model))
 
     def make_plan(self, model, n, calibration):
         import numpy as np

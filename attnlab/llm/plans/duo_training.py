@@ -57,12 +57,19 @@ def streaming_mask(n: int, sinks: int, recent: int, device=None):
 
 def gated_attention(module, query, key, value, attention_mask=None, dropout: float = 0.0, scaling=None, **kwargs):
     """transformers' attention signature: (B, H, n, d) q, (B, H_kv, n, d) k, v → ((B, n, H, d), None), gated per KV
-    head."""
+    head.  A sliding layer (``sliding_window`` w, Gemma-3's) reads j ≤ i with i − j < w in both branches, as the
+    model's own attention does: its full branch is its window, its streaming branch the sinks and recent keys in it."""
     # query: (B, H, n, d), key/value: (B, H_kv, n, d)
     B, H, n, _ = query.shape
     H_kv = key.shape[1]
-    full = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling, enable_gqa=True)
-    mask = streaming_mask(n, module.duo_sinks, module.duo_recent, query.device)
+    w = kwargs.get("sliding_window") or getattr(module, "sliding_window", None)
+    mask = streaming_mask(n, module.duo_sinks, module.duo_recent, query.device)                     # (n, n)
+    if w:
+        window = streaming_mask(n, 0, int(w), query.device)                                      # j ≤ i, i − j < w
+        full = F.scaled_dot_product_attention(query, key, value, attn_mask=window, scale=scaling, enable_gqa=True)
+        mask = mask & window
+    else:
+        full = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling, enable_gqa=True)
     stream = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling, enable_gqa=True)
     a = module.duo_gate.repeat_interleave(H // H_kv).view(1, H, 1, 1)                   # (1, H, 1, 1)
     return (a * full + (1 - a) * stream).transpose(1, 2).contiguous(), None
