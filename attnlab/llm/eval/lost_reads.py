@@ -129,35 +129,36 @@ def _reading(cls: type) -> type:
             self.seen_qk = (q[:, :, -1:], k, scaling)
             return super().prefill(q, k, v, scaling)
 
-        def parts(self, columns, blocks, n):
-            self.seen_parts = super().parts(columns, blocks, n)
+        def parts(self, columns, diagonals, blocks, n):
+            self.seen_parts = super().parts(columns, diagonals, blocks, n)
             return self.seen_parts
 
-        def held(self, blocks, n):
-            self.seen_held = super().held(blocks, n)
+        def last_block_keys(self, blocks, n):
+            self.seen_held = super().last_block_keys(blocks, n)
             return self.seen_held
 
         def vote(self, q, k, scaling, held, n):
             self.seen_voted = super().vote(q, k, scaling, held, n)
             return self.seen_voted
 
-        def decode(self, q, k, v, scaling, q_pos, k_pos, flags=None, kv=None, summaries=None):
+        def decode(self, q, k, v, scaling, q_pos, k_pos, state, flags=None, kv=None, summaries=None):
             # q: (B, H_s·r, t, d_k), k: (B, H_s, L, d_k) at k_pos (B, H_s, L)
             mine, self.backend = self.backend, _Capture(self.backend_of(q))
             try:
-                out = super().decode(q, k, v, scaling, q_pos, k_pos, flags, kv, summaries)
+                out = super().decode(q, k, v, scaling, q_pos, k_pos, state, flags, kv, summaries)
                 seam = self.backend
             finally:
                 self.backend = mine
             # a step that did not reach the seam ran the fused native step, which reads band ∪ columns (no pages)
+            flags = self.column_flags(k_pos, state, kv) if flags is None else flags
             allowed = seam.allowed if seam.called else self.allowed(q_pos, k_pos, flags, kv)
             if self.watch:
                 s = self._note(q, k, scaling, k_pos, allowed, kv)
                 if self.pages:
-                    self._note_pages(q, k, k_pos, kv, s)
+                    self._note_pages(q, k, k_pos, kv, s, state)
             return out
 
-        def _note_pages(self, q, k, k_pos, kv, s):
+        def _note_pages(self, q, k, k_pos, kv, s, state):
             """rank_h(P) of every page for each query head h of this step (module docstring): (bound rank, score rank,
             mean-key rank, |C_h(i)|) per page, 1-based, into ``self.page_ranks[h]`` (a page outside C_h(i): rank 0).
             s (B, H_s, r, L): the step's scores q·k · scaling (``_note``); a page's mean key ranks as the mean of its
@@ -169,7 +170,8 @@ def _reading(cls: type) -> type:
             # (H_s·r,) band per query head
             w = self.per_kv(self.w_read, kv).reshape(-1).tolist()
             # (B, H_s·r, g), −1: empty
-            cols = self.columns[:, hq] if self.columns is not None else None
+            columns = state.decode_columns
+            cols = columns[:, hq] if columns is not None else None
             for x, h in enumerate(hq):
                 # (B, L) its KV head's keys
                 pos = k_pos[:, x // r]
@@ -217,7 +219,7 @@ def _reading(cls: type) -> type:
             self.probs[:, hq] += mass[..., : self.m]
             return s
 
-        def decode_parts(self, q, parts, scaling, q_pos, summaries=None):
+        def decode_parts(self, q, parts, scaling, q_pos, state, summaries=None):
             if self.watch:   # every part with its store joined: the same S_h(i) (decode_step), each key at its position
                 for p in self.cache().layers[self.layer_idx].parts(resident=False):
                     hq = self.query_heads(p.kv).to(q.device)
@@ -227,11 +229,11 @@ def _reading(cls: type) -> type:
                         hit = torch.zeros(at.shape[0], at.shape[1], self.m + 1, dtype=torch.bool).scatter_(-1, at, True)
                         into[:, p.kv.cpu()] |= hit[..., : self.m]
                     mine = summaries.of_heads(p.kv.to(q.device), hq) if summaries is not None else None
-                    self.decode(q[:, hq], p.keys, p.values, scaling, q_pos, p.positions, p.flags, kv=p.kv,
+                    self.decode(q[:, hq], p.keys, p.values, scaling, q_pos, p.positions, state, p.flags, kv=p.kv,
                                 summaries=mine)
             watch, self.watch = self.watch, False
             try:
-                return super().decode_parts(q, parts, scaling, q_pos, summaries)
+                return super().decode_parts(q, parts, scaling, q_pos, state, summaries)
             finally:
                 self.watch = watch
 
@@ -253,7 +255,8 @@ def role_of(runner, h: int, pages: int) -> str:
                                  if runner.fixed[h] or runner.dynamic[h] else [])
     words += [f"{runner.blocks[h]} key blocks"] if runner.blocks[h] else []
     words += [f"{runner.slashes[h]} slashes"] if runner.slashes[h] else []
-    words += [f"voted P={runner.kept[h]}"] if runner.kept[h] else ["whole cache at decoding"] if runner.tail[h] else []
+    voted = [f"voted P={runner.vote_size[h]}"] if runner.vote_size[h] else []
+    words += voted or (["whole cache at decoding"] if runner.tail[h] else [])
     k_mean = getattr(runner, "mean_pages", 0)
     words += ([f"{pages} pages read back"
                + (f" ({pages - k_mean} by the bound, {k_mean} by the mean key)" if k_mean else "")]
