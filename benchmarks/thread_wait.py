@@ -7,7 +7,7 @@ encoder and one decoder layer, d_model 128, 8 heads, feed-forward 256; a batch o
 Adam steps after 3 warm-up steps.  A line per policy: wall and CPU seconds, the 1-minute load average before and
 after.  ``DEFAULT``: the variable unset (libgomp spins a while, then sleeps); ``ACTIVE`` threads spin while they
 wait.  On cores other processes also use, the partner a thread waits for may be descheduled and the spin burns the
-time it waits for.  The ``attnlab`` command sets ``PASSIVE`` unless the user set a policy (``attnlab/cli/__init__.py``).
+time it waits for.  Importing attnlab sets ``PASSIVE`` unless the user set a policy (``attnlab/__init__.py``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""torch's OpenMP threads wait passively under the ``attnlab`` command (a user's policy wins), and the benchmark that
+"""torch's OpenMP threads wait passively once attnlab is imported (a user's policy wins), and the benchmark that
 measures why runs."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PROBE = ("import os, sys; import attnlab.cli; "
+PROBE = ("import os, sys; import attnlab; "
          "print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)")
 
 
@@ -21,7 +21,7 @@ def _probe(**env) -> str:
     return out.stdout.strip()
 
 
-def test_the_command_sets_passive_waiting_before_torch_loads():
+def test_importing_attnlab_sets_passive_waiting_before_torch_loads():
     policy, torch_loaded = _probe().split()
     assert policy == "PASSIVE" and torch_loaded == "False"
 

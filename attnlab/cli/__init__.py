@@ -14,15 +14,9 @@ import os
 import pkgutil
 import sys
 
-# torch's OpenMP threads sleep between parallel regions instead of spinning (before torch is imported; a value the
-# user sets wins): on cores other processes also use, a spinning thread waits for a descheduled partner; 15 training
-# steps of the demo's model shape took 55.6 s wall by default (spinning), 3.6 s passive, on 2 cores at load 7-8
-# (benchmarks/thread_wait.py)
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import typer
 
-import typer  # noqa: E402
-
-from attnlab.errors import UserError  # noqa: E402
+from attnlab.errors import UserError
 
 app = typer.Typer(
     name="attnlab",
