@@ -6,9 +6,10 @@
 #   passkey-2k-shakespeare  the same pass-key probe in real text (Shakespeare's plays)
 #   passkey-2k-shakespeare-instructed  the paper's own prompt (its instruction before the context) in the same text
 # methods: full, attnlab (the recommended default), attnlab-retrieval (its own defaults), minference, snapkv,
-# streaming-llm, quest, the per-row top-k oracle.  SPLIT=dev: seed 1 and the dev plays (settings are checked
-# there); SPLIT=test: seed 0 and the test plays, run once.  The calibration (train plays, 1 window) is made once and
-# copied to the other folders (it does not depend on the prompts).  One process at a time, one thread.
+# streaming-llm, quest, duo-attention (the gates attnlab ships), the per-row top-k oracle.  SPLIT=dev: seed 1 and the
+# dev plays (settings are checked there); SPLIT=test: seed 0 and the test plays, run once.  The calibration (train
+# plays, 1 window) is made once and copied to the other folders (it does not depend on the prompts).  One process at a
+# time, one thread.
 # M=… and ONLY=filler|shakespeare|shakespeare-instructed|niah narrow a run (a dev check of the default: M=attnlab,attnlab-retrieval).
 # Then why attnlab-retrieval lost the plain pass keys and attnlab the NIAH prompts it lost (eval-why).
 cd "$(dirname "$0")/../.."
@@ -18,7 +19,7 @@ PARTS="filler shakespeare shakespeare-instructed niah"   # ONLY=PART runs one of
 S=../shared/data/shakespeare
 SPLIT=${SPLIT:-dev}
 if [ "$SPLIT" = dev ]; then SEED=1; else SEED=0; fi
-M=${M:-attnlab,attnlab-retrieval,minference,snapkv,streaming-llm,quest,oracle-topk}
+M=${M:-attnlab,attnlab-retrieval,minference,snapkv,streaming-llm,quest,oracle-topk,duo-attention}
 COMMON="--hf smollm2-135m --lengths 2048 --depths 5 --samples 2 --method $M --budget 0.1 --calibrate $S/train.txt.gz
   --calibrate-windows 1 --seed $SEED"
 export OMP_NUM_THREADS=1

@@ -10,7 +10,8 @@
 #   passkey-question-first-2k  the plain probe with the question on its own line before the context (--question before)
 #   niah-question-first-2k   eval's NIAH (RULER's needle, the chat template, the noise haystack), the question first
 #   passkey-varied-gemma-2k  Gemma-3-270M on passkey-varied (no chat template)
-# methods: full, attnlab (the recommended default), minference, snapkv, streaming-llm, quest, the per-row top-k oracle.
+# methods: full, attnlab (the recommended default), minference, snapkv, streaming-llm, quest, the per-row top-k oracle;
+# on SmolLM2 also duo-attention (the gates attnlab ships, duo-gates.sh: none for Gemma-3 yet).
 # One calibration window of Shakespeare's train plays per model, made by the first run and copied to the next ones
 # (it does not depend on the prompts).  One thread a process.  M=… narrows the methods, ONLY=smollm2|gemma the models
 # (they can run side by side, one core each); the same formats at 8K: retrieval-variants-8k.sh.
@@ -20,18 +21,19 @@ PARTS="smollm2 gemma"   # ONLY=PART runs one of them (none: all)
   echo "$(basename "$0"): error: ONLY=$ONLY is not a part: $PARTS" >&2; exit 2; }
 S=../shared/data/shakespeare
 R=${RUNS:-runs}
-M=${M:-attnlab,minference,snapkv,streaming-llm,quest,oracle-topk}
+M0=attnlab,minference,snapkv,streaming-llm,quest,oracle-topk   # the default methods (M=… names others)
 export OMP_NUM_THREADS=1
 run() {   # run MODEL OUT [eval options…]: the model's first calibration copied in before
   model=$1 out=$2; shift 2
   first=$R/calibration-$model-2048.npz
   mkdir -p $out
   [ -f $first ] && [ ! -f $out/calibration-2048.npz ] && cp $first $out/calibration-2048.npz
-  .venv/bin/attnlab eval --hf $model --lengths 2048 --depths 5 --samples 2 --method $M --budget 0.1 --seed 0 \
+  .venv/bin/attnlab eval --hf $model --lengths 2048 --depths 5 --samples 2 --method ${M:-$M0$ADD} --budget 0.1 --seed 0 \
     --calibrate $S/train.txt.gz --calibrate-windows 1 "$@" --out $out || exit 1
   [ -f $first ] || cp $out/calibration-2048.npz $first
 }
 if [ -z "$ONLY" ] || [ "$ONLY" = smollm2 ]; then
+  ADD=,duo-attention
   run smollm2-135m $R/passkey-varied-2k --task passkey-varied --haystack noise --template none
   run smollm2-135m $R/passkey-once-2k --task passkey-once --haystack noise --template none
   run smollm2-135m $R/passkey-chat-2k --task passkey-bare --haystack noise --template chat
@@ -43,5 +45,6 @@ if [ -z "$ONLY" ] || [ "$ONLY" = smollm2 ]; then
   .venv/bin/attnlab eval-why --out $R/passkey-chat-2k --method attnlab --row first --top 6 --layers
 fi
 if [ -z "$ONLY" ] || [ "$ONLY" = gemma ]; then
+  ADD=
   run gemma3-270m $R/passkey-varied-gemma-2k --task passkey-varied --haystack noise --template none
 fi
