@@ -3,7 +3,9 @@
     python benchmarks/duo_attention_train.py --hf smollm2-135m --steps 20 --tokens 1024 \\
         --text ../shared/data/shakespeare/train.txt.gz --out runs/duo/smollm2-135m.safetensors
 
-then ``methods.get("duo-attention", budget=β, gates="runs/duo/smollm2-135m.safetensors")``.
+then ``methods.get("duo-attention", budget=β, gates="runs/duo/smollm2-135m.safetensors")`` (``--method
+duo-attention:gates=FILE``).  The files attnlab ships (attnlab/gates/MODEL.safetensors, read when ``gates`` is not
+given) are made by benchmarks/recipes/duo-gates.sh with this script; docs/records/duo-gates/README.md has the rate.
 
 ``--minutes M`` stops after the step that reaches M minutes of training (then saves, ``steps`` in the
 file's metadata = the steps done); every ``--checkpoint`` steps the gates are saved to ``--out`` and
@@ -24,8 +26,8 @@ from attnlab.errors import UserError
 
 
 def main(argv=None) -> int:
-    from attnlab.llm.plans.duo_training import GateTraining, save_gates, train_gates
     from attnlab.llm.models.loading import load_causal_lm
+    from attnlab.llm.plans.duo_training import GateTraining, save_gates, train_gates
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hf", default="smollm2-135m")
@@ -35,7 +37,8 @@ def main(argv=None) -> int:
     for k, v in d.__dict__.items():
         ap.add_argument(f"--{k.replace('_', '-')}", type=type(v), default=v)
     ap.add_argument("--minutes", type=float, default=0.0, help="stop after this many minutes of training (0: no limit)")
-    ap.add_argument("--checkpoint", type=int, default=10, help="save the gates every this many steps (0: only at the end)")
+    ap.add_argument("--checkpoint", type=int, default=10,
+                    help="save the gates every this many steps (0: only at the end)")
     a = ap.parse_args(argv)
     if a.minutes < 0 or a.checkpoint < 0 or a.steps < 1:
         ap.error("--minutes and --checkpoint must be >= 0, --steps >= 1")
