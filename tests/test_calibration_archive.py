@@ -219,12 +219,8 @@ def test_eval_reads_the_shipped_calibration_when_not_given_one(tmp_path):
     check_settings(own, None)                                          # a user's own calibration text still serves
 
 
-def test_the_calibration_bar_moves_a_step_per_block_of_rows(made):
-    """The bar counts blocks of ROW_BLOCK rows (and each layer's option errors), of the kinds ``Calibration.steps``
-    says."""
-    import torch
-
-    from attnlab.llm.plans.calibration import ROW_BLOCK, calibrate
+def _seen():
+    """A progress display that records the bars it opens and each update (done, time left)."""
     from attnlab.progress import Progress
 
     class Seen(Progress):
@@ -237,8 +233,18 @@ def test_the_calibration_bar_moves_a_step_per_block_of_rows(made):
         def _updated(self, bar):
             self.updates.append((bar.done, bar.remaining()))
 
+    return Seen()
+
+
+def test_the_calibration_bar_moves_a_step_per_block_of_rows(made):
+    """The bar counts blocks of ROW_BLOCK rows (and each layer's option errors), of the kinds ``Calibration.steps``
+    says."""
+    import torch
+
+    from attnlab.llm.plans.calibration import ROW_BLOCK, calibrate
+
     model = made[0]
-    seen = Seen()
+    seen = _seen()
     n, windows = 2 * ROW_BLOCK + 8, 2
     calibrate(model, [torch.randint(0, 90, (1, n)) for _ in range(windows)], progress=seen)
     bar = seen.bars[0]
@@ -255,20 +261,9 @@ def test_a_calibration_with_gradients_reports_progress_at_every_layer_of_its_gra
     import torch
 
     from attnlab.llm.plans.calibration import ROW_BLOCK, calibrate
-    from attnlab.progress import Progress
-
-    class Seen(Progress):
-        def __init__(self):
-            self.updates, self.bars = [], []
-
-        def _opened(self, bar):
-            self.bars.append(bar)
-
-        def _updated(self, bar):
-            self.updates.append((bar.done, bar.remaining()))
 
     model = made[0]
-    seen = Seen()
+    seen = _seen()
     n, windows = ROW_BLOCK + 8, 2
     calibrate(model, [torch.randint(0, 90, (1, n)) for _ in range(windows)], progress=seen, grads=True)
     bar, L = seen.bars[0], model.config.num_hidden_layers

@@ -57,21 +57,7 @@ def test_no_file_ships_for_a_folder_or_an_unknown_name(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ ship, the CLI
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    from tests.test_llm_bad_input import tiny_folder
-
-    pytest.importorskip("transformers")
-    return tiny_folder(tmp_path_factory.mktemp("tiny"), tokenizer=True)
-
-
-@pytest.fixture
-def text_file(tmp_path):
-    from tests.test_llm_stream import random_text
-
-    p = tmp_path / "long.txt"
-    p.write_text(random_text(600, seed=3))
-    return p
+from tests.test_long_explorer_cli import folder, text_file  # noqa: E402,F401  (the tiny model and its long text)
 
 
 def _ship_for_tiny(tmp_path, folder, capsys, monkeypatch) -> Path:
