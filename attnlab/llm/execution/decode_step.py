@@ -102,7 +102,6 @@ class DecodeStep(LayerPlan):
             flags = table.gather(-1, pos.clamp_min(0)) & (pos >= 0)                        # O(L + g) a head, not O(L·g)
         return flags.view(B, H_s, r, L)
 
-
     def allowed(self, q_pos, k_pos, flags, kv=None):
         """S_h(i) over cached keys: q_pos (n,), k_pos (B, H_s, L) (−1: empty slot) → (B, H_s, r, n, L) bool.
 
