@@ -20,6 +20,7 @@ import shlex
 from pathlib import Path
 
 from attnlab.errors import UserError
+from attnlab.llm.models.shipped_files import ShippedFiles
 
 __all__ = ["FOLDER", "SUFFIX", "catalogue", "ship", "shipped"]
 
@@ -32,17 +33,12 @@ DROPPED = {"--out": 1, "--force": 0, "--quiet": 0}   # options of the command th
 
 def shipped(model) -> Path | None:
     """The shipped detectors file of the known model ``model`` (a name of ``attnlab models list``), or None."""
-    from attnlab.llm.models.loading import MODELS
-
-    if str(model) not in MODELS:   # a folder, a hub name or a .gguf path: no file ships for it
-        return None
-    path = FOLDER / f"{model}{SUFFIX}"
-    return path if path.is_file() else None
+    return ShippedFiles(FOLDER, SUFFIX).path(model)
 
 
 def catalogue() -> list[tuple[str, Path]]:
     """(model, path) of every shipped detectors file, by model."""
-    return sorted((p.name[: -len(SUFFIX)], p) for p in FOLDER.glob(f"*{SUFFIX}"))
+    return ShippedFiles(FOLDER, SUFFIX).stems()
 
 
 def _command(text: str) -> str:

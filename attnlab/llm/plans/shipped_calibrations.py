@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attnlab.llm.models.shipped_files import ShippedFiles
+
 __all__ = ["FOLDER", "calibration_for", "catalogue", "shipped"]
 
 FOLDER = Path(__file__).resolve().parents[2] / "calibrations"   # attnlab/calibrations (package data)
@@ -20,19 +22,14 @@ SUFFIX = ".safetensors"
 
 def shipped(model: str, n: int) -> Path | None:
     """The shipped archive of the known model ``model`` at length n, or None."""
-    from attnlab.llm.models.loading import MODELS
-
-    if str(model) not in MODELS:   # a folder or a .gguf path: not a name attnlab ships calibrations for
-        return None
-    path = FOLDER / f"{model}-{int(n)}{SUFFIX}"
-    return path if path.is_file() else None
+    return ShippedFiles(FOLDER, SUFFIX).path(model, int(n))
 
 
 def catalogue() -> list[tuple[str, int, Path]]:
     """(model, n, path) of every shipped archive, by model then length."""
     out = []
-    for path in FOLDER.glob(f"*{SUFFIX}"):
-        model, _, n = path.name[: -len(SUFFIX)].rpartition("-")
+    for stem, path in ShippedFiles(FOLDER, SUFFIX).stems():
+        model, _, n = stem.rpartition("-")
         if model and n.isdigit():
             out.append((model, int(n), path))
     return sorted(out)

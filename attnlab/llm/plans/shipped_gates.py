@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from attnlab.llm.models.shipped_files import ShippedFiles
+
 __all__ = ["FOLDER", "catalogue", "known_name", "shipped"]
 
 FOLDER = Path(__file__).resolve().parents[2] / "gates"   # attnlab/gates (package data)
@@ -23,17 +25,12 @@ SUFFIX = ".safetensors"
 
 def shipped(model: str) -> Path | None:
     """The shipped gate file of the known model ``model``, or None."""
-    from attnlab.llm.models.loading import MODELS
-
-    if str(model) not in MODELS:   # a folder or a .gguf path: not a name attnlab ships gates for
-        return None
-    path = FOLDER / f"{model}{SUFFIX}"
-    return path if path.is_file() else None
+    return ShippedFiles(FOLDER, SUFFIX).path(model)
 
 
 def catalogue() -> list[tuple[str, Path]]:
     """(model, path) of every shipped gate file, by model."""
-    return sorted((p.name[: -len(SUFFIX)], p) for p in FOLDER.glob(f"*{SUFFIX}"))
+    return ShippedFiles(FOLDER, SUFFIX).stems()
 
 
 def known_name(model) -> str | None:
