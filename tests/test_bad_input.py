@@ -1,4 +1,4 @@
-"""Nothing lost, nothing silently wrong (issue 18): one test per class of bad input.
+"""Nothing lost, nothing silently wrong: one test per class of bad input.
 
 Every refusal is checked the same way: exit code 2, one line ``attnlab: error: ...``
 naming the option or the file, and — by the SHA-256 of every file under the

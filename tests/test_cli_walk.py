@@ -1,4 +1,4 @@
-"""Walk the whole command line, from the typer app itself (issue 24).
+"""Walk the whole command line, from the typer app itself.
 
 Every command (``attnlab models fetch`` included) and every one of its parameters is found in
 ``typer.main.get_command(attnlab.cli.app)``: a command or an option added later is walked

@@ -1,4 +1,4 @@
-"""The bad-input fuzz of the LLM and language-model commands (issue 24), rerun by the test suite.
+"""The bad-input fuzz of the LLM and language-model commands, rerun by the test suite.
 
 Every case runs ``attnlab ARGS`` through the real entry point (``attnlab.cli.main``) in this
 process, on tiny local models (a 2-layer Llama folder with a 512-token context and a
