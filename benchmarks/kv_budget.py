@@ -79,7 +79,7 @@ def check_arguments(a) -> tuple[list[str], list]:
     tokenizer (``before_model``), --out a folder, --hf a model attnlab can find."""
     from attnlab.llm import methods
     from attnlab.llm.eval.before_model import check_method_inputs
-    from attnlab.llm.eval.eval_grid import check_methods, parse_method
+    from attnlab.llm.eval.eval_settings import check_methods, parse_method
     from attnlab.llm.eval.eval_inputs import check_input_file
     from attnlab.llm.methods.method_specs import method_list
     from attnlab.llm.models.loading import check_length, resolve_spec
@@ -123,7 +123,7 @@ def main():
     a = p.parse_args()
     specs, made = check_arguments(a)                       # every argument, before the model loads
 
-    from attnlab.llm.eval.eval_grid import calibration_file
+    from attnlab.llm.plans.calibration_build import calibration_file
     from attnlab.llm.models.loading import load_causal_lm
     from attnlab.llm.models.text_windows import token_windows
 

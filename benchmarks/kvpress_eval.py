@@ -25,7 +25,8 @@ from pathlib import Path
 
 from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
-from attnlab.llm.eval.eval_grid import EvalSettings, depth_grid, read_results
+from attnlab.llm.eval.eval_grid import depth_grid, read_results
+from attnlab.llm.eval.eval_settings import EvalSettings
 from attnlab.llm.eval.eval_report import write_report
 from attnlab.llm.eval.tasks import TASKS, Haystack, string_match_all
 

@@ -38,7 +38,7 @@ from attnlab.llm.methods.method_specs import method_list  # noqa: E402
 from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.plans.calibration import ERR_ROWS, Calibration, calibrate  # noqa: E402
-from attnlab.llm.eval.eval_grid import parse_method  # noqa: E402
+from attnlab.llm.eval.eval_settings import parse_method  # noqa: E402
 from attnlab.llm.plans.calibration_build import retrieval_calibration  # noqa: E402
 from attnlab.llm.execution.attention import attention_modules  # noqa: E402
 from attnlab.llm.execution.kv_cache import PlanLayer, kv_bytes, read_tokens, store_bytes  # noqa: E402

@@ -606,7 +606,7 @@ def test_a_setting_written_two_ways_gets_one_label():
     """The row's label is made from the parsed value: the same setting, however written, is one row."""
     from attnlab.llm.methods.method_specs import method_spec
     from attnlab.option_values import numbers
-    from attnlab.llm.eval.eval_grid import parse_budgets, parse_lengths, parse_methods
+    from attnlab.llm.eval.eval_settings import parse_budgets, parse_lengths, parse_methods
 
     assert parse_methods("attnlab:decode_band=08,snapkv:window=+32") == ["attnlab:decode_band=8", "snapkv:window=32"]
     assert method_spec("attnlab:decode-band=8") == method_spec("attnlab:decode_band=008") == "attnlab:decode_band=8"

@@ -193,14 +193,15 @@ def test_the_shipped_archives_load_and_are_small():
 
 
 def test_eval_reads_the_shipped_calibration_when_not_given_one(tmp_path):
-    from attnlab.llm.eval.eval_grid import EvalSettings, _calibration, check_settings
+    from attnlab.llm.eval.eval_grid import _calibration
+    from attnlab.llm.eval.eval_settings import EvalSettings, check_settings
     from attnlab.llm.plans.shipped_calibrations import shipped
 
     path = shipped("smollm2-135m", 2048)
     settings = EvalSettings(model="smollm2-135m", lengths=[2048], methods=["attnlab"], budgets=[0.1], haystack="noise")
-    check_settings(settings, None)                                           # no --calibrate: the shipped one serves
+    checked = check_settings(settings, None)                                 # no --calibrate: the shipped one serves
     m = methods.get("attnlab", 0.1)
-    cal = _calibration(None, None, settings, tmp_path, 2048, [m])            # no model needed to read it
+    cal = _calibration(None, None, checked, tmp_path, 2048, [m])             # read before: no model, no file read
     assert cal.source == str(path) and not list(tmp_path.iterdir())         # read, nothing written
     plan = m.make_plan(None, 2048, cal)
     assert 0.09 < plan.fraction(2048) <= 0.1 and plan.pages == 16

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from attnlab.errors import UserError
-from attnlab.llm.eval.eval_grid import EvalSettings
+from attnlab.llm.eval.eval_settings import EvalSettings
 from attnlab.llm.eval.eval_inputs import check_eval_folder
 
 

@@ -16,20 +16,21 @@ def _strip(rows):
 
 
 def test_two_ranks_share_the_prompts_and_fold_into_the_single_process_rows(tiny, tmp_path, monkeypatch):
-    from attnlab.llm.eval.eval_grid import EvalSettings, read_results, run_eval
+    from attnlab.llm.eval.eval_grid import read_results, run_eval
+    from attnlab.llm.eval.eval_settings import EvalSettings, check_settings
     from attnlab.llm.eval.ranks import Ranks, fold_results
 
     folder, model, tok = tiny
     settings = EvalSettings(model=str(folder), tasks=["niah"], lengths=[500], depths=3, samples=1, methods=["streaming-llm"],
                             budgets=[0.5], haystack="noise", max_new=4)
-    whole = run_eval(model, tok, settings, tmp_path / "whole")
+    whole = run_eval(model, tok, check_settings(settings), tmp_path / "whole")
     out = tmp_path / "ranked"
     shares = []
     for rank in (0, 1):   # torchrun's variables set by hand: no process group, each rank writes its own file
         monkeypatch.setenv("RANK", str(rank))
         monkeypatch.setenv("WORLD_SIZE", "2")
         assert not Ranks.from_env().merges()
-        run_eval(model, tok, settings, out)
+        run_eval(model, tok, check_settings(settings), out)
         shares.append(read_results(out / f"results.rank{rank}.jsonl"))
     assert not (out / "results.jsonl").exists()
     keys = [{r["key"] for r in s} for s in shares]
@@ -37,7 +38,7 @@ def test_two_ranks_share_the_prompts_and_fold_into_the_single_process_rows(tiny,
     assert _strip(shares[0] + shares[1]) == _strip(whole)
     monkeypatch.delenv("RANK")
     monkeypatch.delenv("WORLD_SIZE")
-    again = run_eval(model, tok, settings, out)                             # one process: nothing left to measure
+    again = run_eval(model, tok, check_settings(settings), out)                             # one process: nothing left to measure
     assert _strip(again) == _strip(whole)
     folded = fold_results(out)
     assert _strip(folded) == _strip(whole) and not list(out.glob("results.rank*.jsonl"))
@@ -58,7 +59,8 @@ def test_bad_rank_variables_are_one_line(monkeypatch, env, needle):
 
 def test_a_ranks_bar_counts_its_own_share(tiny, tmp_path, monkeypatch):
     """Each rank's progress bar runs over its own rows (the prompts of index ≡ rank mod N), and ends full."""
-    from attnlab.llm.eval.eval_grid import EvalSettings, run_eval
+    from attnlab.llm.eval.eval_grid import run_eval
+    from attnlab.llm.eval.eval_settings import EvalSettings, check_settings
     from attnlab.progress import Progress
 
     class Recorded(Progress):
@@ -75,7 +77,7 @@ def test_a_ranks_bar_counts_its_own_share(tiny, tmp_path, monkeypatch):
     for rank in (0, 1):   # 3 prompts × (full, streaming-llm): rank 0 answers prompts 0 and 2, rank 1 prompt 1
         monkeypatch.setenv("RANK", str(rank))
         monkeypatch.setenv("WORLD_SIZE", "2")
-        run_eval(model, tok, settings, out, progress=(progress := Recorded()))
+        run_eval(model, tok, check_settings(settings), out, progress=(progress := Recorded()))
         seen += [b for b in progress.bars if b[0].startswith("eval")]
     assert seen == [("eval (rank 0 of 2)", 4, 4), ("eval (rank 1 of 2)", 2, 2)]
 

@@ -194,7 +194,9 @@ def folders(world):
     Plan.full({"num_layers": 3, "num_heads": 4, "num_kv_heads": 2}, CONTEXT).save(world / "other-model-512.json")
     from dataclasses import asdict
 
-    from attnlab.llm.eval.eval_grid import FORMAT, EvalSettings
+    from attnlab.llm.eval.eval_grid import FORMAT
+
+    from attnlab.llm.eval.eval_settings import EvalSettings
 
     settings = {"format": FORMAT, **asdict(EvalSettings(model=str(world / "tiny"), lengths=[CONTEXT], depths=1, samples=1, haystack="noise"))}
     for name, cfg in (("eval-other-model", {**settings, "model": "smollm2-135m"}), ("eval-same-model", settings)):

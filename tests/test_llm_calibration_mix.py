@@ -9,7 +9,7 @@ import torch
 from attnlab.errors import UserError
 from attnlab.llm.plans.calibration import calibrate
 from attnlab.llm.plans.calibration_mix import MIX_SEED, mix_windows, parse_mix
-from attnlab.llm.eval.tasks import string_match_all
+from attnlab.llm.eval.tasks import Haystack, string_match_all
 
 from test_llm_eval import text_file, tiny  # noqa: F401  (fixtures)
 
@@ -26,7 +26,7 @@ def test_parse_mix_reads_counts_and_refuses_bad_items():
 def test_mix_windows_are_n_tokens_and_their_rows_predict_the_answer(tiny, text_file):
     _, _, tok = tiny
     n = 600
-    wins = mix_windows(tok, text_file, n, parse_mix("niah:2,vt:1"))
+    wins = mix_windows(tok, Haystack.file(tok, text_file, n), n, parse_mix("niah:2,vt:1"))
     assert [w.task for w in wins] == ["niah", "niah", "vt"]
     for w in wins:
         assert w.ids.shape == (1, n)
@@ -47,7 +47,7 @@ def test_the_mix_changes_the_option_errors_and_only_through_the_answer_rows(tiny
 
     n = 400
     text = token_windows(tok, text_file, n, 1)
-    wins = mix_windows(tok, text_file, n, parse_mix("niah:1"))
+    wins = mix_windows(tok, Haystack.file(tok, text_file, n), n, parse_mix("niah:1"))
     plain = calibrate(model, text)
     mixed = calibrate(model, text + wins)
     alone = calibrate(model, wins)
@@ -68,3 +68,26 @@ def test_attnlab_plan_calibrates_what_each_method_needs(tiny, text_file):
     p = make_plan(model, tok, text_file, 0.5, 400, 1, "attnlab-retrieval:retrieval_heads=2:blocks=2", "niah:1")
     assert p.meta["calibrate_mix"] == "niah:1" and len(p.meta["retrieval_heads"]) == 2
     assert p.meta["blocks"] == 2 and p.block_heads() == 2 and p.fraction(400) <= 0.5   # the key blocks: a plan field, in β
+
+
+def test_the_mix_haystack_of_a_text_read_once_is_the_files(tiny, tmp_path):
+    """The mix's haystack is made from the calibration text read once (``TokenText.text``): the same tokens as the
+    file read again (``Haystack.file``), whatever its line ends (\\n, \\r\\n, \\r, U+2028, blank lines), at any n."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from attnlab.llm.models.text_windows import TokenText
+
+    _, _, tok = tiny
+    line = st.text(alphabet="abc xyz.,", min_size=1, max_size=30).filter(str.strip)   # an empty file is refused
+    ends = st.sampled_from(["\n", "\r\n", "\r", "\u2028", "\n\n"])
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.lists(st.tuples(line, ends), min_size=1, max_size=30), st.integers(1, 200))
+    def same(pieces, n):
+        path = tmp_path / "cal.txt"
+        path.write_bytes("".join(a + b for a, b in pieces).encode("utf-8"))
+        once = TokenText.read(tok, path)
+        assert Haystack.of_text(tok, once.text, once.path, n).ids == Haystack.file(tok, path, n).ids
+
+    same()

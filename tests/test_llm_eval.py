@@ -10,7 +10,9 @@ import sys
 import pytest
 import torch
 
-from attnlab.llm.eval.eval_grid import EvalSettings, depth_grid, read_results, run_eval
+from attnlab.llm.eval.eval_grid import depth_grid, read_results, run_eval
+
+from attnlab.llm.eval.eval_settings import EvalSettings, check_settings
 from attnlab.llm.eval.tasks import NOISE, TASKS, Haystack, string_match_all
 
 from char_model_folder import tiny_llama_folder
@@ -116,18 +118,18 @@ def test_a_killed_run_resumes_to_the_same_results(tiny, tmp_path):
     folder, model, tok = tiny
     settings = EvalSettings(model=str(folder), tasks=["niah", "vt"], lengths=[500, 700], depths=2, samples=2,
                             methods=["streaming-llm"], budgets=[0.5], haystack="noise", max_new=4)
-    whole = run_eval(model, tok, settings, tmp_path / "whole")
+    whole = run_eval(model, tok, check_settings(settings), tmp_path / "whole")
     runs, cells = 2, (2 + 1) * 2          # full + streaming-llm; niah at 2 depths + vt, 2 samples each
     assert len(whole) == 2 * runs * cells
     assert {r["method"] for r in whole} == {"full", "streaming-llm"}
     assert all(r["prompt_tokens"] == r["n"] for r in whole)
     part = tmp_path / "part"
     with pytest.raises(KeyboardInterrupt):
-        run_eval(model, tok, settings, part, stop_after=5)
+        run_eval(model, tok, check_settings(settings), part, stop_after=5)
     assert len(read_results(part / "results.jsonl")) == 5
     with open(part / "results.jsonl", "a") as f:  # a torn write at the kill
         f.write('{"key": "full|1|niah|3')
-    resumed = run_eval(model, tok, settings, part)
+    resumed = run_eval(model, tok, check_settings(settings), part)
     assert _strip(resumed) == _strip(whole)
     assert _strip(read_results(part / "results.jsonl")) == _strip(whole)
     sl = [r for r in whole if r["method"] == "streaming-llm"]
@@ -141,7 +143,7 @@ def test_report_writes_table_and_heatmaps(tiny, tmp_path):
     folder, model, tok = tiny
     settings = EvalSettings(model=str(folder), tasks=["niah"], lengths=[500], depths=3, samples=1, haystack="noise", max_new=2,
                             ppl=None)
-    rows = run_eval(model, tok, settings, tmp_path)
+    rows = run_eval(model, tok, check_settings(settings), tmp_path)
     summary = write_report(rows, tmp_path)
     assert (tmp_path / "table.md").read_text().count("| niah | 500 | full |") == 1
     assert [p.split("/")[-1] for p in summary["figures"]] == ["heatmap-niah-full.png"]
@@ -243,12 +245,12 @@ def test_a_budget_a_method_cannot_meet_is_recorded_and_the_grid_goes_on(tiny, tm
     folder, model, tok = tiny
     settings = EvalSettings(model=str(folder), tasks=["niah"], lengths=[500], depths=1, samples=1, methods=["streaming-llm"],
                             budgets=[0.001, 0.5], haystack="noise", max_new=2)
-    rows = run_eval(model, tok, settings, tmp_path)
+    rows = run_eval(model, tok, check_settings(settings), tmp_path)
     skipped = [r for r in rows if r["kind"] == "skipped"]
     assert [(r["method"], r["budget"]) for r in skipped] == [("streaming-llm", 0.001)] and "below" in skipped[0]["reason"]
     assert {(r["method"], r["budget"]) for r in rows if r["kind"] == "answer"} == {("full", 1.0), ("streaming-llm", 0.5)}
     assert "not run" in markdown(summarise(rows))
-    assert run_eval(model, tok, settings, tmp_path) == rows  # resumed: nothing measured again
+    assert run_eval(model, tok, check_settings(settings), tmp_path) == rows  # resumed: nothing measured again
 
 
 def test_a_later_run_may_add_methods_and_budgets(tiny, tmp_path):
@@ -272,8 +274,10 @@ def test_a_later_run_may_add_methods_and_budgets(tiny, tmp_path):
 
 def test_the_ppl_text_is_read_once_and_every_perplexity_row_is_measured_on_its_first_windows(tiny, tmp_path,
                                                                                            monkeypatch):
-    """--ppl is read and tokenised once before the grid (not once per run and length), and each perplexity row is that
-    of the text's first ``ppl_windows`` windows of n tokens (as ``token_windows`` cuts them)."""
+    """--ppl is read once where the settings are checked and tokenised once before the grid (not once per run and
+    length), and each perplexity row is that of the text's first ``ppl_windows`` windows of n tokens (as
+    ``token_windows`` cuts them)."""
+    from attnlab import textfile
     from attnlab.llm.eval.perplexity import perplexity
     from attnlab.llm.models import text_windows
     from attnlab.llm.models.text_windows import TokenText, token_windows
@@ -281,20 +285,49 @@ def test_the_ppl_text_is_read_once_and_every_perplexity_row_is_measured_on_its_f
     folder, model, tok = tiny
     text = tmp_path / "ppl.txt"
     text.write_text("the quick brown fox jumps over the lazy dog.\n" * 60)
-    reads = []
-    read = TokenText.read.__func__
+    reads, tokenised = [], []
+    read, of_text = textfile.read_text_file, TokenText.of_text.__func__
 
-    def counted(cls, tokenizer, path):
+    def counted_read(path, *args, **kwargs):
         reads.append(str(path))
-        return read(cls, tokenizer, path)
+        return read(path, *args, **kwargs)
 
-    monkeypatch.setattr(text_windows.TokenText, "read", classmethod(counted))
+    def counted_tokens(cls, tokenizer, raw, path):
+        tokenised.append(str(path))
+        return of_text(cls, tokenizer, raw, path)
+
+    monkeypatch.setattr(textfile, "read_text_file", counted_read)
+    monkeypatch.setattr(text_windows, "read_text_file", counted_read)       # its own name of the reader
+    monkeypatch.setattr(text_windows.TokenText, "of_text", classmethod(counted_tokens))
     settings = EvalSettings(model=str(folder), tasks=["niah"], lengths=[500, 700], depths=1, samples=1,
                             methods=["streaming-llm"], budgets=[0.25, 0.5], haystack="noise", max_new=2, ppl=str(text),
                             ppl_windows=2)
-    rows = run_eval(model, tok, settings, tmp_path / "run")
+    rows = run_eval(model, tok, check_settings(settings), tmp_path / "run")
     ppl = [r for r in rows if r["kind"] == "ppl"]
-    assert reads == [str(text)] and len(ppl) == 2 * 3                    # 3 runs (full, 2 budgets) at 2 lengths
+    assert reads == [str(text)] and tokenised == [str(text)] and len(ppl) == 2 * 3   # 3 runs at 2 lengths
     full = [r for r in ppl if r["method"] == "full"]
     for r in full:
         assert r["windows"] == 2 and r["ppl"] == perplexity(model, token_windows(tok, text, r["n"], 2))
+
+
+def test_the_grid_reads_no_file_the_settings_name_after_they_are_checked(tiny, text_file, tmp_path):
+    """``check_settings`` reads --haystack and --ppl once; ``run_eval`` takes what it read: the files moved away after
+    the check, the grid gives the rows it gives with them in place (haystack prompts and perplexity alike)."""
+    from attnlab.errors import UserError
+
+    folder, model, tok = tiny
+    hay, ppl = tmp_path / "hay.txt", tmp_path / "ppl.txt"
+    hay.write_text(text_file.read_text())
+    ppl.write_text("the quick brown fox jumps over the lazy dog.\n" * 40)
+    settings = EvalSettings(model=str(folder), tasks=["niah"], lengths=[400], depths=1, samples=1,
+                            methods=["streaming-llm"], budgets=[0.5], haystack=str(hay), max_new=2, ppl=str(ppl))
+    kept = run_eval(model, tok, check_settings(settings), tmp_path / "kept")
+    checked = check_settings(settings)
+    hay.rename(tmp_path / "hay-away.txt")
+    ppl.rename(tmp_path / "ppl-away.txt")
+    moved = run_eval(model, tok, checked, tmp_path / "moved")
+    same = ("key", "score", "answer", "prompt_tokens", "ppl")
+    assert [{k: r.get(k) for k in same} for r in moved] == [{k: r.get(k) for k in same} for r in kept]
+    assert {r["kind"] for r in moved} == {"answer", "ppl"}
+    with pytest.raises(UserError, match="--haystack"):
+        check_settings(settings)                                             # the check itself still reads them

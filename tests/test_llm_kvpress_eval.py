@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnlab.llm.eval.eval_grid import EvalSettings, read_results, run_eval
+from attnlab.llm.eval.eval_grid import read_results, run_eval
+
+from attnlab.llm.eval.eval_settings import EvalSettings, check_settings
 
 from char_model_folder import save_with_char_tokenizer
 
@@ -37,7 +39,7 @@ def run(tmp_path_factory):
     folder = save_with_char_tokenizer(transformers.LlamaForCausalLM(cfg).eval(), tmp_path_factory.mktemp("tiny"))
     model, tok = load_causal_lm(str(folder))
     out = tmp_path_factory.mktemp("run")
-    run_eval(model, tok, EvalSettings(model=str(folder), lengths=[500], depths=2, samples=2, max_new=4), out)
+    run_eval(model, tok, check_settings(EvalSettings(model=str(folder), lengths=[500], depths=2, samples=2, max_new=4)), out)
     doc = export_prompts(out, out / "prompts.json", tokenizer=tok)
     return folder, tok, out, doc
 

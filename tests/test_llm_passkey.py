@@ -90,7 +90,7 @@ def test_the_calibration_never_sees_the_evaluations_phrasings_or_seeds(tiny, tex
     evals = set().union(*map(said, EVAL_PHRASINGS)) | set(EVAL_INSTRUCTIONS)
     cals = set().union(*map(said, CALIBRATION_PHRASINGS)) | set(CALIBRATION_INSTRUCTIONS)
     assert not evals & cals and not any(e in c or c in e for e in evals for c in cals)
-    windows = mix_windows(tok, text_file, N, [("passkey-varied", 6), ("passkey", 2)])
+    windows = mix_windows(tok, Haystack.file(tok, text_file, N), N, [("passkey-varied", 6), ("passkey", 2)])
     seen = [text(tok, w.ids[0].tolist()) for w in windows]
     assert len(seen) == 8
     for t in seen:

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from attnlab.llm import methods as registry
-from attnlab.llm.eval.eval_grid import EvalSettings, run_eval
+from attnlab.llm.eval.eval_grid import run_eval
+from attnlab.llm.eval.eval_settings import EvalSettings, check_settings
 from attnlab.llm.eval.greedy import greedy_answer
 from attnlab.llm.execution.prefix_cache import FullPrefill, common_prefix
 
@@ -43,8 +44,8 @@ def test_grid_with_reuse_equals_grid_without(tiny, tmp_path):  # noqa: F811
     folder, model, tok = tiny
     settings = EvalSettings(model=str(folder), tasks=["niah", "vt"], lengths=[500], depths=3, samples=2,
                             methods=["snapkv", "quest", "streaming-llm"], budgets=[0.5], haystack="noise", max_new=4)
-    plain = run_eval(model, tok, settings, tmp_path / "plain", reuse=False)
-    shared = run_eval(model, tok, settings, tmp_path / "shared")
+    plain = run_eval(model, tok, check_settings(settings), tmp_path / "plain", reuse=False)
+    shared = run_eval(model, tok, check_settings(settings), tmp_path / "shared")
     assert len(shared) == len(plain) == 4 * (3 + 1) * 2
     assert _strip(shared) == _strip(plain)          # answers, scores, KV tokens and bytes: the same
     assert all(r["reused_tokens"] == 0 for r in plain)

@@ -30,10 +30,11 @@ def tiny(tmp_path_factory):
 
 def lost_run(model, tok, folder, out, method: str) -> None:
     """An eval run of ``method`` on one pass-key prompt, its rows rescored so that full found it and the method lost it."""
-    from attnlab.llm.eval.eval_grid import EvalSettings, run_eval
+    from attnlab.llm.eval.eval_grid import run_eval
+    from attnlab.llm.eval.eval_settings import EvalSettings, check_settings
 
-    run_eval(model, tok, EvalSettings(model=str(folder), tasks=["passkey-bare"], lengths=[256], depths=1, samples=1,
-                                      methods=[method], template="none", max_new=2), out)
+    run_eval(model, tok, check_settings(EvalSettings(model=str(folder), tasks=["passkey-bare"], lengths=[256], depths=1, samples=1,
+                                      methods=[method], template="none", max_new=2)), out)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     for r in rows:
         r["score"] = 1.0 if r["method"] == "full" else 0.0

@@ -21,7 +21,8 @@ def run(tmp_path_factory):
     """An eval folder of a tiny Llama (one-character tokenizer): pass key at 256 tokens, depths 0 and 1, full and
     streaming-llm with a narrow and a wide window.  A random model answers nothing, so the scores are set as a folder
     with lost prompts has them: full 1 (but at depth 1 for WIDE's comparison: 0), the methods 0."""
-    from attnlab.llm.eval.eval_grid import EvalSettings, run_eval
+    from attnlab.llm.eval.eval_grid import run_eval
+    from attnlab.llm.eval.eval_settings import EvalSettings, check_settings
     from attnlab.llm.models.loading import load_causal_lm
 
     folder = tiny_llama_folder(tmp_path_factory.mktemp("tiny-llama"))
@@ -29,7 +30,7 @@ def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("eval") / "run"
     settings = EvalSettings(model=str(folder), tasks=["passkey-bare"], lengths=[256], depths=2, samples=1, methods=[NARROW, WIDE],
                             template="none", max_new=2)
-    run_eval(model, tok, settings, out)
+    run_eval(model, tok, check_settings(settings), out)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     for r in rows:
         r["score"] = 1.0 if r["method"] == "full" else 0.0
@@ -51,7 +52,7 @@ def test_the_lost_prompts_are_those_full_answered_and_the_method_did_not():
 
 
 def test_the_needle_positions_hold_the_value_every_time_it_is_said(run):
-    from attnlab.llm.eval.eval_grid import EvalSettings
+    from attnlab.llm.eval.eval_settings import EvalSettings, check_settings
     from attnlab.llm.eval.lost_prompts import answer_row, value_positions
     from attnlab.llm.eval.tasks import TASKS, Haystack
 
@@ -306,7 +307,8 @@ def test_an_answer_holding_another_keys_value_is_named():
 def test_a_copied_distractor_names_the_heads_that_moved_to_it(tmp_path):
     """A multi-key prompt the method answers with another key's value: the row holds that value's positions and the
     heads whose mass there grows most from full attention to the method, sorted by that growth."""
-    from attnlab.llm.eval.eval_grid import EvalSettings, run_eval
+    from attnlab.llm.eval.eval_grid import run_eval
+    from attnlab.llm.eval.eval_settings import EvalSettings, check_settings
     from attnlab.llm.eval.lost_prompts import explain
     from attnlab.llm.models.loading import load_causal_lm
 
@@ -315,7 +317,7 @@ def test_a_copied_distractor_names_the_heads_that_moved_to_it(tmp_path):
     out = tmp_path / "run"
     settings = EvalSettings(model=str(folder), tasks=["niah-multikey"], lengths=[1024], depths=1, samples=1, methods=[WIDE],
                             template="none", max_new=2)
-    run_eval(model, tok, settings, out)
+    run_eval(model, tok, check_settings(settings), out)
     from attnlab.llm.eval.tasks import TASKS, Haystack
 
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]

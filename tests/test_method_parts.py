@@ -66,7 +66,7 @@ def test_a_part_left_out_is_off_and_a_dependency_on_it_is_refused_once():
         methods.get("retrieval-tails+nope", 0.5)
     with pytest.raises(UserError, match="has no option pages"):
         methods.get("retrieval-tails+key-blocks", 0.5, pages=4)
-    from attnlab.llm.eval.eval_grid import parse_methods, parse_plan_method
+    from attnlab.llm.eval.eval_settings import parse_methods, parse_plan_method
 
     assert parse_methods("retrieval-tails+key-blocks:blocks=08") == ["retrieval-tails+key-blocks:blocks=8"]
     assert parse_plan_method("retrieval-tails+key-blocks:blocks=2") == "retrieval-tails+key-blocks:blocks=2"

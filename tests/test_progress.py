@@ -172,17 +172,18 @@ def test_quiet_says_nothing_but_the_results(tiny, text_file, tmp_path, capsys):
 
 
 def test_the_eval_grid_counts_its_rows_and_the_library_is_silent_by_default(tiny, tmp_path, capsys):
-    from attnlab.llm.eval.eval_grid import EvalSettings, run_eval
+    from attnlab.llm.eval.eval_grid import run_eval
+    from attnlab.llm.eval.eval_settings import EvalSettings, check_settings
     from attnlab.llm.models.loading import load_causal_lm
 
     model, tok = load_causal_lm(str(tiny))
     settings = EvalSettings(model=str(tiny), tasks=["niah"], lengths=[200], depths=2, samples=1, haystack="noise",
                             max_new=2)
     capsys.readouterr()
-    run_eval(model, tok, settings, tmp_path / "silent")
+    run_eval(model, tok, check_settings(settings), tmp_path / "silent")
     assert capsys.readouterr() == ("", "")
     out = io.StringIO()
-    rows = run_eval(model, tok, settings, tmp_path / "lines", progress=LineProgress(out))
+    rows = run_eval(model, tok, check_settings(settings), tmp_path / "lines", progress=LineProgress(out))
     assert len(rows) == 2
     assert out.getvalue().splitlines()[0] == "attnlab: eval: 2 rows …"
     assert out.getvalue().splitlines()[-1].startswith("attnlab: eval: 2/2 rows in ")
@@ -192,7 +193,9 @@ def test_the_eval_bar_paces_each_method_and_length_apart(tiny, tmp_path):
     """The eval's bar knows the kind of every row left, (method, β, n) — perplexity rows apart — and each row's kind."""
     from collections import Counter
 
-    from attnlab.llm.eval.eval_grid import EvalSettings, run_eval
+    from attnlab.llm.eval.eval_grid import run_eval
+
+    from attnlab.llm.eval.eval_settings import EvalSettings, check_settings
     from attnlab.llm.models.loading import load_causal_lm
 
     class Keep(Progress):
@@ -208,14 +211,14 @@ def test_the_eval_bar_paces_each_method_and_length_apart(tiny, tmp_path):
                             max_new=2, methods=["streaming-llm"], ppl=str(text))
     keep = Keep()
     with pytest.raises(KeyboardInterrupt):                                      # a run stopped after 3 rows
-        run_eval(model, tok, settings, tmp_path / "kinds", progress=keep, stop_after=3)
+        run_eval(model, tok, check_settings(settings), tmp_path / "kinds", progress=keep, stop_after=3)
     (bar,) = [b for b in keep.bars if b.description == "eval"]
     want = {("full", 1.0, 200): 2, ("streaming-llm", 0.1, 200): 2, ("full", 1.0, 200, "ppl"): 1,
             ("streaming-llm", 0.1, 200, "ppl"): 1}
     assert bar.kinds == Counter(want)
     assert sum(d for d, _ in bar.spent.values()) == 3 and set(bar.spent) <= set(want)
     keep.bars.clear()
-    run_eval(model, tok, settings, tmp_path / "kinds", progress=keep)             # resumed: only the rows left
+    run_eval(model, tok, check_settings(settings), tmp_path / "kinds", progress=keep)             # resumed: only the rows left
     (bar,) = [b for b in keep.bars if b.description == "eval"]
     assert sum(bar.kinds.values()) == 3 and bar.first == 3
 

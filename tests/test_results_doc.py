@@ -35,7 +35,7 @@ def config(**settings) -> dict:
     """An eval folder's config.json as attnlab eval writes it (full attention on niah at 2048, 2 depths, 1 sample)."""
     from dataclasses import asdict
 
-    from attnlab.llm.eval.eval_grid import EvalSettings
+    from attnlab.llm.eval.eval_settings import EvalSettings
 
     return {"format": "attnlab-eval/1", **asdict(EvalSettings(model="tiny", depths=2, samples=1, haystack="noise")),
             **settings}

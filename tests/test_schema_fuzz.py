@@ -57,7 +57,8 @@ def eval_folder(folder: Path, model: str, config=None, rows=None, lost=None) -> 
     """An eval folder of the tiny model (streaming-llm beside full, one prompt, both answered): config.json and
     results.jsonl, each changed by ``config`` / ``rows`` (functions of the valid document); ``lost``: a change of a
     row of lost-prompts.jsonl (an earlier eval-why's), written beside them."""
-    from attnlab.llm.eval.eval_grid import EvalSettings, answer_key
+    from attnlab.llm.eval.eval_grid import answer_key
+    from attnlab.llm.eval.eval_settings import EvalSettings
     from attnlab.llm.eval.results_file import FORMAT
 
     settings = EvalSettings(model=model, lengths=[CONTEXT], depths=1, samples=1, methods=["streaming-llm"],

@@ -242,7 +242,7 @@ def test_a_plan_without_windows_for_a_model_whose_layers_slide_is_refused():
 @st.composite
 def eval_settings(draw):
     """The settings of an eval run (``EvalSettings``), each within its rules."""
-    from attnlab.llm.eval.eval_grid import EvalSettings
+    from attnlab.llm.eval.eval_settings import EvalSettings
     from attnlab.llm.eval.tasks import TASKS
 
     def some(pool, most=3):

@@ -106,7 +106,7 @@ def test_the_heads_files_of_both_writers_are_what_the_schema_reads(tmp_path, tin
 
 
 def test_an_eval_folder_is_what_its_schemas_read(tmp_path, tiny, capsys):
-    from attnlab.llm.eval.eval_grid import EvalSettings
+    from attnlab.llm.eval.eval_settings import EvalSettings
     from attnlab.schemas import eval_config
     from attnlab.schemas.result_row import ROW, WALL, read_rows
     from attnlab_cli import run_main
@@ -127,7 +127,7 @@ def test_an_eval_folder_is_what_its_schemas_read(tmp_path, tiny, capsys):
 
 
 def test_a_config_older_than_template_and_question_reads_with_their_defaults(tmp_path):
-    from attnlab.llm.eval.eval_grid import EvalSettings
+    from attnlab.llm.eval.eval_settings import EvalSettings
     from attnlab.schemas import eval_config
 
     cfg = {"format": eval_config.FORMAT, **dataclasses.asdict(EvalSettings(model="m"))}

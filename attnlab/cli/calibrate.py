@@ -46,8 +46,8 @@ def calibrate_command(
 ) -> None:
     """Measure what the calibrated methods need at one length and write it as a compact archive."""
     from attnlab.errors import UserError
-    from attnlab.llm.eval.eval_grid import check_lengths, parse_budgets, parse_methods
     from attnlab.llm.eval.eval_inputs import check_input_file
+    from attnlab.llm.eval.eval_settings import check_lengths, parse_budgets, parse_methods
     from attnlab.llm.models.loading import check_length, resolve_spec
     from attnlab.llm.plans.calibration_build import method_of
     from attnlab.outputs import claim_file
@@ -58,10 +58,9 @@ def calibrate_command(
     if plain or not specs:
         raise UserError(f"--method: {plain[0] if plain else method!r} needs no calibration (give calibrated methods, "
                         "e.g. attnlab,minference)")
-    if calibrate_mix:
-        from attnlab.llm.plans.calibration_mix import parse_mix
+    from attnlab.llm.plans.calibration_mix import parse_mix
 
-        parse_mix(calibrate_mix)
+    mix = parse_mix(calibrate_mix)                          # once, here: an unknown task, a count < 1: one line
     if out.suffix != ".safetensors":
         raise UserError(f"--out {out}: a calibration archive is a .safetensors file")
     if full is not None and full.suffix != ".npz":
@@ -72,10 +71,10 @@ def calibrate_command(
     claim_file(out, kind="calibration", inputs=[("--text", text), ("--full", full)], force=force)
     if full is not None and not full.exists():
         claim_file(full, kind="calibration", inputs=[("--text", text)], option="--full")
-    _run(hf, n, text, windows, calibrate_mix, specs, budgets, full, out, quiet)
+    _run(hf, n, text, windows, calibrate_mix, mix, specs, budgets, full, out, quiet)
 
 
-def _run(hf, n, text, windows, mix, specs, budgets, full, out, quiet):
+def _run(hf, n, text, windows, mix_text, mix, specs, budgets, full, out, quiet):
     import time
 
     from attnlab.llm.models.loading import load_causal_lm
@@ -95,7 +94,7 @@ def _run(hf, n, text, windows, mix, specs, budgets, full, out, quiet):
             cal, _ = build_calibration(model, tokenizer, need, n, text, windows, mix, cal, progress)
     measured = time.time() - t0
     progress.stage(f"calibrate: the tables {', '.join(specs)} read, proved on their plans at each budget")
-    meta = {"model": hf, "text": text.name, "text_windows": windows, "mix": mix, "methods": specs}
+    meta = {"model": hf, "text": text.name, "text_windows": windows, "mix": mix_text, "methods": specs}
     out.parent.mkdir(parents=True, exist_ok=True)
     done = write_compact(out, cal, model, meta, budgets)
     proved = {}

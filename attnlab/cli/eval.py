@@ -69,7 +69,7 @@ def eval_command(
                                "errors still said"),
 ) -> None:
     """Retrieval accuracy on a depth × length grid, and perplexity, of a model under methods (resumable)."""
-    from attnlab.llm.eval.eval_grid import EvalSettings, check_settings, parse_budgets, parse_lengths, parse_methods
+    from attnlab.llm.eval.eval_settings import EvalSettings, check_settings, parse_budgets, parse_lengths, parse_methods
     from attnlab.option_values import items
 
     settings = EvalSettings(
@@ -79,17 +79,13 @@ def eval_command(
         calibrate=str(calibrate) if calibrate else None, calibrate_windows=calibrate_windows,
         calibrate_mix=calibrate_mix, ppl=str(ppl) if ppl else None, ppl_windows=ppl_windows, max_new=max_new,
         template=template, question=question)
-    from attnlab.llm.eval.eval_inputs import check_eval_folder, check_input_file
+    from attnlab.llm.eval.eval_inputs import check_eval_folder
     from attnlab.llm.models.loading import check_length, resolve_spec
 
     resolve_spec(hf)                                                      # an unknown model: one line, no download
     if haystack != "noise" and not Path(haystack).exists() and Path(haystack) == DEFAULT_HAYSTACK:
         raise ValueError(f"--haystack {haystack}: no such file (the default Shakespeare text is looked for beside the "
                          f"repository: give --haystack FILE or noise)")
-    texts = (("--haystack", None if haystack == "noise" else haystack), ("--calibrate", calibrate), ("--ppl", ppl))
-    for option, path in texts:
-        if path is not None:
-            check_input_file(option, path)                                # missing, a folder, empty, binary: one line
     from attnlab.option_paths import input_file, output_folder
 
     if plan is not None:
@@ -100,11 +96,12 @@ def eval_command(
         the_plan = Plan.load(plan, "--plan", is_registered)               # a malformed file: one line
         for n in settings.lengths:                                        # another length: one line
             the_plan.check_length(n, f"--plan {plan}")
-    check_settings(settings, None)   # every option but the model's context: once, here (run_eval takes them checked)
+    checked = check_settings(settings)   # every option but the model's context, once, and the texts read once:
+    #                                      missing, a folder, empty, binary, not UTF-8 (run_eval takes only this)
     from attnlab.llm.eval.before_model import check_method_inputs, check_text_sizes
 
     check_method_inputs(settings.methods)                                 # a method's own files (a gate file) present
-    check_text_sizes(settings)                                            # a one-sentence text: short in any tokenizer
+    check_text_sizes(checked)                                             # a one-sentence text: short in any tokenizer
     output_folder("--out", out)                                           # a file, a FIFO, an unwritable folder: named
     check_eval_folder(out, settings)                                      # a user's folder, another model's eval
     check_length(hf, max(settings.lengths), "--lengths")                  # the model's context, from its configuration
@@ -121,14 +118,14 @@ def eval_command(
 
     ranks = Ranks.from_env()                                              # torchrun's RANK, WORLD_SIZE (else 0, 1)
     if ranks.world > 1:   # torchrun's ranks share the folder by design: each writes its own rank file, rank 0 folds
-        return _run(hf, settings, out, dev, ranks, quiet, no_reuse)
+        return _run(hf, checked, out, dev, ranks, quiet, no_reuse)
     from attnlab.lock import FolderLock
 
     with FolderLock(out):                                                 # one eval per folder: a second refused
-        return _run(hf, settings, out, dev, ranks, quiet, no_reuse)
+        return _run(hf, checked, out, dev, ranks, quiet, no_reuse)
 
 
-def _run(hf, settings, out, dev, ranks, quiet: bool, no_reuse: bool):
+def _run(hf, checked, out, dev, ranks, quiet: bool, no_reuse: bool):
     """The checked eval: load the model, run the grid into ``out``, fold the ranks' rows, write the report."""
     import time
 
@@ -138,6 +135,7 @@ def _run(hf, settings, out, dev, ranks, quiet: bool, no_reuse: bool):
     from attnlab.llm.models.loading import load_causal_lm
     from attnlab.progress import Progress
 
+    settings = checked.settings
     progress = Progress.for_command(quiet or ranks.rank > 0)              # bars in a terminal, else a line per stage
     model, tokenizer = load_causal_lm(hf, progress=progress, device=dev)  # run_eval checks the texts before any write
     from attnlab.cli.plan import check_model_fits
@@ -146,7 +144,7 @@ def _run(hf, settings, out, dev, ranks, quiet: bool, no_reuse: bool):
     ranks.init_group()                                                    # torchrun: a gloo group, the merge's barrier
     t0 = time.time()
     progress.stage("eval: the prompts of every task and length, and the texts, checked before anything is written")
-    rows = run_eval(model, tokenizer, settings, out, progress=progress, reuse=not no_reuse)
+    rows = run_eval(model, tokenizer, checked, out, progress=progress, reuse=not no_reuse)
     ranks.barrier()
     if not ranks.merges():                                                # a rank's share written; rank 0 merges
         typer.echo(f"rank {ranks.rank} of {ranks.world}: {len(read_results(ranks.results_path(out)))} rows in "

@@ -124,19 +124,19 @@ RULES: dict[str, Rule] = {
     # structured LLM plans (plan, plan-run)
     "plan.budget": Rule(float, 0.0, 1.0, lo_open=True),
     "plan.n": Rule(int, 2, 2**20),
-    "plan.method": Rule(str, parse="attnlab.llm.eval.eval_grid:parse_plan_method"),  # NAME or NAME:key=value
+    "plan.method": Rule(str, parse="attnlab.llm.eval.eval_settings:parse_plan_method"),  # NAME or NAME:key=value
     "plan.pages": Rule(int, 0, 10**6, note="(0 = none)"),  # = plans.plan.PAGES_MAX (not imported: it pulls in torch)
     "plan.slashes": Rule(int, 0, 10**4, note="(0 = none)"),  # = plans.plan.SLASHES_MAX (not imported: torch)
     "plan-run.n": Rule(int, 2, 2**20),
     "calibrate.n": Rule(int, 64, 2**20),
-    "calibrate.method": Rule(str, parse="attnlab.llm.eval.eval_grid:parse_methods"),
-    "calibrate.budget": Rule(str, parse="attnlab.llm.eval.eval_grid:parse_budgets"),
+    "calibrate.method": Rule(str, parse="attnlab.llm.eval.eval_settings:parse_methods"),
+    "calibrate.budget": Rule(str, parse="attnlab.llm.eval.eval_settings:parse_budgets"),
     "windows": Rule(int, 1, 10**4),
-    # attnlab eval (the lengths against the model's context once it is known: attnlab.llm.eval.eval_grid)
+    # attnlab eval (the lengths against the model's context once it is known: attnlab.llm.eval.eval_settings)
     "eval.task": Rule(str, registry="attnlab.llm.eval.tasks:TASKS", many=True),
-    "eval.lengths": Rule(str, parse="attnlab.llm.eval.eval_grid:parse_lengths"),
-    "eval.method": Rule(str, parse="attnlab.llm.eval.eval_grid:parse_methods"),
-    "eval.budget": Rule(str, parse="attnlab.llm.eval.eval_grid:parse_budgets"),
+    "eval.lengths": Rule(str, parse="attnlab.llm.eval.eval_settings:parse_lengths"),
+    "eval.method": Rule(str, parse="attnlab.llm.eval.eval_settings:parse_methods"),
+    "eval.budget": Rule(str, parse="attnlab.llm.eval.eval_settings:parse_budgets"),
     "eval.depths": Rule(int, 1, 1000),
     "eval.samples": Rule(int, 1, 10**6),
     "eval.calibrate_windows": Rule(int, 1, 10**4),

@@ -44,16 +44,18 @@ def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows:
     ``slashes`` > 0: the method's option ``slashes`` (a method without it refuses); ``progress``:
     the calibration's bar."""
     from attnlab.llm import methods
-    from attnlab.llm.eval.eval_grid import parse_method
+    from attnlab.llm.eval.eval_settings import parse_method
     from attnlab.llm.models.text_windows import token_windows
     from attnlab.llm.plans.calibration_build import build_calibration
+    from attnlab.llm.plans.calibration_mix import parse_mix
     from attnlab.progress import SILENT
 
     name, opts = parse_method(method)
     m = methods.get(name, budget, **opts, **({"slashes": slashes} if slashes else {}))
     cal = None
     if m.calibrated:
-        cal, _ = build_calibration(model, tokenizer, [m], n, calibrate, windows, mix, progress=progress or SILENT)
+        cal, _ = build_calibration(model, tokenizer, [m], n, calibrate, windows, parse_mix(mix),
+                                   progress=progress or SILENT)
     else:
         token_windows(tokenizer, calibrate, n, windows)   # the calibration text is checked for every method
     p = m.make_plan(model, n, cal)
@@ -92,7 +94,7 @@ def plan_command(
                                help="no progress (bars in a terminal, a line per stage otherwise); errors still said"),
 ) -> None:
     """Choose one structured support per (layer, head) from calibration text under a budget; write it as JSON."""
-    from attnlab.llm.eval.eval_grid import parse_method
+    from attnlab.llm.eval.eval_settings import parse_method
     from attnlab.llm.models.loading import check_length
     from attnlab.llm.plans.limits import check_budget
 

@@ -5,7 +5,7 @@
      "calibrate": FILE | null, "calibrate_windows": c, "calibrate_mix": "task:k,…" | null, "ppl": FILE | null,
      "ppl_windows": p, "max_new": m | null, "template": "auto" | "chat" | "none", "question": "after" | "before"}
 
-The fields are ``EvalSettings``'s (``attnlab.llm.eval.eval_grid``), one each; the rules: tasks of ``TASKS``, lengths
+The fields are ``EvalSettings``'s (``attnlab.llm.eval.eval_settings``), one each; the rules: tasks of ``TASKS``, lengths
 64 ≤ n ≤ N_MAX, budgets β ∈ (0, 1], each list non-empty (methods may be) with no item twice; a method's name (before its
 options) registered, or parts the registry composes; depths, samples, windows, max_new ≥ 1, seed ≥ 0.
 

@@ -11,13 +11,11 @@ task take 345 of 512 tokens with the tests' one-character tokens, far fewer with
 that holds its task at all reads more than n / 8 haystack tokens at the lengths attnlab runs).  These bounds
 refuse a one-sentence text in about a second, torch never imported, instead of after the model has loaded; a
 text above them is measured exactly in the model's tokens once the tokenizer is there
-(``Haystack.tokens``, ``eval_inputs.read_texts``).  A method's own files (DuoAttention's gate file) are checked
+(``Haystack.tokens``, ``eval_inputs.token_texts``).  A method's own files (DuoAttention's gate file) are checked
 by the method itself (``Method.check_inputs``) against nothing but the file system.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from attnlab.errors import UserError
 
@@ -26,25 +24,25 @@ __all__ = ["check_method_inputs", "check_text_sizes"]
 HAYSTACK_SHARE = 8  # a prompt holds at least n / HAYSTACK_SHARE haystack tokens
 
 
-def _bytes(path, n: int) -> int:
-    """UTF-8 bytes of the part of ``path`` a prompt of n tokens may read (``Haystack.file`` reads 8·n + 1024 chars)."""
-    from attnlab.textfile import read_text_file
+def _bytes(text: str, n: int) -> int:
+    """UTF-8 bytes of the part of ``text`` a prompt of n tokens may read (``Haystack.of_text`` reads 8·n + 1024
+    chars)."""
+    return len(text[: 8 * n + 1024].encode("utf-8"))
 
-    return len(read_text_file(Path(path))[: 8 * n + 1024].encode("utf-8"))
 
-
-def check_text_sizes(settings) -> None:
-    """The text files of ``settings`` (an ``EvalSettings``) long enough for the longest prompt in any tokenizer
-    (``--calibrate`` when a method is calibrated: it is read only then)."""
+def check_text_sizes(checked) -> None:
+    """The texts of ``checked`` (``check_settings``: each file read once) long enough for the longest prompt in any
+    tokenizer (``--calibrate`` when a method is calibrated: it is read only then)."""
     from attnlab.llm import methods as registry
-    from attnlab.llm.eval.eval_grid import parse_method
+    from attnlab.llm.eval.eval_settings import parse_method
     from attnlab.llm.eval.tasks import TASKS
 
+    settings, texts = checked.settings, checked.texts
     n = max(settings.lengths)
     calibrated = any(registry.method_class(parse_method(m)[0]).calibrated for m in settings.methods)
     uses = [t for t in settings.tasks if getattr(TASKS.get(t), "uses_haystack", True)]
     if settings.haystack != "noise" and uses:
-        have = _bytes(settings.haystack, n)
+        have = _bytes(texts["--haystack"], n)
         if have < n // HAYSTACK_SHARE:
             raise UserError(
                 f"--haystack {settings.haystack}: {have} bytes of text, too short for a prompt of {n} tokens "
@@ -52,7 +50,7 @@ def check_text_sizes(settings) -> None:
             )
     for option, path in (("--calibrate", settings.calibrate if calibrated else None), ("--ppl", settings.ppl)):
         if path:
-            have = _bytes(path, n)
+            have = _bytes(texts[option], n)
             if have < n - 1:
                 raise UserError(
                     f"{option} {path}: {have} bytes of text, shorter than the window of {n} tokens (--lengths) "
@@ -63,7 +61,7 @@ def check_text_sizes(settings) -> None:
 def check_method_inputs(specs: list[str]) -> None:
     """Each method's own input files (``Method.check_inputs``): a missing gate file said before the model loads."""
     from attnlab.llm import methods as registry
-    from attnlab.llm.eval.eval_grid import parse_method
+    from attnlab.llm.eval.eval_settings import parse_method
 
     for spec in specs:
         name, opts = parse_method(spec)

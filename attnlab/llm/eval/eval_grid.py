@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import NamedTuple
 
@@ -33,47 +33,15 @@ import numpy as np
 
 from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
-from attnlab.llm import methods as registry
-from attnlab.llm.eval.eval_inputs import GridTexts, check_eval_folder, read_texts
+from attnlab.llm.eval.eval_inputs import GridTexts, check_eval_folder, token_texts
+from attnlab.llm.eval.eval_settings import CheckedSettings, EvalSettings, check_context, method_at
 from attnlab.llm.eval.results_file import FORMAT, GROWS, read_results
-from attnlab.llm.eval.tasks import QUESTIONS, TASKS, TEMPLATES, Haystack, PromptFormat, sample_key, string_match_all
-from attnlab.llm.plans.calibration_build import build_calibration, calibration_file  # re-exported (__all__)
+from attnlab.llm.eval.tasks import TASKS, Haystack, sample_key, string_match_all
+from attnlab.llm.methods import PLAN_FILE
+from attnlab.llm.plans.calibration_build import calibration_file
 from attnlab.progress import SILENT, Progress
 
-__all__ = ["EvalSettings", "build_calibration", "calibration_file", "depth_grid", "read_results", "run_eval"]
-
-
-@dataclass
-class EvalSettings:
-    model: str
-    tasks: list[str] = field(default_factory=lambda: ["niah"])
-    lengths: list[int] = field(default_factory=lambda: [2048])
-    depths: int = 11
-    samples: int = 10
-    methods: list[str] = field(default_factory=list)     # registry names besides full
-    budgets: list[float] = field(default_factory=lambda: [0.1])
-    plan: str | None = None                              # a plan file run beside full
-    haystack: str = "noise"                              # "noise" or a text file
-    seed: int = 0
-    calibrate: str | None = None                         # calibration text of the calibrated methods
-    calibrate_windows: int = 2
-    calibrate_mix: str | None = None                     # retrieval prompts added ("niah:2,vt:1", calibration_mix)
-    ppl: str | None = None                               # text whose perplexity is reported beside
-    ppl_windows: int = 1
-    max_new: int | None = None                           # answer tokens (default: the task's)
-    template: str = "auto"                               # chat | none | auto (the chat template where there is one)
-    question: str = "after"                              # the question after or before the context
-
-    def format(self) -> PromptFormat:
-        return PromptFormat(self.template, self.question)
-
-    def runs(self) -> list[tuple[str, float]]:
-        """(method, β) pairs: full first, then every method at every budget."""
-        out = [(registry.REFERENCE, 1.0)]
-        if self.plan:
-            out.append((registry.PLAN_FILE, 0.0))
-        out += [(m, b) for m in self.methods if m != registry.REFERENCE for b in self.budgets]
-        return out
+__all__ = ["depth_grid", "read_results", "run_eval"]
 
 
 def depth_grid(count: int) -> list[float]:
@@ -95,172 +63,60 @@ def _claim(out: Path, settings: EvalSettings, old: dict | None) -> None:
     write_text_atomic(path, json.dumps(cfg, indent=1) + "\n")
 
 
-def calibrations(model, tokenizer, settings: EvalSettings, out: Path, text=None, progress: Progress = SILENT):
+def calibrations(model, tokenizer, checked: CheckedSettings, out: Path, text=None, progress: Progress = SILENT):
     """``calibration(n, methods)``: the calibration at length n for the calibrated ``methods`` (``_calibration``), set
     up once before the grid and asked by it at each n when a calibrated run is first prepared there (after the runs
     that need none: a slow calibration holds back no cheap method)."""
     def calibration(n: int, methods: list):
-        return _calibration(model, tokenizer, settings, out, n, methods, progress, text)
+        return _calibration(model, tokenizer, checked, out, n, methods, progress, text)
 
     return calibration
 
 
-def _calibration(model, tokenizer, settings: EvalSettings, out: Path, n: int, methods: list,
+def _calibration(model, tokenizer, checked: CheckedSettings, out: Path, n: int, methods: list,
                  progress: Progress = SILENT, text=None):
     """The calibration at length n for the calibrated ``methods``, resolved in this one place: without --calibrate
-    the archive attnlab ships for the model at n (``check_settings`` found it), else ``out/calibration-n.npz``, made
-    once on the calibration ``text`` (the --calibrate file, or its ``TokenText`` read before the grid)."""
+    the archive attnlab ships for the model at n (read by ``check_settings``), else ``out/calibration-n.npz``, made
+    once on the calibration ``text`` (the --calibrate file's ``TokenText``, read before the grid)."""
     if not any(m.calibrated for m in methods):
         return None
+    settings = checked.settings
     if settings.calibrate:
         text = text if text is not None else settings.calibrate
         return calibration_file(model, tokenizer, methods, n, out / f"calibration-{n}.npz", text,
-                                settings.calibrate_windows, settings.calibrate_mix, progress)
-    from attnlab.llm.plans.calibration_archive import read_compact
-    from attnlab.llm.plans.shipped_calibrations import shipped
+                                settings.calibrate_windows, checked.mix, progress)
+    from attnlab.llm.plans.calibration_archive import compact_of
 
-    path = shipped(settings.model, n)
-    progress.stage(f"calibration n={n}: the one attnlab ships ({path.name})")
-    return read_compact(path, known_method=registry.is_registered)   # an archive: attnlab ships no other form
-
-
-def check_lengths(lengths: list[int]) -> list[int]:
-    """Prompt lengths of at least 64 tokens (the model's context is checked once it is known)."""
-    if min(lengths) < 64:
-        raise UserError(f"--lengths: every length must be >= 64 tokens, got {min(lengths)}")
-    return lengths
+    shipped = checked.shipped[n]
+    progress.stage(f"calibration n={n}: the one attnlab ships ({shipped.path.name})")
+    return compact_of(shipped.archive, str(shipped.path))   # an archive: attnlab ships no other form
 
 
-def check_budgets(budgets: list[float]) -> list[float]:
-    """Budgets β in (0, 1]."""
-    bad = [b for b in budgets if not 0 < b <= 1]
-    if bad:
-        raise UserError(f"--budget: must be a fraction in (0, 1], got {bad[0]}")
-    return budgets
-
-
-def check_methods(specs: list[str]) -> list[str]:
-    """Registered names with their options: an unknown name or option is one line."""
-    for spec in specs:
-        base, opts = parse_method(spec)
-        registry.get(base, 1.0, **opts)
-    return specs
-
-
-def parse_lengths(text: str) -> list[int]:
-    """``--lengths 2048,4096``: positive token counts."""
-    from attnlab.option_values import numbers
-
-    return check_lengths(numbers(text, int, "--lengths"))     # ASCII digits only, an empty item or a repeat refused
-
-
-def parse_budgets(text: str) -> list[float]:
-    """``--budget 0.1,0.25``: fractions in (0, 1]."""
-    from attnlab.option_values import numbers
-
-    return check_budgets(numbers(text, float, "--budget"))    # finite, ASCII, an empty item or a repeat refused
-
-
-def parse_methods(text: str) -> list[str]:
-    """``--method streaming-llm,snapkv:window=32``: registered names with their options (empty: full alone)."""
-    from attnlab.llm.methods.method_specs import method_list
-
-    return check_methods(method_list(text, "--method"))      # canonical specs (the rows' labels), each once
-
-
-def parse_plan_method(spec: str) -> str:
-    """``attnlab plan --method NAME[:key=value…]``: a registered method that writes a plan file, with its options."""
-    base, opts = parse_method(spec)
-    if base not in registry.plan_names() and not registry.composed(base):   # parts composed write a plan too
-        raise UserError(f"--method: expected one of {', '.join(registry.plan_names())} (options as name:key=value), "
-                        f"got {spec!r}")
-    registry.get(base, 1.0, **opts)
-    return spec
-
-
-def parse_method(spec: str) -> tuple[str, dict]:
-    """``name`` or ``name:key=value:key=value`` → (name, options)."""
-    from attnlab.option_values import split_method
-
-    name, pairs = split_method(spec)            # not key=value, or a key given twice: one line
-    return name, dict(pairs)
-
-
-def _method(settings: EvalSettings, name: str, budget: float):
-    base, opts = parse_method(name)
-    return registry.get(base, budget, plan_file=settings.plan, **opts)
-
-
-def check_context(lengths: list[int], max_len: int | None) -> None:
-    """The longest prompt within the model's context of ``max_len`` tokens (None: not known yet)."""
-    if max_len is not None and max(lengths) > max_len:
-        raise UserError(f"--lengths: {max(lengths)} is beyond the model's context of {max_len} tokens")
-
-
-def check_settings(settings: EvalSettings, max_len: int | None) -> None:
-    """Every option checked before the model runs (one line naming the option): once, where the settings are built
-    (``attnlab eval``, before the model loads: ``max_len`` None); ``run_eval`` takes them checked."""
-    unknown = [t for t in settings.tasks if t not in TASKS]
-    if unknown:
-        raise UserError(f"--task: unknown task {unknown[0]!r} (known: {', '.join(TASKS)})")
-    check_methods(settings.methods)
-    check_budgets(settings.budgets)
-    if settings.depths < 1:
-        raise UserError(f"--depths: must be >= 1, got {settings.depths}")
-    if settings.samples < 1:
-        raise UserError(f"--samples: must be >= 1, got {settings.samples}")
-    check_lengths(settings.lengths)
-    check_context(settings.lengths, max_len)
-    if settings.haystack != "noise" and not Path(settings.haystack).is_file():
-        raise UserError(f"--haystack {settings.haystack}: no such file (or 'noise')")
-    need = [m for m in settings.methods if _method(settings, m, 1.0).calibrated]
-    if need and not settings.calibrate:   # the calibration attnlab ships for the model and length, or one line
-        from attnlab.llm.plans.shipped_calibrations import calibration_for
-
-        for n in settings.lengths:
-            calibration_for(settings.model, n, [_method(settings, m, b) for m in need for b in settings.budgets])
-    if settings.calibrate_mix:
-        from attnlab.llm.plans.calibration_mix import parse_mix
-
-        parse_mix(settings.calibrate_mix)
-        if not settings.calibrate:
-            raise UserError("--calibrate-mix: needs --calibrate (the mixed prompts' haystack is the calibration text)")
-    for option in ("calibrate", "ppl"):
-        path = getattr(settings, option)
-        if path and not Path(path).is_file():
-            raise UserError(f"--{option} {path}: no such file")
-    if settings.template not in TEMPLATES:
-        raise UserError(f"--template: expected one of {', '.join(TEMPLATES)}, got {settings.template!r}")
-    if settings.question not in QUESTIONS:
-        raise UserError(f"--question: expected one of {', '.join(QUESTIONS)}, got {settings.question!r}")
-    if settings.max_new is not None and settings.max_new < 1:
-        raise UserError(f"--max-new: must be >= 1, got {settings.max_new}")
-
-
-def run_eval(model, tokenizer, settings: EvalSettings, out: str | os.PathLike, progress: Progress = SILENT,
+def run_eval(model, tokenizer, checked: CheckedSettings, out: str | os.PathLike, progress: Progress = SILENT,
              stop_after: int | None = None, reuse: bool = True) -> list[dict]:
     """Measure the grid into ``out/results.jsonl`` (resuming what is there); returns every row.
 
-    ``settings``: checked where they were built (``check_settings``: ``attnlab eval`` checks every option before the
-    model loads); here they are checked against the model, the folder and the texts read once, before anything is
-    written (``check_grid``).  ``progress`` (``attnlab.progress``): a bar over the rows, row by row, and the
-    calibrations' bars; ``stop_after``: stop after measuring that many new rows (tests of resumption).  ``reuse``: the
-    methods whose prefill is full attention (``Method.prefill_reuse``) share one prefill per prompt, and a prompt
-    reuses the prefix it shares with the one before (``prefix_cache``); the answers are those of ``reuse=False``, the
-    seconds fewer.
+    ``checked``: the settings as ``check_settings`` returns them (every option checked and every file they name read
+    once, where they were built: ``attnlab eval`` before the model loads); here they are checked against the model,
+    the folder and the tokenizer, before anything is written (``check_grid``).  ``progress`` (``attnlab.progress``):
+    a bar over the rows, row by row, and the calibrations' bars; ``stop_after``: stop after measuring that many new
+    rows (tests of resumption).  ``reuse``: the methods whose prefill is full attention (``Method.prefill_reuse``)
+    share one prefill per prompt, and a prompt reuses the prefix it shares with the one before (``prefix_cache``);
+    the answers are those of ``reuse=False``, the seconds fewer.
     """
     from attnlab.llm.eval.ranks import Ranks, read_all
     from attnlab.llm.execution.prefix_cache import FullPrefill
 
     out = Path(out)
-    grid = check_grid(model, tokenizer, settings, out)   # the model's, the texts', the folder's checks: nothing written
+    settings = checked.settings
+    grid = check_grid(model, tokenizer, checked, out)    # the model's, the texts', the folder's checks: nothing written
     _claim(out, settings, grid.folder)
     ranks = Ranks.from_env()
     results = ranks.results_path(out)    # torchrun: this rank's file, its share of the prompts (ranks)
     rows = read_all(out)                 # every rank's rows: resumable with any number of ranks
     done = {r["key"] for r in rows}
     mine, share = rank_share(settings, ranks)
-    calibration = calibrations(model, tokenizer, settings, out, grid.texts.calibration, progress)
+    calibration = calibrations(model, tokenizer, checked, out, grid.texts.calibration, progress)
     prefixes = FullPrefill() if reuse else None
     measured, t_start = 0, time.time()
     bar = progress.start(ranks.label("eval"), total=len(share), unit="rows", done=len(done & share.keys()),
@@ -311,30 +167,31 @@ class GridInputs(NamedTuple):
     folder: dict | None       # the config.json of the run ``out`` continues (None: a new run)
 
 
-def check_grid(model, tokenizer, settings: EvalSettings, out: Path) -> GridInputs:
+def check_grid(model, tokenizer, checked: CheckedSettings, out: Path) -> GridInputs:
     """Everything the grid will read, checked against the model before anything is written (the settings themselves
-    were checked where they were built, ``check_settings``): the lengths against its context, the haystack and every
-    task at every length, the plan file, each method's own files, the run folder ``out`` (``check_eval_folder``), the
-    texts (read once, ``read_texts``)."""
+    were checked, and their files read, where they were built: ``check_settings``): the lengths against its context,
+    the haystack and every task at every length, the plan file, each method's own files, the run folder ``out``
+    (``check_eval_folder``), the texts in its tokens (``token_texts``)."""
     from attnlab.llm.models.loading import model_max_len
 
+    settings = checked.settings
     check_context(settings.lengths, model_max_len(model))
     if settings.haystack == "noise":
         hay = Haystack.noise(tokenizer)
     else:
-        hay = Haystack.file(tokenizer, settings.haystack, max(settings.lengths))
+        hay = Haystack.of_text(tokenizer, checked.texts["--haystack"], settings.haystack, max(settings.lengths))
     for t in settings.tasks:  # every task fits every length and the haystack holds it
         for n in settings.lengths:
             TASKS[t].make(tokenizer, hay, n, 0.5, 0, settings.seed, settings.format())
     if settings.plan:  # a plan for another model or length
         for n in settings.lengths:
-            _method(settings, registry.PLAN_FILE, 0.0).make_plan(model, n, None)
+            method_at(settings, PLAN_FILE, 0.0).make_plan(model, n, None)
     for name in settings.methods:  # a method's own files (a gate file for another model): refused, not a skipped row
-        _method(settings, name, 1.0).check_model(model)
-    calibrated = any(_method(settings, m, 1.0).calibrated for m in settings.methods)
+        method_at(settings, name, 1.0).check_model(model)
+    calibrated = any(method_at(settings, m, 1.0).calibrated for m in settings.methods)
     folder = check_eval_folder(out, settings)   # a user's folder, another model's or other settings' run: refused
-    return GridInputs(hay, read_texts(tokenizer, settings.lengths, settings.calibrate if calibrated else None,
-                                      settings.ppl), folder)
+    return GridInputs(hay, token_texts(tokenizer, settings.lengths, checked.texts,
+                                       settings.calibrate if calibrated else None, settings.ppl), folder)
 
 
 def rank_share(settings: EvalSettings, ranks) -> tuple[list, dict]:
@@ -409,7 +266,7 @@ class Run(NamedTuple):
 def _prepared_runs(model, settings, n, samples, done, emit, calibrated: bool, calibration) -> list[Run]:
     """The (method, β) runs at length n with something left to measure whose method is ``calibrated`` or not, prepared
     (a run the method refuses: a skipped row); ``calibration(n, methods)``: the calibration (``calibrations``)."""
-    runs = [(name, b, _method(settings, name, b)) for name, b in settings.runs()]
+    runs = [(name, b, method_at(settings, name, b)) for name, b in settings.runs()]
     cal, ready = None, []
     for name, budget, method in runs:
         if method.calibrated != calibrated:

@@ -6,8 +6,9 @@
             ``attnlab.schemas.eval_config``) of the same model and
             settings (a later run may add tasks, lengths, methods and budgets: ``GROWS``) — never a folder of a user's
             files, nor a place that cannot be written
-    the texts against the tokenizer (``run_eval``, before ``config.json``): --calibrate and --ppl, read once
-            (``read_texts``), hold one window of n tokens at every length n
+    the texts against the tokenizer (``run_eval``, before ``config.json``): --calibrate and --ppl, read once before
+            the model loads (``read_input_text``, by ``check_settings``) and tokenised once (``token_texts``), hold one
+            window of n tokens at every length n
 
 Each refusal is one ``UserError`` line naming the option; none of these checks writes anything.  A folder continued has
 its config.json, results rows and wall lines read through their schemas (``attnlab.schemas``) here, before the model
@@ -26,20 +27,26 @@ from attnlab.errors import UserError
 if TYPE_CHECKING:   # torch: imported once the model loads, never by the checks before it
     from attnlab.llm.models.text_windows import TokenText
 
-__all__ = ["GridTexts", "check_eval_folder", "check_input_file", "read_texts"]
+__all__ = ["GridTexts", "check_eval_folder", "check_input_file", "read_input_text", "token_texts"]
 
 
 def check_input_file(option: str, path) -> Path:
     """``path`` when it is a readable UTF-8 text file (plain or .gz); a one-line refusal naming ``option`` otherwise."""
+    read_input_text(option, path)
+    return Path(path)
+
+
+def read_input_text(option: str, path) -> str:
+    """The text of the file ``path`` that ``option`` names (plain or .gz), read once; a one-line refusal naming
+    ``option`` when it is missing, a folder, a FIFO or device (never opened), empty, binary, not UTF-8 or unreadable."""
     from attnlab.option_paths import input_file
     from attnlab.textfile import read_text_file
 
     p = input_file(option, path)           # missing, a folder, a FIFO or device: named as such, never opened
     try:
-        read_text_file(p)
+        return read_text_file(p)
     except (UserError, OSError) as err:   # empty, binary, not UTF-8, a corrupt gzip, unreadable
         raise UserError(f"{option} {err}") from None
-    return p
 
 
 def check_eval_folder(out, settings) -> dict | None:
@@ -88,17 +95,18 @@ class GridTexts(NamedTuple):
     ppl: TokenText | None
 
 
-def read_texts(tokenizer, lengths: list[int], calibrate: str | None, ppl: str | None) -> GridTexts:
-    """--calibrate (None unless a method is calibrated) and --ppl, read once, each holding one window of n tokens at
-    every length n (the longest checked: the shorter ones fit too); a one-line UserError naming the option."""
+def token_texts(tokenizer, lengths: list[int], texts: dict, calibrate: str | None, ppl: str | None) -> GridTexts:
+    """--calibrate (None unless a method is calibrated) and --ppl, their ``texts`` (read once, ``check_settings``)
+    tokenised once, each holding one window of n tokens at every length n (the longest checked: the shorter ones fit
+    too); a one-line UserError naming the option."""
     from attnlab.llm.models.text_windows import TokenText
 
-    texts = {}
+    tokens = {}
     for option, path in (("--calibrate", calibrate), ("--ppl", ppl)):
         try:
-            texts[option] = TokenText.read(tokenizer, path) if path else None
+            tokens[option] = TokenText.of_text(tokenizer, texts[option], path) if path else None
             if path:
-                texts[option].windows(max(lengths), 1)
+                tokens[option].windows(max(lengths), 1)
         except UserError as err:
             raise UserError(f"{option} {err}") from None
-    return GridTexts(texts["--calibrate"], texts["--ppl"])
+    return GridTexts(tokens["--calibrate"], tokens["--ppl"])

@@ -54,7 +54,7 @@ FILE = "lost-prompts.jsonl"
 def read_folder(out, method: str):
     """(settings, answer rows) of the eval folder ``out`` with rows of ``method`` and of full attention; one-line
     UserError otherwise (no folder, not an eval folder, a method it has not run, no full rows)."""
-    from attnlab.llm.eval.eval_grid import EvalSettings
+    from attnlab.llm.eval.eval_settings import EvalSettings
     from attnlab.schemas import eval_config
     from attnlab.schemas.result_row import LOST, ROW, read_rows
 
@@ -246,7 +246,7 @@ def other_value(answer: str, others) -> str | None:
 def method_of(settings, name: str, budget: float):
     """The method a row of the folder names (``eval``'s spelling: NAME[:key=value…], or ``plan``: its plan file)."""
     from attnlab.llm import methods as registry
-    from attnlab.llm.eval.eval_grid import parse_method
+    from attnlab.llm.eval.eval_settings import parse_method
 
     base, opts = parse_method(name)
     return registry.get(base, budget, plan_file=settings.plan, **opts)

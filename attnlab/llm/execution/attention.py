@@ -21,8 +21,8 @@ device (``backend``: ``cpu_backend`` on the CPU, ``flex_backend`` on CUDA); on t
   read by the prefill only: the kernel
   takes them as per-chunk extra keys (chunks of ``SLASH_CHUNK`` queries); decoding does not read them;
 * key blocks (``HeadPlan.blocks`` = K > 0): each block of ``BLOCK`` queries also reads the K blocks of ``BLOCK``
-  keys of largest pooled score q̄·k̄ (``attnlab.llm.plans.key_blocks``, chosen per input); the kernel reads them per chunk
-  where k, v lie (``band_heads_attention(blocks=)``); at decoding such a head reads the keys its last query block
+  keys of largest pooled score q̄·k̄ (``attnlab.llm.plans.key_blocks``, chosen per input); the kernel reads them per
+  chunk where k, v lie (``band_heads_attention(blocks=)``); at decoding such a head reads the keys its last query block
   chose (the block keys B_h, decoding columns), and its whole cache only with a tail;
 * tails (``HeadPlan.tail`` = T > 0): the last T rows read every causal key (one masked softmax for the layer's tail
   heads); at decoding the head reads its whole cache, or with a vote of size P (``HeadPlan.kept``, the option

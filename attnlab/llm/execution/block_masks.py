@@ -257,7 +257,9 @@ def _layer_block_mask(parts: PrefillParts, n: int, device, t: int):
             return tiles_to_block_mask(any_[None], full[None], support_mask_mod(none, n, t, device), n, t)
 
         return _cached(key, static)
-    made = lambda: tiles_to_block_mask(*layer_tiles(parts, n, t, device), support_mask_mod(parts, n, t, device), n, t)   # noqa: E731
+    def made():
+        return tiles_to_block_mask(*layer_tiles(parts, n, t, device), support_mask_mod(parts, n, t, device), n, t)
+
     if parts.fixed is not None and not parts.diagonals.shape[-1]:   # the plan's own columns: once per plan
         return _cached((*key, parts.fixed, parts.columns.shape[0]), made)
     return made()

@@ -2,6 +2,7 @@
 
     windows = token_windows(tokenizer, "test.txt.gz", n, count)     # [(1, n)] × count, from token ``start``
     text = TokenText.read(tokenizer, "test.txt.gz")                 # read once: text.windows(n, count) at any n
+    text = TokenText.of_text(tokenizer, text_read_already, "test.txt.gz")      # the same, a file's text read before
 
 Window x holds tokens [start + x·n, start + (x + 1)·n) of the text with its lines joined by one newline.
 """
@@ -33,11 +34,17 @@ class TokenText(NamedTuple):
 
     path: str | os.PathLike
     ids: torch.Tensor          # (N,): the text with its lines joined by one newline each
+    text: str                  # the file's text as read (the mix's haystack is cut from it: ``Haystack.of_text``)
 
     @classmethod
     def read(cls, tokenizer, path) -> "TokenText":
-        text = "\n".join(read_text(path).splitlines())  # lines joined by one newline each
-        return cls(path, tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids[0])
+        return cls.of_text(tokenizer, read_text(path), path)
+
+    @classmethod
+    def of_text(cls, tokenizer, text: str, path) -> "TokenText":
+        """The tokens of ``text``, the file ``path``'s text read already."""
+        joined = "\n".join(text.splitlines())  # lines joined by one newline each
+        return cls(path, tokenizer(joined, return_tensors="pt", add_special_tokens=False).input_ids[0], text)
 
     @classmethod
     def of(cls, tokenizer, text) -> "TokenText":

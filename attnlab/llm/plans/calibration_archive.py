@@ -17,7 +17,7 @@ from attnlab.errors import UserError
 from attnlab.llm.plans.calibration import Calibration
 from attnlab.schemas.calibration import TABLE_SHAPES, load
 
-__all__ = ["PER_OPTION", "CompactCalibration", "load_calibration", "read_compact"]
+__all__ = ["PER_OPTION", "CompactCalibration", "compact_of", "load_calibration", "read_compact"]
 
 PER_OPTION = tuple(t for t, dims in TABLE_SHAPES.items() if "Gw" in dims)   # a value per grid option: the large tables
 
@@ -42,7 +42,12 @@ def read_compact(path, option: str | None = None, known_method=None) -> CompactC
     """The ``Calibration`` an archive holds (``attnlab.schemas.calibration.load``: refused in one line if broken)."""
     from attnlab.schemas.schema_file import where
 
-    archive = load(path, option, known_method)
+    return compact_of(load(path, option, known_method), where(path, option))
+
+
+def compact_of(archive, source: str) -> CompactCalibration:
+    """The ``Calibration`` of an archive read already (``CalibrationArchive``: header and tables); ``source``: how a
+    message names its file."""
     h = archive.header
     shape = {"num_layers": h.num_layers, "num_heads": h.num_heads, "num_kv_heads": h.num_kv_heads,
              "windows": h.windows}
@@ -54,7 +59,7 @@ def read_compact(path, option: str | None = None, known_method=None) -> CompactC
             setattr(cal, name, archive.tables[name].astype(np.float64))
         else:
             del cal.__dict__[name]
-    cal.source, cal.made_for, cal.header = where(path, option), list(h.methods), h
+    cal.source, cal.made_for, cal.header = source, list(h.methods), h
     return cal
 
 

@@ -28,7 +28,7 @@ RETRIEVAL_N, RETRIEVAL_PROMPTS, RETRIEVAL_SEED = 512, 6, 7  # needle prompts of 
 
 
 def calibration_file(model, tokenizer, methods: list, n: int, path: Path, text, windows: int,
-                     mix: str | None = None, progress: Progress = SILENT):
+                     mix: list | None = None, progress: Progress = SILENT):
     """``build_calibration`` kept in the file ``path``: what it holds is read, what the methods still need is measured
     and the file written again only then (a later run at the same n reuses it)."""
     from attnlab.llm.plans.calibration_archive import load_calibration
@@ -41,15 +41,16 @@ def calibration_file(model, tokenizer, methods: list, n: int, path: Path, text, 
     return cal
 
 
-def build_calibration(model, tokenizer, methods: list, n: int, text, windows: int, mix: str | None = None,
+def build_calibration(model, tokenizer, methods: list, n: int, text, windows: int, mix: list | None = None,
                       cal=None, progress: Progress = SILENT):
     """What the calibrated ``methods`` need at length n, on ``windows`` windows of the calibration ``text`` (a text
-    file, or its ``TokenText`` read once) (+ the ``mix`` prompts, ``calibration_mix``): the statistics (unless ``cal``
-    holds them), MInference's pattern search at the keys it lacks, the retrieval scores, the page ranking.  Returns
-    (calibration, whether anything was measured)."""
+    file, or its ``TokenText`` read once) (+ the ``mix`` prompts, ``calibration_mix``: [(task, count)], parsed where
+    the option was given): the statistics (unless ``cal`` holds them), MInference's pattern search at the keys it
+    lacks, the retrieval scores, the page ranking.  Returns (calibration, whether anything was measured)."""
+    from attnlab.llm.eval.tasks import Haystack
     from attnlab.llm.models.text_windows import TokenText
     from attnlab.llm.plans.calibration import calibrate
-    from attnlab.llm.plans.calibration_mix import mix_windows, parse_mix
+    from attnlab.llm.plans.calibration_mix import mix_windows
     from attnlab.llm.plans.plan import model_shape
 
     need = [m for m in methods if m.calibrated]
@@ -64,7 +65,8 @@ def build_calibration(model, tokenizer, methods: list, n: int, text, windows: in
     if cal is None:
         shape = model_shape(model)
         cands = sorted({c for m in need for c in (m.calibration_candidates(shape, n) or [])})
-        cal = calibrate(model, cut + mix_windows(tokenizer, text.path, n, parse_mix(mix)), cands or None,
+        hay = Haystack.of_text(tokenizer, text.text, text.path, n) if mix else None   # the text, the mix's haystack
+        cal = calibrate(model, cut + mix_windows(tokenizer, hay, n, mix or []), cands or None,
                         grads=any(m.calibration_grads for m in need), progress=progress)
     if keys:   # MInference's pattern search at keys the calibration lacks (one more exact pass over its text, no mix)
         from attnlab.llm.plans.pattern_search import add_patterns

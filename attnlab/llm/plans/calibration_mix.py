@@ -57,13 +57,13 @@ def parse_mix(text: str | None, option: str = "--calibrate-mix") -> list[tuple[s
     return out
 
 
-def mix_windows(tokenizer, haystack_path, n: int, mix: list[tuple[str, int]]) -> list[MixWindow]:
-    """The synthetic windows of ``mix`` at length n, the calibration text as haystack."""
-    from attnlab.llm.eval.tasks import TASKS, Haystack
+def mix_windows(tokenizer, hay, n: int, mix: list[tuple[str, int]]) -> list[MixWindow]:
+    """The synthetic windows of ``mix`` at length n, the calibration text as haystack ``hay`` (a ``Haystack`` of at
+    least n tokens' text: ``Haystack.file(tokenizer, path, n)``, or ``Haystack.of_text`` of a text read already)."""
+    from attnlab.llm.eval.tasks import TASKS
 
     if not mix:
         return []
-    hay = Haystack.file(tokenizer, haystack_path, n)
     out = []
     for task, count in mix:
         maker = TASKS[task].for_calibration() if hasattr(TASKS[task], "for_calibration") else TASKS[task]

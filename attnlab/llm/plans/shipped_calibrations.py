@@ -2,6 +2,7 @@
 
     shipped("smollm2-135m", 2048)   → Path of attnlab/calibrations/smollm2-135m-2048.safetensors, or None
     catalogue()                     → [(model, n, path)] of every shipped archive
+    calibration_for(model, n, methods) → ShippedCalibration(path, archive): read once, checked against the methods
 
 As MInference ships its per-model pattern configurations and DuoAttention its gate files, ``attnlab eval`` reads the
 archive of the model and length it runs when ``--calibrate`` is not given (``calibration_for``); the archives are made
@@ -11,10 +12,11 @@ by ``attnlab calibrate`` (``benchmarks/recipes/calibrations.sh``), each with the
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from attnlab.llm.models.shipped_files import ShippedFiles
 
-__all__ = ["FOLDER", "calibration_for", "catalogue", "shipped"]
+__all__ = ["FOLDER", "ShippedCalibration", "calibration_for", "catalogue", "shipped"]
 
 FOLDER = Path(__file__).resolve().parents[2] / "calibrations"   # attnlab/calibrations (package data)
 SUFFIX = ".safetensors"
@@ -35,11 +37,20 @@ def catalogue() -> list[tuple[str, int, Path]]:
     return sorted(out)
 
 
-def calibration_for(model: str, n: int, methods: list) -> Path:
+class ShippedCalibration(NamedTuple):
+    """A shipped archive, read once through its schema (``attnlab.schemas.calibration``) before the model loads."""
+
+    path: Path
+    archive: object       # ``CalibrationArchive``: its header and tables (``calibration_archive.compact_of``)
+
+
+def calibration_for(model: str, n: int, methods: list) -> ShippedCalibration:
     """The shipped archive that serves the calibrated ``methods`` (configured ``Method``s) of ``model`` at length n,
-    checked before the model loads; a one-line UserError naming ``--calibrate`` when none is shipped or it lacks what
-    a method measures (MInference's pattern search at its keys, the page ranking at its K, candidates, gradients)."""
+    read and checked before the model loads; a one-line UserError naming ``--calibrate`` when none is shipped or it
+    lacks what a method measures (MInference's pattern search at its keys, the page ranking at its K, candidates,
+    gradients)."""
     from attnlab.errors import UserError
+    from attnlab.llm.methods import is_registered
     from attnlab.schemas.calibration import load
 
     path = shipped(model, n)
@@ -47,14 +58,14 @@ def calibration_for(model: str, n: int, methods: list) -> Path:
         have = ", ".join(f"{m} at {k}" for m, k, _ in catalogue()) or "none"
         raise UserError(f"--calibrate: needed by --method {', '.join(sorted({m.name for m in methods}))} at n = {n}: "
                         f"attnlab ships no calibration of {model} at that length (shipped: {have}); give a text file")
-    archive = load(path)
+    archive = load(path, known_method=is_registered)
     h, tables = archive.header, archive.tables
     for m in methods:
         lacks = _lacks(m, n, h, tables)
         if lacks:
             raise UserError(f"--calibrate: the shipped calibration {path.name} holds no {lacks}, which --method "
                             f"{m.name} at β = {m.budget:g} reads; give a calibration text (--calibrate FILE)")
-    return path
+    return ShippedCalibration(path, archive)
 
 
 def _lacks(method, n: int, header, tables: dict) -> str | None:

@@ -36,7 +36,12 @@ class Haystack:
     def file(cls, tokenizer, path: str | Path, max_tokens: int | None = None) -> "Haystack":
         from attnlab.llm.models.text_windows import read_text
 
-        text = "\n" + "\n".join(read_text(Path(path)).splitlines())
+        return cls.of_text(tokenizer, read_text(Path(path)), path, max_tokens)
+
+    @classmethod
+    def of_text(cls, tokenizer, text: str, path: str | Path, max_tokens: int | None = None) -> "Haystack":
+        """The haystack of the file ``path`` whose ``text`` was read already."""
+        text = "\n" + "\n".join(text.splitlines())
         if max_tokens:  # tokenise only what the longest prompt can use (≈ 8 characters a token at most)
             text = text[: 8 * max_tokens + 1024]
         return cls(Path(path).name, tokenizer(text, add_special_tokens=False).input_ids, None, str(path))
