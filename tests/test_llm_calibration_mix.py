@@ -91,3 +91,26 @@ def test_the_mix_haystack_of_a_text_read_once_is_the_files(tiny, tmp_path):
         assert Haystack.of_text(tok, once.text, once.path, n).ids == Haystack.file(tok, path, n).ids
 
     same()
+
+
+def test_an_eval_with_a_mix_calibrates_on_the_mix_parsed_once(tiny, text_file, tmp_path):
+    """``--calibrate-mix`` is parsed by ``check_settings`` and its pairs reach the calibration the grid makes: the
+    eval's ``calibration-n.npz`` is the calibration ``build_calibration`` makes with those pairs, not without them."""
+    from attnlab.llm.eval.eval_grid import run_eval
+    from attnlab.llm.eval.eval_settings import EvalSettings, check_settings, method_at
+    from attnlab.llm.plans.calibration import Calibration
+    from attnlab.llm.plans.calibration_build import build_calibration
+
+    folder, model, tok = tiny
+    n = 512
+    settings = EvalSettings(model=str(folder), tasks=["niah"], lengths=[n], depths=1, samples=1, methods=["attnlab"],
+                            budgets=[0.5], haystack="noise", max_new=2, calibrate=str(text_file), calibrate_windows=1,
+                            calibrate_mix="niah:1")
+    checked = check_settings(settings)
+    assert checked.mix == [("niah", 1)]
+    run_eval(model, tok, checked, tmp_path / "run")
+    made = Calibration.load(tmp_path / "run" / f"calibration-{n}.npz")
+    need = [method_at(settings, "attnlab", 0.5)]
+    mixed, _ = build_calibration(model, tok, need, n, text_file, 1, [("niah", 1)])
+    plain, _ = build_calibration(model, tok, need, n, text_file, 1, [])
+    assert np.array_equal(made.err, mixed.err) and not np.array_equal(made.err, plain.err)
