@@ -20,7 +20,7 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     from attnlab.llm import load_causal_lm, methods
     from attnlab.llm.models.text_windows import token_windows
-    from attnlab.llm.plans.calibration import calibrate
+    from attnlab.llm.calibration.statistics import calibrate
     from attnlab.llm.plans.plan import model_shape
     from attnlab.progress import Progress
 

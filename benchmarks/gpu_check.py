@@ -226,7 +226,7 @@ def logits_check(smoke: bool, device) -> None:
     from char_model_folder import save_with_char_tokenizer
 
     from attnlab.llm import methods
-    from attnlab.llm.plans.calibration_build import build_calibration
+    from attnlab.llm.calibration.build import build_calibration
     from attnlab.llm.execution.backend import register_backend
     from attnlab.llm.models.device import place_model
     from attnlab.llm.models.loading import load_causal_lm

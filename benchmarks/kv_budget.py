@@ -123,7 +123,7 @@ def main():
     a = p.parse_args()
     specs, made = check_arguments(a)                       # every argument, before the model loads
 
-    from attnlab.llm.plans.calibration_build import calibration_file
+    from attnlab.llm.calibration.build import calibration_file
     from attnlab.llm.models.loading import load_causal_lm
     from attnlab.llm.models.text_windows import token_windows
 

@@ -37,15 +37,15 @@ from attnlab.allocator import keep_freed_memory  # noqa: E402
 from attnlab.llm.methods.method_specs import method_list  # noqa: E402
 from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
-from attnlab.llm.plans.calibration import ERR_ROWS, Calibration, calibrate  # noqa: E402
+from attnlab.llm.calibration.statistics import ERR_ROWS, Calibration, calibrate  # noqa: E402
 from attnlab.llm.eval.eval_settings import parse_method  # noqa: E402
-from attnlab.llm.plans.calibration_build import retrieval_calibration  # noqa: E402
+from attnlab.llm.calibration.build import retrieval_calibration  # noqa: E402
 from attnlab.llm.execution.attention import attention_modules  # noqa: E402
 from attnlab.llm.execution.kv_cache import PlanLayer, kv_bytes, read_tokens, store_bytes  # noqa: E402
 from attnlab.llm.eval.perplexity import perplexity  # noqa: E402
 from attnlab.llm.plans.plan import model_shape  # noqa: E402
 from attnlab.llm.models.text_windows import token_windows  # noqa: E402
-from attnlab.llm.plans.page_ranking import add_page_ranking  # noqa: E402
+from attnlab.llm.calibration.page_ranking import add_page_ranking  # noqa: E402
 from attnlab.masks import visible  # noqa: E402
 from attnlab.progress import LineProgress  # noqa: E402
 

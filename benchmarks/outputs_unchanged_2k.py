@@ -38,10 +38,10 @@ METHODS = ("full", "streaming-llm", "snapkv", "quest", "minference-mass", "attnl
 
 def measure(model, tokenizer) -> dict[str, torch.Tensor]:
     from attnlab.llm import methods
+    from attnlab.llm.calibration.page_ranking import add_page_ranking
+    from attnlab.llm.calibration.statistics import calibrate
     from attnlab.llm.heads.head_scan import retrieval_scores
     from attnlab.llm.models.text_windows import token_windows
-    from attnlab.llm.plans.calibration import calibrate
-    from attnlab.llm.plans.page_ranking import add_page_ranking
     from attnlab.llm.plans.plan import model_shape
 
     sys.path.insert(0, str(ROOT / "tests"))

@@ -4,7 +4,7 @@ recall@K and hit@K of Quest's bound U_P, the page's mean key μ_P and the split 
 window of text (dev text by default: a page score is a setting, chosen there), over the last ``--rows`` rows of every
 layer without a sliding window, the candidate pages before a band of ``--band`` keys, averaged over the (layer, head,
 row) whose candidates hold ≥ ``--far`` of the row's mass.  The definitions and the measurement are
-``attnlab.llm.plans.page_ranking`` (which the calibration also runs on its own text).  One JSON line per model
+``attnlab.llm.calibration.page_ranking`` (which the calibration also runs on its own text).  One JSON line per model
 (``--json``), or a table.
 
     python benchmarks/page_ranking.py --hf smollm2-135m gemma3-270m --n 8192 --json
@@ -25,7 +25,7 @@ from attnlab.script_guard import main_guard  # noqa: E402
 from attnlab.llm.execution.pages import PAGE  # noqa: E402
 from attnlab.llm.models.loading import load_causal_lm  # noqa: E402
 from attnlab.llm.models.text_windows import token_windows  # noqa: E402
-from attnlab.llm.plans.page_ranking import rank_pages  # noqa: E402
+from attnlab.llm.calibration.page_ranking import rank_pages  # noqa: E402
 
 DEV = ROOT.parent / "shared" / "data" / "shakespeare" / "dev.txt.gz"
 

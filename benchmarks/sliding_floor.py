@@ -51,7 +51,7 @@ def main():
             raise UserError(f"{opt} {path}: no such file")
 
     from attnlab.llm import methods
-    from attnlab.llm.plans.calibration_build import calibration_file
+    from attnlab.llm.calibration.build import calibration_file
     from attnlab.llm.eval.perplexity import perplexity
     from attnlab.llm.models.loading import load_causal_lm
     from attnlab.llm.models.text_windows import token_windows

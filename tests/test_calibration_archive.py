@@ -26,8 +26,8 @@ def made(tmp_path_factory):
     """(model, full calibration, archive path, what write_compact did) of the tiny Llama at n = 256."""
     from transformers import AutoTokenizer, LlamaForCausalLM
 
-    from attnlab.llm.plans.calibration_build import build_calibration
-    from attnlab.llm.plans.calibration_proof import write_compact
+    from attnlab.llm.calibration.build import build_calibration
+    from attnlab.llm.calibration.proof import write_compact
     from tests.char_model_folder import tiny_llama_folder
 
     tmp = tmp_path_factory.mktemp("archive")
@@ -47,7 +47,7 @@ def made(tmp_path_factory):
 
 
 def _prepared(spec, budget, model, cal):
-    from attnlab.llm.plans.calibration_build import method_of
+    from attnlab.llm.calibration.build import method_of
 
     m = method_of(spec, budget)
     m.prepare(model, cal.n, cal)
@@ -55,8 +55,8 @@ def _prepared(spec, budget, model, cal):
 
 
 def test_the_plan_from_the_compact_archive_is_the_plan_from_the_full_calibration(made):
-    from attnlab.llm.plans.calibration_archive import load_calibration
-    from attnlab.llm.plans.calibration_proof import plan_of
+    from attnlab.llm.calibration.archive import load_calibration
+    from attnlab.llm.calibration.proof import plan_of
 
     model, full, path, done = made
     compact = load_calibration(path)
@@ -77,7 +77,7 @@ def test_the_plan_from_the_compact_archive_is_the_plan_from_the_full_calibration
 
 
 def test_a_table_the_archive_does_not_keep_is_refused_naming_it(made):
-    from attnlab.llm.plans.calibration_archive import read_compact
+    from attnlab.llm.calibration.archive import read_compact
     from attnlab.llm.plans.selection import choose_plan
 
     _, _, path, _ = made
@@ -137,7 +137,7 @@ MUTATIONS = [   # (id, header change, table change, tables dropped, the field th
 @pytest.mark.parametrize("case", MUTATIONS, ids=[m[0] for m in MUTATIONS])
 def test_a_hand_edited_archive_is_refused_naming_the_file_the_field_and_the_rule(made, tmp_path, case):
     from attnlab.llm.methods import is_registered
-    from attnlab.llm.plans.calibration_archive import load_calibration
+    from attnlab.llm.calibration.archive import load_calibration
 
     _, _, path, _ = made
     _, header, tables, drop, field, rule = case
@@ -150,7 +150,7 @@ def test_a_hand_edited_archive_is_refused_naming_the_file_the_field_and_the_rule
 
 @pytest.mark.parametrize("content", [b"", b"not a safetensors file", b"\xff" * 64])
 def test_a_file_that_is_no_archive_is_one_line(tmp_path, content):
-    from attnlab.llm.plans.calibration_archive import load_calibration
+    from attnlab.llm.calibration.archive import load_calibration
 
     bad = tmp_path / "c.safetensors"
     bad.write_bytes(content)
@@ -179,8 +179,8 @@ def test_the_cli_refuses_a_broken_archive_in_one_line_exit_2(made, tmp_path):
 
 def test_the_shipped_archives_load_and_are_small():
     from attnlab.llm.models.loading import MODELS
-    from attnlab.llm.plans.calibration_archive import load_calibration
-    from attnlab.llm.plans.shipped_calibrations import catalogue
+    from attnlab.llm.calibration.archive import load_calibration
+    from attnlab.llm.calibration.shipped import catalogue
 
     shipped = catalogue()
     assert ("smollm2-135m", 2048) in [(m, n) for m, n, _ in shipped]       # the README's first LLM command's
@@ -195,7 +195,7 @@ def test_the_shipped_archives_load_and_are_small():
 def test_eval_reads_the_shipped_calibration_when_not_given_one(tmp_path):
     from attnlab.llm.eval.eval_grid import _calibration
     from attnlab.llm.eval.eval_settings import EvalSettings, check_settings
-    from attnlab.llm.plans.shipped_calibrations import shipped
+    from attnlab.llm.calibration.shipped import shipped
 
     path = shipped("smollm2-135m", 2048)
     settings = EvalSettings(model="smollm2-135m", lengths=[2048], methods=["attnlab"], budgets=[0.1], haystack="noise")
@@ -242,7 +242,7 @@ def test_the_calibration_bar_moves_a_step_per_block_of_rows(made):
     says."""
     import torch
 
-    from attnlab.llm.plans.calibration import ROW_BLOCK, calibrate
+    from attnlab.llm.calibration.statistics import ROW_BLOCK, calibrate
 
     model = made[0]
     seen = _seen()
@@ -261,7 +261,7 @@ def test_a_calibration_with_gradients_reports_progress_at_every_layer_of_its_gra
     measured."""
     import torch
 
-    from attnlab.llm.plans.calibration import ROW_BLOCK, calibrate
+    from attnlab.llm.calibration.statistics import ROW_BLOCK, calibrate
 
     model = made[0]
     seen = _seen()
@@ -286,7 +286,7 @@ def test_every_header_field_deleted_retyped_or_joined_by_another_is_refused_nami
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from attnlab.llm.plans.calibration_archive import load_calibration
+    from attnlab.llm.calibration.archive import load_calibration
 
     _, _, path, _ = made
 
@@ -333,8 +333,8 @@ def test_a_table_beyond_float16_is_kept_at_a_wider_precision(made, tmp_path):
     """Errors above float16's range (65504; Gemma-3's reach 1e5) would be inf: that precision is not tried."""
     import copy
 
-    from attnlab.llm.plans.calibration_archive import load_calibration
-    from attnlab.llm.plans.calibration_proof import write_compact
+    from attnlab.llm.calibration.archive import load_calibration
+    from attnlab.llm.calibration.proof import write_compact
 
     model, full, _, _ = made
     big = copy.copy(full)

@@ -20,7 +20,7 @@ from attnlab.llm.plans.duo_training import GateTraining, save_gates  # noqa: E40
 def test_the_shipped_gates_load_and_fit_their_model_without_loading_it():
     """Each file's (layers, KV heads) equals the model's, read from the header of the calibration shipped for it."""
     from attnlab.llm.models.loading import MODELS
-    from attnlab.llm.plans.shipped_calibrations import catalogue as calibrations
+    from attnlab.llm.calibration.shipped import catalogue as calibrations
     from attnlab.schemas.calibration import load as load_calibration
     from attnlab.schemas.gates import load
 

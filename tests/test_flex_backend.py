@@ -270,7 +270,7 @@ def test_support_mask_mod_through_compiled_flex_attention():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here: the calibration's statistics measured on the device")
 def test_calibration_observes_on_cuda_as_on_the_cpu():
     # the model's own mask (`far`), the column sums and the candidates' errors on the input's device, the tables on the host
-    from attnlab.llm.plans.calibration import Calibration
+    from attnlab.llm.calibration.statistics import Calibration
 
     Hc, n = 3, 300
     gen = torch.Generator().manual_seed(0)

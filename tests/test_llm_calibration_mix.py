@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from attnlab.errors import UserError
-from attnlab.llm.plans.calibration import calibrate
-from attnlab.llm.plans.calibration_mix import MIX_SEED, mix_windows, parse_mix
+from attnlab.llm.calibration.statistics import calibrate
+from attnlab.llm.calibration.mix import MIX_SEED, mix_windows, parse_mix
 from attnlab.llm.eval.tasks import Haystack, string_match_all
 
 from test_llm_eval import text_file, tiny  # noqa: F401  (fixtures)
@@ -98,8 +98,8 @@ def test_an_eval_with_a_mix_calibrates_on_the_mix_parsed_once(tiny, text_file, t
     eval's ``calibration-n.npz`` is the calibration ``build_calibration`` makes with those pairs, not without them."""
     from attnlab.llm.eval.eval_grid import run_eval
     from attnlab.llm.eval.eval_settings import EvalSettings, check_settings, method_at
-    from attnlab.llm.plans.calibration import Calibration
-    from attnlab.llm.plans.calibration_build import build_calibration
+    from attnlab.llm.calibration.statistics import Calibration
+    from attnlab.llm.calibration.build import build_calibration
 
     folder, model, tok = tiny
     n = 512

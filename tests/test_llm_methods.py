@@ -17,8 +17,8 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM  # 
 from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.execution.attention import apply_plan, attention_modules  # noqa: E402
-from attnlab.llm.plans.calibration import calibrate  # noqa: E402
-from attnlab.llm.plans.pattern_search import add_patterns  # noqa: E402
+from attnlab.llm.calibration.statistics import calibrate  # noqa: E402
+from attnlab.llm.calibration.pattern_search import add_patterns  # noqa: E402
 from attnlab.llm.plans.plan import Plan, model_shape  # noqa: E402
 from attnlab.llm.models.text_windows import token_windows  # noqa: E402
 

@@ -14,8 +14,8 @@ from attnlab.llm import methods  # noqa: E402
 from attnlab.llm.execution import sparse_patterns as sp  # noqa: E402
 from attnlab.llm.execution.backend import dense_support  # noqa: E402
 from attnlab.llm.execution.attention import attention_modules  # noqa: E402
-from attnlab.llm.plans.calibration import Calibration  # noqa: E402
-from attnlab.llm.plans.pattern_search import choose, counts, head_recall, measure, save_choice  # noqa: E402
+from attnlab.llm.calibration.statistics import Calibration  # noqa: E402
+from attnlab.llm.calibration.pattern_search import choose, counts, head_recall, measure, save_choice  # noqa: E402
 from attnlab.llm.plans.plan import model_shape  # noqa: E402
 from attnlab.support import Support  # noqa: E402
 

@@ -83,7 +83,7 @@ def test_template_none_drops_a_models_chat_template(tiny, monkeypatch):
 
 
 def test_the_calibration_never_sees_the_evaluations_phrasings_or_seeds(tiny, text_file):
-    from attnlab.llm.plans.calibration_mix import MIX_SEED, mix_windows
+    from attnlab.llm.calibration.mix import MIX_SEED, mix_windows
 
     _, _, tok = tiny
     said = lambda p: {p.once.format(key="#").split("#")[0].strip(), p.question, p.answer.strip()}   # noqa: E731

@@ -23,7 +23,7 @@ from attnlab.errors import UserError  # noqa: E402
 from attnlab.llm.plans import baselines  # noqa: E402
 from attnlab.llm.execution.attention import apply_plan, attention_modules, plan_reference  # noqa: E402
 from attnlab.llm.execution.kv_cache import PlanCache, kv_bytes  # noqa: E402
-from attnlab.llm.plans.calibration import Calibration, calibrate  # noqa: E402
+from attnlab.llm.calibration.statistics import Calibration, calibrate  # noqa: E402
 from attnlab.llm.plans.plan import LAST_Q, HeadPlan, Plan, model_shape  # noqa: E402
 from attnlab.llm.plans.selection import choose_plan  # noqa: E402
 from attnlab.support import Support, top_columns  # noqa: E402

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from attnlab.llm.execution.attention import LayerRunner, estimate_columns
-from attnlab.llm.plans.calibration import Calibration
+from attnlab.llm.calibration.statistics import Calibration
 from attnlab.llm.plans.plan import SINKS, HeadPlan
 from attnlab.llm.plans.selection import choose_plan, knapsack
-from attnlab.llm.plans.plan_error import option_errors, projection_factor, sample_rows
+from attnlab.llm.calibration.plan_error import option_errors, projection_factor, sample_rows
 from attnlab.support import Support
 
 
@@ -209,7 +209,7 @@ def tiny_llama():
 
 def test_row_gradients_match_finite_differences():
     from attnlab.llm.execution.attention import apply_plan, attention_modules
-    from attnlab.llm.plans.calibration import row_gradients
+    from attnlab.llm.calibration.statistics import row_gradients
     from attnlab.llm.plans.plan import Plan, model_shape
 
     model = tiny_llama().double()
@@ -238,7 +238,7 @@ def test_row_gradients_match_finite_differences():
 
 
 def test_calibrate_records_errors_and_their_loss_change():
-    from attnlab.llm.plans.calibration import calibrate
+    from attnlab.llm.calibration.statistics import calibrate
 
     model = tiny_llama()
     windows = [torch.randint(0, 100, (1, 64), generator=torch.Generator().manual_seed(s)) for s in (4, 5)]
@@ -255,7 +255,7 @@ def test_calibrate_records_errors_and_their_loss_change():
 
 def test_default_rule_is_err_rel_and_beats_sinks_plus_window_on_its_objective():
     from attnlab.llm.plans import baselines
-    from attnlab.llm.plans.calibration import calibrate
+    from attnlab.llm.calibration.statistics import calibrate
 
     model = tiny_llama()
     n = 128

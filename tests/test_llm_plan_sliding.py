@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers")
 
 from attnlab.llm.plans import baselines  # noqa: E402
 from attnlab.llm.execution.attention import apply_plan  # noqa: E402
-from attnlab.llm.plans.calibration import Calibration, calibrate  # noqa: E402
+from attnlab.llm.calibration.statistics import Calibration, calibrate  # noqa: E402
 from attnlab.llm.plans.plan import FULL, HeadPlan, Plan, entries_of, model_shape  # noqa: E402
 from attnlab.llm.plans.selection import choose_plan  # noqa: E402
 from attnlab.support import Support  # noqa: E402
@@ -179,7 +179,7 @@ def test_attention_stage_uses_the_models_head_size_and_windows(gemma_dir, tmp_pa
 
 def test_gemmas_normalised_attention_output_is_measured_as_the_stream_sees_it(gemma):
     """Gemma adds γ ⊙ y / rms(y) to the stream (y = o_proj's output): the option errors use diag(γ) W_h and 1 / rms(y)²."""
-    from attnlab.llm.plans.calibration import output_gain, output_norms
+    from attnlab.llm.calibration.statistics import output_gain, output_norms
 
     norms = output_norms(gemma)
     assert len(norms) == 6 and all(nm is gemma.model.layers[l].post_attention_layernorm for l, nm in enumerate(norms))
@@ -202,7 +202,7 @@ def test_gemmas_normalised_attention_output_is_measured_as_the_stream_sees_it(ge
 def test_llama_has_no_output_norm():
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from attnlab.llm.plans.calibration import output_norms
+    from attnlab.llm.calibration.statistics import output_norms
 
     cfg = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
     assert output_norms(LlamaForCausalLM(cfg)) == [None, None]
@@ -212,7 +212,7 @@ def test_the_benchmarks_ppl_makes_the_retrieval_scores_attnlab_retrieval_reads(g
     bench = _benchmark()
     if not (bench.DATA / "train.txt.gz").exists():
         pytest.skip("no shakespeare data")
-    from attnlab.llm.plans.calibration import Calibration
+    from attnlab.llm.calibration.statistics import Calibration
 
     common = ["--model", str(gemma_dir), "--out", str(tmp_path), "--lengths", "160", "--windows", "1", "--budgets", "0.5"]
     monkeypatch.setattr("sys.argv", ["llm_structured.py", "calibrate", *common])

@@ -211,8 +211,8 @@ def test_the_calibration_ranks_the_page_scores_once_for_the_methods_that_read_th
     a saved calibration keeps it, one made before reads K = 0."""
     from transformers import AutoTokenizer, LlamaForCausalLM
 
-    from attnlab.llm.plans.calibration_build import build_calibration
-    from attnlab.llm.plans.calibration import Calibration
+    from attnlab.llm.calibration.build import build_calibration
+    from attnlab.llm.calibration.statistics import Calibration
     from tests.char_model_folder import tiny_llama_folder
 
     folder = tiny_llama_folder(tmp_path / "m")

@@ -8,7 +8,7 @@ import torch
 
 from attnlab.errors import UserError
 from attnlab.llm import methods
-from attnlab.llm.plans.calibration import Calibration
+from attnlab.llm.calibration.statistics import Calibration
 from attnlab.llm.plans.selection import choose_plan
 
 
@@ -134,7 +134,7 @@ def test_tails_cost_what_they_read_and_run_exactly(tmp_path):
 def test_widths_own_makes_the_plan_independent_of_the_other_methods_candidates():
     """A calibration made beside MInference holds its candidate widths too; ``widths="own"`` offers attnlab's grid
     alone, so the plan is the one of a calibration made without them; ``"all"`` may take the foreign widths."""
-    from attnlab.llm.plans.calibration import W_GRID
+    from attnlab.llm.calibration.statistics import W_GRID
 
     def cal_with(candidates):
         cal = Calibration({"num_layers": 2, "num_heads": 4, "num_kv_heads": 2}, 128, candidates)

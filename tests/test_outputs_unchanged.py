@@ -66,8 +66,8 @@ def calibration(model, n: int, names):
     """The calibration every calibrated method reads: two random windows with the option errors and the loss
     gradients, MInference's pattern search, seeded retrieval scores, and a page ranking where the split ranks better."""
     from attnlab.llm import methods
-    from attnlab.llm.plans.calibration import calibrate
-    from attnlab.llm.plans.pattern_search import add_patterns
+    from attnlab.llm.calibration.pattern_search import add_patterns
+    from attnlab.llm.calibration.statistics import calibrate
     from attnlab.llm.plans.plan import model_shape
 
     shape = model_shape(model)

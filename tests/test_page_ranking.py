@@ -12,7 +12,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from attnlab.llm.plans.page_ranking import page_scores, rank_layer  # noqa: E402
+from attnlab.llm.calibration.page_ranking import page_scores, rank_layer  # noqa: E402
 
 
 def keys_with_a_page_read(n=256, d=8, page_read=5, seed=0):

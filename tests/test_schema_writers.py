@@ -35,7 +35,7 @@ def test_every_plan_maker_writes_what_the_schema_reads(tmp_path):
     import torch
 
     from attnlab.llm.plans import baselines
-    from attnlab.llm.plans.calibration import calibrate
+    from attnlab.llm.calibration.statistics import calibrate
     from attnlab.llm.plans.plan import HeadPlan, Plan, model_shape
     from attnlab.llm.plans.selection import choose_plan
     from attnlab.schemas import plan as schema

@@ -3,9 +3,9 @@
     attnlab calibrate --hf smollm2-135m --n 2048 [--text train.txt.gz] [--windows 2] [--calibrate-mix niah:2]
                       [--method attnlab,minference] [--budget 0.1] [--full FULL.npz] --out FILE.safetensors
 
-The full statistics are measured as ``attnlab eval --calibrate TEXT`` measures them (``calibration_build``), for the
+The full statistics are measured as ``attnlab eval --calibrate TEXT`` measures them (``calibration.build``), for the
 methods in the order given — each adds what it lacks, as successive evals in one folder do — and kept in ``--full``
-when given (measured there once, read again by a later run).  The archive (``calibration_proof.write_compact``)
+when given (measured there once, read again by a later run).  The archive (``calibration.proof.write_compact``)
 keeps the tables those methods read, at the smallest precision whose plans equal the full calibration's; ``attnlab
 eval`` without ``--calibrate`` reads the shipped archive of its model and length (``attnlab/calibrations/``).
 """
@@ -46,10 +46,10 @@ def calibrate_command(
 ) -> None:
     """Measure what the calibrated methods need at one length and write it as a compact archive."""
     from attnlab.errors import UserError
+    from attnlab.llm.calibration.build import method_of
     from attnlab.llm.eval.eval_inputs import check_input_file
     from attnlab.llm.eval.eval_settings import check_lengths, parse_budgets, parse_methods
     from attnlab.llm.models.loading import check_length, resolve_spec
-    from attnlab.llm.plans.calibration_build import method_of
     from attnlab.outputs import claim_file
 
     check_lengths([n])
@@ -58,7 +58,7 @@ def calibrate_command(
     if plain or not specs:
         raise UserError(f"--method: {plain[0] if plain else method!r} needs no calibration (give calibrated methods, "
                         "e.g. attnlab,minference)")
-    from attnlab.llm.plans.calibration_mix import parse_mix
+    from attnlab.llm.calibration.mix import parse_mix
 
     mix = parse_mix(calibrate_mix)                          # once, here: an unknown task, a count < 1: one line
     if out.suffix != ".safetensors":
@@ -77,9 +77,9 @@ def calibrate_command(
 def _run(hf, n, text, windows, mix_text, mix, specs, budgets, full, out, quiet):
     import time
 
+    from attnlab.llm.calibration.build import build_calibration, calibration_file, method_of
+    from attnlab.llm.calibration.proof import write_compact
     from attnlab.llm.models.loading import load_causal_lm
-    from attnlab.llm.plans.calibration_build import build_calibration, calibration_file, method_of
-    from attnlab.llm.plans.calibration_proof import write_compact
     from attnlab.progress import Progress, duration
 
     progress = Progress.for_command(quiet)
@@ -111,8 +111,8 @@ def calibrations_command(
     files: Optional[list[Path]] = typer.Argument(None, help="archives to read (default: the ones attnlab ships)"),
 ) -> None:
     """The calibration archives attnlab ships (or the files given): model, length, text, tables, size, proved plans."""
+    from attnlab.llm.calibration.shipped import catalogue
     from attnlab.llm.methods import is_registered
-    from attnlab.llm.plans.shipped_calibrations import catalogue
     from attnlab.schemas.calibration import load
 
     paths = list(files) if files else [p for _, _, p in catalogue()]

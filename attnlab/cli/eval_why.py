@@ -87,8 +87,8 @@ def check_calibration(path: Path, method) -> None:
     input_file("--calibration", path, "calibration file")
     if not method.calibrated:
         raise UserError(f"--calibration {path}: {method.name} runs without a calibration (leave --calibration out)")
+    from attnlab.llm.calibration.archive import load_calibration
     from attnlab.llm.methods import is_registered
-    from attnlab.llm.plans.calibration_archive import load_calibration
 
     try:
         load_calibration(path, "--calibration", is_registered)

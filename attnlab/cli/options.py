@@ -140,7 +140,7 @@ RULES: dict[str, Rule] = {
     "eval.depths": Rule(int, 1, 1000),
     "eval.samples": Rule(int, 1, 10**6),
     "eval.calibrate_windows": Rule(int, 1, 10**4),
-    "calibrate_mix": Rule(str, parse="attnlab.llm.plans.calibration_mix:parse_mix"),
+    "calibrate_mix": Rule(str, parse="attnlab.llm.calibration.mix:parse_mix"),
     "eval.ppl_windows": Rule(int, 1, 10**4),
     "eval.seed": Rule(int, 0, SEED_MAX),
     "eval.max_new": Rule(int, 1, 4096),

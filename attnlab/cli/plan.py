@@ -40,14 +40,14 @@ def make_plan(model, tokenizer, calibrate: Path, budget: float, n: int, windows:
               mix: str | None = None, slashes: int = 0, progress=None):
     """The plan of the registered ``method`` at ``budget`` and length n; a calibrated method first calibrates
     ``model`` on ``windows`` windows of n tokens of ``calibrate`` (with the candidates and gradients it asks for),
-    and on the synthetic retrieval prompts of ``mix`` (``calibration_mix``), written into the plan's meta.
+    and on the synthetic retrieval prompts of ``mix`` (``calibration.mix``), written into the plan's meta.
     ``slashes`` > 0: the method's option ``slashes`` (a method without it refuses); ``progress``:
     the calibration's bar."""
     from attnlab.llm import methods
+    from attnlab.llm.calibration.build import build_calibration
+    from attnlab.llm.calibration.mix import parse_mix
     from attnlab.llm.eval.eval_settings import parse_method
     from attnlab.llm.models.text_windows import token_windows
-    from attnlab.llm.plans.calibration_build import build_calibration
-    from attnlab.llm.plans.calibration_mix import parse_mix
     from attnlab.progress import SILENT
 
     name, opts = parse_method(method)

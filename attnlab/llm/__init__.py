@@ -2,8 +2,9 @@
 
     models/     loading (GGUF wheels, HF folders, hub names), memory bounds, text windows
     heads/      every head on long input: streamed capture, statistics, detectors, the explorer's data
-    plans/      the per-head plan (record), calibration, selection, pattern search, the baselines' plans
+    plans/      the per-head plan (record), the knapsack selection from a calibration, the baselines' plans
     execution/  the execution seam: a layer's prefill and decoding step per backend, the KV cache, pages
+    calibration/  the model run with exact attention on text: statistics, pattern search, page ranking, archives
     methods/    the methods compared, one file each, a registry by name
     eval/       ``attnlab eval``: tasks, the resumable grid, perplexity, the report
 
@@ -18,7 +19,7 @@ import importlib
 
 _WHERE = {
     "apply_plan": "attnlab.llm.execution.attention",
-    "Calibration": "attnlab.llm.plans.calibration",
+    "Calibration": "attnlab.llm.calibration.statistics",
     "PlanCache": "attnlab.llm.execution.kv_cache",
     "MODELS": "attnlab.llm.models.loading",
     "fetch_model": "attnlab.llm.models.loading",

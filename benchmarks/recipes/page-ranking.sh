@@ -7,7 +7,7 @@
 # mass (half: 8 pages by the bound, 8 by the mean key among the rest).  Dev text: a page score is a setting, to be
 # chosen here, not on test.  Then the same on the first window of the train plays at each length the eval runs —
 # what the default's calibration measures (page_score=calibrated: the split where its recall@16 beats the bound's;
-# attnlab.llm.plans.page_ranking) — into page_ranking_train.jsonl.  One thread.
+# attnlab.llm.calibration.page_ranking) — into page_ranking_train.jsonl.  One thread.
 cd "$(dirname "$0")/../.."   # the repository root; ../shared holds the data
 mkdir -p ${RUNS:-runs}/page-ranking
 OMP_NUM_THREADS=1 .venv/bin/python benchmarks/page_ranking.py --hf smollm2-135m gemma3-270m --n 8192 --json \

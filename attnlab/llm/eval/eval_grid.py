@@ -33,12 +33,12 @@ import numpy as np
 
 from attnlab.atomic import write_text_atomic
 from attnlab.errors import UserError
+from attnlab.llm.calibration.build import calibration_file
 from attnlab.llm.eval.eval_inputs import GridTexts, check_eval_folder, token_texts
 from attnlab.llm.eval.eval_settings import CheckedSettings, EvalSettings, check_context, method_at
 from attnlab.llm.eval.results_file import FORMAT, GROWS, read_results
 from attnlab.llm.eval.tasks import TASKS, Haystack, sample_key, string_match_all
 from attnlab.llm.methods import PLAN_FILE
-from attnlab.llm.plans.calibration_build import calibration_file
 from attnlab.progress import SILENT, Progress
 
 __all__ = ["depth_grid", "read_results", "run_eval"]
@@ -85,7 +85,7 @@ def _calibration(model, tokenizer, checked: CheckedSettings, out: Path, n: int, 
         text = text if text is not None else settings.calibrate
         return calibration_file(model, tokenizer, methods, n, out / f"calibration-{n}.npz", text,
                                 settings.calibrate_windows, checked.mix, progress)
-    from attnlab.llm.plans.calibration_archive import compact_of
+    from attnlab.llm.calibration.archive import compact_of
 
     shipped = checked.shipped[n]
     progress.stage(f"calibration n={n}: the one attnlab ships ({shipped.path.name})")

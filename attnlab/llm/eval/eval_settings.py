@@ -40,7 +40,7 @@ class EvalSettings:
     seed: int = 0
     calibrate: str | None = None                         # calibration text of the calibrated methods
     calibrate_windows: int = 2
-    calibrate_mix: str | None = None                     # retrieval prompts added ("niah:2,vt:1", calibration_mix)
+    calibrate_mix: str | None = None                     # retrieval prompts added ("niah:2,vt:1", calibration.mix)
     ppl: str | None = None                               # text whose perplexity is reported beside
     ppl_windows: int = 1
     max_new: int | None = None                           # answer tokens (default: the task's)
@@ -65,7 +65,7 @@ class CheckedSettings(NamedTuple):
 
     settings: EvalSettings
     texts: dict      # "--haystack", "--calibrate", "--ppl" → the file's text (absent: not given, or noise)
-    mix: list        # --calibrate-mix: [(task, count)] (``calibration_mix.parse_mix``)
+    mix: list        # --calibrate-mix: [(task, count)] (``calibration.mix.parse_mix``)
     shipped: dict    # n → ``ShippedCalibration``: the archive attnlab ships, where a calibrated method runs without
                      # --calibrate
 
@@ -164,14 +164,14 @@ def check_settings(settings: EvalSettings, max_len: int | None = None) -> Checke
     need = [m for m in settings.methods if method_at(settings, m, 1.0).calibrated]
     shipped = {}
     if need and not settings.calibrate:   # the calibration attnlab ships for the model and length, or one line
-        from attnlab.llm.plans.shipped_calibrations import calibration_for
+        from attnlab.llm.calibration.shipped import calibration_for
 
         for n in settings.lengths:
             shipped[n] = calibration_for(settings.model, n,
                                          [method_at(settings, m, b) for m in need for b in settings.budgets])
     mix = []
     if settings.calibrate_mix:   # parsed once, here (torch comes with the mix's module: only when it is given)
-        from attnlab.llm.plans.calibration_mix import parse_mix
+        from attnlab.llm.calibration.mix import parse_mix
 
         mix = parse_mix(settings.calibrate_mix)                              # an unknown task, a count < 1: one line
         if not settings.calibrate:

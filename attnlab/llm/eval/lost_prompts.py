@@ -147,9 +147,9 @@ def explain(model, tokenizer, out, method_name: str, top: int = 5, calibration=N
     replaced, other methods' kept) and returns its rows."""
     import torch
 
+    from attnlab.llm.calibration.archive import load_calibration
     from attnlab.llm.eval.lost_reads import full_row, method_row
     from attnlab.llm.eval.tasks import TASKS, Haystack
-    from attnlab.llm.plans.calibration_archive import load_calibration
     from attnlab.schemas.result_row import LOST, read_rows
 
     out = Path(out)
@@ -261,7 +261,7 @@ def calibration_path(out, method_name: str, n: int, calibration=None) -> Path | 
         return None
     path = Path(calibration) if calibration else Path(out) / f"calibration-{n}.npz"
     if not calibration and not settings.calibrate:   # the eval ran on the calibration attnlab ships
-        from attnlab.llm.plans.shipped_calibrations import shipped
+        from attnlab.llm.calibration.shipped import shipped
 
         path = shipped(settings.model, n) or path
     if not path.is_file():

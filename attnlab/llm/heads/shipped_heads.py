@@ -4,7 +4,7 @@
     catalogue()               → [(model, path)] of every shipped file
     ship(heads_json, model)   → the compact file written into the package (``benchmarks/recipes/shipped-heads.sh``)
 
-As the calibrations ship (``attnlab.llm.plans.shipped_calibrations``), ``attnlab attention --hf MODEL --file TEXT``
+As the calibrations ship (``attnlab.llm.calibration.shipped``), ``attnlab attention --hf MODEL --file TEXT``
 reads the shipped file of MODEL when ``--heads`` is not given, so that its explorer names every head the detectors
 name (s_lh ≥ θ_d, ``attnlab.llm.heads.heads_file``); a user's ``--heads FILE`` wins.  A shipped file is the
 ``heads.json`` of ``attnlab heads`` (format ``attnlab-heads/1``, read through ``attnlab.schemas.heads_file``) with

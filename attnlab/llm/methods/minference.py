@@ -3,7 +3,7 @@ Attention").
 
 ``minference`` — as the paper defines it (default ``patterns=search``): each head runs one of MInference's
 three patterns, chosen offline on calibration text by the paper's Kernel-Aware Optimal Sparse Pattern
-Search (``attnlab.llm.plans.pattern_search``: the pattern whose support captures the most attention mass of the
+Search (``attnlab.llm.calibration.pattern_search``: the pattern whose support captures the most attention mass of the
 full softmax, all three at the same cost of K = β(n + 1)/2 keys per row); the per-input parts are
 estimated on every prompt (``attnlab.llm.execution.sparse_patterns``):
 
@@ -92,8 +92,8 @@ class MInference(PlanMethod):
 
     def searched(self, calibration, n: int) -> list[list[dict]]:
         """The per-head choice from the calibration's recall table at this budget (``pattern_search.choose``)."""
+        from attnlab.llm.calibration.pattern_search import choose
         from attnlab.llm.execution import sparse_patterns as sp
-        from attnlab.llm.plans.pattern_search import choose
 
         K = sp.budget_keys(self.budget, n)
         keys = list(getattr(calibration, "pattern_keys", []))
@@ -136,7 +136,7 @@ class MInference(PlanMethod):
         return read / (len(self.heads) * len(self.heads[0]) * n * (n + 1) / 2)
 
     def describe(self) -> dict:
-        from attnlab.llm.plans.pattern_search import counts
+        from attnlab.llm.calibration.pattern_search import counts
 
         d = super().describe()
         if self.heads:

@@ -1,1 +1,2 @@
-"""Per-head plans: the record (``plan``), calibration, the knapsack selection, pattern search, the baselines' plans."""
+"""Per-head plans: the record (``plan``), the knapsack selection from a calibration (``selection``), the baselines'
+plans; what a plan is chosen from is measured by ``attnlab.llm.calibration``."""

@@ -30,12 +30,16 @@ streaming heads are costed per layer.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from attnlab.errors import UserError
-from attnlab.llm.plans.calibration import Calibration
 from attnlab.llm.plans.plan import FULL, SINKS, HeadPlan, Plan, check_budget, entries_of, head_entries
 from attnlab.support import Support
+
+if TYPE_CHECKING:   # the record a plan is chosen from; the calibration measures it and imports plans/
+    from attnlab.llm.calibration.statistics import Calibration
 
 __all__ = ["MINFERENCE_PATTERNS", "minference_candidates", "streaming_llm", "minference", "duo_attention"]
 

@@ -15,7 +15,7 @@
 
 A plan's cost is its entries: |B_w ∩ causal| = n(w+1) − w(w+1)/2 plus ≤ n − w − 1 per column and per slash
 line (``entries_of``); its budget β is a fraction of the causal entries L·H·n(n+1)/2 of all heads.
-Where a plan comes from: ``attnlab.llm.plans.calibration`` (statistics of the exact attention on text),
+Where a plan comes from: ``attnlab.llm.calibration.statistics`` (statistics of the exact attention on text),
 ``attnlab.llm.plans.selection`` (``choose_plan``: the knapsack under the budget), the baselines
 (``attnlab.llm.plans.baselines``); how it runs: ``attnlab.llm.execution.attention`` (prefill) and
 ``attnlab.llm.execution.kv_cache`` (decoding).

@@ -1,6 +1,6 @@
 """Choosing a plan under a budget: a multiple-choice knapsack over the calibrated options of every head.
 
-Calibration (``attnlab.llm.plans.calibration``) records per head, for a grid of band half-widths w and
+Calibration (``attnlab.llm.calibration.statistics``) records per head, for a grid of band half-widths w and
 column counts g, the mass the exact fit captures:
 
     μ_h(w, g) = (1/n) Σ_i Σ_{j ∈ B_w ∪ T_g(w)} a_ij,     T_g(w) = top_columns(c(w), g),
@@ -24,13 +24,17 @@ on rows spread over the calibration windows, and solves the same knapsack minimi
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from attnlab.errors import UserError
-from attnlab.llm.plans.calibration import W_GRID, Calibration
-from attnlab.llm.plans.limits import WIDTHS  # choose_plan's bands: every width calibrated, or attnlab's W_GRID alone
+from attnlab.llm.plans.limits import W_GRID, WIDTHS  # choose_plan's bands: every width calibrated, or W_GRID alone
 from attnlab.llm.plans.plan import FULL, SINKS, HeadPlan, Plan, check_budget, head_entries
 from attnlab.support import Support
+
+if TYPE_CHECKING:   # the record a plan is chosen from; the calibration measures it and imports plans/
+    from attnlab.llm.calibration.statistics import Calibration
 
 __all__ = ["TABLES", "WIDTHS", "choose_plan", "knapsack"]
 

@@ -12,7 +12,7 @@ Variants (``TASKS``): ``passkey`` the paper's prompt; ``passkey-once`` the key s
 71432."); ``passkey-bare`` no instruction before the context (a plain probe a user writes); ``passkey-varied``
 per sample, from its seed: with or without an instruction, the key once or twice, one of several phrasings of
 the needle, the question and the answer prefix.  The haystack is the eval's (``--haystack noise``: the paper's
-filler; a text file: real text).  The calibration (``calibration_mix``) draws from ``for_calibration()``: the
+filler; a text file: real text).  The calibration (``calibration.mix``) draws from ``for_calibration()``: the
 same task with phrasings and instructions the evaluation never uses (and its own seeds).
 """
 

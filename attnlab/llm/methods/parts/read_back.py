@@ -54,7 +54,7 @@ class ReadBack(Part):
         if self["page_score"] == "calibrated":   # the split where it ranks better on the calibration text
             import numpy as np
 
-            from attnlab.llm.plans.page_ranking import ranking_row
+            from attnlab.llm.calibration.page_ranking import ranking_row
 
             got = ranking_row(getattr(draft.calibration, "page_ranking", np.zeros(8)))   # rank_pages' figures
             K_cal = got["K"]

@@ -6,7 +6,7 @@ A calibration at length n is made of up to four measurements, each made only whe
 and ``cal`` (what an earlier run made) lacks it:
 
     statistics     ``calibration.calibrate`` on ``windows`` windows of n tokens of the text (+ the ``mix`` prompts,
-                   ``calibration_mix``), with the candidates and the gradients the methods ask for
+                   ``calibration.mix``), with the candidates and the gradients the methods ask for
     patterns       MInference's pattern search at the keys per row K the methods read (``pattern_search``)
     retrieval      the retrieval score of every head on ``RETRIEVAL_PROMPTS`` needle prompts (``head_scan``)
     page ranking   read-back's page scores ranked at K pages on the text's first window (``page_ranking``)
@@ -31,7 +31,7 @@ def calibration_file(model, tokenizer, methods: list, n: int, path: Path, text, 
                      mix: list | None = None, progress: Progress = SILENT):
     """``build_calibration`` kept in the file ``path``: what it holds is read, what the methods still need is measured
     and the file written again only then (a later run at the same n reuses it)."""
-    from attnlab.llm.plans.calibration_archive import load_calibration
+    from attnlab.llm.calibration.archive import load_calibration
 
     path = Path(path)
     old = load_calibration(path) if path.exists() else None
@@ -44,13 +44,13 @@ def calibration_file(model, tokenizer, methods: list, n: int, path: Path, text, 
 def build_calibration(model, tokenizer, methods: list, n: int, text, windows: int, mix: list | None = None,
                       cal=None, progress: Progress = SILENT):
     """What the calibrated ``methods`` need at length n, on ``windows`` windows of the calibration ``text`` (a text
-    file, or its ``TokenText`` read once) (+ the ``mix`` prompts, ``calibration_mix``: [(task, count)], parsed where
+    file, or its ``TokenText`` read once) (+ the ``mix`` prompts, ``calibration.mix``: [(task, count)], parsed where
     the option was given): the statistics (unless ``cal`` holds them), MInference's pattern search at the keys it
     lacks, the retrieval scores, the page ranking.  Returns (calibration, whether anything was measured)."""
+    from attnlab.llm.calibration.mix import mix_windows
+    from attnlab.llm.calibration.statistics import calibrate
     from attnlab.llm.eval.tasks import Haystack
     from attnlab.llm.models.text_windows import TokenText
-    from attnlab.llm.plans.calibration import calibrate
-    from attnlab.llm.plans.calibration_mix import mix_windows
     from attnlab.llm.plans.plan import model_shape
 
     need = [m for m in methods if m.calibrated]
@@ -69,7 +69,7 @@ def build_calibration(model, tokenizer, methods: list, n: int, text, windows: in
         cal = calibrate(model, cut + mix_windows(tokenizer, hay, n, mix or []), cands or None,
                         grads=any(m.calibration_grads for m in need), progress=progress)
     if keys:   # MInference's pattern search at keys the calibration lacks (one more exact pass over its text, no mix)
-        from attnlab.llm.plans.pattern_search import add_patterns
+        from attnlab.llm.calibration.pattern_search import add_patterns
 
         add_patterns(cal, model, cut, keys, progress)
         changed = True
@@ -78,7 +78,7 @@ def build_calibration(model, tokenizer, methods: list, n: int, text, windows: in
         cal.retrieval = retrieval_calibration(model, tokenizer, n)
         changed = True
     if pages:   # read-back's page scores ranked on the first window of the calibration text (``add_page_ranking``)
-        from attnlab.llm.plans.page_ranking import rank_pages, ranking_array
+        from attnlab.llm.calibration.page_ranking import rank_pages, ranking_array
 
         progress.stage(f"calibration n={n}: read-back's page scores ranked at K = {K} on one window")
         cal.page_ranking = ranking_array(rank_pages(model, cut[0], K=K))

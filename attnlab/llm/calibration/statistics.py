@@ -4,7 +4,7 @@
 at a time) and records, per (layer, head) and for every option of the grid (band half-width w ∈
 ``W_GRID``, column count g ∈ ``G_GRID``), what ``attnlab.llm.plans.selection.choose_plan`` needs to choose
 a plan: the mass the option captures, and the change of the head's output when it is executed
-(``attnlab.llm.plans.plan_error``); MInference's candidates are measured by their output error on the last
+(``attnlab.llm.calibration.plan_error``); MInference's candidates are measured by their output error on the last
 ``LAST_Q`` queries.  The hooks here read the residual stream, the output projection and (optionally)
 the loss gradient where each layer adds its output.
 """
@@ -18,9 +18,10 @@ import torch
 
 from attnlab.atomic import write_atomic
 from attnlab.errors import UserError
+from attnlab.llm.calibration.plan_error import head_gradients, option_errors, projection_factor, sample_rows
 from attnlab.llm.execution.attention import apply_plan, attention_modules, estimate_columns, remove_plan
+from attnlab.llm.plans.limits import G_GRID, W_GRID  # the options' grid, the plans' own (``choose_plan``)
 from attnlab.llm.plans.plan import LAST_Q, SINKS, Plan, model_shape
-from attnlab.llm.plans.plan_error import head_gradients, option_errors, projection_factor, sample_rows
 from attnlab.masks import hidden, near
 from attnlab.progress import SILENT, Progress
 from attnlab.support import top_columns
@@ -30,9 +31,6 @@ __all__ = ["ERR_ROWS", "G_GRID", "ROW_BLOCK", "W_GRID", "Calibration", "calibrat
 
 ROW_BLOCK = 256    # rows of exact attention held at once during calibration
 ERR_ROWS = 128     # rows per window on which the options' output errors are measured (dev-chosen, see choose_plan)
-W_GRID = (0, 8, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024,
-          1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
-G_GRID = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 class Calibration:
@@ -50,7 +48,7 @@ class Calibration:
 
     With ``err_rows`` > 0 it also records, for every executed option (s, w, g) — s ∈ {0, SINKS}
     fixed sink columns, band w, g columns chosen per input as at run time — on ``err_rows`` rows
-    spread over the window (``attnlab.llm.plans.plan_error``):
+    spread over the window (``attnlab.llm.calibration.plan_error``):
 
         err[l, h, s, w, g]       = mean_i ‖W_h (o_S,i − o_i)‖²   (the head's change of the residual stream)
         mass_exec[l, h, s, w, g] = mean_i Σ_{j ∈ S(i)} a_ij
@@ -198,7 +196,7 @@ class Calibration:
 
     def rows(self) -> torch.Tensor:
         """The query positions the option errors are measured on (``plan_error.sample_rows``)."""
-        if self.current_rows is not None:  # a mixed retrieval window: its answer rows (``calibration_mix``)
+        if self.current_rows is not None:  # a mixed retrieval window: its answer rows (``calibration.mix``)
             return self.current_rows
         return sample_rows(self.n, self.err_rows)
 
@@ -251,7 +249,7 @@ class Calibration:
 
     @classmethod
     def load(cls, path, option: str | None = None) -> "Calibration":
-        """The statistics ``save`` wrote (``.npz``); either form, this or a compact archive: ``calibration_archive.
+        """The statistics ``save`` wrote (``.npz``); either form, this or a compact archive: ``calibration.archive.
         load_calibration``."""
         from attnlab.schemas.calibration import check_tables, table_shape
 
@@ -380,7 +378,7 @@ def calibrate(model, windows, candidates=None, progress: Progress = SILENT, err_
               grads: bool = False) -> Calibration:
     """Run ``model`` on each window ``(1, n)`` with exact attention and stream the per-head statistics.
 
-    ``windows``: tensors (1, n), or ``calibration_mix.MixWindow`` whose errors are measured on its answer rows.
+    ``windows``: tensors (1, n), or ``calibration.mix.MixWindow`` whose errors are measured on its answer rows.
     ``err_rows`` > 0: also the executed options' output errors on that many rows (``Calibration``),
     measured through each layer's ``o_proj``; ``grads``: also their first-order loss change (``delta``,
     ``gsq``), from one backward pass per window (SmolLM2 at 8K: +110 s, peak RSS 21 GB instead of ~9).

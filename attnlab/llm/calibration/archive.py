@@ -1,5 +1,5 @@
 """A calibration as attnlab ships it, read: only the tables the calibrated methods read, at a precision keeping
-their plans (written and proved by ``calibration_proof.write_compact``, ``attnlab calibrate``).
+their plans (written and proved by ``calibration.proof.write_compact``, ``attnlab calibrate``).
 
     cal = read_compact(path, option)                    # a ``Calibration`` holding those tables
     cal = load_calibration(path, option, known_method)  # either form: the statistics (.npz) or an archive
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from attnlab.errors import UserError
-from attnlab.llm.plans.calibration import Calibration
+from attnlab.llm.calibration.statistics import Calibration
 from attnlab.schemas.calibration import TABLE_SHAPES, load
 
 __all__ = ["PER_OPTION", "CompactCalibration", "compact_of", "load_calibration", "read_compact"]

@@ -41,7 +41,7 @@ class ShippedCalibration(NamedTuple):
     """A shipped archive, read once through its schema (``attnlab.schemas.calibration``) before the model loads."""
 
     path: Path
-    archive: object       # ``CalibrationArchive``: its header and tables (``calibration_archive.compact_of``)
+    archive: object       # ``CalibrationArchive``: its header and tables (``calibration.archive.compact_of``)
 
 
 def calibration_for(model: str, n: int, methods: list) -> ShippedCalibration:
@@ -69,7 +69,7 @@ def calibration_for(model: str, n: int, methods: list) -> ShippedCalibration:
 
 
 def _lacks(method, n: int, header, tables: dict) -> str | None:
-    """What of the measurements ``method`` asks for the archive lacks (``calibration_build``'s four), or None."""
+    """What of the measurements ``method`` asks for the archive lacks (``calibration.build``'s four), or None."""
     keys = set(method.calibration_pattern_keys(n) or []) - set(header.pattern_keys)
     if keys:
         return f"pattern search at {min(keys)} keys per row"

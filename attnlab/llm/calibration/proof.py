@@ -2,7 +2,7 @@
 their plans.
 
     archive = write_compact(path, full, model, methods, meta)   # ``attnlab calibrate``: record, shrink, prove, write
-    cal     = read_compact(path, option)                        # read back (``calibration_archive``)
+    cal     = read_compact(path, option)                        # read back (``calibration.archive``)
 
 A full calibration (``calibration.Calibration``, the eval folder's ``calibration-n.npz``) holds every statistic of
 every grid point: 6.5 MB at 2K, 12 MB at 8K in float64.  A method's plan reads a few of them — ``attnlab`` the
@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from attnlab.errors import UserError
-from attnlab.llm.plans.calibration import Calibration
-from attnlab.llm.plans.calibration_archive import PER_OPTION, read_compact
-from attnlab.llm.plans.calibration_build import method_of
+from attnlab.llm.calibration.archive import PER_OPTION, read_compact
+from attnlab.llm.calibration.build import method_of
+from attnlab.llm.calibration.statistics import Calibration
 from attnlab.schemas.calibration import FORMAT, KEY, TABLE_SHAPES, CalibrationHeader
 
 __all__ = ["PRECISIONS", "PROOF_BUDGETS", "plan_of", "tables_read", "write_compact"]
