@@ -331,3 +331,12 @@ def test_the_grid_reads_no_file_the_settings_name_after_they_are_checked(tiny, t
     assert {r["kind"] for r in moved} == {"answer", "ppl"}
     with pytest.raises(UserError, match="--haystack"):
         check_settings(settings)                                             # the check itself still reads them
+
+
+def test_run_eval_takes_the_checked_settings_only(tiny, tmp_path):
+    """Settings handed to the grid unchecked are refused in one sentence naming ``check_settings``; nothing written."""
+    folder, model, tok = tiny
+    settings = EvalSettings(model=str(folder), lengths=[256], depths=1, samples=1, max_new=2)
+    with pytest.raises(TypeError, match=r"check_settings\(settings\)"):
+        run_eval(model, tok, settings, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

@@ -107,6 +107,8 @@ def run_eval(model, tokenizer, checked: CheckedSettings, out: str | os.PathLike,
     from attnlab.llm.eval.ranks import Ranks, read_all
     from attnlab.llm.execution.prefix_cache import FullPrefill
 
+    if not isinstance(checked, CheckedSettings):   # settings handed unchecked: said, not an AttributeError deeper
+        raise TypeError(f"run_eval takes check_settings(settings), not {type(checked).__name__}")
     out = Path(out)
     settings = checked.settings
     grid = check_grid(model, tokenizer, checked, out)    # the model's, the texts', the folder's checks: nothing written

@@ -7,8 +7,9 @@
         checked.shipped  n → the calibration archive attnlab ships, read through its schema (no --calibrate)
     run_eval(model, tokenizer, checked, out)             the grid reads nothing else (``eval_grid``)
 
-A ``CheckedSettings`` is made only by ``check_settings``: the grid cannot be handed an option nobody checked, and
-what it reads was read and refused (one ``UserError`` line naming the option) before the model loaded.
+A ``CheckedSettings`` is what ``check_settings`` returns and all that ``run_eval`` takes: the grid is handed the
+options checked, and what it reads was read, or refused in one ``UserError`` line naming the option, before the model
+loaded.
 """
 
 from __future__ import annotations
