@@ -3,7 +3,7 @@
     pages P_1 … P_K of 16 evicted keys, chosen per step by Quest's bound Σ_c max(q_c·min_c, q_c·max_c)
     (``execution.pages``), or k of them by the mean key's score q·k̄_P (``Plan.mean_pages``);
     page_score = calibrated: k = K − ⌊K/2⌋ where that split ranks the pages full attention reads better than the bound
-    alone on the calibration text (recall@K over the last 32 rows of its first window, ``plans.page_ranking``,
+    alone on the calibration text (recall@K over the last 32 rows of its first window, ``calibration.page_ranking``,
     ``Calibration.page_ranking``), else k = 0.
 
 Quest's bound sums a per-channel slack over d_k channels: SmolLM2 (d_k = 64) keeps the bound, Gemma-3 (d_k = 256) the
