@@ -81,8 +81,7 @@ def _calibration(model, tokenizer, checked: CheckedSettings, out: Path, n: int, 
     if not any(m.calibrated for m in methods):
         return None
     settings = checked.settings
-    if settings.calibrate:
-        text = text if text is not None else settings.calibrate
+    if settings.calibrate:   # ``text``: check_grid's TokenText of it (a calibrated method: always tokenised there)
         return calibration_file(model, tokenizer, methods, n, out / f"calibration-{n}.npz", text,
                                 settings.calibrate_windows, checked.mix, progress)
     from attnlab.llm.calibration.archive import compact_of
