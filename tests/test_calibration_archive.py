@@ -268,7 +268,7 @@ def test_a_calibration_with_gradients_reports_progress_at_every_layer_of_its_gra
     n, windows = ROW_BLOCK + 8, 2
     calibrate(model, [torch.randint(0, 90, (1, n)) for _ in range(windows)], progress=seen, grads=True)
     bar, L = seen.bars[0], model.config.num_hidden_layers
-    per_window = 2 * L + 2 + L * (2 + 1)      # the gradient pass's layers and head (forward, backward), then rows, errors
+    per_window = 2 * L + 2 + L * (2 + 1)   # the gradient pass's layers and head (forward, backward), rows, errors
     assert bar.total == windows * per_window == len(seen.updates) and bar.unit == "steps"
     assert [d for d, _ in seen.updates] == list(range(1, bar.total + 1))
     assert len(seen.updates) / windows > 2 * L > 1                    # more than once per window, before its rows

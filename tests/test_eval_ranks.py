@@ -38,7 +38,7 @@ def test_two_ranks_share_the_prompts_and_fold_into_the_single_process_rows(tiny,
     assert _strip(shares[0] + shares[1]) == _strip(whole)
     monkeypatch.delenv("RANK")
     monkeypatch.delenv("WORLD_SIZE")
-    again = run_eval(model, tok, check_settings(settings), out)                             # one process: nothing left to measure
+    again = run_eval(model, tok, check_settings(settings), out)           # one process: nothing left to measure
     assert _strip(again) == _strip(whole)
     folded = fold_results(out)
     assert _strip(folded) == _strip(whole) and not list(out.glob("results.rank*.jsonl"))

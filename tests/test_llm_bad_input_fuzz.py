@@ -178,7 +178,7 @@ def cases(w: Path) -> list[tuple[str, list, dict, tuple]]:
     case("attention --file missing", ["attention", "--hf", tiny, "--file", w / "missing.txt", *out], "missing.txt")
     case("attention --file empty", ["attention", "--hf", tiny, "--file", w / "empty.txt", *out], "empty.txt")
     case("attention --file binary", ["attention", "--hf", tiny, "--file", w / "binary.txt", *out], "binary.txt")
-    case("attention --tokens beyond the context (a longer file alone reads its first 512 tokens, issue 28)",
+    case("attention --tokens beyond the context (a longer file alone reads its first 512 tokens)",
          ["attention", "--hf", tiny, "--file", text, "--tokens", "600", *out], "--tokens 600", "512 tokens")
     case("attention --hf missing folder", ["attention", "--hf", w / "nothere", "--file", short, *out], "nothere")
     case("attention --hf a notes file", ["attention", "--hf", w / "notes.txt", "--file", short, *out], "notes.txt")

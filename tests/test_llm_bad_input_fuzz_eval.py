@@ -1,4 +1,4 @@
-"""The bad-input fuzz of ``attnlab eval`` and of what came with it (issue 38), rerun by the test suite.
+"""The bad-input fuzz of ``attnlab eval`` and of the options that came with it, rerun by the test suite.
 
 The same rules as ``test_llm_bad_input_fuzz.py`` (whose tiny models, texts and runner it uses): every case
 runs ``attnlab ARGS`` through the real entry point and must be refused with exit 2, one line

@@ -38,7 +38,7 @@ def test_a_capped_band_reads_and_keeps_at_most_c_keys_at_decoding_and_the_prefil
     assert capped.w_read.tolist() == [16, 8, FULL, FULL] and plain.w_read.tolist() == [40, 8, FULL, FULL]
     assert [capped.w_read_at(h, n) for h in range(4)] == [16, 8, FULL, 16]        # a tail's band: 16 (it reads all)
     pos = torch.arange(n).expand(1, 2, n)
-    keep = capped.keep(pos, n, capped_state)                               # KV 0: heads 0 (w 16 now, column 0), 1 (w 8, column 1)
+    keep = capped.keep(pos, n, capped_state)         # KV 0: heads 0 (w 16 now, column 0), 1 (w 8, column 1)
     want = (pos[0, 0] >= n - 16) | (pos[0, 0] <= 1)
     assert torch.equal(keep[0, 0], want) and bool(keep[0, 1].all())   # KV 1: a FULL head and a tail read everything
     assert int(plain.keep(pos, n, plain_state)[0, 0].sum()) == 40 + 2
@@ -102,8 +102,8 @@ def test_one_vote_a_kv_group_sums_the_masses_of_its_voting_heads(n, P):
     assert {x // 16 for x in voted[0]} == best
     alone = LayerRunner(heads, 0, 2)                                                     # without: each its own vote
     _, alone_state = alone.prefill(q, k, v, 0.3)
-    assert {int(x) for x in alone_state.decode_columns[0, 0] if x >= 0} == vote_reference(q[0, 0].numpy(), k[0, 0].numpy(), 0.3, 8, 4,
-                                                                              set(), P)
+    alone_voted = {int(x) for x in alone_state.decode_columns[0, 0] if x >= 0}
+    assert alone_voted == vote_reference(q[0, 0].numpy(), k[0, 0].numpy(), 0.3, 8, 4, set(), P)
 
 
 def test_the_method_options_the_plan_file_and_bad_values(tmp_path):

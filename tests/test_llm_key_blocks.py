@@ -166,7 +166,7 @@ def test_prefill_with_key_blocks_equals_the_dense_reference(n, ws, blocks, kerne
     chosen = [[top_blocks(q[b:b + 1, h:h + 1], k[b:b + 1, int(runner.kv_of[h]):int(runner.kv_of[h]) + 1], [max(ws[h], 0)],
                           blocks[h])[0, 0] for h in range(4)] for b in range(2)]
     columns = state.decode_columns
-    g = columns.shape[-1] - max(blocks) * BLOCK                                   # the prefill's columns, then block keys
+    g = columns.shape[-1] - max(blocks) * BLOCK               # the prefill's columns, then block keys
     ref = dense_reference(q, k, v, 0.3, runner, chosen, columns[..., :g])
     assert (out - ref).abs().max() < 1e-5
     # decoding goes on reading the keys of the blocks the last query block chose: block keys, more decoding columns
@@ -177,7 +177,7 @@ def test_prefill_with_key_blocks_equals_the_dense_reference(n, ws, blocks, kerne
             want = block_keys(chosen[b][h][-1], n) if runner.blocks[h] else torch.empty(0, dtype=torch.long)
             assert last[: len(want)].tolist() == want.tolist() and (last[len(want):] == -1).all()
     plain = LayerRunner([head(h.w, h.columns, h.dynamic, h.tail) if not h.is_full else h for h in heads], 0, 2)
-    assert not torch.allclose(plain.prefill(q, k, v, 0.3)[0], out, atol=1e-4)       # the blocks change the rows they reach
+    assert not torch.allclose(plain.prefill(q, k, v, 0.3)[0], out, atol=1e-4)   # the blocks change the rows they reach
     # decoding: key blocks are a prefill choice; a head with a tail (h = 1) reads (and its KV head keeps) every cached key
     assert runner.whole.tolist() == [h == 1 and w >= 0 for h, w in enumerate(ws)]
     every = runner.whole | (runner.w == -1)                                        # a tail or a full head: every key

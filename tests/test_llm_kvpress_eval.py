@@ -39,7 +39,8 @@ def run(tmp_path_factory):
     folder = save_with_char_tokenizer(transformers.LlamaForCausalLM(cfg).eval(), tmp_path_factory.mktemp("tiny"))
     model, tok = load_causal_lm(str(folder))
     out = tmp_path_factory.mktemp("run")
-    run_eval(model, tok, check_settings(EvalSettings(model=str(folder), lengths=[500], depths=2, samples=2, max_new=4)), out)
+    settings = EvalSettings(model=str(folder), lengths=[500], depths=2, samples=2, max_new=4)
+    run_eval(model, tok, check_settings(settings), out)
     doc = export_prompts(out, out / "prompts.json", tokenizer=tok)
     return folder, tok, out, doc
 

@@ -141,7 +141,7 @@ def test_prefill_with_the_chosen_patterns_equals_the_masked_dense_softmax(n, bud
             blocks = [set(row.tolist()) - {-1} for row in sup[0]]
             allowed = causal & torch.tensor([[int(jj) // 64 in blocks[int(ii) // 64] for jj in range(n)] for ii in range(n)])
             assert all(t in blocks[t] and len(blocks[t]) == min(t + 1, sp.settings("block", K)["blocks"]) for t in range(len(blocks)))
-        assert torch.equal(dense_support(state.pattern_parts, n)[0, h], allowed)   # the seam's parts are the pattern's support
+        assert torch.equal(dense_support(state.pattern_parts, n)[0, h], allowed)   # the seam's parts: the pattern's support
         ref = dense_reference(q[0, h], k[0, h // 2], v[0, h // 2], 0.25, allowed)
         torch.testing.assert_close(out[0, h], ref, atol=1e-5, rtol=1e-5)
         assert int(allowed.sum()) <= sp.entries(pattern, m.heads[0][h], n)

@@ -90,7 +90,7 @@ def test_prefill_with_slashes_equals_the_dense_reference_and_picks_the_top_lines
     assert (state.diagonals[:, [h for h in range(4) if not slashes[h] or ws[h] < 0]] == NO_DIAGONAL).all()
     if any(s and w >= 0 for w, s in zip(ws, slashes)):
         plain = LayerRunner([head(h.w, h.columns, h.dynamic) if not h.is_full else h for h in heads], 0, 2)
-        assert not torch.allclose(plain.prefill(q, k, v, 0.3)[0], out, atol=1e-4)   # the lines change the rows they reach
+        assert not torch.allclose(plain.prefill(q, k, v, 0.3)[0], out, atol=1e-4)   # the lines change rows they reach
 
 
 def test_top_slashes_per_head_counts_and_the_band():

@@ -1,4 +1,4 @@
-"""Issue 25: prompts that share a prefix reuse its full-attention prefill where a method allows it.
+"""Prompts that share a prefix reuse its full-attention prefill where a method allows it.
 
 The grid with reuse gives the rows of the grid without (timing and ``reused_tokens`` aside); a method whose
 prefill is sparse never reuses; a reused prefix gives the keys, values, logits and SnapKV choices of a prefill

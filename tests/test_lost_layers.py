@@ -33,8 +33,9 @@ def lost_run(model, tok, folder, out, method: str) -> None:
     from attnlab.llm.eval.eval_grid import run_eval
     from attnlab.llm.eval.eval_settings import EvalSettings, check_settings
 
-    run_eval(model, tok, check_settings(EvalSettings(model=str(folder), tasks=["passkey-bare"], lengths=[256], depths=1, samples=1,
-                                      methods=[method], template="none", max_new=2)), out)
+    settings = EvalSettings(model=str(folder), tasks=["passkey-bare"], lengths=[256], depths=1, samples=1,
+                            methods=[method], template="none", max_new=2)
+    run_eval(model, tok, check_settings(settings), out)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     for r in rows:
         r["score"] = 1.0 if r["method"] == "full" else 0.0

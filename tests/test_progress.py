@@ -218,7 +218,7 @@ def test_the_eval_bar_paces_each_method_and_length_apart(tiny, tmp_path):
     assert bar.kinds == Counter(want)
     assert sum(d for d, _ in bar.spent.values()) == 3 and set(bar.spent) <= set(want)
     keep.bars.clear()
-    run_eval(model, tok, check_settings(settings), tmp_path / "kinds", progress=keep)             # resumed: only the rows left
+    run_eval(model, tok, check_settings(settings), tmp_path / "kinds", progress=keep)   # resumed: only the rows left
     (bar,) = [b for b in keep.bars if b.description == "eval"]
     assert sum(bar.kinds.values()) == 3 and bar.first == 3
 

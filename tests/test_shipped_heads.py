@@ -119,7 +119,8 @@ def test_attention_draws_the_shipped_detectors_and_names_the_file(tmp_path, fold
     assert "the detectors attnlab ships" in err and "--heads FILE" in err
     p = _payload(out / "explorer.html")
     shipped_doc = json.loads(path.read_text())
-    assert p["detectors"] == sorted(shipped_doc["detectors"]) and p["detectors_file"] == f"{path.name} (shipped with attnlab)"
+    assert p["detectors"] == sorted(shipped_doc["detectors"])
+    assert p["detectors_file"] == f"{path.name} (shipped with attnlab)"
     assert p["scores"]["det:previous-token"]["values"] == shipped_doc["detectors"]["previous-token"]
     named = {(x["layer"], x["head"]) for x in shipped_doc["named"] if x["detector"] == "previous-token"}
     for l, h in named:                           # a head previous-token names and no earlier detector: its label
@@ -130,7 +131,8 @@ def test_attention_draws_the_shipped_detectors_and_names_the_file(tmp_path, fold
     assert f"head detectors: {path.name} (shipped with attnlab)" in (out / "summary.md").read_text()
     # redrawn from the saved capture: the file named again (heads.json beside it)
     again = tmp_path / "again"
-    code, _, err = run_main(["attention", "--maps", str(out / "long-attention.safetensors"), "--out", str(again)], capsys)
+    maps = out / "long-attention.safetensors"
+    code, _, err = run_main(["attention", "--maps", str(maps), "--out", str(again)], capsys)
     assert code in (0, None), err
     assert _payload(again / "explorer.html")["detectors_file"] == p["detectors_file"]
     # the user's --heads wins, and is the file named

@@ -28,8 +28,8 @@ run() {   # run MODEL OUT [eval options…]: the model's first calibration copie
   first=$R/calibration-$model-2048.npz
   mkdir -p $out
   [ -f $first ] && [ ! -f $out/calibration-2048.npz ] && cp $first $out/calibration-2048.npz
-  .venv/bin/attnlab eval --hf $model --lengths 2048 --depths 5 --samples 2 --method ${M:-$M0$ADD} --budget 0.1 --seed 0 \
-    --calibrate $S/train.txt.gz --calibrate-windows 1 "$@" --out $out || exit 1
+  .venv/bin/attnlab eval --hf $model --lengths 2048 --depths 5 --samples 2 --method ${M:-$M0$ADD} --budget 0.1 \
+    --seed 0 --calibrate $S/train.txt.gz --calibrate-windows 1 "$@" --out $out || exit 1
   [ -f $first ] || cp $out/calibration-2048.npz $first
 }
 if [ -z "$ONLY" ] || [ "$ONLY" = smollm2 ]; then
